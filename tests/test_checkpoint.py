@@ -1,0 +1,359 @@
+"""Tests for train/checkpoint.py: schedule, file names, pruning, round trip, atomicity, async."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from train.checkpoint import (
+    CheckpointConfig,
+    Checkpointer,
+    CheckpointWriteError,
+    latest_checkpoint,
+    load_checkpoint,
+)
+
+
+def _model_and_opt(seed: int = 0, device: str = "cpu") -> tuple[nn.Module, torch.optim.Optimizer]:
+    """Tiny model + AdamW after one step, so exp_avg/exp_avg_sq state exists."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _train_step(model, opt, device)
+    return model, opt
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, device: str = "cpu") -> None:
+    x = torch.randn(5, 8, device=device)
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _ckpt_names(dir: Path) -> list[str]:
+    return sorted(p.name for p in dir.iterdir())
+
+
+# --- config validation -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"every_steps": -1}, r"checkpoint\.every_steps must be >= 0.*-1"),
+        ({"mode": "later"}, r"checkpoint\.mode must be one of.*'later'"),
+        ({"keep": 0}, r"checkpoint\.keep must be >= 1.*0"),
+        ({"slow_write_s": -0.1}, r"checkpoint\.slow_write_s must be >= 0.*-0\.1"),
+        ({"dir": " "}, r"checkpoint\.dir must be a non-empty path"),
+    ],
+)
+def test_bad_config_raises(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        CheckpointConfig(**kwargs)
+
+
+def test_config_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        CheckpointConfig(5)  # type: ignore[misc]
+
+
+# --- schedule, names, pruning ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("every_steps", "step", "due"),
+    [
+        (0, 1, False),
+        (0, 100, False),
+        (1, 1, True),
+        (3, 1, False),
+        (3, 2, False),
+        (3, 3, True),
+        (3, 6, True),
+        (3, 7, False),
+        (10, 10, True),
+        (10, 15, False),
+    ],
+)
+def test_due_table(every_steps: int, step: int, due: bool) -> None:
+    assert Checkpointer(CheckpointConfig(every_steps=every_steps)).due(step) is due
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_every_n_steps_writes_and_prunes(tmp_path: Path, mode: str) -> None:
+    model, opt = _model_and_opt()
+    cfg = CheckpointConfig(every_steps=2, dir=str(tmp_path / "ck"), mode=mode, keep=2)
+    written_after: dict[int, list[str]] = {}
+    with Checkpointer(cfg) as ckpt:
+        for step in range(1, 8):
+            _train_step(model, opt)
+            if ckpt.due(step):
+                ckpt.save(step=step, model=model, optimizer=opt, extra={"step_seen": step})
+                ckpt.wait()
+                written_after[step] = _ckpt_names(tmp_path / "ck")
+    assert sorted(written_after) == [2, 4, 6]
+    assert written_after[2] == ["ckpt_00000002.pt"]
+    assert written_after[4] == ["ckpt_00000002.pt", "ckpt_00000004.pt"]
+    # keep=2: step 2 is pruned once step 6 is complete
+    assert written_after[6] == ["ckpt_00000004.pt", "ckpt_00000006.pt"]
+    assert latest_checkpoint(tmp_path / "ck") == tmp_path / "ck" / "ckpt_00000006.pt"
+
+
+def test_keep_one_and_size_and_timing_recorded(tmp_path: Path) -> None:
+    model, opt = _model_and_opt()
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path), keep=1))
+    assert ckpt.last_write_s is None and ckpt.bytes_written is None
+    for step in (1, 2, 3):
+        ckpt.save(step=step, model=model, optimizer=opt, extra={})
+    ckpt.close()
+    assert _ckpt_names(tmp_path) == ["ckpt_00000003.pt"]
+    assert ckpt.bytes_written == (tmp_path / "ckpt_00000003.pt").stat().st_size
+    # weights + two AdamW moments: the file is at least ~3x the fp32 parameter bytes
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert ckpt.bytes_written >= 3 * param_bytes
+    assert ckpt.last_write_s is not None and ckpt.last_write_s > 0
+
+
+def test_dir_expanduser_and_relative_to_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert Checkpointer(CheckpointConfig(dir="~/ck")).dir == tmp_path / "home" / "ck"
+    monkeypatch.chdir(tmp_path)
+    ckpt = Checkpointer(CheckpointConfig(dir="rel/ck"))
+    monkeypatch.chdir("/")  # resolved at construction: a later chdir does not move the target
+    model, opt = _model_and_opt()
+    ckpt.save(step=1, model=model, optimizer=opt, extra={})
+    assert (tmp_path / "rel" / "ck" / "ckpt_00000001.pt").is_file()
+
+
+# --- round trip ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_round_trip_restores_params_optimizer_and_extra(tmp_path: Path, mode: str) -> None:
+    model, opt = _model_and_opt(seed=0)
+    extra = {
+        "data_index": 1234,
+        "rng_cpu": torch.get_rng_state(),
+        "config": {"model": {"n_layer": 2}, "lr": 1e-2, "name": "tiny", "tags": ["a", "b"]},
+        "betas": (0.9, 0.95),
+    }
+    # slow_write_s delays serialisation, so in async mode the two train steps below run while the
+    # write is in flight: the file must still hold the state at save() time (the snapshot).
+    cfg = CheckpointConfig(dir=str(tmp_path), mode=mode, slow_write_s=0.2)
+    with Checkpointer(cfg) as ckpt:
+        ckpt.save(step=7, model=model, optimizer=opt, extra=extra)
+        extra["data_index"] = -1  # caller reusing its dict must not change the checkpoint either
+        _train_step(model, opt)
+        _train_step(model, opt)
+    saved_params = {k: v.clone() for k, v in model.state_dict().items()}
+
+    fresh_model, fresh_opt = _model_and_opt(seed=1)
+    path = latest_checkpoint(tmp_path)
+    assert path is not None
+    rest = load_checkpoint(path, model=fresh_model, optimizer=fresh_opt, map_location="cpu")
+
+    assert rest["step"] == 7
+    assert rest["extra"]["data_index"] == 1234
+    assert torch.equal(rest["extra"]["rng_cpu"], extra["rng_cpu"])
+    assert rest["extra"]["config"] == extra["config"]
+    assert tuple(rest["extra"]["betas"]) == (0.9, 0.95)
+
+    # Reference: the same model state at save time, rebuilt deterministically.
+    ref_model, ref_opt = _model_and_opt(seed=0)
+    for k, v in ref_model.state_dict().items():
+        assert torch.equal(fresh_model.state_dict()[k], v), k
+        assert not torch.equal(saved_params[k], v), f"{k}: later steps should have moved it"
+    ref_sd, got_sd = ref_opt.state_dict(), fresh_opt.state_dict()
+    assert got_sd["param_groups"] == ref_sd["param_groups"]
+    assert ref_sd["state"].keys() == got_sd["state"].keys()
+    for idx, st in ref_sd["state"].items():
+        for name, val in st.items():
+            assert torch.equal(got_sd["state"][idx][name], val), (idx, name)
+
+
+def test_load_without_optimizer(tmp_path: Path) -> None:
+    model, opt = _model_and_opt(seed=0)
+    Checkpointer(CheckpointConfig(dir=str(tmp_path))).save(
+        step=1, model=model, optimizer=opt, extra={}
+    )
+    fresh, _ = _model_and_opt(seed=3)
+    rest = load_checkpoint(tmp_path / "ckpt_00000001.pt", model=fresh, optimizer=None)
+    assert rest == {"step": 1, "extra": {}}
+    assert all(
+        torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True)
+    )
+
+
+def test_async_tied_weights_stored_once(tmp_path: Path) -> None:
+    """Tied wte/lm_head share storage: the async snapshot must not double the file."""
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(64, 32)
+            self.lm_head = nn.Linear(32, 64, bias=False)
+            self.lm_head.weight = self.wte.weight
+
+    sizes = {}
+    for mode in ("sync", "async"):
+        model = Tied()
+        opt = torch.optim.AdamW(model.parameters())
+        with Checkpointer(CheckpointConfig(dir=str(tmp_path / mode), mode=mode)) as ckpt:
+            ckpt.save(step=1, model=model, optimizer=opt, extra={})
+        sizes[mode] = ckpt.bytes_written
+        fresh = Tied()
+        load_checkpoint(tmp_path / mode / "ckpt_00000001.pt", model=fresh, optimizer=None)
+        assert fresh.lm_head.weight is fresh.wte.weight
+        assert torch.equal(fresh.wte.weight, model.wte.weight)
+    assert sizes["async"] <= sizes["sync"] * 1.05
+
+
+# --- atomicity ----------------------------------------------------------------------------------
+
+
+def test_tmp_leftover_is_ignored(tmp_path: Path) -> None:
+    model, opt = _model_and_opt()
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path)))
+    ckpt.save(step=5, model=model, optimizer=opt, extra={})
+    # A run killed mid-write leaves a truncated, higher-step .tmp behind.
+    (tmp_path / "ckpt_00000009.pt.tmp").write_bytes(b"truncated")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    assert latest_checkpoint(tmp_path) == tmp_path / "ckpt_00000005.pt"
+    assert not any(p.name.endswith(".tmp") and "00000005" in p.name for p in tmp_path.iterdir())
+
+
+def test_latest_checkpoint_empty_or_missing(tmp_path: Path) -> None:
+    assert latest_checkpoint(tmp_path) is None
+    assert latest_checkpoint(tmp_path / "nope") is None
+
+
+def test_latest_checkpoint_orders_by_step_number(tmp_path: Path) -> None:
+    for step in (9, 10, 123456789):
+        (tmp_path / f"ckpt_{step:08d}.pt").write_bytes(b"x")
+    assert latest_checkpoint(tmp_path) == tmp_path / "ckpt_123456789.pt"
+
+
+# --- async behaviour ----------------------------------------------------------------------------
+
+
+def test_async_blocks_caller_less_than_sync(tmp_path: Path) -> None:
+    model, opt = _model_and_opt()
+    stalls = {}
+    for mode in ("sync", "async"):
+        cfg = CheckpointConfig(dir=str(tmp_path / mode), mode=mode, slow_write_s=0.5)
+        with Checkpointer(cfg) as ckpt:
+            stalls[mode] = ckpt.save(step=1, model=model, optimizer=opt, extra={})
+            waited = ckpt.wait()
+            assert (tmp_path / mode / "ckpt_00000001.pt").is_file()
+            assert ckpt.last_write_s is not None and ckpt.last_write_s >= 0.5
+        if mode == "async":
+            assert waited > 0.2  # the planted slow write happened after save() returned
+    assert stalls["sync"] >= 0.5
+    assert stalls["async"] < 0.25
+
+
+def test_async_second_save_waits_for_first(tmp_path: Path) -> None:
+    model, opt = _model_and_opt()
+    cfg = CheckpointConfig(dir=str(tmp_path), mode="async", slow_write_s=0.5, keep=5)
+    with Checkpointer(cfg) as ckpt:
+        first = ckpt.save(step=1, model=model, optimizer=opt, extra={})
+        assert ckpt.in_flight
+        second = ckpt.save(step=2, model=model, optimizer=opt, extra={})
+        # step 1 is complete by the time save(step=2) returns: at most one write in flight
+        assert (tmp_path / "ckpt_00000001.pt").is_file()
+        ckpt.wait()
+        assert not ckpt.in_flight
+    assert first < 0.25
+    assert second >= 0.3  # includes waiting out most of the first 0.5 s write
+    assert _ckpt_names(tmp_path) == ["ckpt_00000001.pt", "ckpt_00000002.pt"]
+
+
+def test_wait_without_pending_returns_quickly(tmp_path: Path) -> None:
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path), mode="async"))
+    assert ckpt.wait() < 0.1
+    ckpt.close()
+    ckpt.close()  # idempotent
+    model, opt = _model_and_opt()
+    with pytest.raises(RuntimeError, match=r"after close"):
+        ckpt.save(step=1, model=model, optimizer=opt, extra={})
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+def _boom(*args: object, **kwargs: object) -> None:
+    raise OSError("disk on fire")
+
+
+@pytest.mark.parametrize("surface", ["save", "wait", "close"])
+def test_async_failure_is_reraised_with_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, surface: str
+) -> None:
+    model, opt = _model_and_opt()
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path), mode="async"))
+    monkeypatch.setattr(torch, "save", _boom)
+    stall = ckpt.save(step=3, model=model, optimizer=opt, extra={})  # failure happens later
+    assert stall >= 0
+    # torch.save stays patched: the background write may not have started yet.
+    expected = r"ckpt_00000003\.pt.*disk on fire"
+    with pytest.raises(CheckpointWriteError, match=expected):
+        if surface == "save":
+            ckpt.save(step=4, model=model, optimizer=opt, extra={})
+        elif surface == "wait":
+            ckpt.wait()
+        else:
+            ckpt.close()
+    # reported once, not forever; the failed .tmp is cleaned up and nothing is "latest"
+    ckpt.close()
+    assert latest_checkpoint(tmp_path) is None
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_sync_failure_raises_with_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, opt = _model_and_opt()
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path)))
+    monkeypatch.setattr(torch, "save", _boom)
+    with pytest.raises(CheckpointWriteError, match=r"ckpt_00000002\.pt.*disk on fire"):
+        ckpt.save(step=2, model=model, optimizer=opt, extra={})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_async_failure_read_only_dir(tmp_path: Path) -> None:
+    model, opt = _model_and_opt()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        ckpt = Checkpointer(CheckpointConfig(dir=str(ro), mode="async"))
+        ckpt.save(step=1, model=model, optimizer=opt, extra={})
+        with pytest.raises(CheckpointWriteError, match=r"ro/ckpt_00000001\.pt"):
+            ckpt.wait()
+        ckpt.close()
+    finally:
+        ro.chmod(0o700)
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_async_round_trip(tmp_path: Path) -> None:
+    model, opt = _model_and_opt(seed=0, device="cuda")
+    with Checkpointer(CheckpointConfig(dir=str(tmp_path), mode="async")) as ckpt:
+        ckpt.save(step=1, model=model, optimizer=opt, extra={"k": 1})
+        expected = {k: v.cpu().clone() for k, v in model.state_dict().items()}
+        _train_step(model, opt, "cuda")  # mutate live state while the write may be in flight
+    fresh, fresh_opt = _model_and_opt(seed=1, device="cuda")
+    rest = load_checkpoint(
+        tmp_path / "ckpt_00000001.pt", model=fresh, optimizer=fresh_opt, map_location="cuda"
+    )
+    assert rest["extra"] == {"k": 1}
+    for k, v in fresh.state_dict().items():
+        assert v.is_cuda and torch.equal(v.cpu(), expected[k]), k

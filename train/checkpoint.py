@@ -1,0 +1,287 @@
+"""Checkpointing: model + AdamW state to `dir/ckpt_<step:08d>.pt`, sync or async, keep-N.
+
+Why this lives in a throughput tool: a checkpoint is a real cost of training (AdamW keeps two fp32
+moments per parameter, so a checkpoint is ~3x the fp32 weights) and the trainer charges the time the
+caller is blocked by `save()` to the step it happens in.
+
+Two modes:
+- "sync": the caller serialises and writes the file itself; the stall is the whole write.
+- "async": the caller only copies the state to host memory (a snapshot) and hands it to ONE
+  background writer thread; the stall is the snapshot plus any wait for the previous write (at most
+  one write is in flight). A failed background write is re-raised on the next
+  `save()`/`wait()`/`close()`, naming the file.
+
+Every write goes to `ckpt_<step>.pt.tmp`, is fsync'ed, then `os.replace`d onto its final name, so
+a kill mid-write never leaves a truncated file under a completed name; `latest_checkpoint` ignores
+`.tmp` files.
+
+We use a thread rather than `torch.distributed.checkpoint.async_save`: DCP does work without a
+process group on CPU (checked on torch 2.13: it warns and assumes one process), but it writes a
+directory of shards, not one `.pt` file that `torch.load` opens, and we need neither resharding nor
+multi-rank writes here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from train.config import CheckpointConfig
+
+log = logging.getLogger(__name__)
+
+_CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
+
+
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint write failed; the message names the target file."""
+
+
+def checkpoint_path(dir: str | os.PathLike[str], step: int) -> Path:
+    """Final (completed) file name of the checkpoint for `step`."""
+    return Path(dir) / f"ckpt_{step:08d}.pt"
+
+
+def _completed_checkpoints(dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of each completed checkpoint in `dir`, oldest first; `.tmp` files skipped."""
+    if not dir.is_dir():
+        return []
+    found = []
+    for p in dir.iterdir():
+        m = _CKPT_RE.match(p.name)
+        if m and p.is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(dir: str | os.PathLike[str]) -> Path | None:
+    """Highest-step completed `ckpt_*.pt` in `dir` (leftover `.tmp` files ignored), or None."""
+    found = _completed_checkpoints(Path(dir).expanduser())
+    return found[-1][1] if found else None
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    # torch.compile wraps the module and prefixes keys with "_orig_mod."; save plain GPT-2 keys.
+    return getattr(model, "_orig_mod", model)
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    map_location: str | torch.device = "cpu",
+    weights_only: bool = True,
+) -> dict[str, Any]:
+    """Restore model (and optimizer, if given) from `path`; return the rest: {"step", "extra"}.
+
+    `weights_only=True` (the safe unpickler) is the default because our payload is plain dicts,
+    lists, tuples, tensors, numbers, strings and None. An `extra` holding other objects (e.g. a
+    numpy RNG state) must be converted to those types before saving, or loaded with
+    `weights_only=False` — only for files this tool wrote itself.
+    """
+    payload = torch.load(
+        Path(path).expanduser(), map_location=map_location, weights_only=weights_only
+    )
+    _unwrap(model).load_state_dict(payload["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    log.info("loaded checkpoint %s (step %d)", path, payload["step"])
+    return {k: v for k, v in payload.items() if k not in ("model", "optimizer")}
+
+
+def _fsync_dir(dir: Path) -> None:
+    # Make the rename itself durable; some filesystems (network mounts) refuse a dir fsync: fine.
+    try:
+        fd = os.open(dir, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Checkpointer:
+    """Writes checkpoints per `CheckpointConfig`; see the module docstring for the two modes."""
+
+    def __init__(self, cfg: CheckpointConfig) -> None:
+        self.cfg = cfg
+        # Resolve now so a later chdir (e.g. by Hydra) does not move the target.
+        self.dir = Path(cfg.dir).expanduser().absolute()
+        self.last_write_s: float | None = None  # duration of the latest completed write
+        self.bytes_written: int | None = None  # size of the latest completed checkpoint file
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+        self._pending_path: Path | None = None
+        # Async staging buffers reused across saves (keyed by state path): safe because a new
+        # snapshot is only taken after the previous write has finished. Costs one host copy of
+        # the state for the checkpointer's lifetime; saves a pinned re-allocation per save on CUDA.
+        self._staging: dict[str, torch.Tensor] = {}
+        self._closed = False
+
+    def due(self, step: int) -> bool:
+        """True when `step` (counted from 1 after the optimizer step) should be checkpointed."""
+        return self.cfg.every_steps > 0 and step % self.cfg.every_steps == 0
+
+    @property
+    def in_flight(self) -> bool:
+        """True while a background write is running (async mode only)."""
+        return self._pending is not None and not self._pending.done()
+
+    def save(
+        self, *, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, extra: dict
+    ) -> float:
+        """Checkpoint model, optimizer, step and extra; return seconds the caller was blocked."""
+        if self._closed:
+            raise RuntimeError("Checkpointer.save() called after close()")
+        t0 = time.perf_counter()
+        payload = {
+            "model": _unwrap(model).state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": step,
+            "extra": extra,
+        }
+        path = checkpoint_path(self.dir, step)
+        if self.cfg.mode == "sync":
+            self._write(payload, path)
+        else:
+            # At most one write in flight: wait for (and surface errors of) the previous one first;
+            # this wait is part of the stall the caller sees.
+            self._finish_pending()
+            snapshot = self._snapshot(payload)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
+            self._pending = self._executor.submit(self._write, snapshot, path)
+            self._pending_path = path
+        return time.perf_counter() - t0
+
+    def wait(self) -> float:
+        """Block until the in-flight write (if any) finishes; return the seconds waited."""
+        t0 = time.perf_counter()
+        self._finish_pending()
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Finish the in-flight write (re-raising its failure) and stop the writer thread."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._finish_pending()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+            self._staging.clear()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _finish_pending(self) -> None:
+        pending, path = self._pending, self._pending_path
+        self._pending = self._pending_path = None
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except CheckpointWriteError:
+            raise
+        except Exception as e:  # the writer wraps its errors; this is a safety net
+            raise CheckpointWriteError(f"background checkpoint write to {path} failed: {e}") from e
+
+    def _snapshot(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Copy every tensor to host memory so training can keep mutating the live state.
+
+        On CUDA the copies go into pinned buffers with non_blocking=True (device->host DMA that
+        overlaps across tensors), then one torch.cuda.synchronize() before the writer may read them.
+        Tensors sharing storage (tied wte/lm_head) are copied once so the file stays the sync size.
+        """
+        seen: dict[tuple, torch.Tensor] = {}
+        any_cuda = False
+
+        def stage(t: torch.Tensor, key: str) -> torch.Tensor:
+            nonlocal any_cuda
+            ident = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+            if ident in seen:
+                return seen[ident]
+            is_cuda = t.device.type == "cuda"
+            any_cuda |= is_cuda
+            buf = self._staging.get(key)
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=is_cuda)
+                self._staging[key] = buf
+            buf.copy_(t.detach(), non_blocking=is_cuda)
+            seen[ident] = buf
+            return buf
+
+        def walk(obj: Any, key: str) -> Any:
+            if isinstance(obj, torch.Tensor):
+                return stage(obj, key)
+            if isinstance(obj, dict):
+                return {k: walk(v, f"{key}/{k}") for k, v in obj.items()}
+            if type(obj) in (list, tuple):
+                return type(obj)(walk(v, f"{key}/{i}") for i, v in enumerate(obj))
+            return copy.deepcopy(obj)  # numbers, strings, None: cheap; anything else: safe
+
+        snapshot = walk(payload, "")
+        if any_cuda:
+            torch.cuda.synchronize()
+        return snapshot
+
+    def _write(self, payload: dict[str, Any], path: Path) -> None:
+        """Atomic write: tmp file, fsync, rename; then record timing/size and prune old files."""
+        tmp = path.with_name(path.name + ".tmp")
+        t0 = time.perf_counter()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                if self.cfg.slow_write_s > 0:
+                    # Planted slow storage (test/benchmark hook). Sleeping before serialising also
+                    # lets tests prove the async snapshot is isolated from later training steps.
+                    time.sleep(self.cfg.slow_write_s)
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except Exception as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise CheckpointWriteError(f"checkpoint write to {path} failed: {e}") from e
+        self.last_write_s = time.perf_counter() - t0
+        self.bytes_written = path.stat().st_size
+        log.info(
+            "checkpoint %s: %.1f MB in %.2f s (%s)",
+            path,
+            self.bytes_written / 1e6,
+            self.last_write_s,
+            self.cfg.mode,
+        )
+        self._prune()
+
+    def _prune(self) -> None:
+        """Delete all but the newest `keep` completed checkpoints in our dir."""
+        for _, old in _completed_checkpoints(self.dir)[: -self.cfg.keep]:
+            try:
+                old.unlink(missing_ok=True)
+            except OSError as e:  # a failed delete must not fail training
+                log.warning("could not delete old checkpoint %s: %s", old, e)
