@@ -1,0 +1,160 @@
+"""best.yaml: the winning trainer config, pinned, with the evidence for it.
+
+The document is a Hydra primary config: `defaults: [train_schema, _self_]` types it with the
+trainer schema (train/config.py), the trainer sections follow as resolved values, and `provenance`
+(which the trainer carries and ignores) records the measured metrics, the machine fingerprint, the
+command and the sweep it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+log = logging.getLogger(__name__)
+
+# The trainer's sections in schema order (train/config.py: Config).
+TRAINER_SECTIONS = ("model", "data", "batch", "optim", "checkpoint", "runtime", "trial", "train")
+# Top-level keys of a composed config that are not trainer settings and are dropped on export.
+_DROPPED_KEYS = ("defaults", "hydra", "provenance")
+# trial.* keys that only make sense inside a sweep, reset to the TrialConfig defaults
+# (train/config.py; duplicated here because sweeper/ must not import train/, which imports torch).
+SWEEP_ONLY_TRIAL_DEFAULTS: dict[str, Any] = {
+    "study_storage": "",
+    "study_name": "",
+    "trial_id": -1,
+    "progress_file": "",
+    "out": "trial.json",
+}
+
+
+def best_config_document(
+    *,
+    trainer_config: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    fingerprint: Mapping[str, Any],
+    command: str,
+    sweep: Mapping[str, Any],
+    base_dir: Path | None = None,
+) -> dict[str, Any]:
+    """A plain dict ready for YAML: defaults, the eight trainer sections, then provenance.
+
+    `trainer_config` is the resolved trainer config (e.g. a trial result's "config"); its
+    `defaults`, `hydra` and `provenance` keys are dropped, any other unknown key is refused.
+    data.dir is made absolute (relative paths against `base_dir`, default the current dir, the
+    same rule the trainer uses) so the file trains the same data from any folder. `sweep` holds
+    {study, storage, trials, when}; a password in the storage URL is masked and a missing `when`
+    is set to now (UTC, ISO 8601).
+    """
+    missing = [s for s in TRAINER_SECTIONS if s not in trainer_config]
+    if missing:
+        raise ValueError(
+            f"trainer_config lacks section(s) {missing}; pass the full resolved trainer config "
+            f"(a trial result's 'config') so best.yaml pins every value"
+        )
+    unknown = sorted(set(trainer_config) - set(TRAINER_SECTIONS) - set(_DROPPED_KEYS))
+    if unknown:
+        raise ValueError(
+            f"trainer_config has key(s) {unknown} that are not trainer sections "
+            f"{list(TRAINER_SECTIONS)}; the trainer schema would reject them"
+        )
+    doc: dict[str, Any] = {"defaults": ["train_schema", "_self_"]}
+    for section in TRAINER_SECTIONS:
+        doc[section] = _plain(trainer_config[section])
+
+    data = doc["data"]
+    if "dir" in data:
+        data_dir = Path(str(data["dir"])).expanduser()
+        if not data_dir.is_absolute():
+            data_dir = (base_dir or Path.cwd()) / data_dir
+        data["dir"] = str(data_dir.resolve())
+    trial = doc["trial"]
+    for key, default in SWEEP_ONLY_TRIAL_DEFAULTS.items():
+        if key in trial:
+            trial[key] = default
+
+    sweep_doc = _plain(sweep)
+    if "storage" in sweep_doc:
+        sweep_doc["storage"] = mask_password(str(sweep_doc["storage"]))
+    sweep_doc.setdefault("when", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    doc["provenance"] = {
+        "metrics": _plain(metrics),
+        "fingerprint": _plain(fingerprint),
+        "command": command,
+        "sweep": sweep_doc,
+    }
+    return doc
+
+
+def best_header(*, best_path: Path, median_tokens_per_s: float, cv: float | None, n: int) -> str:
+    """The comment block of best.yaml: how to train with it and what it measured."""
+    spread = f" ± {100 * cv:.1f}% (CV over {n} runs)" if cv is not None and n >= 2 else f" (n={n})"
+    return (
+        "Winning trainer config of a throughput sweep (values pinned; see provenance).\n"
+        f"Train with it:  {train_command(best_path)}\n"
+        f"Measured: {median_tokens_per_s:,.0f} tokens/s median{spread}"
+    )
+
+
+def write_best_yaml(path: Path, doc: Mapping[str, Any], *, header: str) -> Path:
+    """Write `doc` as YAML (via OmegaConf) under a `# ` comment header, atomically; return path."""
+    from omegaconf import OmegaConf  # light, but only needed here
+
+    body = OmegaConf.to_yaml(OmegaConf.create(_escape_interpolations(_plain(doc))))
+    comment = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(comment + body)
+    os.replace(tmp, path)  # a reader never sees half a file
+    log.info("wrote %s", path)
+    return path
+
+
+def train_command(best_path: Path) -> str:
+    """The production command for an exported file (absolute config dir, name = file stem)."""
+    best_path = Path(best_path).expanduser().resolve()
+    return (
+        f"python -m train --config-path {shlex.quote(str(best_path.parent))} "
+        f"--config-name {shlex.quote(best_path.stem)}"
+    )
+
+
+def mask_password(url: str) -> str:
+    """`postgresql://u:secret@host/db` → `postgresql://u:***@host/db`; other text unchanged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy made of dict/list/str/int/float/bool/None only, which YAML round-trips."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return copy.copy(value)
+    return str(value)  # Path, enum, datetime: their text is what a reader needs
+
+
+def _escape_interpolations(value: Any) -> Any:
+    """Resolved values are literal: escape `${` so Hydra never tries to interpolate them."""
+    if isinstance(value, dict):
+        return {k: _escape_interpolations(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_interpolations(v) for v in value]
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    return value

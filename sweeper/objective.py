@@ -1,0 +1,139 @@
+"""What a trial is scored on: its tokens/s, or the wall time the production run would take.
+
+Pure arithmetic over a trial result dict (train/result.py, schema 1); no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("tokens_per_s", "time_to_train")
+_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
+    "tokens_per_s": "maximize",
+    "time_to_train": "minimize",
+}
+# Optional key in step_time_s: the median of the measured steps that carried no checkpoint save.
+# Used when the trial records it; otherwise it is estimated from p50 (see steady_step_time_s).
+NO_CHECKPOINT_P50_KEY = "p50_no_checkpoint"
+
+
+@dataclass(kw_only=True)
+class ObjectiveConfig:
+    """The number a sweep optimizes."""
+
+    name: str = "tokens_per_s"  # tokens_per_s (maximize) | time_to_train (minimize)
+    planned_steps: int = 10_000  # optimizer steps of the production run (time_to_train only)
+    planned_checkpoint_every: int = 0  # production save interval; 0 = each trial's own interval
+
+    def __post_init__(self) -> None:
+        if self.name not in OBJECTIVES:
+            raise ValueError(f"objective.name must be one of {OBJECTIVES}, got {self.name!r}")
+        if not isinstance(self.planned_steps, int) or self.planned_steps < 1:
+            raise ValueError(
+                f"objective.planned_steps must be a positive integer (steps of the production "
+                f"run), got {self.planned_steps!r}"
+            )
+        if not isinstance(self.planned_checkpoint_every, int) or self.planned_checkpoint_every < 0:
+            raise ValueError(
+                f"objective.planned_checkpoint_every must be >= 0 (0 = use each trial's "
+                f"checkpoint.every_steps), got {self.planned_checkpoint_every!r}"
+            )
+
+
+def direction(cfg: ObjectiveConfig) -> Literal["maximize", "minimize"]:
+    """Optuna study direction for the objective."""
+    return _DIRECTIONS[cfg.name]
+
+
+def objective_value(result: dict[str, Any], cfg: ObjectiveConfig) -> float:
+    """Score one trial result.
+
+    tokens_per_s:  result["tokens_per_s"] (higher is better).
+    time_to_train: predicted wall seconds of the production run (lower is better):
+
+        compile_s
+        + planned_steps * steady_step_s
+        + (planned_steps // interval) * median(checkpoint_s)
+
+    steady_step_s is the median time of a step WITHOUT a checkpoint save (`steady_step_time_s`):
+    measured step times include any save stall, so the raw p50 of a trial where most steps saved
+    would count the stall twice. interval is `cfg.planned_checkpoint_every`, or, when that is 0,
+    the trial's own config checkpoint.every_steps; interval 0 means no saves and no stall term.
+    A missing compile_s counts as 0. An interval > 0 with no measured save (the trial window
+    was shorter than its interval) cannot be priced: the stall term is 0 and a warning says so.
+    """
+    if cfg.name == "tokens_per_s":
+        value = result.get("tokens_per_s")
+        if value is None:
+            raise ValueError(
+                f"result has no tokens_per_s (status={result.get('status')!r}); only complete or "
+                f"pruned trials can be scored"
+            )
+        return float(value)
+
+    compile_s = float(result.get("compile_s") or 0.0)
+    steady_s = steady_step_time_s(result)
+    interval = cfg.planned_checkpoint_every or _trial_checkpoint_every(result)
+    stall_s = 0.0
+    if interval > 0:
+        saves = [float(s) for s in result.get("checkpoint_s") or []]
+        if saves:
+            stall_s = (cfg.planned_steps // interval) * statistics.median(saves)
+        else:
+            log.warning(
+                "checkpoint interval %d but the trial measured no checkpoint save; "
+                "time_to_train leaves checkpoint stalls out",
+                interval,
+            )
+    return compile_s + cfg.planned_steps * steady_s + stall_s
+
+
+def steady_step_time_s(result: dict[str, Any]) -> float:
+    """Median seconds of a measured step that did not save a checkpoint.
+
+    Prefers step_time_s["p50_no_checkpoint"] when the trial recorded it. Otherwise p50 stands in:
+    with k = len(checkpoint_s) saves among n measured steps, the k stalled steps are the slowest, so
+    p50 (linear interpolation, train/meters.percentile) ignores them while k < n/2; from there on it
+    sits partly or wholly on a stalled step, and that share of the median stall is subtracted
+    (e.g. checkpoint.every_steps=1: every step stalled, the whole median stall comes off).
+    """
+    stats = result.get("step_time_s") or {}
+    no_ckpt = stats.get(NO_CHECKPOINT_P50_KEY)
+    if no_ckpt is not None:
+        return float(no_ckpt)
+    p50 = stats.get("p50")
+    if p50 is None:
+        raise ValueError(
+            f"result has no step_time_s.p50 (status={result.get('status')!r}); only complete or "
+            f"pruned trials can be scored on time_to_train"
+        )
+    saves = [float(s) for s in result.get("checkpoint_s") or []]
+    n_steps = int(stats.get("n") or 0)
+    if not saves or n_steps < 1:
+        return float(p50)
+    share = _median_stalled_share(n_steps=n_steps, n_stalled=min(len(saves), n_steps))
+    return max(float(p50) - share * statistics.median(saves), 0.0)
+
+
+def _median_stalled_share(*, n_steps: int, n_stalled: int) -> float:
+    """How much of an interpolated median of n sorted steps falls on the n_stalled slowest ones."""
+    pos = (n_steps - 1) / 2
+    lo, hi = math.floor(pos), math.ceil(pos)
+    first_stalled = n_steps - n_stalled
+
+    def stalled(i: int) -> float:
+        return 1.0 if i >= first_stalled else 0.0
+
+    return stalled(lo) + (stalled(hi) - stalled(lo)) * (pos - lo)
+
+
+def _trial_checkpoint_every(result: dict[str, Any]) -> int:
+    """checkpoint.every_steps of the trial's resolved config (0 when absent)."""
+    checkpoint = (result.get("config") or {}).get("checkpoint") or {}
+    return int(checkpoint.get("every_steps") or 0)

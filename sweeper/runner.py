@@ -1,0 +1,459 @@
+"""Run one trial in a child process under a hard time limit, and name how it ended.
+
+The child (`python -m train.trial ...`) does all the torch work; this module only starts it, watches
+its progress file and log, kills its whole process group when it overruns or hangs, and reads the
+result JSON it leaves behind. No child may outlive the sweep: each one runs in its own session (so
+its DataLoader and compile workers can be killed together), gets SIGKILL from the kernel if the
+thread that started it dies (Linux `PR_SET_PDEATHSIG`), and is killed on interpreter exit, SIGTERM
+and SIGHUP through a registry of live children.
+
+Deliberately light: no torch, no `train.*` imports.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+STATES = ("complete", "pruned", "oom", "nan", "timeout", "crash", "invalid_config")
+FAILURE_KINDS = ("invalid_config", "oom", "nan", "crash")  # train/result.py, schema v1
+POLL_S = 0.2  # how often the parent looks at the child; small next to any useful timeout
+TERM_GRACE_S = 5.0  # SIGTERM -> SIGKILL grace, time enough to flush a log line
+LOG_TAIL_LINES = 20  # lines of trial.log quoted in a crash reason
+RESULT_NAME, PROGRESS_NAME, LOG_NAME = "result.json", "progress.jsonl", "trial.log"
+
+
+@dataclass(kw_only=True)
+class TrialOutcome:
+    # one of STATES
+    state: str
+    # human-readable why (None for a clean complete/pruned)
+    reason: str | None = None
+    # the parsed trial result JSON, when the child wrote one
+    result: dict | None = None
+    # the child's exit status; negative = killed by that signal (None if never reaped)
+    returncode: int | None = None
+    # seconds from start to the child being reaped
+    wall_s: float
+    # stdout+stderr of the child
+    log_path: Path
+
+    def __post_init__(self) -> None:
+        if self.state not in STATES:
+            raise ValueError(f"TrialOutcome.state must be one of {STATES}, got {self.state!r}")
+
+    @property
+    def ok(self) -> bool:
+        """Whether the trial produced a usable measurement (a pruned one still reports values)."""
+        return self.state in ("complete", "pruned")
+
+
+# ---------------------------------------------------------------------------------------------
+# argv
+
+# Characters that are safe bare in a Hydra override value (OverrideLexer.g4: ID chars and
+# UNQUOTED_CHAR minus `$`, which starts an interpolation, and `\`, which escapes).
+_BARE_VALUE = re.compile(r"[A-Za-z0-9_/.+@%-]+")
+
+
+def hydra_quote(value: str) -> str:
+    """Write `value` so Hydra's override parser (and then OmegaConf) reads back exactly `value`.
+
+    Bare when it is plainly a path-like string (contains '/', so it can never parse as a number,
+    bool or null); otherwise single-quoted. Inside quotes Hydra un-escapes only backslashes that run
+    into a quote (`_unescape_quoted_string` in overrides_visitor.py), so those runs are doubled and
+    the quote escaped; `${` is escaped for OmegaConf, which would otherwise interpolate it.
+    """
+    if "/" in value and _BARE_VALUE.fullmatch(value):
+        return value
+    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
+
+
+def trial_argv(
+    *, python: str, config_dir: Path, config_name: str, job_dir: Path, overrides: list[str]
+) -> list[str]:
+    """The child's command line: the trainer's trial entry point, writing into `job_dir`."""
+    job_dir = Path(job_dir)
+    if "${" in str(job_dir):
+        # Quoting gets it through the override parser, but Hydra interpolates hydra.run.dir a
+        # second time when it builds its logging config, and fails there.
+        raise ValueError(f"job_dir must not contain '${{' (Hydra cannot use it), got {job_dir}")
+    return [
+        python, "-m", "train.trial",
+        "--config-path", str(config_dir),
+        "--config-name", config_name,
+        f"hydra.run.dir={hydra_quote(str(job_dir / 'trial'))}",
+        f"trial.out={hydra_quote(str(job_dir / RESULT_NAME))}",
+        f"trial.progress_file={hydra_quote(str(job_dir / PROGRESS_NAME))}",
+        *overrides,
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# live-children registry: nothing we start may outlive the sweep
+
+
+@dataclass(kw_only=True)
+class _Child:
+    # the running child (its pid is also its process-group id: it runs in its own session)
+    proc: subprocess.Popen
+    # set when we decided to kill it, so a SIGKILL of ours is not mistaken for the OOM killer
+    killed_by_us: str | None = None
+
+
+# pid -> child. Plain dict ops only (atomic under the GIL): this is touched from signal handlers.
+_LIVE: dict[int, _Child] = {}
+_PREV_HANDLERS: dict[int, object] = {}
+
+
+def live_children() -> list[int]:
+    """Pids of the children currently running (for tests and diagnostics)."""
+    return list(_LIVE)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _stop(child: _Child, *, why: str, grace_s: float) -> None:
+    """SIGTERM the child's group, give it `grace_s` to exit, then SIGKILL the group."""
+    child.killed_by_us = child.killed_by_us or why
+    pid = child.proc.pid
+    _signal_group(pid, signal.SIGTERM)
+    try:
+        child.proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        log.warning("trial pid %d ignored SIGTERM for %.0f s; sending SIGKILL", pid, grace_s)
+    # Always: workers may still be alive after the leader exits on SIGTERM.
+    _signal_group(pid, signal.SIGKILL)
+
+
+def kill_all_children(grace_s: float = TERM_GRACE_S) -> None:
+    """Stop every live child's process group (atexit, SIGTERM/SIGHUP, or by hand)."""
+    children = list(_LIVE.values())
+    for child in children:
+        child.killed_by_us = child.killed_by_us or "stopped by kill_all_children (sweep exiting)"
+        _signal_group(child.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _signal_group(child.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(timeout=1.0)
+        _LIVE.pop(child.proc.pid, None)
+    if children:
+        log.warning("killed %d running trial(s)", len(children))
+
+
+atexit.register(kill_all_children)
+
+
+def _on_fatal_signal(signum: int, frame) -> None:
+    """Kill our children, then let the signal do what it would have done without us."""
+    kill_all_children()
+    prev = _PREV_HANDLERS.get(signum, signal.SIG_DFL)
+    if callable(prev):
+        prev(signum, frame)
+    elif prev != signal.SIG_IGN:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_signal_handlers() -> None:
+    """Chain in front of SIGTERM/SIGHUP, whose default action would skip atexit.
+
+    SIGINT needs nothing: it raises KeyboardInterrupt, which run_child turns into a kill.
+    Only the main thread may set handlers; elsewhere atexit and PDEATHSIG still cover us.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        current = signal.getsignal(signum)
+        if current is _on_fatal_signal:
+            continue
+        _PREV_HANDLERS[signum] = current
+        signal.signal(signum, _on_fatal_signal)
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved in the parent: the forked child should do as little as possible before exec
+# (preexec_fn runs between fork and exec, where taking locks other threads held can deadlock).
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _preexec_pdeathsig(parent_pid: int) -> Callable[[], None]:
+    """Ask the kernel to SIGKILL the child when its parent dies, even by SIGKILL.
+
+    Popen runs setsid() (start_new_session=True) before preexec_fn, so this runs in the new session.
+    The death signal fires when the *thread* that forked exits, so call run_child from a thread
+    that lives as long as the trial (Hydra's launchers do). If the parent already died between
+    fork and prctl, the request would never fire: exit instead.
+    """
+
+    def preexec() -> None:
+        if _PRCTL is None:
+            return
+        # prctl is variadic over unsigned longs: pass them as such, not as 32-bit ints.
+        zero = ctypes.c_ulong(0)
+        _PRCTL(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+# ---------------------------------------------------------------------------------------------
+# watching the child
+
+
+class _ProgressTail:
+    """Reads whole JSON lines appended to the progress file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self) -> tuple[list[dict], bool]:
+        """New events, and whether the file grew at all (a partial line counts as activity)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return [], False
+        if not chunk:
+            return [], False
+        self.offset += len(chunk)
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("skipping a malformed progress line in %s: %r", self.path, line[:200])
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events, True
+
+
+def _log_tail(path: Path, n_lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-n_lines:])
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _read_result(path: Path) -> tuple[dict | None, str | None]:
+    """The trial JSON (written atomically by the child), or why it could not be read."""
+    if not path.exists():
+        return None, None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        return None, f"unreadable {path.name}: {exc}"
+    if not isinstance(doc, dict):
+        return None, f"{path.name} is not a JSON object"
+    return doc, None
+
+
+def _from_result(doc: dict) -> tuple[str, str | None]:
+    """State and reason from a result JSON (train/result.py, schema v1)."""
+    status = doc.get("status")
+    if status in ("complete", "pruned"):
+        return status, None
+    if status == "failed":
+        failure = doc.get("failure") or {}
+        kind = failure.get("kind")
+        message = failure.get("message") or "the trial recorded a failure without a message"
+        return (kind if kind in FAILURE_KINDS else "crash"), message
+    return "crash", f"result JSON has unknown status {status!r}"
+
+
+def _from_exit(returncode: int, log_path: Path) -> tuple[str, str]:
+    """State and reason for a child that left no result JSON."""
+    if returncode == -signal.SIGKILL:
+        # Nobody here sent it, and the OOM killer is by far the usual sender (checking dmesg
+        # needs privileges we may not have).
+        return "oom", "killed by SIGKILL (likely the host ran out of memory)"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return "crash", f"killed by {name}"
+    if returncode == 0:
+        return "crash", "exited 0 but wrote no result"
+    tail = _log_tail(log_path)
+    return "crash", f"exit code {returncode}: {tail}" if tail else f"exit code {returncode}"
+
+
+def run_child(
+    argv: list[str],
+    *,
+    job_dir: Path,
+    timeout_s: float,
+    stall_timeout_s: float | None = None,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    on_progress: Callable[[dict], None] | None = None,
+    term_grace_s: float = TERM_GRACE_S,
+) -> TrialOutcome:
+    """Run `argv` to completion or to its limit, and classify the outcome.
+
+    The child writes job_dir/progress.jsonl (tailed into `on_progress`) and job_dir/result.json;
+    its stdout+stderr go to job_dir/trial.log. `timeout_s` bounds the wall clock; `stall_timeout_s`,
+    if given, bounds the time with neither a new progress line nor log output. `env` is layered over
+    os.environ. Any exception here (Ctrl-C, or one raised by `on_progress`) kills the child's whole
+    process group before it propagates.
+    """
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if stall_timeout_s is not None and stall_timeout_s <= 0:
+        raise ValueError(f"stall_timeout_s must be > 0 or None, got {stall_timeout_s}")
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    log_path, result_path = job_dir / LOG_NAME, job_dir / RESULT_NAME
+    for stale in (result_path, job_dir / PROGRESS_NAME):
+        if stale.exists():
+            log.warning("removing %s left by an earlier run in the same job dir", stale)
+            stale.unlink()
+    # Unbuffered child output makes log growth a live heartbeat for the stall check.
+    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+
+    _install_signal_handlers()
+    start = time.monotonic()
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_preexec_pdeathsig(os.getpid()),
+        )
+    child = _Child(proc=proc)
+    _LIVE[proc.pid] = child
+    log.debug("started trial pid %d: %s", proc.pid, argv)
+
+    tail = _ProgressTail(job_dir / PROGRESS_NAME)
+    timeout_reason: str | None = None
+    try:
+        last_activity, log_size = start, 0
+
+        def drain() -> None:
+            nonlocal last_activity, log_size
+            events, grew = tail.read()
+            size = _file_size(log_path)
+            if grew or size != log_size:
+                last_activity, log_size = time.monotonic(), size
+            for event in events:
+                if on_progress is not None:
+                    on_progress(event)
+
+        while True:
+            try:
+                proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            drain()
+            now = time.monotonic()
+            quiet_s = now - last_activity
+            if now - start >= timeout_s:
+                timeout_reason = (
+                    f"timed out after {timeout_s:g} s (no progress for {quiet_s:.0f} s)"
+                )
+            elif stall_timeout_s is not None and quiet_s >= stall_timeout_s:
+                timeout_reason = (
+                    f"stalled: no progress line or log output for {quiet_s:.0f} s "
+                    f"(limit {stall_timeout_s:g} s), killed after {now - start:.0f} s"
+                )
+            if timeout_reason is not None:
+                log.warning("trial pid %d %s", proc.pid, timeout_reason)
+                _stop(child, why=timeout_reason, grace_s=term_grace_s)
+                break
+        drain()  # lines written just before exit
+    except BaseException:
+        _stop(child, why="interrupted", grace_s=term_grace_s)
+        raise
+    finally:
+        # Sweep up stragglers (workers the leader failed to reap), then forget the child.
+        _signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=term_grace_s)
+        _LIVE.pop(proc.pid, None)
+    wall_s = time.monotonic() - start
+    return _classify(child, timeout_reason, result_path, log_path, wall_s)
+
+
+def _classify(
+    child: _Child, timeout_reason: str | None, result_path: Path, log_path: Path, wall_s: float
+) -> TrialOutcome:
+    returncode = child.proc.returncode
+    result, unreadable = _read_result(result_path)
+    done = dict(result=result, returncode=returncode, wall_s=wall_s, log_path=log_path)
+    if timeout_reason is not None:
+        if result is not None and result.get("status") in ("complete", "pruned"):
+            # The measurement finished; only teardown hung (e.g. a worker that never exits).
+            state, _ = _from_result(result)
+            return TrialOutcome(
+                state=state, reason=f"result written, then the process hung: {timeout_reason}",
+                **done,
+            )
+        return TrialOutcome(state="timeout", reason=timeout_reason, **done)
+    if result is not None:
+        state, reason = _from_result(result)
+        return TrialOutcome(state=state, reason=reason, **done)
+    if child.killed_by_us is not None:
+        return TrialOutcome(state="crash", reason=child.killed_by_us, **done)
+    if returncode is None:  # unreapable (e.g. stuck in uninterruptible I/O)
+        return TrialOutcome(state="crash", reason="the process could not be reaped", **done)
+    state, reason = _from_exit(returncode, log_path)
+    if unreadable:
+        reason = f"{reason}; {unreadable}"
+    return TrialOutcome(state=state, reason=reason, **done)

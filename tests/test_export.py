@@ -1,0 +1,235 @@
+"""best.yaml: document layout, sweep-only keys reset, YAML round trip, the train command."""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from sweeper.export import (
+    SWEEP_ONLY_TRIAL_DEFAULTS,
+    TRAINER_SECTIONS,
+    best_config_document,
+    best_header,
+    mask_password,
+    train_command,
+    write_best_yaml,
+)
+
+
+def _trainer_config() -> dict:
+    return {
+        "model": {
+            "name": "tiny",
+            "n_layer": 2,
+            "n_head": 2,
+            "n_embd": 64,
+            "block_size": 64,
+            "vocab_size": 512,
+            "dropout": 0.0,
+            "bias": True,
+        },
+        "data": {
+            "dir": "data/synthetic",
+            "train_file": "train.bin",
+            "val_file": "val.bin",
+            "format": "auto",
+            "num_workers": 2,
+            "pin_memory": True,
+        },
+        "batch": {"tokens_per_step": 4096, "micro_batch": 8, "grad_accum": 8},
+        "optim": {"lr": 6e-4, "min_lr": 6e-5, "fused": "auto"},
+        "checkpoint": {"every_steps": 0, "dir": "checkpoints", "mode": "sync"},
+        "runtime": {"device": "auto", "dtype": "auto", "compile": "default", "threads": 0},
+        "trial": {
+            "warmup_steps": 3,
+            "max_steps": 20,
+            "out": "/sweep/job3/result.json",
+            "progress_file": "/sweep/job3/progress.jsonl",
+            "study_storage": "sqlite:////sweep/study.db",
+            "study_name": "s1",
+            "trial_id": 7,
+            "sync_phases": True,
+        },
+        "train": {"max_steps": 200, "log_every": 10},
+    }
+
+
+def _doc(**overrides) -> dict:
+    kwargs = {
+        "trainer_config": _trainer_config(),
+        "metrics": {"tokens_per_s": 51234.5, "cv": 0.012, "n": 3, "mfu_spec": None},
+        "fingerprint": {"torch": "2.13.0", "gpu": {"name": "H100", "count": 1}},
+        "command": "python sweep.py -m search=throughput",
+        "sweep": {
+            "study": "s1",
+            "storage": "sqlite:////sweep/study.db",
+            "trials": [3, 5],
+            "when": "2025-01-01T00:00:00+00:00",
+        },
+        "base_dir": Path("/work/run"),
+    }
+    kwargs.update(overrides)
+    return best_config_document(**kwargs)
+
+
+def test_document_layout() -> None:
+    doc = _doc()
+    assert list(doc) == ["defaults", *TRAINER_SECTIONS, "provenance"]
+    assert doc["defaults"] == ["train_schema", "_self_"]
+    given = _trainer_config()
+    for section in ("model", "batch", "optim", "checkpoint", "runtime", "train"):
+        assert doc[section] == given[section]
+    assert set(doc["provenance"]) == {"metrics", "fingerprint", "command", "sweep"}
+    assert doc["provenance"]["sweep"]["trials"] == [3, 5]
+    assert doc["provenance"]["metrics"]["tokens_per_s"] == 51234.5
+
+
+def test_sweep_only_trial_keys_are_reset() -> None:
+    trial = _doc()["trial"]
+    for key, default in SWEEP_ONLY_TRIAL_DEFAULTS.items():
+        assert trial[key] == default
+    assert trial == {
+        "warmup_steps": 3,
+        "max_steps": 20,
+        "sync_phases": True,
+        **SWEEP_ONLY_TRIAL_DEFAULTS,
+    }
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "expected"),
+    [
+        ("data/synthetic", "/work/run/data/synthetic"),
+        ("/abs/tokens", "/abs/tokens"),
+        ("/abs/../abs/tokens", "/abs/tokens"),
+    ],
+)
+def test_data_dir_is_absolute(data_dir: str, expected: str) -> None:
+    cfg = _trainer_config()
+    cfg["data"]["dir"] = data_dir
+    assert _doc(trainer_config=cfg)["data"]["dir"] == expected
+
+
+def test_input_is_not_mutated_and_extra_keys_dropped() -> None:
+    cfg = _trainer_config()
+    cfg["hydra"] = {"run": {"dir": "x"}}
+    cfg["provenance"] = {"old": 1}
+    cfg["defaults"] = ["train_schema"]
+    before = copy.deepcopy(cfg)
+    doc = _doc(trainer_config=cfg)
+    assert cfg == before
+    assert "hydra" not in doc
+    assert "old" not in doc["provenance"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda c: c.pop("optim"), r"lacks section\(s\) \['optim'\]"),
+        (lambda c: c.update(extra={"x": 1}), r"key\(s\) \['extra'\]"),
+    ],
+)
+def test_bad_trainer_config(mutate, match: str) -> None:
+    cfg = _trainer_config()
+    mutate(cfg)
+    with pytest.raises(ValueError, match=match):
+        _doc(trainer_config=cfg)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:////tmp/s.db", "sqlite:////tmp/s.db"),
+        ("postgresql://bob:hunter2@db.lan:5432/optuna", "postgresql://bob:***@db.lan:5432/optuna"),
+        ("postgresql://bob@db.lan/optuna", "postgresql://bob@db.lan/optuna"),
+        ("", ""),
+    ],
+)
+def test_mask_password(url: str, expected: str) -> None:
+    assert mask_password(url) == expected
+
+
+def test_storage_password_masked_and_when_filled() -> None:
+    doc = _doc(sweep={"study": "s", "storage": "postgresql://u:pw@h/db", "trials": [1]})
+    sweep = doc["provenance"]["sweep"]
+    assert sweep["storage"] == "postgresql://u:***@h/db"
+    assert sweep["when"].startswith("20") and sweep["when"].endswith("+00:00")
+
+
+def test_write_round_trips(tmp_path: Path) -> None:
+    doc = _doc(command="python sweep.py -m 'hydra.sweep.dir=${oc.env:HOME}/x'")
+    path = write_best_yaml(tmp_path / "out" / "best.yaml", doc, header="line one\nline two")
+    text = path.read_text()
+    assert text.startswith("# line one\n# line two\n")
+    body = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert body[0] == "defaults:"
+    loaded = OmegaConf.load(path)
+    assert next(iter(loaded.keys())) == "defaults"
+    # literal `${` survives: escaped in the file, back to the original text once resolved
+    assert OmegaConf.to_container(loaded, resolve=True) == doc
+    assert loaded.trial.study_storage == "" and loaded.trial.trial_id == -1
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_write_replaces_existing_file(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    path.write_text("stale: true\n")
+    write_best_yaml(path, _doc(), header="h")
+    assert "stale" not in OmegaConf.load(path)
+
+
+def test_non_plain_values_become_text(tmp_path: Path) -> None:
+    doc = _doc(fingerprint={"where": Path("/x/y"), "shape": (1, 2)})
+    assert doc["provenance"]["fingerprint"] == {"where": "/x/y", "shape": [1, 2]}
+    path = write_best_yaml(tmp_path / "best.yaml", doc, header="h")
+    assert OmegaConf.to_container(OmegaConf.load(path), resolve=True) == doc
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/runs/sweep/best.yaml", "python -m train --config-path /runs/sweep --config-name best"),
+        (
+            "/runs/my sweep/pinned.yaml",
+            "python -m train --config-path '/runs/my sweep' --config-name pinned",
+        ),
+    ],
+)
+def test_train_command(path: str, expected: str) -> None:
+    assert train_command(Path(path)) == expected
+
+
+def test_train_command_relative_path_becomes_absolute(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(train_command(Path("out/best.yaml")))
+    assert args[args.index("--config-path") + 1] == str(tmp_path.resolve() / "out")
+
+
+def test_header() -> None:
+    header = best_header(best_path=Path("/r/best.yaml"), median_tokens_per_s=51234.5, cv=0.012, n=3)
+    assert "python -m train --config-path /r --config-name best" in header
+    assert "51,234 tokens/s median ± 1.2% (CV over 3 runs)" in header
+    single = best_header(best_path=Path("/r/best.yaml"), median_tokens_per_s=10.0, cv=None, n=1)
+    assert "10 tokens/s median (n=1)" in single
+
+
+def test_modules_stay_light() -> None:
+    # the sweeper must never pull in torch (nor train/, which imports it)
+    code = (
+        "import sys, sweeper.export, sweeper.objective, sweeper.verify; "
+        "print(sorted(m for m in ('torch', 'train') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert out.stdout.strip() == "[]"
