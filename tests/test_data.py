@@ -322,7 +322,7 @@ def test_synthetic_data_is_learnable(tmp_path):
     _, pair = np.unique(tokens[:-1] * VOCAB + tokens[1:], return_counts=True)
     q = pair / pair.sum()
     bigram_conditional_h = float(-(q * np.log(q)).sum()) - unigram_h  # H(next | current)
-    assert unigram_h > 7.5  # thousands of ids in use, not a toy alphabet
+    assert unigram_h > 7.0  # thousands of ids in use (ln 2048 = 7.6), not a toy alphabet
     assert bigram_conditional_h < 2.0 < math.log(VOCAB) / 5  # far below a uniform guess
     assert abs(bigram_conditional_h - meta["entropy_rate_nats"]) < 0.5
 

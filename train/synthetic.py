@@ -1,16 +1,17 @@
-"""The embedded default dataset: a seeded sparse Markov chain over GPT-2 token ids, made offline.
+"""The embedded default dataset: a seeded sparse Markov chain over a small token-id space, made offline.
 
 Why synthetic: the tool measures throughput, so it must run anywhere with no download, yet the loss
 must fall like a real run's (a model that learns nothing hides bugs). The chain:
-- `num_active` distinct token ids drawn from [0, 50256) (so embedding rows are spread over the whole
-  GPT-2 table); 50256 (GPT-2's <|endoftext|>) separates documents of `doc_len` tokens.
+- `num_active` distinct token ids drawn from [0, id_space - 1); id `id_space - 1` separates documents
+  of `doc_len` tokens. The default id space (4096) keeps every id valid for the CPU presets, whose
+  4096-entry vocabulary keeps the lm_head from dominating a CPU step, and for every GPT-2 preset.
 - every active token has `branching` distinct successors with fixed Zipf weights w_r ∝ 1/r; with
   probability `jump_prob` the next token is instead uniform over the active set (keeps the chain
   ergodic, so no small cycle takes over).
 Every state's next-token distribution is the same multiset of probabilities, so the entropy rate is
-exact: with the defaults (4096 active, branching 4, jump 0.02) it is ≈ 1.48 nats/token, against
-ln(50257) ≈ 10.8 for a uniform guess and ln(4096) ≈ 8.3 for the unigram. A tiny GPT-2 drops from
-~10.8 to the unigram level within tens of steps and then towards 1.48 as it learns the bigrams.
+exact: with the defaults (2048 active, branching 4, jump 0.02) it is ≈ 1.47 nats/token, against
+ln(2048) ≈ 7.6 for the unigram. A tiny GPT-2 drops from ~ln(vocab) to the unigram level within tens
+of steps and then towards the entropy rate as it learns the bigrams.
 The exact value is written to meta.json as `entropy_rate_nats` (the loss floor).
 
 Chains are simulated in parallel, one per document, so making 4M tokens takes well under a second.
@@ -32,9 +33,9 @@ from train.data import DataConfig
 
 log = logging.getLogger(__name__)
 
-GENERATOR = "train.synthetic.markov_v1"
+GENERATOR = "train.synthetic.markov_v2"
 GPT2_VOCAB_SIZE = 50257  # GPT-2 BPE vocabulary (Radford et al. 2019; tiktoken "gpt2")
-EOT_TOKEN = 50256  # GPT-2's <|endoftext|>, used as the document separator
+DEFAULT_ID_SPACE = 4096  # token ids lie in [0, 4096); the last one separates documents
 DEFAULT_NUM_TOKENS = 4_000_000  # train + val; 8 MB of uint16
 DEFAULT_SEED = 1337
 META_FILE = "meta.json"
@@ -86,7 +87,8 @@ def generate(
     num_tokens: int = DEFAULT_NUM_TOKENS,
     seed: int = DEFAULT_SEED,
     val_fraction: float = 0.1,
-    num_active: int = 4096,
+    num_active: int = 2048,
+    id_space: int = DEFAULT_ID_SPACE,
     branching: int = 4,
     jump_prob: float = 0.02,
     doc_len: int = 1024,
@@ -98,17 +100,19 @@ def generate(
         raise ValueError(f"num_tokens must be >= 1000, got {num_tokens}")
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    if not 2 <= branching < num_active <= EOT_TOKEN:
+    if not 2 <= branching < num_active < id_space <= GPT2_VOCAB_SIZE:
         raise ValueError(
-            f"need 2 <= branching < num_active <= {EOT_TOKEN}, got {branching}, {num_active}"
+            f"need 2 <= branching < num_active < id_space <= {GPT2_VOCAB_SIZE}, got "
+            f"{branching}, {num_active}, {id_space}"
         )
+    eot = id_space - 1
     if not 0 <= jump_prob <= 1:
         raise ValueError(f"jump_prob must be in [0, 1], got {jump_prob}")
     if doc_len < 1:
         raise ValueError(f"doc_len must be >= 1, got {doc_len}")
 
     rng = np.random.default_rng(seed % 2**64)
-    vocab = rng.choice(EOT_TOKEN, size=num_active, replace=False).astype(np.uint16)
+    vocab = rng.choice(eot, size=num_active, replace=False).astype(np.uint16)
     succ = _successors(rng, num_active, branching)
     cum_weights = np.cumsum(1.0 / np.arange(1, branching + 1))
     cum_weights /= cum_weights[-1]
@@ -124,7 +128,7 @@ def generate(
         s = np.where(jump, rng.integers(0, num_active, size=num_docs), succ[s, rank])
     docs = np.empty((num_docs, doc_len + 1), dtype=np.uint16)
     docs[:, :doc_len] = vocab[states]
-    docs[:, doc_len] = EOT_TOKEN
+    docs[:, doc_len] = eot
     tokens = docs.reshape(-1)[:num_tokens]
 
     num_val = max(1, round(num_tokens * val_fraction))
@@ -137,8 +141,8 @@ def generate(
         "generator": GENERATOR,
         "format": "nanogpt",
         "dtype": "uint16",
-        "vocab_size": GPT2_VOCAB_SIZE,
-        "eot_token": EOT_TOKEN,
+        "vocab_size": id_space,
+        "eot_token": eot,
         "seed": seed,
         "num_active": num_active,
         "branching": branching,

@@ -1,0 +1,136 @@
+"""The production run: `python -m train <overrides>` or `python -m train --config-path DIR --config-name best`.
+
+Same session and step code as the trial, so a tuned configuration trains exactly as it was measured.
+Cosine LR with warm-up, periodic validation loss, checkpoints, and resume from the newest checkpoint
+after a kill: batch i of the run is a pure function of (seed, i), so nothing is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from train import device as dev
+from train.ceiling import measure_matmul_ceiling
+from train.checkpoint import latest_checkpoint, load_checkpoint
+from train.config import Config
+from train.flops import lookup_peak, mfu
+from train.loop import build_session, cosine_lr, eval_loss, train_step
+from train.meters import PhaseClock
+
+log = logging.getLogger("train")
+
+
+def checkpoint_step(path: Path) -> int:
+    """Completed steps recorded in a checkpoint's name (ckpt_<step>.pt), read without loading it."""
+    match = re.search(r"(\d+)", path.stem)
+    if match is None:
+        raise ValueError(f"cannot read the step from checkpoint name {path}")
+    return int(match.group(1))
+
+
+def run(cfg: Config) -> dict:
+    """Train to `train.max_steps`; returns a summary (also written as train_summary.json)."""
+    tc = cfg.train
+    latest = latest_checkpoint(Path(cfg.checkpoint.dir).expanduser()) if tc.resume else None
+    start = checkpoint_step(latest) if latest is not None else 0
+    s = build_session(cfg, start_step=start)
+    if latest is not None:
+        state = load_checkpoint(
+            latest, model=s.raw_model, optimizer=s.optimizer, map_location=s.device
+        )
+        log.info("resumed from %s at step %d", latest, start)
+        if "rng" in state["extra"]:
+            torch.set_rng_state(state["extra"]["rng"])
+
+    name = dev.device_name(s.device)
+    peak = lookup_peak(name, s.dtype, tf32=cfg.runtime.tf32) if s.device.type == "cuda" else None
+    ceiling = measure_matmul_ceiling(s.device, s.dtype)
+    log.info(
+        "training %s on %s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
+        cfg.model.name, name, s.dtype, s.tokens_per_step, s.flops_per_token, start, tc.max_steps,
+    )
+
+    clock = PhaseClock()
+    history: list[dict] = []
+    step = start
+    mark_time, mark_step = time.perf_counter(), step
+    while step < tc.max_steps:
+        lr = cosine_lr(
+            step,
+            lr=cfg.optim.lr,
+            min_lr=cfg.optim.min_lr,
+            warmup_steps=cfg.optim.warmup_steps,
+            max_steps=tc.max_steps,
+        )
+        loss_t = train_step(s, lr=lr, clock=clock)
+        step += 1
+        if s.checkpointer.due(step) or (step == tc.max_steps and cfg.checkpoint.every_steps > 0):
+            s.checkpointer.save(
+                step=step,
+                model=s.raw_model,
+                optimizer=s.optimizer,
+                extra={"step": step, "rng": torch.get_rng_state()},
+            )
+        if step % tc.log_every == 0 or step == tc.max_steps:
+            dev.sync(s.device)  # the clock read below must follow the device's work
+            now = time.perf_counter()
+            loss = loss_t.item()
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss} at step {step}; stopping")
+            tps = s.tokens_per_step * (step - mark_step) / (now - mark_time)
+            record = {"step": step, "loss": loss, "lr": lr, "tokens_per_s": tps}
+            record["mfu_spec"] = (
+                mfu(tokens_per_s=tps, flops_per_token=s.flops_per_token, peak_flops=peak.flops)
+                if peak
+                else None
+            )
+            record["mfu_ceiling"] = mfu(
+                tokens_per_s=tps, flops_per_token=s.flops_per_token, peak_flops=ceiling.flops
+            )
+            log.info(
+                "step %d | loss %.4f | lr %.2e | %.0f tokens/s | mfu spec %s ceiling %.1f%%",
+                step, loss, lr, tps,
+                "n/a" if record["mfu_spec"] is None else f"{100 * record['mfu_spec']:.1f}%",
+                100 * record["mfu_ceiling"],
+            )
+            history.append(record)
+            mark_time, mark_step = time.perf_counter(), step
+        if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
+            val = eval_loss(s, num_batches=tc.eval_batches)
+            log.info("step %d | val loss %.4f", step, val)
+            history.append({"step": step, "val_loss": val})
+            mark_time = time.perf_counter()  # evaluation is not training throughput
+    s.checkpointer.close()
+    return {"start_step": start, "end_step": step, "history": history}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(dcfg: DictConfig) -> None:
+    try:
+        cfg: Config = OmegaConf.to_object(dcfg)
+    except ValueError as exc:
+        log.error("invalid config: %s", exc)
+        raise SystemExit(2) from exc
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        summary = run(cfg)
+    except ValueError as exc:  # a user error found while building: say it, no traceback
+        log.error("%s", exc)
+        raise SystemExit(2) from exc
+    out = Path(HydraConfig.get().runtime.output_dir) / "train_summary.json"
+    out.write_text(json.dumps(summary, indent=2))
+    log.info("summary written to %s", out)
+
+
+if __name__ == "__main__":
+    main()

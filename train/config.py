@@ -1,0 +1,366 @@
+"""The trainer's typed configuration: one dataclass per part, composed and registered with Hydra.
+
+YAML under `conf/` selects presets and overrides fields; these dataclasses are the schema, so a typo or a
+wrong type fails at load time, and `validate` checks the rules that span fields before any step runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+log = logging.getLogger(__name__)
+
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Modes that capture CUDA graphs. With gradient accumulation they error or silently produce wrong
+# gradients (pytorch/pytorch#169545, #96693), so such combinations are refused.
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+DTYPES = ("auto", "fp32", "bf16", "fp16")
+ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+@dataclass(kw_only=True)
+class ModelConfig:
+    """GPT-2 shape. Defaults are the `tiny` CPU preset (conf/model/tiny.yaml)."""
+
+    # Preset name, for logs and run names.
+    name: str = "tiny"
+    # Number of transformer blocks.
+    n_layer: int = 2
+    # Attention heads per block; n_embd must be divisible by it.
+    n_head: int = 2
+    # Residual stream width.
+    n_embd: int = 64
+    # Longest sequence the position embedding covers.
+    block_size: int = 64
+    # GPT-2's 50257 tokens padded up to a multiple of 64 (as nanoGPT does) for faster matmuls.
+    vocab_size: int = 4096
+    # Dropout probability (0 for throughput runs: dropout costs time and RNG state).
+    dropout: float = 0.0
+    # Biases in Linear and LayerNorm layers, as in GPT-2.
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(
+                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
+
+
+def parse_activation_checkpointing(s: str) -> int:
+    """"none" -> 0, "every" -> 1, "every_<k>" -> k (checkpoint every k-th block)."""
+    if s == "none":
+        return 0
+    if s == "every":
+        return 1
+    m = re.fullmatch(r"every_([0-9]+)", s)
+    if m and int(m.group(1)) >= 1:
+        return int(m.group(1))
+    raise ValueError(
+        f"runtime.activation_checkpointing must be 'none', 'every' or 'every_<k>' with k >= 1 "
+        f"(e.g. 'every_2'), got {s!r}"
+    )
+
+
+DATA_FORMATS = ("auto", "nanogpt", "llmc")
+CHECKPOINT_MODES = ("sync", "async")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    # folder holding the token files; ~ expanded; relative paths resolve against the current dir
+    dir: str = "data/synthetic"
+    # training token file name inside `dir`
+    train_file: str = "train.bin"
+    # validation token file name inside `dir`
+    val_file: str = "val.bin"
+    # "auto" (detect llm.c magic), "nanogpt" (headerless uint16) or "llmc" (256-int32 header)
+    format: str = "auto"
+    # make the embedded synthetic set if its files are missing; applies ONLY to a folder named
+    # "synthetic" that is absent, empty or holds our meta.json (train.synthetic.may_generate_into)
+    generate_if_missing: bool = True
+    # DataLoader worker processes; 0 = build batches in the main process
+    num_workers: int = 1
+    # batches each worker keeps ready ahead of the consumer (ignored when num_workers == 0)
+    prefetch_factor: int = 2
+    # page-lock host batches so host->device copies can be async (applies only on CUDA)
+    pin_memory: bool = True
+    # keep workers alive between loader iterations (ignored when num_workers == 0)
+    persistent_workers: bool = True
+    # test/benchmark hook: seconds slept per batch inside the data source to plant a data
+    # bottleneck (workers can hide it, the main process cannot); 0 = off
+    inject_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("dir", "train_file", "val_file"):
+            if not str(getattr(self, name)).strip():
+                raise ValueError(
+                    f"data.{name} must be a non-empty path, got {getattr(self, name)!r}"
+                )
+        if self.format not in DATA_FORMATS:
+            raise ValueError(f"data.format must be one of {DATA_FORMATS}, got {self.format!r}")
+        if self.num_workers < 0:
+            raise ValueError(
+                f"data.num_workers must be >= 0, got {self.num_workers}; "
+                "use 0 to load in the main process"
+            )
+        if self.prefetch_factor < 1:
+            raise ValueError(
+                f"data.prefetch_factor must be >= 1, got {self.prefetch_factor}; "
+                "it is the number of batches each worker keeps ready"
+            )
+        if not (math.isfinite(self.inject_latency_s) and self.inject_latency_s >= 0):
+            raise ValueError(
+                f"data.inject_latency_s must be a finite number >= 0, got {self.inject_latency_s}; "
+                "use 0 to turn the planted data bottleneck off"
+            )
+
+    def resolve_dir(self) -> Path:
+        """The token folder as an absolute path (~ expanded, relative to the current dir)."""
+        return Path(self.dir).expanduser().resolve()
+
+    def split_path(self, split: str) -> Path:
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        return self.resolve_dir() / (self.train_file if split == "train" else self.val_file)
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    # save every N optimizer steps (step counted from 1 after the optimizer step); 0 = never
+    every_steps: int = 0
+    # target folder: any path (local disk, /dev/shm, a network mount); ~ expanded, relative to cwd
+    dir: str = "checkpoints"
+    # "sync": caller writes the file; "async": caller snapshots to host, a background thread writes
+    mode: str = "sync"
+    # keep the newest N completed checkpoints; older ones are deleted after a successful write
+    keep: int = 2
+    # test/benchmark hook: extra seconds slept inside the write to emulate slow storage; 0 = off
+    slow_write_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.every_steps < 0:
+            raise ValueError(
+                f"checkpoint.every_steps must be >= 0 (0 = never), got {self.every_steps}"
+            )
+        if not str(self.dir).strip():
+            raise ValueError(f"checkpoint.dir must be a non-empty path, got {self.dir!r}")
+        if self.mode not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoint.mode must be one of {CHECKPOINT_MODES}, got {self.mode!r}")
+        if self.keep < 1:
+            raise ValueError(
+                f"checkpoint.keep must be >= 1 (newest N checkpoints kept), got {self.keep}"
+            )
+        if self.slow_write_s < 0:
+            raise ValueError(
+                f"checkpoint.slow_write_s must be >= 0 (0 = off), got {self.slow_write_s}"
+            )
+
+
+@dataclass(kw_only=True)
+class BatchConfig:
+    """How one optimizer step's tokens are split. The product is pinned so speed knobs never change the science."""
+
+    tokens_per_step: int = 4096  # tokens per optimizer step, all processes together
+    micro_batch: int = 8  # sequences per forward/backward pass on one device
+    grad_accum: int = 8  # forward/backward passes per optimizer step
+
+    def __post_init__(self) -> None:
+        for name in ("tokens_per_step", "micro_batch", "grad_accum"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"batch.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    """AdamW with linear warm-up and cosine decay, as nanoGPT trains GPT-2."""
+
+    lr: float = 6e-4  # peak learning rate
+    min_lr: float = 6e-5  # floor of the cosine decay
+    warmup_steps: int = 20  # linear warm-up steps of the production run
+    weight_decay: float = 0.1  # applied to matrices only
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.95  # AdamW beta2
+    grad_clip: float = 1.0  # global grad-norm clip; 0 disables
+    fused: str = "auto"  # fused AdamW: auto (where supported) | true | false
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ValueError(
+                f"optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr, got lr={self.lr}, "
+                f"min_lr={self.min_lr}"
+            )
+        if self.warmup_steps < 0 or self.grad_clip < 0:
+            raise ValueError("optim.warmup_steps and optim.grad_clip must be >= 0")
+        if str(self.fused).lower() not in ("auto", "true", "false"):
+            raise ValueError(f"optim.fused must be auto, true or false, got {self.fused!r}")
+
+
+@dataclass(kw_only=True)
+class RuntimeConfig:
+    """Where and how the math runs: device, precision, compilation, kernels, threads."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on a CUDA device that has it, else fp32) | fp32 | bf16 | fp16
+    tf32: bool = True  # TF32 tensor cores for fp32 matmuls (CUDA Ampere and newer)
+    compile: str = "none"  # torch.compile mode, or none for eager
+    attention: str = "auto"  # SDPA backend: auto | flash | efficient | cudnn | math
+    activation_checkpointing: str = "none"  # none | every | every_<k> (every k-th block)
+    threads: int = 0  # intra-op CPU threads; 0 keeps torch's default
+    seed: int = 1337  # model init and data order
+
+    def __post_init__(self) -> None:
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"runtime.compile must be one of {COMPILE_MODES}, got {self.compile!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"runtime.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"runtime.attention must be one of {ATTENTION_BACKENDS}, got {self.attention!r}"
+            )
+        if self.threads < 0:
+            raise ValueError(f"runtime.threads must be >= 0 (0 = torch default), got {self.threads}")
+        parse_activation_checkpointing(self.activation_checkpointing)
+
+
+@dataclass(kw_only=True)
+class TrialConfig:
+    """A short, bounded measurement: warm-up (compile happens here), then a measured window."""
+
+    warmup_steps: int = 3  # optimizer steps run before measuring; never counted
+    max_steps: int = 20  # measured optimizer steps at most
+    max_seconds: float = 60.0  # measured window's wall-clock budget; whichever of the two comes first
+    min_steps: int = 5  # the time budget never cuts the window below this many steps
+    out: str = "trial.json"  # result path; relative paths land in the Hydra run dir
+    profile: bool = False  # write a torch.profiler trace of a few extra steps beside the result
+    profile_steps: int = 3  # steps inside the trace
+    report_every: int = 5  # measured steps between progress reports (pruning, interval metrics)
+    progress_file: str = ""  # JSON lines of interval metrics for a watching parent; empty = off
+    study_storage: str = ""  # Optuna storage URL to report intermediate values to; empty = off
+    study_name: str = ""  # study to report to
+    trial_id: int = -1  # Optuna trial id to report to
+    sync_phases: bool = True  # on CUDA, synchronize at phase boundaries so the time split is exact
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 1:
+            raise ValueError(
+                f"trial.warmup_steps must be >= 1 so compile and allocator warm-up stay out of "
+                f"the measured window, got {self.warmup_steps}"
+            )
+        if self.max_steps < 2 or self.min_steps < 2 or self.min_steps > self.max_steps:
+            raise ValueError(
+                f"trial.max_steps and trial.min_steps must be >= 2 with min <= max (a spread needs "
+                f"two steps), got min_steps={self.min_steps}, max_steps={self.max_steps}"
+            )
+        if self.max_seconds <= 0 or self.report_every < 1 or self.profile_steps < 1:
+            raise ValueError(
+                "trial.max_seconds must be > 0, trial.report_every and trial.profile_steps >= 1"
+            )
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """The production run."""
+
+    max_steps: int = 200  # optimizer steps in total (a resumed run continues up to this)
+    log_every: int = 10  # steps between log lines (tokens/s, MFU, loss)
+    eval_every: int = 50  # steps between validation-loss evaluations; 0 disables
+    eval_batches: int = 8  # micro-batches per validation-loss estimate
+    resume: bool = True  # continue from the newest checkpoint in checkpoint.dir if there is one
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.log_every < 1 or self.eval_every < 0 or self.eval_batches < 1:
+            raise ValueError(
+                "train.max_steps, train.log_every and train.eval_batches must be >= 1, "
+                "train.eval_every >= 0"
+            )
+
+
+@dataclass(kw_only=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    trial: TrialConfig = field(default_factory=TrialConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    # Where a pinned config came from (the sweep's measured metrics, spread, fingerprint, command).
+    # Informational: the trainer carries it and never reads it.
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def world_size() -> int:
+    """Processes taking part in one optimizer step (torchrun sets WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def valid_splits(*, tokens_per_step: int, block_size: int, world: int = 1) -> list[tuple[int, int]]:
+    """Every (micro_batch, grad_accum) with micro_batch x grad_accum x block_size x world == tokens_per_step."""
+    per_device, rem = divmod(tokens_per_step, block_size * world)
+    if rem or per_device == 0:
+        return []
+    return [(mb, per_device // mb) for mb in range(1, per_device + 1) if per_device % mb == 0]
+
+
+def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
+    """Refuse a split that changes the tokens per step, listing the splits that keep it."""
+    got = batch.micro_batch * batch.grad_accum * block_size * world
+    if got == batch.tokens_per_step:
+        return
+    splits = valid_splits(tokens_per_step=batch.tokens_per_step, block_size=block_size, world=world)
+    if not splits:
+        raise ValueError(
+            f"batch.tokens_per_step={batch.tokens_per_step} is not a multiple of model.block_size "
+            f"({block_size}) x world size ({world}); pick a multiple of {block_size * world}"
+        )
+    listed = ", ".join(f"{mb}x{ga}" for mb, ga in splits)
+    raise ValueError(
+        f"batch.micro_batch ({batch.micro_batch}) x batch.grad_accum ({batch.grad_accum}) x "
+        f"model.block_size ({block_size}) x world ({world}) = {got}, but batch.tokens_per_step is "
+        f"{batch.tokens_per_step}. Valid micro_batch x grad_accum splits: {listed}"
+    )
+
+
+def check_combinations(cfg: Config, *, device_type: str) -> None:
+    """Cross-field rules: combinations that cannot work or give wrong answers are refused up front."""
+    check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size())
+    rt = cfg.runtime
+    if rt.compile in CUDAGRAPH_MODES and cfg.batch.grad_accum > 1 and device_type == "cuda":
+        raise ValueError(
+            f"runtime.compile={rt.compile} captures CUDA graphs, which with batch.grad_accum="
+            f"{cfg.batch.grad_accum} > 1 error or silently corrupt gradients (pytorch/pytorch#169545, "
+            f"#96693). Use runtime.compile=max-autotune-no-cudagraphs or default, or grad_accum=1"
+        )
+    if rt.dtype == "fp16" and device_type == "cpu":
+        raise ValueError("runtime.dtype=fp16 is not supported on CPU; use bf16 or fp32")
+    cpus = len(os.sched_getaffinity(0))
+    if cfg.data.num_workers + max(rt.threads, 1) > 2 * cpus:
+        log.warning(
+            "data.num_workers=%d plus runtime.threads=%d oversubscribe %d CPUs",
+            cfg.data.num_workers,
+            rt.threads,
+            cpus,
+        )
+
+
+def register_configs() -> None:
+    """Register the schema so `defaults: [train_schema]` in YAML types every field."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=Config)
+
+
+register_configs()

@@ -1,0 +1,209 @@
+"""FLOPs per token, device peaks, MFU and the 100%-MFU step-time floor: pure arithmetic.
+
+No torch here on purpose: everything is table-tested, and the training loop, the sweeper and the
+report all share these numbers.
+
+FLOPs per token follow the PaLM paper (Chowdhery et al. 2022, Appendix B), as nanoGPT does:
+6N for the weight matmuls (2N forward, 4N backward) plus 12·L·H·Q·T for the attention score and
+value matmuls (QK^T and AV, 2·2·T·H·Q per token per layer forward, times 3 for forward+backward).
+Causal masking is *not* discounted: fused kernels skip the masked half, but the convention (and
+FlopCounterMode) counts the full T×T product, so MFU stays comparable with published numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# Dtype names used throughout the project.
+DTYPES = ("bf16", "fp16", "tf32", "fp32")
+
+# nanoGPT's estimate_mfu divides by this, whatever the device (A100 bf16 dense peak).
+NANOGPT_PROMISED_FLOPS = 312e12
+
+
+def gpt2_num_params(
+    *,
+    n_layer: int,
+    n_embd: int,
+    vocab_size: int,
+    block_size: int,
+    bias: bool = True,
+    exclude_position_embedding: bool = True,
+) -> int:
+    """Parameter count of our GPT (train/model.py), computed analytically.
+
+    The token embedding is tied to lm_head, so it counts once. Per block (C = n_embd):
+    c_attn 3C², attn.c_proj C², mlp.c_fc 4C², mlp.c_proj 4C² = 12C² weights, 2C LayerNorm gains,
+    and with bias 3C + C + 4C + C linear biases + 2C LayerNorm biases = 11C.
+    """
+    c = n_embd
+    per_block = 12 * c * c + 2 * c + (11 * c if bias else 0)
+    ln_f = c + (c if bias else 0)
+    n = n_layer * per_block + vocab_size * c + ln_f
+    if not exclude_position_embedding:
+        n += block_size * c
+    return n
+
+
+def flops_per_token(
+    *,
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+    seq_len: int,
+    vocab_size: int,
+    num_params: int | None = None,
+) -> float:
+    """Training FLOPs (forward + backward) per token: 6N + 12·L·H·Q·T.
+
+    N excludes the position embedding (a lookup, not a matmul); when not given it is computed for
+    the GPT-2 layout with biases. T is the sequence length actually trained on, not block_size.
+    """
+    if n_embd % n_head != 0:
+        raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+    if seq_len <= 0:
+        raise ValueError(f"seq_len must be > 0, got {seq_len}")
+    if num_params is None:
+        num_params = gpt2_num_params(
+            n_layer=n_layer, n_embd=n_embd, vocab_size=vocab_size, block_size=seq_len
+        )
+    head_dim = n_embd // n_head
+    return 6.0 * num_params + 12.0 * n_layer * n_head * head_dim * seq_len
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A dense peak throughput and where the number comes from."""
+
+    # Peak FLOP/s (dense, no 2:4 sparsity).
+    flops: float
+    # Vendor document the number is taken from.
+    source: str
+
+
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (dense; SXM4 and PCIe, 40/80GB list equal peaks)"
+_H100_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper, peak table (dense column)"
+_H100_DS = "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column (sparse figure / 2)"
+_H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (tensor figures listed with sparsity, / 2)"
+_GH200_DS = "NVIDIA GH200 Grace Hopper Superchip datasheet (tensor figures with sparsity, / 2)"
+_B200_DS = "NVIDIA HGX B200 specifications, per-GPU column (tensor figures with sparsity, / 2)"
+_L4_DS = "NVIDIA L4 Tensor Core GPU datasheet (tensor figures with sparsity, / 2)"
+_A10_DS = "NVIDIA A10 Tensor Core GPU datasheet (dense column)"
+
+
+def _chip(source: str, *, bf16: float, fp16: float, tf32: float, fp32: float) -> dict[str, Peak]:
+    return {
+        "bf16": Peak(flops=bf16, source=source),
+        "fp16": Peak(flops=fp16, source=source),
+        "tf32": Peak(flops=tf32, source=source),
+        "fp32": Peak(flops=fp32, source=source),
+    }
+
+
+# Dense peaks by chip and dtype. "fp32" is the non-tensor-core CUDA-core peak; "tf32" the tensor
+# core peak used for fp32 matmuls when TF32 is allowed.
+PEAKS: dict[str, dict[str, Peak]] = {
+    "a100": _chip(_A100, bf16=312e12, fp16=312e12, tf32=156e12, fp32=19.5e12),
+    "h100-sxm": _chip(_H100_WP, bf16=989.4e12, fp16=989.4e12, tf32=494.7e12, fp32=66.9e12),
+    "h100-pcie": _chip(_H100_WP, bf16=756e12, fp16=756e12, tf32=378e12, fp32=51.2e12),
+    "h100-nvl": _chip(_H100_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12),
+    "h200": _chip(_H200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12),
+    "h200-nvl": _chip(_H200_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12),
+    "gh200": _chip(_GH200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12),
+    "b200": _chip(_B200_DS, bf16=4.5e15 / 2, fp16=4.5e15 / 2, tf32=2.2e15 / 2, fp32=75e12),
+    "l4": _chip(_L4_DS, bf16=242e12 / 2, fp16=242e12 / 2, tf32=120e12 / 2, fp32=30.3e12),
+    "a10": _chip(_A10_DS, bf16=125e12, fp16=125e12, tf32=62.5e12, fp32=31.2e12),
+}
+
+# Ordered (pattern, chip) rules over torch.cuda.get_device_name(); first match wins, so the more
+# specific names (NVL, PCIe, GH200) come before the generic ones. A10G (AWS) is deliberately
+# absent: NVIDIA publishes no datasheet for it and its tensor throughput differs from the A10.
+_NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), chip)
+    for pattern, chip in (
+        (r"\bGH200\b", "gh200"),
+        (r"\bH200\b.*\bNVL\b", "h200-nvl"),
+        (r"\bH200\b", "h200"),
+        (r"\bH100\b.*\bNVL\b", "h100-nvl"),
+        (r"\bH100\b.*(\bPCIe\b|HBM2e)", "h100-pcie"),
+        (r"\bH100\b.*(HBM3|\bSXM)", "h100-sxm"),
+        (r"\bB200\b", "b200"),
+        (r"\bA100\b", "a100"),
+        (r"\bL4\b", "l4"),
+        (r"\bA10\b", "a10"),
+    )
+)
+
+
+def chip_for_device_name(device_name: str) -> str | None:
+    """Map a CUDA device name (as torch.cuda.get_device_name returns it) to a PEAKS key."""
+    for pattern, chip in _NAME_RULES:
+        if pattern.search(device_name):
+            return chip
+    return None
+
+
+def lookup_peak(device_name: str, dtype: str, *, tf32: bool = False) -> Peak | None:
+    """Dense peak FLOP/s for a device and compute dtype, or None when unknown.
+
+    dtype is "bf16" | "fp16" | "tf32" | "fp32"; with dtype "fp32" and tf32=True the matmuls run
+    on TF32 tensor cores, so the TF32 peak applies. CPUs and unknown GPUs give None (with a
+    warning for unknown GPUs) rather than a borrowed A100 number that would inflate MFU.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if device_name.strip().lower() == "cpu":
+        return None
+    chip = chip_for_device_name(device_name)
+    if chip is None:
+        log.warning(
+            "no peak FLOP/s known for device %r; MFU will not be reported (add it to "
+            "train/flops.py PEAKS with a datasheet source)",
+            device_name,
+        )
+        return None
+    key = "tf32" if (dtype == "fp32" and tf32) else dtype
+    return PEAKS[chip][key]
+
+
+def mfu(*, tokens_per_s: float, flops_per_token: float, peak_flops: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved model FLOP/s over the device peak (None if no peak)."""
+    if not peak_flops:
+        return None
+    return tokens_per_s * flops_per_token / peak_flops
+
+
+def floor_step_time_s(*, tokens_per_step: int, flops_per_token: float, peak_flops: float) -> float:
+    """The step time a run would take at 100% of peak: the floor no tuning can beat."""
+    if peak_flops <= 0:
+        raise ValueError(f"peak_flops must be > 0, got {peak_flops}")
+    return tokens_per_step * flops_per_token / peak_flops
+
+
+def nanogpt_reported_mfu(
+    *,
+    n_layer: int,
+    n_head: int,
+    n_embd: int,
+    block_size: int,
+    num_params: int,
+    fwdbwd_per_iter: int,
+    dt_s: float,
+) -> float:
+    """What nanoGPT's GPT.estimate_mfu returns for one iteration, for comparison with ours.
+
+    nanoGPT (karpathy/nanoGPT model.py) computes flops_per_token = 6N + 12·L·H·Q·T with
+    N = get_num_params() (all params minus wpe, i.e. our num_params()), Q = n_embd // n_head and
+    T = config.block_size (not the trained sequence length), multiplies by T tokens per sequence
+    and fwdbwd_per_iter sequences (train.py passes batch_size * gradient_accumulation_steps, per
+    process), divides by the iteration time dt and by 312e12 (A100 bf16) on any device. train.py
+    then prints an EMA (0.9 old + 0.1 new) of this value, skipping the first 5 iterations.
+    """
+    head_dim = n_embd // n_head
+    per_token = 6 * num_params + 12 * n_layer * n_head * head_dim * block_size
+    flops_per_iter = per_token * block_size * fwdbwd_per_iter
+    return flops_per_iter / dt_s / NANOGPT_PROMISED_FLOPS

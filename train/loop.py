@@ -1,0 +1,212 @@
+"""One process, one device: build everything a run needs, and take one optimizer step.
+
+The bounded trial (`train.trial`) and the production run (`python -m train`) share this code, so a
+configuration measured by the sweep is exactly the configuration that trains.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from train import device as dev
+from train.attention import probe_backend, sdpa_context
+from train.checkpoint import Checkpointer
+from train.config import Config, check_combinations
+from train.data import DevicePrefetcher, build_loader, open_tokens
+from train.flops import flops_per_token
+from train.meters import PhaseClock
+from train.model import GPT
+from train.synthetic import ensure_dataset
+
+log = logging.getLogger(__name__)
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(kw_only=True)
+class Session:
+    """Everything built for one run; the step function only reads it."""
+
+    cfg: Config
+    device: torch.device
+    dtype: str  # resolved precision: fp32 | bf16 | fp16
+    raw_model: GPT
+    model: nn.Module  # raw_model, or its torch.compile wrapper
+    optimizer: torch.optim.Optimizer
+    fused_optimizer: bool
+    scaler: torch.amp.GradScaler
+    checkpointer: Checkpointer
+    batches: DevicePrefetcher
+    attention_backend: str
+    threads: int
+    flops_per_token: float
+    tokens_per_step: int
+
+
+def resolve_dtype(requested: str, device: torch.device) -> str:
+    """`auto` is bf16 where the CUDA device has it, else fp32 (bf16 is slower than fp32 on most CPUs)."""
+    if requested != "auto":
+        return requested
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "fp32"
+
+
+def data_paths(cfg: Config) -> tuple[Path, Path]:
+    root = Path(cfg.data.dir).expanduser()
+    return root / cfg.data.train_file, root / cfg.data.val_file
+
+
+def check_data(cfg: Config) -> None:
+    """Make the embedded default data if allowed, then validate both token files before any step."""
+    ensure_dataset(cfg.data)
+    for path in data_paths(cfg):
+        open_tokens(
+            path,
+            format=cfg.data.format,
+            block_size=cfg.model.block_size,
+            vocab_size=cfg.model.vocab_size,
+        )
+
+
+def make_loader(
+    cfg: Config, *, split: str, device: torch.device, start_index: int = 0, num_batches=None
+):
+    return build_loader(
+        cfg.data,
+        split=split,
+        micro_batch=cfg.batch.micro_batch,
+        block_size=cfg.model.block_size,
+        vocab_size=cfg.model.vocab_size,
+        seed=cfg.runtime.seed,
+        start_index=start_index,
+        num_batches=num_batches,
+        device_type=device.type,
+    )
+
+
+def build_session(cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None) -> Session:
+    """Validate, then build model, optimizer, data pipeline and checkpointer on the chosen device."""
+    rt = cfg.runtime
+    device = dev.resolve_device(rt.device)
+    dtype = resolve_dtype(rt.dtype, device)
+    check_combinations(cfg, device_type=device.type)
+    check_data(cfg)
+    threads = dev.set_threads(rt.threads)
+    dev.set_tf32(rt.tf32)
+    torch.manual_seed(rt.seed)
+
+    mc = cfg.model
+    raw_model = GPT(mc, activation_checkpointing=rt.activation_checkpointing).to(device)
+    backend = probe_backend(
+        rt.attention,
+        device=device,
+        dtype=TORCH_DTYPES[dtype],
+        batch=cfg.batch.micro_batch,
+        n_head=mc.n_head,
+        seq_len=mc.block_size,
+        head_dim=mc.n_embd // mc.n_head,
+    )
+    optimizer, fused = raw_model.configure_optimizer(
+        lr=cfg.optim.lr,
+        weight_decay=cfg.optim.weight_decay,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
+        device_type=device.type,
+        fused=str(cfg.optim.fused).lower(),
+    )
+    model: nn.Module = raw_model
+    if rt.compile != "none":
+        model = torch.compile(raw_model, mode=None if rt.compile == "default" else rt.compile)
+
+    ckpt_cfg = cfg.checkpoint
+    if checkpoint_dir is not None:
+        ckpt_cfg = type(ckpt_cfg)(**{**vars(ckpt_cfg), "dir": checkpoint_dir})
+    loader = make_loader(
+        cfg, split="train", device=device, start_index=start_step * cfg.batch.grad_accum
+    )
+    tokens_per_step = cfg.batch.micro_batch * cfg.batch.grad_accum * mc.block_size
+    return Session(
+        cfg=cfg,
+        device=device,
+        dtype=dtype,
+        raw_model=raw_model,
+        model=model,
+        optimizer=optimizer,
+        fused_optimizer=fused,
+        scaler=dev.grad_scaler(device, dtype),
+        checkpointer=Checkpointer(ckpt_cfg),
+        batches=DevicePrefetcher(loader, device),
+        attention_backend=backend,
+        threads=threads,
+        flops_per_token=flops_per_token(
+            n_layer=mc.n_layer,
+            n_head=mc.n_head,
+            n_embd=mc.n_embd,
+            seq_len=mc.block_size,
+            vocab_size=mc.vocab_size,
+            num_params=raw_model.num_params(),
+        ),
+        tokens_per_step=tokens_per_step,
+    )
+
+
+def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
+    """Linear warm-up to `lr`, then cosine decay to `min_lr` at `max_steps` (nanoGPT's schedule)."""
+    if step < warmup_steps:
+        return lr * (step + 1) / (warmup_steps + 1)
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def train_step(s: Session, *, lr: float, clock: PhaseClock) -> torch.Tensor:
+    """One optimizer step over `grad_accum` micro-batches; returns the mean loss (a device tensor).
+
+    Phases are charged to `clock`: the loader's blocking wait to data_wait, forward+backward to compute,
+    clip+update to optimizer. Checkpointing is the caller's, since only it knows the step number.
+    """
+    accum = s.cfg.batch.grad_accum
+    for group in s.optimizer.param_groups:
+        group["lr"] = lr
+    amp = dev.autocast(s.device, s.dtype)
+    total = torch.zeros((), device=s.device)
+    for _ in range(accum):
+        x, y, wait_s = s.batches.next_batch()
+        clock.add("data_wait", wait_s)
+        with clock.phase("compute"):
+            with amp, sdpa_context(s.cfg.runtime.attention):
+                _, loss = s.model(x, y)
+                loss = loss / accum  # the mean over the step, as one large batch would give
+            s.scaler.scale(loss).backward()
+            total += loss.detach()
+    with clock.phase("optimizer"):
+        if s.cfg.optim.grad_clip > 0:
+            s.scaler.unscale_(s.optimizer)
+            nn.utils.clip_grad_norm_(s.raw_model.parameters(), s.cfg.optim.grad_clip)
+        s.scaler.step(s.optimizer)
+        s.scaler.update()
+        s.optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+@torch.no_grad()
+def eval_loss(s: Session, *, num_batches: int) -> float:
+    """Mean validation loss over a fixed, seeded set of micro-batches (the same ones every time)."""
+    s.model.eval()
+    loader = make_loader(s.cfg, split="val", device=s.device, num_batches=num_batches)
+    losses = []
+    for x, y in loader:
+        x = x.to(s.device, non_blocking=True)
+        y = y.to(s.device, non_blocking=True)
+        with dev.autocast(s.device, s.dtype), sdpa_context(s.cfg.runtime.attention):
+            _, loss = s.raw_model(x, y)
+        losses.append(loss.item())
+    s.model.train()
+    return sum(losses) / len(losses)

@@ -1,0 +1,206 @@
+"""GPT-2 in one file, after nanoGPT's model.py (karpathy/nanoGPT), written in our own words.
+
+Parameter names match the GPT-2 checkpoints (wte, wpe, h.N.attn.c_attn, ...). Attention is
+torch's fused scaled_dot_product_attention with a causal mask; which kernel it uses is governed
+by train/attention.py. Activation checkpointing trades recompute for memory, per block.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from train.config import ModelConfig, parse_activation_checkpointing
+
+log = logging.getLogger(__name__)
+
+
+
+
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        # q, k, v projections for all heads in one matmul
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.n_head = cfg.n_head
+        self.n_embd = cfg.n_embd
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()  # batch, sequence length, n_embd
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
+        hs = C // self.n_head
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again: (B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig, *, activation_checkpointing: str = "none") -> None:
+        super().__init__()
+        self.config = cfg
+        # 0: no checkpointing; k: recompute every k-th block in backward instead of storing it.
+        self.checkpoint_every = parse_activation_checkpointing(activation_checkpointing)
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+                wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+                drop=nn.Dropout(cfg.dropout),
+                h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+                ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
+            )
+        )
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        # Weight tying (Press & Wolf 2017), as GPT-2: one matrix embeds and un-embeds tokens.
+        self.transformer.wte.weight = self.lm_head.weight
+
+        self.apply(self._init_weights)
+        # GPT-2 paper: scale residual-branch output projections by 1/sqrt(2 * n_layer), since
+        # each block adds two of them to the residual stream.
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        log.debug("GPT %s: %.2fM parameters", cfg.name, self.num_params() / 1e6)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, *, exclude_position_embedding: bool = True) -> int:
+        """Parameter count (tied wte/lm_head counted once); wpe excluded by default as in
+        nanoGPT, because a lookup table does no matmul FLOPs."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_position_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def _checkpointed(self, i: int) -> bool:
+        k = self.checkpoint_every
+        return k > 0 and self.training and torch.is_grad_enabled() and (i + 1) % k == 0
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx (B, T) token ids -> (logits (B, T, vocab), mean cross-entropy or None)."""
+        t = idx.size(1)
+        if t > self.config.block_size:
+            raise ValueError(
+                f"sequence length {t} exceeds model.block_size {self.config.block_size}; "
+                "use a shorter data.seq_len or a larger block_size"
+            )
+        pos = torch.arange(t, dtype=torch.long, device=idx.device)  # (T,)
+        tok_emb = self.transformer.wte(idx)  # (B, T, C)
+        pos_emb = self.transformer.wpe(pos)  # (T, C)
+        x = self.transformer.drop(tok_emb + pos_emb)  # (B, T, C)
+        for i, block in enumerate(self.transformer.h):
+            # Checkpointed blocks keep only their input and recompute the rest in backward.
+            x = checkpoint(block, x, use_reentrant=False) if self._checkpointed(i) else block(x)
+        x = self.transformer.ln_f(x)  # (B, T, C)
+        logits = self.lm_head(x)  # (B, T, vocab)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(
+                logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
+            )
+        return logits, loss
+
+    def configure_optimizer(
+        self,
+        *,
+        lr: float,
+        weight_decay: float,
+        betas: tuple[float, float],
+        device_type: str,
+        fused: str = "auto",
+    ) -> tuple[torch.optim.AdamW, bool]:
+        """AdamW with weight decay on matmul/embedding weights (>= 2-D) only, not on biases or
+        LayerNorm gains. Returns (optimizer, whether the fused kernel is used).
+
+        fused: "auto" uses the fused (single-kernel) AdamW where this torch build supports it for
+        device_type (CUDA, and CPU too since torch 2.4); "true" demands it; "false" uses foreach.
+        """
+        if fused not in ("auto", "true", "false"):
+            raise ValueError(f"optim.fused must be 'auto', 'true' or 'false', got {fused!r}")
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        supported = fused_adamw_supported(device_type)
+        if fused == "true" and not supported:
+            raise ValueError(
+                f"optim.fused='true' but fused AdamW is not supported on device type "
+                f"{device_type!r} by torch {torch.__version__} (supported: "
+                f"{_fused_devices()}); use optim.fused='auto' or 'false'"
+            )
+        use_fused = supported and fused != "false"
+        opt = torch.optim.AdamW(groups, lr=lr, betas=betas, fused=use_fused or None)
+        log.info(
+            "AdamW: %d decayed tensors (%d params), %d not decayed (%d params), fused=%s",
+            len(decay), sum(p.numel() for p in decay),
+            len(no_decay), sum(p.numel() for p in no_decay), use_fused,
+        )
+        return opt, use_fused
+
+
+def _fused_devices() -> tuple[str, ...]:
+    # torch keeps the list in a private helper; fall back to CUDA-only if it moves.
+    try:
+        from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+        return tuple(_get_fused_kernels_supported_devices())
+    except ImportError:
+        return ("cuda",)
+
+
+def fused_adamw_supported(device_type: str) -> bool:
+    """Whether this torch build has a fused AdamW kernel for `device_type`."""
+    return device_type in _fused_devices()

@@ -1,0 +1,29 @@
+"""`python -m train.probe`: print what this machine offers as one JSON line.
+
+The sweeper never imports torch (it stays light and its process never holds a CUDA context); it asks a
+child process instead, once per sweep, before any trial starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def probe() -> dict:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "torch": torch.__version__,
+        "cuda_available": cuda,
+        "device_type": "cuda" if cuda else "cpu",
+        "device_name": torch.cuda.get_device_name(0) if cuda else None,
+        "device_count": torch.cuda.device_count() if cuda else 0,
+        "bf16_supported": bool(cuda and torch.cuda.is_bf16_supported()),
+        "cpu_count": len(os.sched_getaffinity(0)),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe()))

@@ -1,0 +1,282 @@
+"""A bounded, honest measurement of one configuration: `python -m train.trial <hydra overrides>`.
+
+Warm-up steps first (compilation and allocator warm-up happen there and are reported separately), then a
+measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever comes first.
+The result is one JSON file (schema in `train/result.py`) that the sweeper, MLflow logging and `explain`
+all read, plus a one-screen summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from train import compile_stats
+from train import device as dev
+from train.ceiling import measure_matmul_ceiling
+from train.config import Config
+from train.fingerprint import environment_fingerprint
+from train.flops import lookup_peak
+from train.loop import Session, build_session, train_step
+from train.meters import PhaseClock, time_fractions, window_rate
+from train.nvml import NvmlSampler
+from train.report import Reporter
+from train.result import TrialFailure, build_result, classify, format_summary, write_result
+
+log = logging.getLogger(__name__)
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def make_reporter(cfg: Config) -> Reporter | None:
+    t = cfg.trial
+    if not t.study_storage:
+        return None
+    from train.report import StudyReporter
+
+    return StudyReporter(storage=t.study_storage, study_name=t.study_name, trial_id=t.trial_id)
+
+
+class ProgressFile:
+    """JSON lines a watching parent can tail (interval metrics, phase changes); a no-op when unset."""
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path) if path else None
+
+    def write(self, **event) -> None:
+        if self._path is None:
+            return
+        import json
+
+        with self._path.open("a") as f:
+            f.write(json.dumps(event) + "\n")
+
+
+def _check_finite(loss: float, step: int) -> None:
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} at step {step}")
+
+
+def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) -> dict:
+    """Warm up, then measure. Returns the raw measurements that `build_result` turns into the JSON."""
+    cfg, t = s.cfg, s.cfg.trial
+    sync = (lambda: dev.sync(s.device)) if s.device.type == "cuda" else None
+    clock = PhaseClock(sync=sync if t.sync_phases else None)
+    step_clock = PhaseClock(sync=sync)  # step boundaries always sync: no clock read outruns the GPU
+    lr = cfg.optim.lr
+
+    # -- warm-up: compile, autotune, allocator growth; timed, never part of the measured numbers
+    before_warmup = compile_stats.snapshot()
+    warm_start = step_clock.now()
+    first_loss = float("nan")
+    for i in range(t.warmup_steps):
+        loss = train_step(s, lr=lr, clock=clock).item()
+        _check_finite(loss, i)
+        if i == 0:
+            first_loss = loss
+    warmup_s = step_clock.now() - warm_start
+    clock.take()
+    after_warmup = compile_stats.snapshot()
+    progress.write(event="warmup_done", warmup_s=warmup_s)
+    dev.reset_peak_memory(s.device)
+
+    # -- measured window
+    step_times: list[float] = []
+    phases: list[dict[str, float]] = []
+    checkpoint_s: list[float] = []
+    intervals: list[dict] = []
+    pruned = False
+    last_loss = first_loss
+    sampler = NvmlSampler(device_index=s.device.index or 0) if s.device.type == "cuda" else None
+    with sampler if sampler is not None else _Null():
+        window_start = step_clock.now()
+        prev = window_start
+        while len(step_times) < t.max_steps:
+            step = len(step_times) + 1
+            loss_t = train_step(s, lr=lr, clock=clock)
+            if s.checkpointer.due(step):
+                stall = s.checkpointer.save(
+                    step=step, model=s.raw_model, optimizer=s.optimizer, extra={"step": step}
+                )
+                clock.add("checkpoint", stall)
+                checkpoint_s.append(stall)
+            now = step_clock.now()
+            step_times.append(now - prev)
+            phases.append(clock.take())
+            prev = now
+            last_loss = loss_t.item()
+            _check_finite(last_loss, t.warmup_steps + step)
+            if step % t.report_every == 0:
+                recent = step_times[-t.report_every :]
+                fracs = time_fractions(phases[-t.report_every :], recent)
+                interval = {
+                    "step": step,
+                    "tokens_per_s": window_rate(s.tokens_per_step * len(recent), sum(recent)),
+                    "step_time_s": sorted(recent)[len(recent) // 2],
+                    "data_wait_frac": fracs["data_wait"],
+                }
+                intervals.append(interval)
+                running = window_rate(s.tokens_per_step * step, now - window_start)
+                progress.write(event="interval", running_tokens_per_s=running, **interval)
+                if reporter is not None and reporter.report(step=step, value=running):
+                    pruned = True
+                    log.info("pruned at measured step %d (running %.0f tokens/s)", step, running)
+                    break
+            if now - window_start >= t.max_seconds and step >= t.min_steps:
+                break
+    after_window = compile_stats.snapshot()
+    s.checkpointer.wait()
+    return {
+        "step_times": step_times,
+        "phases": phases,
+        "checkpoint_s": checkpoint_s,
+        "intervals": intervals,
+        "warmup_s": warmup_s,
+        "warmup_compile": compile_stats.delta(before_warmup, after_warmup),
+        "window_compile": compile_stats.delta(after_warmup, after_window),
+        "loss_first": first_loss,
+        "loss_last": last_loss,
+        "pruned": pruned,
+        "device_samples": sampler.summary() if sampler is not None else None,
+        "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
+    }
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def profile_steps(s: Session, out_dir: Path) -> Path:
+    """A torch.profiler trace of a few extra steps (after the window, so it never skews the numbers)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if s.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    clock = PhaseClock()
+    with profile(activities=activities, record_shapes=False) as prof:
+        for _ in range(s.cfg.trial.profile_steps):
+            train_step(s, lr=s.cfg.optim.lr, clock=clock)
+        dev.sync(s.device)
+    path = out_dir / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def run_trial(cfg: Config, *, out_path: Path) -> dict:
+    """Run one bounded trial and write its result; failures are results too, never lost."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    s: Session | None = None
+    scratch: Path | None = None
+    fingerprint: dict = {}
+    try:
+        # A private sub-directory of the checkpoint target, removed afterwards: the trial measures
+        # the write, it does not keep multi-GB files.
+        scratch = Path(cfg.checkpoint.dir).expanduser() / f"trial-{uuid.uuid4().hex[:8]}"
+        s = build_session(cfg, checkpoint_dir=str(scratch))
+        fingerprint = environment_fingerprint(
+            device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
+        )
+        name = dev.device_name(s.device)
+        peak = lookup_peak(name, s.dtype, tf32=cfg.runtime.tf32) if s.device.type == "cuda" else None
+        ceiling = measure_matmul_ceiling(s.device, s.dtype)
+        progress = ProgressFile(cfg.trial.progress_file)
+        raw = measure(s, reporter=make_reporter(cfg), progress=progress)
+        trace = profile_steps(s, out_path.parent) if cfg.trial.profile else None
+        memory = dev.peak_memory_gib(s.device)
+        result = build_result(
+            cfg=cfg,
+            session=s,
+            raw=raw,
+            device_name=name,
+            peak=peak,
+            ceiling=ceiling,
+            memory=memory,
+            fingerprint=fingerprint,
+            trace=trace,
+            wall_s=time.time() - started,
+        )
+    except Exception as exc:
+        failure: TrialFailure = classify(exc, during_setup=s is None)
+        log.error("trial failed (%s): %s", failure.kind, failure.message)
+        result = build_result(
+            cfg=cfg,
+            session=None,
+            raw=None,
+            failure=failure,
+            fingerprint=fingerprint,
+            wall_s=time.time() - started,
+        )
+    finally:
+        if s is not None:
+            try:
+                s.checkpointer.close()
+            except Exception as exc:
+                log.warning("checkpoint writer closed with an error: %s", exc)
+        if scratch is not None and scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+    write_result(result, out_path)
+    return result
+
+
+def resolve_out(cfg: Config) -> Path:
+    out = Path(cfg.trial.out).expanduser()
+    if out.is_absolute():
+        return out
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) / out
+
+
+def exit_code(result: dict) -> int:
+    """0 complete/pruned, 2 invalid config, 3 any other recorded failure (the JSON exists in all)."""
+    if result["status"] != "failed":
+        return 0
+    return 2 if result["failure"]["kind"] == "invalid_config" else 3
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(dcfg: DictConfig) -> int:
+    try:
+        cfg: Config = OmegaConf.to_object(dcfg)
+    except ValueError as exc:
+        # Field validation failed before anything was built: still leave a result behind.
+        out = Path(dcfg.trial.out)
+        if not out.is_absolute():
+            from hydra.core.hydra_config import HydraConfig
+
+            out = Path(HydraConfig.get().runtime.output_dir) / out
+        result = build_result(
+            cfg=None,
+            session=None,
+            raw=None,
+            failure=TrialFailure(kind="invalid_config", message=str(exc)),
+            fingerprint={},
+            wall_s=0.0,
+            resolved_config=OmegaConf.to_container(dcfg, resolve=True),
+        )
+        write_result(result, out)
+        log.error("invalid config: %s", exc)
+        raise SystemExit(2) from exc
+    out = resolve_out(cfg)
+    result = run_trial(cfg, out_path=out)
+    print(format_summary(result, out))
+    code = exit_code(result)
+    if code:
+        raise SystemExit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()
