@@ -1,4 +1,5 @@
-"""The production run: `python -m train <overrides>` or `python -m train --config-path DIR --config-name best`.
+"""The production run: `python -m train <overrides>` or `python -m train --config-path DIR
+--config-name best`.
 
 Same session and step code as the trial, so a tuned configuration trains exactly as it was measured.
 Cosine LR with warm-up, periodic validation loss, checkpoints, and resume from the newest checkpoint
@@ -56,7 +57,13 @@ def run(cfg: Config) -> dict:
     ceiling = measure_matmul_ceiling(s.device, s.dtype)
     log.info(
         "training %s on %s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
-        cfg.model.name, name, s.dtype, s.tokens_per_step, s.flops_per_token, start, tc.max_steps,
+        cfg.model.name,
+        name,
+        s.dtype,
+        s.tokens_per_step,
+        s.flops_per_token,
+        start,
+        tc.max_steps,
     )
 
     clock = PhaseClock()
@@ -98,7 +105,10 @@ def run(cfg: Config) -> dict:
             )
             log.info(
                 "step %d | loss %.4f | lr %.2e | %.0f tokens/s | mfu spec %s ceiling %.1f%%",
-                step, loss, lr, tps,
+                step,
+                loss,
+                lr,
+                tps,
                 "n/a" if record["mfu_spec"] is None else f"{100 * record['mfu_spec']:.1f}%",
                 100 * record["mfu_ceiling"],
             )

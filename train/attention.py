@@ -143,7 +143,7 @@ def probe_backend(
             reasons = [str(w.message) for w in caught] + [str(e)]
             ok = available_backends(device=device, dtype=dtype, shape=shape)
             raise ValueError(
-                f"attention backend {name!r} cannot run on {device} for dtype {dtype}, "
+                f"runtime.attention={name!r} cannot run on {device} for dtype {dtype}, "
                 f"shape (B, nh, T, hs)={shape}: {' | '.join(reasons)}. "
                 f"Backends that run here: {ok} (or 'auto')."
             ) from e

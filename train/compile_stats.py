@@ -1,4 +1,5 @@
-"""What torch.compile did: compile wall time, frames compiled and graph breaks, read from Dynamo's counters.
+"""What torch.compile did: compile wall time, frames compiled and graph breaks, read from Dynamo's
+counters.
 
 Snapshots before and after a window tell whether anything recompiled inside it; a trial that
 recompiles while being measured is timing the compiler, not the model, and is flagged.
@@ -18,7 +19,8 @@ class CompileSnapshot:
 
 def snapshot() -> CompileSnapshot:
     # Private-but-stable counters: torch._dynamo.utils.counters and calculate_time_spent() are what
-    # torch's own compile-time reports read; guarded so a future rename degrades to zeros, not a crash.
+    # torch's own compile-time reports read; guarded so a future rename degrades to zeros, not a
+    # crash.
     try:
         from torch._dynamo.utils import calculate_time_spent, counters
     except ImportError:

@@ -1,7 +1,9 @@
 """The trainer's typed configuration: one dataclass per part, composed and registered with Hydra.
 
-YAML under `conf/` selects presets and overrides fields; these dataclasses are the schema, so a typo or a
-wrong type fails at load time, and `validate` checks the rules that span fields before any step runs.
+YAML under `conf/` selects presets and overrides fields; these dataclasses are the schema, so a
+typo or a
+wrong type fails at load time, and `validate` checks the rules that span fields before any step
+runs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-auto
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+
+
 @dataclass(kw_only=True)
 class ModelConfig:
     """GPT-2 shape. Defaults are the `tiny` CPU preset (conf/model/tiny.yaml)."""
@@ -59,7 +63,7 @@ class ModelConfig:
 
 
 def parse_activation_checkpointing(s: str) -> int:
-    """"none" -> 0, "every" -> 1, "every_<k>" -> k (checkpoint every k-th block)."""
+    """ "none" -> 0, "every" -> 1, "every_<k>" -> k (checkpoint every k-th block)."""
     if s == "none":
         return 0
     if s == "every":
@@ -157,7 +161,9 @@ class CheckpointConfig:
         if not str(self.dir).strip():
             raise ValueError(f"checkpoint.dir must be a non-empty path, got {self.dir!r}")
         if self.mode not in CHECKPOINT_MODES:
-            raise ValueError(f"checkpoint.mode must be one of {CHECKPOINT_MODES}, got {self.mode!r}")
+            raise ValueError(
+                f"checkpoint.mode must be one of {CHECKPOINT_MODES}, got {self.mode!r}"
+            )
         if self.keep < 1:
             raise ValueError(
                 f"checkpoint.keep must be >= 1 (newest N checkpoints kept), got {self.keep}"
@@ -170,7 +176,8 @@ class CheckpointConfig:
 
 @dataclass(kw_only=True)
 class BatchConfig:
-    """How one optimizer step's tokens are split. The product is pinned so speed knobs never change the science."""
+    """How one optimizer step's tokens are split. The product is pinned so speed knobs never change
+    the science."""
 
     tokens_per_step: int = 4096  # tokens per optimizer step, all processes together
     micro_batch: int = 8  # sequences per forward/backward pass on one device
@@ -223,7 +230,9 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         if self.compile not in COMPILE_MODES:
-            raise ValueError(f"runtime.compile must be one of {COMPILE_MODES}, got {self.compile!r}")
+            raise ValueError(
+                f"runtime.compile must be one of {COMPILE_MODES}, got {self.compile!r}"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"runtime.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.attention not in ATTENTION_BACKENDS:
@@ -231,7 +240,9 @@ class RuntimeConfig:
                 f"runtime.attention must be one of {ATTENTION_BACKENDS}, got {self.attention!r}"
             )
         if self.threads < 0:
-            raise ValueError(f"runtime.threads must be >= 0 (0 = torch default), got {self.threads}")
+            raise ValueError(
+                f"runtime.threads must be >= 0 (0 = torch default), got {self.threads}"
+            )
         parse_activation_checkpointing(self.activation_checkpointing)
 
 
@@ -241,7 +252,9 @@ class TrialConfig:
 
     warmup_steps: int = 3  # optimizer steps run before measuring; never counted
     max_steps: int = 20  # measured optimizer steps at most
-    max_seconds: float = 60.0  # measured window's wall-clock budget; whichever of the two comes first
+    max_seconds: float = (
+        60.0  # measured window's wall-clock budget; whichever of the two comes first
+    )
     min_steps: int = 5  # the time budget never cuts the window below this many steps
     out: str = "trial.json"  # result path; relative paths land in the Hydra run dir
     profile: bool = False  # write a torch.profiler trace of a few extra steps beside the result
@@ -309,7 +322,8 @@ def world_size() -> int:
 
 
 def valid_splits(*, tokens_per_step: int, block_size: int, world: int = 1) -> list[tuple[int, int]]:
-    """Every (micro_batch, grad_accum) with micro_batch x grad_accum x block_size x world == tokens_per_step."""
+    """Every (micro_batch, grad_accum) with micro_batch x grad_accum x block_size x world ==
+    tokens_per_step."""
     per_device, rem = divmod(tokens_per_step, block_size * world)
     if rem or per_device == 0:
         return []
@@ -336,14 +350,16 @@ def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
 
 
 def check_combinations(cfg: Config, *, device_type: str) -> None:
-    """Cross-field rules: combinations that cannot work or give wrong answers are refused up front."""
+    """Cross-field rules: combinations that cannot work or give wrong answers are refused up
+    front."""
     check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size())
     rt = cfg.runtime
     if rt.compile in CUDAGRAPH_MODES and cfg.batch.grad_accum > 1 and device_type == "cuda":
         raise ValueError(
             f"runtime.compile={rt.compile} captures CUDA graphs, which with batch.grad_accum="
-            f"{cfg.batch.grad_accum} > 1 error or silently corrupt gradients (pytorch/pytorch#169545, "
-            f"#96693). Use runtime.compile=max-autotune-no-cudagraphs or default, or grad_accum=1"
+            f"{cfg.batch.grad_accum} > 1 error or silently corrupt gradients "
+            f"(pytorch/pytorch#169545, #96693). Use runtime.compile=max-autotune-no-cudagraphs "
+            f"or default, or grad_accum=1"
         )
     if rt.dtype == "fp16" and device_type == "cpu":
         raise ValueError("runtime.dtype=fp16 is not supported on CPU; use bf16 or fp32")

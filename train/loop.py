@@ -50,7 +50,8 @@ class Session:
 
 
 def resolve_dtype(requested: str, device: torch.device) -> str:
-    """`auto` is bf16 where the CUDA device has it, else fp32 (bf16 is slower than fp32 on most CPUs)."""
+    """`auto` is bf16 where the CUDA device has it, else fp32 (bf16 is slower than fp32 on most
+    CPUs)."""
     if requested != "auto":
         return requested
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -91,8 +92,11 @@ def make_loader(
     )
 
 
-def build_session(cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None) -> Session:
-    """Validate, then build model, optimizer, data pipeline and checkpointer on the chosen device."""
+def build_session(
+    cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None
+) -> Session:
+    """Validate, then build model, optimizer, data pipeline and checkpointer on the chosen
+    device."""
     rt = cfg.runtime
     device = dev.resolve_device(rt.device)
     dtype = resolve_dtype(rt.dtype, device)
@@ -169,7 +173,8 @@ def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_ste
 def train_step(s: Session, *, lr: float, clock: PhaseClock) -> torch.Tensor:
     """One optimizer step over `grad_accum` micro-batches; returns the mean loss (a device tensor).
 
-    Phases are charged to `clock`: the loader's blocking wait to data_wait, forward+backward to compute,
+    Phases are charged to `clock`: the loader's blocking wait to data_wait, forward+backward to
+    compute,
     clip+update to optimizer. Checkpointing is the caller's, since only it knows the step number.
     """
     accum = s.cfg.batch.grad_accum

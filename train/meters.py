@@ -1,6 +1,7 @@
 """Clocks and statistics for honest step timing.
 
-`PhaseClock` splits one step into named phases (`with clock.phase("compute"):`); on CUDA it is given a
+`PhaseClock` splits one step into named phases (`with clock.phase("compute"):`); on CUDA it is
+given a
 synchronize callback so each clock read happens after the device finished the work before it. The
 statistics are pure functions over lists of floats, table-tested with fake clocks.
 """

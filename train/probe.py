@@ -1,6 +1,7 @@
 """`python -m train.probe`: print what this machine offers as one JSON line.
 
-The sweeper never imports torch (it stays light and its process never holds a CUDA context); it asks a
+The sweeper never imports torch (it stays light and its process never holds a CUDA context); it
+asks a
 child process instead, once per sweep, before any trial starts.
 """
 

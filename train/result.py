@@ -1,8 +1,10 @@
 """The trial result: the one versioned contract between `train/` and everything that reads a trial.
 
 Schema (version 1), every key always present; numbers are null where they could not be measured:
-  schema_version, status ("complete" | "pruned" | "failed"), failure ({kind, message} or null; kinds:
-  invalid_config, oom, nan, crash), tokens_per_s, tokens_per_step, step_time_s {p50, p90, mean, std, cv,
+  schema_version, status ("complete" | "pruned" | "failed"), failure ({kind, message} or null;
+  kinds:
+  invalid_config, oom, nan, crash), tokens_per_s, tokens_per_step, step_time_s {p50, p90, mean,
+  std, cv,
   min, max, n}, warmup_s, compile_s, compile {mode, frames_compiled_window, graph_breaks_window,
   recompiled_in_window, graph_breaks_total}, time_frac {compute, data_wait, optimizer, checkpoint,
   other} (sums to 1), checkpoint_s [stall per save], checkpoint_bytes, flops_per_token, mfu {spec,
@@ -35,9 +37,7 @@ class TrialFailure:
 def classify(exc: BaseException, *, during_setup: bool) -> TrialFailure:
     """Name what went wrong so the sweeper can record it as a reason, not a stack trace."""
     text = f"{type(exc).__name__}: {exc}"
-    oom_types = tuple(
-        t for t in (MemoryError, _torch_oom_type()) if t is not None
-    )
+    oom_types = tuple(t for t in (MemoryError, _torch_oom_type()) if t is not None)
     if isinstance(exc, oom_types) or "out of memory" in str(exc).lower():
         return TrialFailure(kind="oom", message=text)
     if isinstance(exc, FloatingPointError):
@@ -132,9 +132,7 @@ def build_result(
             "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt, peak_flops=peak.flops)
             if peak
             else None,
-            "ceiling": mfu(
-                tokens_per_s=tokens_per_s, flops_per_token=fpt, peak_flops=ceiling.flops
-            )
+            "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt, peak_flops=ceiling.flops)
             if ceiling
             else None,
         },

@@ -1,8 +1,11 @@
 """A bounded, honest measurement of one configuration: `python -m train.trial <hydra overrides>`.
 
-Warm-up steps first (compilation and allocator warm-up happen there and are reported separately), then a
-measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever comes first.
-The result is one JSON file (schema in `train/result.py`) that the sweeper, MLflow logging and `explain`
+Warm-up steps first (compilation and allocator warm-up happen there and are reported separately),
+then a
+measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever comes
+first.
+The result is one JSON file (schema in `train/result.py`) that the sweeper, MLflow logging and
+`explain`
 all read, plus a one-screen summary.
 """
 
@@ -44,7 +47,8 @@ def make_reporter(cfg: Config) -> Reporter | None:
 
 
 class ProgressFile:
-    """JSON lines a watching parent can tail (interval metrics, phase changes); a no-op when unset."""
+    """JSON lines a watching parent can tail (interval metrics, phase changes); a no-op when
+    unset."""
 
     def __init__(self, path: str) -> None:
         self._path = Path(path) if path else None
@@ -64,7 +68,8 @@ def _check_finite(loss: float, step: int) -> None:
 
 
 def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) -> dict:
-    """Warm up, then measure. Returns the raw measurements that `build_result` turns into the JSON."""
+    """Warm up, then measure. Returns the raw measurements that `build_result` turns into the
+    JSON."""
     cfg, t = s.cfg, s.cfg.trial
     sync = (lambda: dev.sync(s.device)) if s.device.type == "cuda" else None
     clock = PhaseClock(sync=sync if t.sync_phases else None)
@@ -157,7 +162,8 @@ class _Null:
 
 
 def profile_steps(s: Session, out_dir: Path) -> Path:
-    """A torch.profiler trace of a few extra steps (after the window, so it never skews the numbers)."""
+    """A torch.profiler trace of a few extra steps (after the window, so it never skews the
+    numbers)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -189,7 +195,9 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
             device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
         )
         name = dev.device_name(s.device)
-        peak = lookup_peak(name, s.dtype, tf32=cfg.runtime.tf32) if s.device.type == "cuda" else None
+        peak = (
+            lookup_peak(name, s.dtype, tf32=cfg.runtime.tf32) if s.device.type == "cuda" else None
+        )
         ceiling = measure_matmul_ceiling(s.device, s.dtype)
         progress = ProgressFile(cfg.trial.progress_file)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress)
@@ -240,7 +248,8 @@ def resolve_out(cfg: Config) -> Path:
 
 
 def exit_code(result: dict) -> int:
-    """0 complete/pruned, 2 invalid config, 3 any other recorded failure (the JSON exists in all)."""
+    """0 complete/pruned, 2 invalid config, 3 any other recorded failure (the JSON exists in
+    all)."""
     if result["status"] != "failed":
         return 0
     return 2 if result["failure"]["kind"] == "invalid_config" else 3

@@ -1,0 +1,50 @@
+"""The sweeper's settings, registered as `hydra/sweeper=throughput`. Search spaces fill `space`."""
+
+# No `from __future__ import annotations`: Hydra loads plugin modules without registering them in
+# sys.modules, and dataclasses then cannot resolve string annotations.
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class ThroughputSweeperConf:
+    _target_: str = "hydra_plugins.throughput_sweeper.throughput_sweeper.ThroughputSweeper"
+    search_name: str = "custom"  # name of the search space (conf/search/<name>.yaml sets it)
+    # dotted trainer key -> spec: choice(...), range(...), interval(...), a list, or {split: true}
+    space: dict[str, Any] = field(default_factory=dict)
+    sampler: str = "tpe"  # tpe | random | grid
+    pruner: str = "median"  # median | percentile | none
+    n_startup_trials: int = 4  # random trials before TPE models, and before the pruner judges
+    pruner_warmup_steps: int = 5  # measured steps a trial runs before it can be pruned
+    n_trials: int = 12  # finished trials (any state) the search stops at; 0 = no limit
+    max_wall_s: float = 0.0  # whole-sweep wall budget, verification included; 0 = none
+    n_jobs: int = 1  # trials launched together (parallel launchers such as joblib)
+    max_failure_rate: float = 0.5  # stop searching when more than this share of trials failed
+    min_trials_for_failure_rate: int = 4  # ... judged only after this many finished trials
+    trial_timeout_s: float = 600.0  # hard wall-clock limit of one trial process
+    stall_timeout_s: float = 300.0  # no progress for this long = hung; 0 disables
+    storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
+    study_name: str = ""  # empty = throughput-<model>-<search>-<device>
+    seed: int = 0  # sampler seed
+    objective: str = "tokens_per_s"  # tokens_per_s (maximize) | time_to_train (minimize)
+    planned_steps: int = 10000  # production-run length for the time_to_train objective
+    planned_checkpoint_every: int = 0  # checkpoint interval of that run; 0 = each trial's own
+    verify_top_k: int = 3  # configurations re-measured in fresh processes before a winner is named
+    verify_repeats: int = 3  # fresh runs of each
+    noise_floor: float = 0.01  # leads smaller than this share of the median are never decisive
+    mlflow: bool = True  # log the sweep (parent run) and every trial (nested runs) to MLflow
+    # tracking URI; empty = $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
+    mlflow_tracking_uri: str = ""
+    mlflow_artifact_location: str = ""  # empty = <cwd>/mlartifacts/<experiment> for local stores
+    mlflow_experiment: str = ""  # empty = the study name
+
+
+def register() -> None:
+    ConfigStore.instance().store(
+        group="hydra/sweeper",
+        name="throughput",
+        node=ThroughputSweeperConf,
+        provider="throughput_sweeper",
+    )

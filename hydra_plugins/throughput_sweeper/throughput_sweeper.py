@@ -1,0 +1,30 @@
+"""The class Hydra discovers. Thin on purpose: Hydra imports every plugin module at every start, so
+the
+real work (and Optuna) is imported only when a sweep actually runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+from hydra_plugins.throughput_sweeper.config import register
+
+register()
+
+
+class ThroughputSweeper(Sweeper):
+    def __init__(self, **settings: Any) -> None:
+        from sweeper.core import SweepEngine
+
+        self._engine = SweepEngine(settings)
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self._engine.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        return self._engine.sweep(arguments)

@@ -1,0 +1,23 @@
+"""`python sweep.py -m search=throughput`: find, verify and export the fastest training
+configuration.
+
+Thin on purpose: Hydra composes conf/sweep.yaml, our sweeper (hydra/sweeper=throughput) drives
+Optuna,
+and each Hydra job is one trial, run in its own child process by `sweeper.job.run_job`.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import train.config  # noqa: F401  (registers the trainer schema, `train_schema`, with Hydra)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="sweep")
+def main(cfg: DictConfig) -> dict:
+    from sweeper.job import run_job
+
+    return run_job(cfg)
+
+
+if __name__ == "__main__":
+    main()

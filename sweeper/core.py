@@ -1,0 +1,597 @@
+"""The sweep itself: ask Optuna for knobs, launch each trial as a Hydra job, tell the study,
+verify, export.
+
+probe the device (child process) -> parse + check the space -> open/resume the study
+-> search: ask -> refuse unsafe points -> launch -> tell (complete | pruned | failed + reason)
+-> verify the top-k in fresh processes -> noise-aware winner -> best.yaml -> final table
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
+from omegaconf import DictConfig, OmegaConf
+from optuna.trial import TrialState
+
+from sweeper import report
+from sweeper.export import best_config_document, train_command, write_best_yaml
+from sweeper.objective import ObjectiveConfig, direction, objective_value
+from sweeper.space import SpaceContext, parse_space
+from sweeper.study import (
+    OWNER_ATTR,
+    StudySpec,
+    count_finished,
+    mask_url,
+    open_study,
+    owner_tag,
+    recover_interrupted,
+)
+from sweeper.verify import Candidate, pick_winner
+
+log = logging.getLogger(__name__)
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def probe_device(timeout_s: float = 180.0) -> dict:
+    """Ask a child process what the machine offers, so this process never imports torch."""
+    out = subprocess.run(
+        [sys.executable, "-m", "train.probe"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=PROJECT_DIR,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"device probe failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            flat.update(flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def split_arguments(arguments: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Command-line overrides: fixed ones go to every trial; sweep ones (a,b / choice() / range())
+    join
+    the search space."""
+    parser = OverridesParser.create()
+    fixed, sweeps = [], {}
+    for ov in parser.parse_overrides(arguments):
+        if ov.is_sweep_override():
+            sweeps[ov.get_key_element()] = ov.get_value_element_as_str()
+        else:
+            fixed.append(ov.input_line)
+    return fixed, sweeps
+
+
+class SweepEngine:
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.s = OmegaConf.create({k: v for k, v in settings.items() if k != "_target_"})
+        self.job_idx = 0
+        self.started = time.monotonic()
+
+    # -- Hydra's sweeper protocol -------------------------------------------------------------
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> dict:
+        s = self.s
+        sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        fixed, cli_space = split_arguments(arguments)
+
+        # Everything that can be wrong with the request is found here, before any trial starts.
+        objective = ObjectiveConfig(
+            name=s.objective,
+            planned_steps=s.planned_steps,
+            planned_checkpoint_every=s.planned_checkpoint_every,
+        )
+        base_cfg = self.hydra_context.config_loader.load_sweep_config(
+            master_config=self.config, sweep_overrides=fixed
+        )
+        trainer = OmegaConf.to_container(base_cfg, resolve=False)
+        trainer.pop("hydra", None)
+        base = flatten(trainer)
+        facts = probe_device()
+        if facts["device_type"] == "cpu":
+            log.warning(
+                "no CUDA device found: sweeping on the CPU (%d cores) with model=%s",
+                facts["cpu_count"],
+                base["model.name"],
+            )
+        else:
+            log.info("sweeping on %s with model=%s", facts["device_name"], base["model.name"])
+        ctx = SpaceContext(
+            tokens_per_step=base["batch.tokens_per_step"],
+            block_size=base["model.block_size"],
+            world_size=1,
+            cpu_count=facts["cpu_count"],
+            device_type=facts["device_type"],
+            bf16_supported=facts["bf16_supported"],
+            base=base,
+        )
+        space = parse_space({**OmegaConf.to_container(s.space), **cli_space}, ctx)
+        space.require_feasible(ctx)
+        storage = s.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
+        study_name = s.study_name or (
+            f"throughput-{base['model.name']}-{s.search_name}-{facts['device_type']}"
+        )
+        spec = StudySpec(
+            storage=storage,
+            study_name=study_name,
+            direction=direction(objective),
+            sampler=s.sampler,
+            pruner=s.pruner,
+            n_startup_trials=s.n_startup_trials,
+            pruner_warmup_steps=s.pruner_warmup_steps,
+            seed=s.seed,
+        )
+        study = open_study(spec, grid=space.grid() if s.sampler == "grid" else None)
+        study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
+        recover_interrupted(study)
+        log.info("study %r in %s; sweep dir %s", study_name, mask_url(storage), sweep_dir)
+        self.space = space
+        self.tracker = make_tracker(s, experiment=s.mlflow_experiment or study_name)
+        self.tracker.start_sweep(
+            run_name=f"sweep-{sweep_dir.parent.name}-{sweep_dir.name}",
+            params={
+                "search_space": json.dumps(OmegaConf.to_container(s.space)),
+                "search_name": s.search_name,
+                "sampler": s.sampler,
+                "pruner": s.pruner,
+                "objective": s.objective,
+                "n_trials": s.n_trials,
+                "verify_top_k": s.verify_top_k,
+                "verify_repeats": s.verify_repeats,
+                **{f"fixed.{o.split('=', 1)[0]}": o.split("=", 1)[1] for o in fixed},
+            },
+            tags={
+                "study": study_name,
+                "storage": mask_url(storage),
+                "device": facts["device_name"] or f"cpu ({facts['cpu_count']} cores)",
+                "device_type": facts["device_type"],
+                "torch": facts["torch"],
+                "model": base["model.name"],
+                "git_commit": git_commit(),
+                "sweep_dir": str(sweep_dir),
+            },
+        )
+        try:
+            self._search(study, space, ctx, fixed, objective, storage)
+            verdict_rows, winner = self._verify(study, space, ctx, fixed, objective)
+            best_path = None
+            if winner is not None:
+                best_path = self._export(winner, sweep_dir, study_name, storage, verdict_rows)
+                self._plots_and_best(study, sweep_dir, best_path, verdict_rows, winner)
+            self._final_report(verdict_rows, best_path, study)
+        except BaseException:
+            self.tracker.finish("FAILED")
+            raise
+        self.tracker.finish()
+        return {"best_yaml": str(best_path) if best_path else None, "study": study_name}
+
+    # -- search ---------------------------------------------------------------------------------
+    def _budget_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
+        s = self.s
+        left = (s.n_trials - count_finished(study)) if s.n_trials > 0 else 10**9
+        if s.max_wall_s > 0:
+            elapsed = time.monotonic() - self.started
+            if elapsed + verify_estimate_s >= s.max_wall_s:
+                return 0
+        return left
+
+    def _median_trial_s(self, study: optuna.Study) -> float | None:
+        walls = [
+            t.user_attrs["wall_s"]
+            for t in study.get_trials(deepcopy=False)
+            if "wall_s" in t.user_attrs
+        ]
+        return statistics.median(walls) if walls else None
+
+    def _search(self, study, space, ctx, fixed, objective, storage) -> None:
+        s = self.s
+        dists = space.distributions()
+        while True:
+            median_s = self._median_trial_s(study)
+            verify_est = (median_s or 0.0) * s.verify_top_k * s.verify_repeats
+            left = self._budget_left(study, verify_est)
+            if left <= 0 or self._failure_rate_exceeded(study):
+                break
+            batch, asked = [], []
+            for _ in range(min(s.n_jobs, left)):
+                trial = study.ask(dists)
+                trial.set_user_attr(OWNER_ATTR, owner_tag())
+                reason = space.check(trial.params)
+                if reason is not None:
+                    trial.set_user_attr("failure_kind", "excluded")
+                    trial.set_user_attr("failure_reason", reason)
+                    study.tell(trial, state=TrialState.FAIL)
+                    self._line(study, trial.number, "excluded", trial.params, None, reason)
+                    self.tracker.log_trial(
+                        number=trial.number,
+                        state="excluded",
+                        reason=reason,
+                        params=dict(trial.params),
+                        result=None,
+                        job_dir=None,
+                    )
+                    continue
+                overrides = [
+                    *fixed,
+                    *space.to_overrides(trial.params),
+                    f"trial.study_storage={storage}",
+                    f"trial.study_name={study.study_name}",
+                    f"trial.trial_id={trial._trial_id}",
+                ]
+                batch.append(overrides)
+                asked.append(trial)
+            if not batch:
+                continue
+            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+            self.job_idx += len(batch)
+            for trial, ret in zip(asked, returns, strict=True):
+                out = self._job_output(ret)
+                self._tell(study, trial, out, objective)
+
+    @staticmethod
+    def _job_output(ret) -> dict:
+        if ret.status == JobStatus.COMPLETED:
+            return ret.return_value
+        err = ret._return_value  # the exception the job raised (Hydra keeps it there)
+        return {"state": "crash", "reason": f"job failed: {err!r}", "result": None, "wall_s": None}
+
+    def _tell(self, study, trial, out: dict, objective) -> None:
+        state, result = out["state"], out.get("result")
+        for key in ("job_dir", "wall_s"):
+            if out.get(key) is not None:
+                trial.set_user_attr(key, out[key])
+        if result:
+            trial.set_user_attr("metrics", summary_metrics(result))
+        if state == "complete":
+            study.tell(trial, objective_value(result, objective))
+        elif state == "pruned":
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            trial.set_user_attr("failure_kind", state)
+            trial.set_user_attr("failure_reason", (out.get("reason") or "")[-2000:])
+            study.tell(trial, state=TrialState.FAIL)
+        self._line(study, trial.number, state, trial.params, result, out.get("reason"))
+        run_id = self.tracker.log_trial(
+            number=trial.number,
+            state=state,
+            reason=out.get("reason"),
+            params=self.space.point(trial.params),
+            result=result,
+            job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
+        )
+        if run_id:
+            trial.set_user_attr("mlflow_run_id", run_id)
+
+    def _line(self, study, number, state, params, result, reason) -> None:
+        s = self.s
+        done = count_finished(study)
+        try:
+            best = study.best_value
+        except ValueError:
+            best = None
+        median_s = self._median_trial_s(study)
+        remaining = max(0, s.n_trials - done) if s.n_trials > 0 else None
+        eta = (
+            median_s * (remaining + s.verify_top_k * s.verify_repeats)
+            if median_s is not None and remaining is not None
+            else None
+        )
+        report.trial_line(
+            number=number,
+            state=state,
+            params=params,
+            result=result,
+            reason=reason,
+            done=done,
+            total=s.n_trials,
+            best=best,
+            eta_s=eta,
+        )
+
+    def _failure_rate_exceeded(self, study) -> bool:
+        s = self.s
+        trials = [
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished() and t.user_attrs.get("failure_kind") != "interrupted"
+        ]
+        if len(trials) < s.min_trials_for_failure_rate:
+            return False
+        failed = sum(
+            1
+            for t in trials
+            if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") != "excluded"
+        )
+        if failed / len(trials) > s.max_failure_rate:
+            log.error(
+                "%d of %d trials failed (> hydra.sweeper.max_failure_rate=%.2f): stopping the "
+                "search; see each trial's failure_reason",
+                failed,
+                len(trials),
+                s.max_failure_rate,
+            )
+            return True
+        return False
+
+    # -- verification ---------------------------------------------------------------------------
+    def _verify(self, study, space, ctx, fixed, objective):
+        s = self.s
+        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        if not complete:
+            log.error("no trial completed: nothing to verify or export")
+            return [], None
+        reverse = direction(objective) == "maximize"
+        complete.sort(key=lambda t: t.value, reverse=reverse)
+        top, seen = [], set()
+        for t in complete:
+            key = json.dumps(t.params, sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                top.append(t)
+            if len(top) == s.verify_top_k:
+                break
+        cands = {
+            t.number: Candidate(
+                key=json.dumps(t.params, sort_keys=True, default=str),
+                params=dict(t.params),
+                overrides=[*fixed, *space.to_overrides(t.params)],
+                values=[],
+                simplicity=space.defaults_distance(t.params, ctx.base),
+            )
+            for t in top
+        }
+        results: dict[int, list[dict]] = {n: [] for n in cands}
+        self.verify_results = results
+        log.info("verifying the top %d configs, %d fresh runs each", len(cands), s.verify_repeats)
+        # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate
+        # alike.
+        for repeat in range(s.verify_repeats):
+            batch = [c.overrides for c in cands.values()]
+            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+            self.job_idx += len(batch)
+            for number, ret in zip(cands, returns, strict=True):
+                out = self._job_output(ret)
+                self.tracker.log_trial(
+                    number=number,
+                    state=out["state"],
+                    reason=out.get("reason"),
+                    params=space.point(cands[number].params),
+                    result=out.get("result"),
+                    job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
+                    kind="verify",
+                    repeat=repeat + 1,
+                )
+                if out["state"] == "complete":
+                    cands[number].values.append(objective_value(out["result"], objective))
+                    results[number].append(out["result"])
+                else:
+                    log.warning(
+                        "verification run of trial %d: %s (%s)",
+                        number,
+                        out["state"],
+                        out.get("reason"),
+                    )
+        measured = [c for c in cands.values() if c.values]
+        if not measured:
+            log.error("every verification run failed: no winner is exported")
+            return [], None
+        verdict = pick_winner(measured, direction=direction(objective), noise_floor=s.noise_floor)
+        log.info("verdict: %s", verdict.reason)
+        rows = []
+        for number, c in cands.items():
+            if not results[number]:
+                continue
+            rows.append(verified_row(number, c, results[number], winner=c is verdict.winner))
+        rows.sort(key=lambda r: r["tokens_per_s"], reverse=True)
+        winner_number = next(n for n, c in cands.items() if c is verdict.winner)
+        run_id = study.trials[winner_number].user_attrs.get("mlflow_run_id")
+        if run_id:
+            self.tracker.tag_winner(run_id)
+        study.set_user_attr(
+            "verdict",
+            {"winner_trial": winner_number, "reason": verdict.reason, "decisive": verdict.decisive},
+        )
+        return rows, {
+            "number": winner_number,
+            "candidate": verdict.winner,
+            "verdict": verdict,
+            "results": results[winner_number],
+            "trial": study.trials[winner_number],
+        }
+
+    # -- export ---------------------------------------------------------------------------------
+    def _export(self, winner, sweep_dir, study_name, storage, rows) -> Path:
+        trial = winner["trial"]
+        job_dir = Path(trial.user_attrs["job_dir"])
+        pinned = OmegaConf.to_container(OmegaConf.load(job_dir / "trial_config.yaml"))
+        pinned.pop("defaults", None)
+        row = next(r for r in rows if r["trial"] == winner["number"])
+        path = sweep_dir / "best.yaml"
+        doc = best_config_document(
+            trainer_config=pinned,
+            metrics={k: v for k, v in row.items() if k not in ("params",)},
+            fingerprint=winner["results"][-1].get("fingerprint", {}),
+            command=train_command(path),
+            sweep={
+                "study": study_name,
+                "storage": mask_url(storage),
+                "trial": winner["number"],
+                "verdict": winner["verdict"].reason,
+                "decisive": winner["verdict"].decisive,
+            },
+        )
+        header = (
+            f"Tuned by the throughput sweep (study {study_name}, trial {winner['number']}): "
+            f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs, "
+            f"CV {100 * row['cv']:.1f}%.\nTrain with it: {train_command(path)}"
+        )
+        write_best_yaml(path, doc, header=header)
+        return path
+
+    def _plots_and_best(self, study, sweep_dir: Path, best_path: Path, rows, winner) -> None:
+        """Optuna's HTML views and the PNG summary, then best.yaml and them on the parent run."""
+        from sweeper.plots import optuna_html, summary_png
+
+        artifacts: list[Path] = []
+        try:
+            artifacts += optuna_html(study, sweep_dir / "plots")
+            trials = [
+                {
+                    "params": t.params,
+                    "tokens_per_s": (t.user_attrs.get("metrics") or {}).get("tokens_per_s"),
+                    "state": t.state.name.lower(),
+                }
+                for t in study.get_trials(deepcopy=False)
+            ]
+            artifacts.append(
+                summary_png(
+                    plot_rows(rows, self.verify_results),
+                    trials,
+                    sweep_dir / "plots" / "summary.png",
+                )
+            )
+        except Exception as exc:
+            log.warning("could not draw the sweep plots: %s", exc)
+        row = next(r for r in rows if r["winner"])
+        verdict = winner["verdict"]
+        self.tracker.log_best(
+            best_yaml=best_path,
+            extra_artifacts=artifacts,
+            metrics={
+                "best/tokens_per_s": row["tokens_per_s"],
+                "best/cv": row["cv"],
+                "best/step_s_p50": row["step_time_s"],
+                "best/mfu_spec": row["mfu_spec"],
+                "best/mfu_ceiling": row["mfu_ceiling"],
+                "best/data_wait_frac": row["data_wait_frac"],
+            },
+            tags={
+                "verdict": verdict.reason,
+                "decisive": verdict.decisive,
+                "winner_trial": winner["number"],
+            },
+        )
+
+    def _final_report(self, rows, best_path, study) -> None:
+        states: dict[str, int] = {}
+        for t in study.get_trials(deepcopy=False):
+            name = t.user_attrs.get("failure_kind") or t.state.name.lower()
+            states[name] = states.get(name, 0) + 1
+        report.console.print("trials: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+        if rows:
+            report.console.print(report.final_table(rows, title="Verified top configurations"))
+        if best_path is not None:
+            report.console.print(f"best config: {best_path}")
+            report.console.print(f"train with:  {train_command(best_path)}")
+
+
+def make_tracker(s, *, experiment: str):
+    from sweeper.tracking import NullTracker, SweepTracker
+
+    if not s.mlflow:
+        return NullTracker()
+    return SweepTracker(
+        tracking_uri=s.mlflow_tracking_uri or None,
+        experiment=experiment,
+        artifact_location=s.mlflow_artifact_location or None,
+    )
+
+
+def git_commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=PROJECT_DIR, capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def plot_rows(rows: list[dict], results: dict[int, list[dict]]) -> list[dict]:
+    """Each verified config's step-time breakdown and its 100%-MFU floor, for the summary PNG."""
+    out = []
+    for r in rows:
+        res = results[r["trial"]][-1]
+        peak = (res.get("device") or {}).get("peak_flops")
+        out.append(
+            {
+                "label": f"#{r['trial']}" + (" (winner)" if r["winner"] else ""),
+                "step_time_s": r["step_time_s"],
+                "time_frac": res["time_frac"],
+                # floor = FLOPs per step / peak (train.flops.floor_step_time_s; not imported here:
+                # the sweeper never imports train's torch side)
+                "floor_step_s": res["tokens_per_step"] * res["flops_per_token"] / peak
+                if peak
+                else None,
+            }
+        )
+    return out
+
+
+def summary_metrics(result: dict) -> dict:
+    """The handful of numbers a trial is compared by (stored on the Optuna trial)."""
+    st = result.get("step_time_s") or {}
+    fr = result.get("time_frac") or {}
+    mfu = result.get("mfu") or {}
+    return {
+        "tokens_per_s": result.get("tokens_per_s"),
+        "step_time_p50_s": st.get("p50"),
+        "step_time_cv": st.get("cv"),
+        "mfu_spec": mfu.get("spec"),
+        "mfu_ceiling": mfu.get("ceiling"),
+        "data_wait_frac": fr.get("data_wait"),
+        "compile_s": result.get("compile_s"),
+        "warmup_s": result.get("warmup_s"),
+    }
+
+
+def verified_row(number: int, cand: Candidate, results: list[dict], *, winner: bool) -> dict:
+    """Medians over a candidate's fresh runs, and the spread of its tokens/s."""
+    tps = [r["tokens_per_s"] for r in results]
+    mean = statistics.fmean(tps)
+    cv = statistics.stdev(tps) / mean if len(tps) > 1 and mean > 0 else 0.0
+
+    def med(fn):
+        vals = [v for v in (fn(r) for r in results) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    return {
+        "trial": number,
+        "winner": winner,
+        "params": cand.params,
+        "tokens_per_s": statistics.median(tps),
+        "tokens_per_s_runs": tps,
+        "cv": cv if math.isfinite(cv) else None,
+        "n": len(tps),
+        "step_time_s": med(lambda r: r["step_time_s"]["p50"]),
+        "mfu_spec": med(lambda r: r["mfu"]["spec"]),
+        "mfu_ceiling": med(lambda r: r["mfu"]["ceiling"]),
+        "data_wait_frac": med(lambda r: r["time_frac"]["data_wait"]),
+        "objective_median": statistics.median(cand.values),
+    }

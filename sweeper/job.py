@@ -1,0 +1,81 @@
+"""One Hydra job = one trial: pin the composed trainer config to a file and run it in a child
+process.
+
+This runs wherever Hydra's launcher puts the job (in the sweep process, a joblib worker, a Slurm
+node).
+It returns a plain dict (picklable for any launcher); the sweeper turns it into the study's verdict.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeper.runner import run_child, trial_argv
+
+log = logging.getLogger(__name__)
+
+TRIAL_CONFIG_NAME = "trial_config"
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def pin_config(cfg: DictConfig) -> dict:
+    """The composed trainer config, fully resolved, with paths made absolute, as a plain dict."""
+    doc = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(doc, dict)
+    for section, key in (("data", "dir"), ("checkpoint", "dir")):
+        doc[section][key] = str(Path(doc[section][key]).expanduser().resolve())
+    return doc
+
+
+def write_trial_config(doc: dict, job_dir: Path) -> Path:
+    """A config file the child loads by name; `train_schema` types it exactly like
+    conf/train.yaml."""
+    path = job_dir / f"{TRIAL_CONFIG_NAME}.yaml"
+    OmegaConf.save(OmegaConf.create({"defaults": ["train_schema", "_self_"], **doc}), path)
+    return path
+
+
+def run_job(cfg: DictConfig) -> dict:
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    job_dir = Path(hc.runtime.output_dir)
+    sweeper_cfg = hc.sweeper
+    doc = pin_config(cfg)
+    write_trial_config(doc, job_dir)
+    argv = trial_argv(
+        python=sys.executable,
+        config_dir=job_dir,
+        config_name=TRIAL_CONFIG_NAME,
+        job_dir=job_dir,
+        overrides=[],
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_DIR), env.get("PYTHONPATH")) if p)
+    outcome = run_child(
+        argv,
+        job_dir=job_dir,
+        timeout_s=float(sweeper_cfg.get("trial_timeout_s", 600)),
+        stall_timeout_s=float(sweeper_cfg.get("stall_timeout_s", 0)) or None,
+        env=env,
+    )
+    log.info(
+        "trial in %s: %s%s",
+        job_dir,
+        outcome.state,
+        f" ({outcome.reason})" if outcome.reason else "",
+    )
+    return {
+        "state": outcome.state,
+        "reason": outcome.reason,
+        "result": outcome.result,
+        "returncode": outcome.returncode,
+        "wall_s": outcome.wall_s,
+        "job_dir": str(job_dir),
+        "overrides": list(hc.overrides.task),
+    }

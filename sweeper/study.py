@@ -1,0 +1,164 @@
+"""The Optuna study: storage, sampler, pruner, and resuming a sweep that was killed.
+
+The study is the source of truth. A sweep killed mid-trial leaves that trial RUNNING; on restart it
+is
+marked FAIL ("interrupted") and its parameters are queued again, so no finished trial is lost and
+none
+is repeated. A trial is known to be orphaned when the sweep process that owned it (recorded as host
+and
+pid) is gone, or, for workers on other hosts, when its heartbeat went stale.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from train.report import PRUNER_ATTR
+
+log = logging.getLogger(__name__)
+
+OWNER_ATTR = "throughput_sweep.owner"  # "host:pid" of the sweep process that asked for the trial
+REQUEUED_ATTR = "throughput_sweep.requeued_from"
+SAMPLERS = ("tpe", "random", "grid")
+PRUNERS = ("median", "percentile", "none")
+
+
+@dataclass(kw_only=True)
+class StudySpec:
+    storage: str  # an Optuna storage URL: sqlite:///path.db, postgresql://...
+    study_name: str
+    direction: str  # maximize | minimize
+    sampler: str = "tpe"
+    pruner: str = "median"
+    n_startup_trials: int = 4  # trials before TPE models and before the pruner judges
+    pruner_warmup_steps: int = 5  # measured steps before a trial can be pruned
+    seed: int = 0
+    heartbeat_interval_s: int = 10
+
+
+def pruner_spec(spec: StudySpec) -> dict:
+    """The pruner as data, stored on the study so trial processes rebuild the very same pruner."""
+    if spec.pruner == "none":
+        return {"name": "NopPruner", "kwargs": {}}
+    kwargs = {"n_startup_trials": spec.n_startup_trials, "n_warmup_steps": spec.pruner_warmup_steps}
+    if spec.pruner == "median":
+        return {"name": "MedianPruner", "kwargs": kwargs}
+    if spec.pruner == "percentile":
+        return {"name": "PercentilePruner", "kwargs": {"percentile": 25.0, **kwargs}}
+    raise ValueError(f"hydra.sweeper.pruner must be one of {PRUNERS}, got {spec.pruner!r}")
+
+
+def make_sampler(spec: StudySpec, *, grid: dict | None = None) -> optuna.samplers.BaseSampler:
+    if spec.sampler == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=spec.seed, n_startup_trials=spec.n_startup_trials, multivariate=True
+        )
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    if spec.sampler == "grid":
+        if not grid:
+            raise ValueError("hydra.sweeper.sampler=grid needs a finite search space")
+        return optuna.samplers.GridSampler(grid, seed=spec.seed)
+    raise ValueError(f"hydra.sweeper.sampler must be one of {SAMPLERS}, got {spec.sampler!r}")
+
+
+def make_storage(url: str, *, heartbeat_interval_s: int) -> optuna.storages.BaseStorage:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(
+        url,
+        heartbeat_interval=heartbeat_interval_s,
+        grace_period=3 * heartbeat_interval_s,
+        # SQLite under several writers: wait for the lock rather than fail.
+        engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
+    )
+
+
+def open_study(spec: StudySpec, *, grid: dict | None = None) -> optuna.Study:
+    """Create the study, or load it to resume; a different direction is a user error."""
+    storage = make_storage(spec.storage, heartbeat_interval_s=spec.heartbeat_interval_s)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=spec.study_name,
+        direction=spec.direction,
+        sampler=make_sampler(spec, grid=grid),
+        load_if_exists=True,
+    )
+    if study.direction.name.lower() != spec.direction:
+        raise ValueError(
+            f"study {spec.study_name!r} in {mask_url(spec.storage)} optimizes "
+            f"{study.direction.name.lower()}, but the objective asks to {spec.direction}; "
+            f"use another hydra.sweeper.study_name"
+        )
+    study.set_user_attr(PRUNER_ATTR, pruner_spec(spec))
+    return study
+
+
+def owner_tag() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_alive(owner: str | None) -> bool | None:
+    """True/False for an owner on this host; None when it ran elsewhere (then heartbeats decide)."""
+    if not owner or ":" not in owner:
+        return None
+    host, pid = owner.rsplit(":", 1)
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return int(pid) != os.getpid() or None
+
+
+def recover_interrupted(study: optuna.Study) -> list[int]:
+    """Fail orphaned RUNNING trials and queue their parameters again. Returns the requeued
+    numbers."""
+    # Optuna exposes heartbeats publicly only through optimize(); an ask/tell sweep reads them
+    # through
+    # the storage (RDBStorage's heartbeat API) and trial ids, which the public API does not surface.
+    stale_ids = set(study._storage._get_stale_trial_ids(study._study_id))
+    requeued = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        alive = _owner_alive(t.user_attrs.get(OWNER_ATTR))
+        if alive is True or (alive is None and t._trial_id not in stale_ids):
+            continue
+        study._storage.set_trial_user_attr(t._trial_id, "failure_kind", "interrupted")
+        study._storage.set_trial_user_attr(
+            t._trial_id, "failure_reason", "the sweep process stopped while this trial ran"
+        )
+        study.tell(t.number, state=TrialState.FAIL)
+        study.enqueue_trial(t.params, user_attrs={REQUEUED_ATTR: t.number})
+        requeued.append(t.number)
+        log.warning("trial %d was interrupted by a stopped sweep; queued again", t.number)
+    return requeued
+
+
+def count_finished(study: optuna.Study) -> int:
+    """Trials that count against the budget: every finished state, failures included."""
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=done)
+        if t.user_attrs.get("failure_kind") != "interrupted"
+    )
+
+
+def mask_url(url: str) -> str:
+    """A storage/tracking URL with any password replaced, for logs and reports."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"

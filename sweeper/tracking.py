@@ -1,0 +1,394 @@
+"""MLflow tracking for a sweep: an experiment per study, a parent run per sweep, a run per trial.
+
+Tracking is a convenience, never a dependency: the Optuna study and the sweep dir hold everything.
+So every public method swallows its own errors, warns once, and turns the tracker into a no-op
+for the rest of the sweep; a dead server costs seconds (small HTTP timeout, one retry), not minutes.
+
+We use `MlflowClient` with explicit run ids (no fluent active-run state that a trial, a thread or a
+library could disturb); nesting is the `mlflow.parentRunId` tag that the MLflow UI groups by.
+mlflow is imported lazily: Hydra imports plugins at every start and the sweeper must stay light.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+# MLflow 3.x limits (mlflow/utils/validation.py): param values <= 6000 chars, tag values <= 8000,
+# one log_batch call <= 1000 metrics and <= 100 params + tags.
+MAX_PARAM_CHARS, MAX_TAG_CHARS = 6000, 8000
+MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH = 1000, 100
+# Environment names from mlflow 3.17 mlflow/environment_variables.py (read at request time). The
+# defaults (120 s timeout, 7 retries with exponential backoff) make a dead server cost ~4 minutes
+# per request; ours cap the first failing request at ~timeout * (retries + 1) seconds.
+HTTP_TIMEOUT_ENV = "MLFLOW_HTTP_REQUEST_TIMEOUT"
+HTTP_RETRIES_ENV = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+HTTP_BACKOFF_ENV = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
+# set_terminated otherwise re-reads the run (one more request) to print "View run" to stdout.
+QUIET_URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+
+# result.json -> metric name (units in the name); each entry is a path into the result dict.
+FINAL_METRICS: dict[str, tuple[str, ...]] = {
+    "throughput/tokens_per_s": ("tokens_per_s",),
+    "time/step_s_p50": ("step_time_s", "p50"),
+    "time/step_s_p90": ("step_time_s", "p90"),
+    "time/step_cv": ("step_time_s", "cv"),
+    "time/warmup_s": ("warmup_s",),
+    "time/compile_s": ("compile_s",),
+    "time/data_wait_frac": ("time_frac", "data_wait"),
+    "time/compute_frac": ("time_frac", "compute"),
+    "time/optimizer_frac": ("time_frac", "optimizer"),
+    "time/checkpoint_frac": ("time_frac", "checkpoint"),
+    "time/other_frac": ("time_frac", "other"),
+    "mfu/spec": ("mfu", "spec"),
+    "mfu/ceiling": ("mfu", "ceiling"),
+    "memory/peak_gib": ("peak_memory_gib",),
+    "loss/first": ("loss", "first"),
+    "loss/last": ("loss", "last"),
+}
+# result["intervals"][i] key -> metric name, logged at step=interval["step"].
+INTERVAL_METRICS = {
+    "tokens_per_s": "interval/tokens_per_s",
+    "step_time_s": "interval/step_s",
+    "data_wait_frac": "interval/data_wait_frac",
+}
+JOB_ARTIFACTS = ("trial_config.yaml", "trial.log", "result.json")
+# Trial states that are a normal ending of a run (everything else is shown as FAILED in the UI).
+FINISHED_STATES = ("complete", "pruned")
+
+_SECRET_KEYS = (
+    r"[A-Za-z0-9_]*(?:token|password|passwd|pwd|secret|api_?key|sig|signature|credential)s?"
+)
+_SECRET_PATTERNS = [
+    # scheme://user:password@host -> scheme://user:***@host
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@"), r"\1:***@"),
+    # ?token=..., &password=..., X-Amz-Signature=..., plain "api_key=..." in text
+    (re.compile(rf"(?i)(?<![A-Za-z0-9])({_SECRET_KEYS})=[^&\s#;,'\"]+"), r"\1=***"),
+    # Authorization: Bearer <token>
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
+]
+
+T = TypeVar("T")
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with URL passwords, secret-looking key=value pairs and bearer tokens masked."""
+    for pattern, repl in _SECRET_PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def default_tracking_uri(cwd: Path) -> str:
+    """MLFLOW_TRACKING_URI if set, else a SQLite file in `cwd` (MLflow 3's own default location;
+    the ./mlruns file store is refused unless MLFLOW_ALLOW_FILE_STORE=true)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{cwd.resolve() / 'mlflow.db'}"
+
+
+def default_artifact_location(cwd: Path, experiment: str) -> str:
+    """<cwd>/mlartifacts/<experiment> as a file URI: the experiment's runs land in <run_id>/ under
+    it, so one folder per experiment keeps several studies' artifacts apart."""
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
+    return (cwd / "mlartifacts" / folder).resolve().as_uri()
+
+
+def is_remote(uri: str) -> bool:
+    """A tracking server (or Databricks): it chooses where artifacts go unless told otherwise."""
+    return uri.split(":", 1)[0] in ("http", "https", "databricks")
+
+
+def truncate(value: Any, limit: int) -> str:
+    text = mask_secrets(str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def dig(doc: dict, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def final_metrics(result: dict) -> dict[str, float]:
+    """The trial's headline numbers under slash-namespaced names; missing/non-numeric skipped."""
+    out = {}
+    for name, path in FINAL_METRICS.items():
+        value = dig(result, path)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def trial_run_name(number: int, kind: str, repeat: int | None) -> str:
+    if kind == "verify":
+        return f"verify-{number:03d}-r{repeat if repeat is not None else 0}"
+    return f"trial-{number:03d}"
+
+
+def job_artifacts(job_dir: Path) -> list[tuple[Path, str | None]]:
+    """(file, artifact sub-dir) pairs to upload from a job dir; traces exist only when profiling."""
+    files: list[tuple[Path, str | None]] = [
+        (job_dir / n, None) for n in JOB_ARTIFACTS if (job_dir / n).is_file()
+    ]
+    for trace in sorted(job_dir.rglob("trace.json")):
+        rel = trace.parent.relative_to(job_dir)
+        files.append((trace, None if rel == Path(".") else rel.as_posix()))
+    return files
+
+
+def _guarded(default: Any = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Run a public method with bounded HTTP settings and its time counted; on any error warn once
+    and disable the tracker, so tracking trouble can never fail a sweep."""
+
+    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(fn)
+        def guarded(self: SweepTracker, *args: Any, **kwargs: Any) -> T:
+            if self.disabled:
+                return default
+            t0 = time.perf_counter()
+            try:
+                with self._http_limits():
+                    return fn(self, *args, **kwargs)
+            except Exception as e:  # by design: tracking trouble must never stop a sweep
+                self._disable(f"{fn.__name__}: {type(e).__name__}: {e}")
+                return default
+            finally:
+                self.overhead_s += time.perf_counter() - t0
+
+        return guarded
+
+    return wrap
+
+
+class SweepTracker:
+    """Mirrors a sweep into MLflow. Public methods never raise; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        tracking_uri: str | None,
+        experiment: str,
+        artifact_location: str | None,
+        request_timeout_s: int = 5,
+        max_retries: int = 1,
+    ) -> None:
+        if not experiment:
+            raise ValueError("experiment must be a non-empty MLflow experiment name, got ''")
+        if request_timeout_s < 1:
+            raise ValueError(f"request_timeout_s must be >= 1 (an int), got {request_timeout_s}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.tracking_uri = tracking_uri or default_tracking_uri(Path.cwd())
+        self.experiment = experiment
+        if artifact_location is None and not is_remote(self.tracking_uri):
+            artifact_location = default_artifact_location(Path.cwd(), experiment)
+        # None for a server: it stores artifacts itself (proxied `mlflow-artifacts:/`), so the UI
+        # can show them wherever the sweep ran.
+        self.artifact_location = artifact_location
+        self.request_timeout_s = request_timeout_s
+        self.max_retries = max_retries
+        self.disabled = False
+        self.overhead_s = 0.0  # total seconds spent inside this tracker's public methods
+        self.last_log_s: float | None = None  # seconds the last log_trial took
+        self.parent_run_id: str | None = None
+        self.experiment_id: str | None = None
+        self._client: Any = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @contextmanager
+    def _http_limits(self) -> Iterator[None]:
+        """Small timeout/retries for our own requests only; a user's explicit setting wins."""
+        wanted = {
+            HTTP_TIMEOUT_ENV: str(self.request_timeout_s),
+            HTTP_RETRIES_ENV: str(self.max_retries),
+            HTTP_BACKOFF_ENV: "0",
+            QUIET_URL_ENV: "true",
+        }
+        added = [k for k in wanted if k not in os.environ]
+        for k in added:
+            os.environ[k] = wanted[k]
+        try:
+            yield
+        finally:
+            for k in added:
+                os.environ.pop(k, None)
+
+    def _disable(self, why: str) -> None:
+        self.disabled = True
+        log.warning(
+            "MLflow tracking at %s failed (%s); tracking is off for the rest of this sweep. "
+            "The Optuna study and the sweep dir still hold every trial and the result.",
+            mask_secrets(self.tracking_uri),
+            mask_secrets(why)[:500],
+        )
+
+    def _log_batch(self, run_id: str, *, metrics=(), params=None, tags=None) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        now_ms = int(time.time() * 1000)
+        metric_objs = [Metric(k, v, now_ms, step) for k, v, step in metrics]
+        pts = [Param(k, truncate(v, MAX_PARAM_CHARS)) for k, v in (params or {}).items()]
+        pts += [RunTag(k, truncate(v, MAX_TAG_CHARS)) for k, v in (tags or {}).items()]
+        for i in range(0, len(pts), MAX_PARAMS_TAGS_PER_BATCH):
+            chunk = pts[i : i + MAX_PARAMS_TAGS_PER_BATCH]
+            self._client.log_batch(
+                run_id,
+                params=[p for p in chunk if isinstance(p, Param)],
+                tags=[t for t in chunk if isinstance(t, RunTag)],
+            )
+        for i in range(0, len(metric_objs), MAX_METRICS_PER_BATCH):
+            self._client.log_batch(run_id, metrics=metric_objs[i : i + MAX_METRICS_PER_BATCH])
+
+    # -- public API -----------------------------------------------------------------------------
+    @_guarded()
+    def start_sweep(self, *, run_name: str, params: dict, tags: dict) -> None:
+        """Open the experiment (created with an explicit artifact location) and the parent run."""
+        from mlflow.tracking import MlflowClient
+
+        self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        exp = self._client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            self.experiment_id = self._client.create_experiment(
+                self.experiment, artifact_location=self.artifact_location
+            )
+        else:
+            self.experiment_id = exp.experiment_id
+            if exp.lifecycle_stage == "deleted":  # deleted in the UI: runs cannot be created in it
+                self._client.restore_experiment(self.experiment_id)
+        run = self._client.create_run(self.experiment_id, run_name=run_name, tags={"kind": "sweep"})
+        self.parent_run_id = run.info.run_id
+        self._log_batch(self.parent_run_id, params=params, tags=tags)
+        where = mask_secrets(self.tracking_uri)
+        if is_remote(self.tracking_uri):
+            where += f"/#/experiments/{self.experiment_id}/runs/{self.parent_run_id}"
+        log.info("MLflow: experiment %r, sweep run %s", self.experiment, where)
+
+    @_guarded()
+    def log_trial(
+        self,
+        *,
+        number: int,
+        state: str,
+        reason: str | None,
+        params: dict,
+        result: dict | None,
+        job_dir: Path | None,
+        kind: str = "search",
+        repeat: int | None = None,
+    ) -> str | None:
+        """A nested run for one trial (or one verification run); returns its run id."""
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        t0 = time.perf_counter()
+        if self.parent_run_id is None:
+            raise RuntimeError("log_trial before start_sweep")
+        now_ms = int(time.time() * 1000)
+        wall_s = (result or {}).get("wall_s")
+        start_ms = now_ms - int(1000 * wall_s) if isinstance(wall_s, int | float) else now_ms
+        tags = {
+            MLFLOW_PARENT_RUN_ID: self.parent_run_id,
+            "kind": kind,
+            "state": state,
+            "trial_number": number,
+        }
+        if repeat is not None:
+            tags["repeat"] = repeat
+        if reason:
+            tags["failure_reason"] = reason
+        failure = (result or {}).get("failure") or {}
+        if failure.get("kind"):
+            tags["failure_kind"] = failure["kind"]
+        if result and result.get("device"):
+            tags["device"] = result["device"].get("name")
+        run = self._client.create_run(
+            self.experiment_id,
+            start_time=start_ms,
+            run_name=trial_run_name(number, kind, repeat),
+            tags={k: truncate(v, MAX_TAG_CHARS) for k, v in tags.items() if v is not None},
+        )
+        run_id = run.info.run_id
+        metrics = [(k, v, 0) for k, v in final_metrics(result or {}).items()]
+        for iv in (result or {}).get("intervals") or []:
+            for key, name in INTERVAL_METRICS.items():
+                value = iv.get(key)
+                if isinstance(value, int | float) and isinstance(iv.get("step"), int):
+                    metrics.append((name, float(value), iv["step"]))
+        self._log_batch(run_id, metrics=metrics, params=params)
+        if job_dir is not None:
+            for path, sub in job_artifacts(Path(job_dir)):
+                self._client.log_artifact(run_id, str(path), sub)
+        status = "FINISHED" if state in FINISHED_STATES else "FAILED"
+        self._client.set_terminated(run_id, status=status)
+        self.last_log_s = time.perf_counter() - t0
+        return run_id
+
+    @_guarded()
+    def tag_winner(self, run_id: str) -> None:
+        """Mark the winning trial's run (and point the sweep run at it)."""
+        self._client.set_tag(run_id, "winner", "true")
+        if self.parent_run_id is not None:
+            self._client.set_tag(self.parent_run_id, "winner_run_id", run_id)
+
+    @_guarded()
+    def log_best(
+        self, *, best_yaml: Path, extra_artifacts: list[Path], metrics: dict, tags: dict
+    ) -> None:
+        """best.yaml, plots and the winner's verified numbers on the sweep run."""
+        if self.parent_run_id is None:
+            raise RuntimeError("log_best before start_sweep")
+        numeric = [
+            (k, float(v), 0)
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        ]
+        self._log_batch(self.parent_run_id, metrics=numeric, tags=tags)
+        for path in [Path(best_yaml), *map(Path, extra_artifacts)]:
+            if path.is_dir():
+                self._client.log_artifacts(self.parent_run_id, str(path), path.name)
+            elif path.is_file():
+                self._client.log_artifact(self.parent_run_id, str(path))
+            else:
+                log.warning("MLflow: artifact %s does not exist; not logged", path)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """Close the sweep run; FAILED when the sweep itself failed."""
+        if status not in ("FINISHED", "FAILED", "KILLED"):
+            raise ValueError(f"status must be FINISHED, FAILED or KILLED, got {status!r}")
+        self._finish(status)
+
+    @_guarded()
+    def _finish(self, status: str) -> None:
+        if self.parent_run_id is not None:
+            self._client.set_terminated(self.parent_run_id, status=status)
+            log.info("MLflow: %.1f s spent on tracking in this sweep", self.overhead_s)
+
+
+class NullTracker:
+    """Tracking turned off (hydra.sweeper.mlflow=false): every call is a no-op."""
+
+    overhead_s = 0.0
+    last_log_s = 0.0
+
+    def start_sweep(self, **_: Any) -> None:
+        return None
+
+    def log_trial(self, **_: Any) -> None:
+        return None
+
+    def tag_winner(self, run_id: str) -> None:
+        return None
+
+    def log_best(self, **_: Any) -> None:
+        return None
+
+    def finish(self, status: str = "FINISHED") -> None:
+        return None
