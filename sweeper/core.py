@@ -33,6 +33,7 @@ from sweeper.study import (
     OWNER_ATTR,
     StudySpec,
     count_finished,
+    heartbeats,
     mask_url,
     open_study,
     owner_tag,
@@ -42,6 +43,7 @@ from sweeper.verify import Candidate, pick_winner
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
 
 def probe_device(timeout_s: float = 180.0) -> dict:
@@ -78,7 +80,7 @@ def split_arguments(arguments: list[str]) -> tuple[list[str], dict[str, str]]:
     fixed, sweeps = [], {}
     for ov in parser.parse_overrides(arguments):
         if ov.is_sweep_override():
-            sweeps[ov.get_key_element()] = ov.get_value_element_as_str()
+            sweeps[ov.get_key_element()] = ov.input_line.split("=", 1)[1]
         else:
             fixed.append(ov.input_line)
     return fixed, sweeps
@@ -150,7 +152,16 @@ class SweepEngine:
             pruner_warmup_steps=s.pruner_warmup_steps,
             seed=s.seed,
         )
-        study = open_study(spec, grid=space.grid() if s.sampler == "grid" else None)
+        # A grid is every feasible point queued once in the study (Optuna's GridSampler stops the
+        # study from inside tell(), which an ask/tell loop cannot take; queued points also resume).
+        grid_points = space.grid_points(ctx) if s.sampler == "grid" else None
+        if grid_points is not None:
+            spec.sampler = "random"
+            if s.n_trials <= 0:
+                self.s.n_trials = len(grid_points)
+        study = open_study(spec)
+        if grid_points is not None:
+            queue_grid(study, grid_points)
         study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
         recover_interrupted(study)
         log.info("study %r in %s; sweep dir %s", study_name, mask_url(storage), sweep_dir)
@@ -229,8 +240,6 @@ class SweepEngine:
                 if reason is not None:
                     trial.set_user_attr("failure_kind", "excluded")
                     trial.set_user_attr("failure_reason", reason)
-                    study.tell(trial, state=TrialState.FAIL)
-                    self._line(study, trial.number, "excluded", trial.params, None, reason)
                     self.tracker.log_trial(
                         number=trial.number,
                         state="excluded",
@@ -239,6 +248,8 @@ class SweepEngine:
                         result=None,
                         job_dir=None,
                     )
+                    study.tell(trial, state=TrialState.FAIL)
+                    self._line(study, trial.number, "excluded", trial.params, None, reason)
                     continue
                 overrides = [
                     *fixed,
@@ -251,7 +262,8 @@ class SweepEngine:
                 asked.append(trial)
             if not batch:
                 continue
-            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+            with heartbeats(study, asked, interval_s=HEARTBEAT_S):
+                returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
             self.job_idx += len(batch)
             for trial, ret in zip(asked, returns, strict=True):
                 out = self._job_output(ret)
@@ -265,21 +277,16 @@ class SweepEngine:
         return {"state": "crash", "reason": f"job failed: {err!r}", "result": None, "wall_s": None}
 
     def _tell(self, study, trial, out: dict, objective) -> None:
+        """Record a finished trial: attributes and MLflow run first (a finished trial is frozen)."""
         state, result = out["state"], out.get("result")
         for key in ("job_dir", "wall_s"):
             if out.get(key) is not None:
                 trial.set_user_attr(key, out[key])
         if result:
             trial.set_user_attr("metrics", summary_metrics(result))
-        if state == "complete":
-            study.tell(trial, objective_value(result, objective))
-        elif state == "pruned":
-            study.tell(trial, state=TrialState.PRUNED)
-        else:
+        if state not in ("complete", "pruned"):
             trial.set_user_attr("failure_kind", state)
             trial.set_user_attr("failure_reason", (out.get("reason") or "")[-2000:])
-            study.tell(trial, state=TrialState.FAIL)
-        self._line(study, trial.number, state, trial.params, result, out.get("reason"))
         run_id = self.tracker.log_trial(
             number=trial.number,
             state=state,
@@ -290,6 +297,13 @@ class SweepEngine:
         )
         if run_id:
             trial.set_user_attr("mlflow_run_id", run_id)
+        if state == "complete":
+            study.tell(trial, objective_value(result, objective))
+        elif state == "pruned":
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+        self._line(study, trial.number, state, trial.params, result, out.get("reason"))
 
     def _line(self, study, number, state, params, result, reason) -> None:
         s = self.s
@@ -512,6 +526,15 @@ class SweepEngine:
         if best_path is not None:
             report.console.print(f"best config: {best_path}")
             report.console.print(f"train with:  {train_command(best_path)}")
+
+
+def queue_grid(study: optuna.Study, points: list[dict]) -> int:
+    """Queue each grid point the study has not seen yet (a resumed grid queues only the rest)."""
+    seen = {json.dumps(t.params, sort_keys=True, default=str) for t in study.get_trials()}
+    fresh = [p for p in points if json.dumps(p, sort_keys=True, default=str) not in seen]
+    for p in fresh:
+        study.enqueue_trial(p)
+    return len(fresh)
 
 
 def make_tracker(s, *, experiment: str):

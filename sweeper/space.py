@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.")
+PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.", "trial.")
 MICRO_BATCH, GRAD_ACCUM, WORKERS = "batch.micro_batch", "batch.grad_accum", "data.num_workers"
 # Mirrors train.config.CUDAGRAPH_MODES (not imported: train.* imports torch). With gradient
 # accumulation these error or silently corrupt gradients (pytorch/pytorch#169545, #96693).
@@ -222,6 +222,10 @@ def _parse_string(key: str, spec: str, ctx: SpaceContext) -> Param:
 def _choice_param(key: str, spec: Any, items: list[Any]) -> Param:
     if not items:
         raise _fail(key, spec, "empty choice", "list at least one value")
+    from hydra.core.override_parser.types import QuotedString
+
+    # a quoted element ('nan', 'null') is the string itself, not what the bare word would parse to
+    items = [c.text if isinstance(c, QuotedString) else c for c in items]
     bad = [c for c in items if not isinstance(c, _SCALARS)]
     if bad:
         raise _fail(key, spec, f"choices must be str/int/float/bool/null, got {bad!r}",

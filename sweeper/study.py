@@ -11,9 +11,13 @@ pid) is gone, or, for workers on other hosts, when its heartbeat went stale.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +88,9 @@ def make_storage(url: str, *, heartbeat_interval_s: int) -> optuna.storages.Base
 def open_study(spec: StudySpec, *, grid: dict | None = None) -> optuna.Study:
     """Create the study, or load it to resume; a different direction is a user error."""
     storage = make_storage(spec.storage, heartbeat_interval_s=spec.heartbeat_interval_s)
+    # Optuna warns that heartbeats are meant for optimize(); this ask/tell loop records them itself
+    # (see `heartbeats`), so the warning does not apply.
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
     study = optuna.create_study(
         storage=storage,
         study_name=spec.study_name,
@@ -142,6 +149,30 @@ def recover_interrupted(study: optuna.Study) -> list[int]:
         requeued.append(t.number)
         log.warning("trial %d was interrupted by a stopped sweep; queued again", t.number)
     return requeued
+
+
+@contextlib.contextmanager
+def heartbeats(study: optuna.Study, trials: list, *, interval_s: float) -> Iterator[None]:
+    """Record a heartbeat for each running trial while its job runs, so workers on other hosts can
+    tell a live trial from one whose sweep died (RDBStorage's heartbeat, as optimize() keeps it)."""
+    storage = study._storage
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            for t in trials:
+                with contextlib.suppress(Exception):  # a missed beat only delays recovery
+                    storage.record_heartbeat(t._trial_id)
+            if stop.wait(interval_s):
+                return
+
+    thread = threading.Thread(target=beat, name="optuna-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def count_finished(study: optuna.Study) -> int:

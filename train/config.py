@@ -77,6 +77,7 @@ def parse_activation_checkpointing(s: str) -> int:
     )
 
 
+TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill")
 DATA_FORMATS = ("auto", "nanogpt", "llmc")
 CHECKPOINT_MODES = ("sync", "async")
 
@@ -265,6 +266,9 @@ class TrialConfig:
     study_name: str = ""  # study to report to
     trial_id: int = -1  # Optuna trial id to report to
     sync_phases: bool = True  # on CUDA, synchronize at phase boundaries so the time split is exact
+    # test hook, off by default: plant a failure at the first measured step to exercise the
+    # sweep's fault handling: none | crash | nan | oom | hang | sigkill
+    fault: str = "none"
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:
@@ -277,6 +281,8 @@ class TrialConfig:
                 f"trial.max_steps and trial.min_steps must be >= 2 with min <= max (a spread needs "
                 f"two steps), got min_steps={self.min_steps}, max_steps={self.max_steps}"
             )
+        if self.fault not in TRIAL_FAULTS:
+            raise ValueError(f"trial.fault must be one of {TRIAL_FAULTS}, got {self.fault!r}")
         if self.max_seconds <= 0 or self.report_every < 1 or self.profile_steps < 1:
             raise ValueError(
                 "trial.max_seconds must be > 0, trial.report_every and trial.profile_steps >= 1"

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -104,6 +106,8 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
         prev = window_start
         while len(step_times) < t.max_steps:
             step = len(step_times) + 1
+            if step == 1 and t.fault != "none":
+                plant_fault(t.fault)
             loss_t = train_step(s, lr=lr, clock=clock)
             if s.checkpointer.due(step):
                 stall = s.checkpointer.save(
@@ -151,6 +155,23 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
         "device_samples": sampler.summary() if sampler is not None else None,
         "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
     }
+
+
+def plant_fault(kind: str) -> None:
+    """The trial.fault test hook: fail the way real trials fail, so the sweep's handling is tested
+    on real processes (a crash, a NaN loss, an out-of-memory error, a hang, a kill by the OS)."""
+    log.warning("trial.fault=%s: planting a failure (test hook)", kind)
+    if kind == "crash":
+        raise RuntimeError("planted crash (trial.fault=crash)")
+    if kind == "nan":
+        _check_finite(float("nan"), 0)
+    if kind == "oom":
+        raise MemoryError("planted out of memory (trial.fault=oom)")
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Null:

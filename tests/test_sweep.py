@@ -1,0 +1,95 @@
+"""The real sweep, end to end, in a temporary directory: `python sweep.py -m ...`, tiny preset."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from optuna.trial import TrialState
+
+from tests.sweep_helpers import load_study, run_sweep, sweep_dirs
+
+
+def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.study_name=smoke",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.verify_repeats=2",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = load_study(tmp_path, "smoke")
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 3
+    assert all(t.state == TrialState.COMPLETE for t in finished)
+    for t in finished:
+        assert t.value > 0
+        assert t.user_attrs["metrics"]["tokens_per_s"] == pytest.approx(t.value)
+        # grad_accum follows micro_batch so the tokens per step stay pinned
+        assert set(t.params) == {"batch.micro_batch", "data.num_workers"}
+    verdict = study.user_attrs["verdict"]
+    assert verdict["winner_trial"] in {t.number for t in finished}
+
+    (sweep_dir,) = sweep_dirs(tmp_path)
+    best = sweep_dir / "best.yaml"
+    text = best.read_text()
+    assert "provenance:" in text and "tokens_per_s" in text
+    assert "study_storage: ''" in text  # sweep-only keys are reset in the exported config
+    assert (sweep_dir / "plots" / "summary.png").stat().st_size > 10_000
+    assert "Verified top configurations" in proc.stdout
+    assert str(best) in proc.stdout
+
+    # the exported config trains as is
+    train = subprocess.run(
+        [sys.executable, "-m", "train", "--config-path", str(sweep_dir), "--config-name", "best",
+         "train.max_steps=2", "train.eval_every=0"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "step 2 | loss" in train.stderr + train.stdout
+
+
+def test_failing_trials_are_recorded_with_reasons_and_the_sweep_finishes(tmp_path) -> None:
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.study_name=faults",
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.n_trials=0",
+        "hydra.sweeper.max_failure_rate=1.0",
+        "hydra.sweeper.verify_top_k=1",
+        "hydra.sweeper.verify_repeats=1",
+        "hydra.sweeper.stall_timeout_s=20",
+        "hydra.sweeper.trial_timeout_s=120",
+        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.space={batch.micro_batch: 8, data.num_workers: 0}",
+        # a sweep override on the command line joins the search space
+        "trial.fault=none,crash,'nan',oom,hang,sigkill",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = load_study(tmp_path, "faults")
+    by_fault = {t.params["trial.fault"]: t for t in study.trials}
+    assert by_fault["none"].state == TrialState.COMPLETE
+    expected = {"crash": "crash", "nan": "nan", "oom": "oom", "hang": "timeout", "sigkill": "oom"}
+    for fault, kind in expected.items():
+        t = by_fault[fault]
+        assert t.state == TrialState.FAIL, fault
+        assert t.user_attrs["failure_kind"] == kind, (fault, t.user_attrs)
+        assert t.user_attrs["failure_reason"], fault
+    assert "planted crash" in by_fault["crash"].user_attrs["failure_reason"]
+    assert "SIGKILL" in by_fault["sigkill"].user_attrs["failure_reason"]
+    (sweep_dir,) = sweep_dirs(tmp_path)
+    assert (sweep_dir / "best.yaml").is_file()
+
+
+def test_invalid_space_fails_before_any_trial(tmp_path) -> None:
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.space={batch.micro_batch: 'choice(3, 5)'}",
+    )
+    assert proc.returncode != 0
+    assert "batch.micro_batch" in proc.stderr
+    assert not list(tmp_path.glob("multirun/*/*/0"))  # no trial ran
