@@ -214,11 +214,15 @@ def _nanogpt_sentence(r: FloorReport) -> str:
 
 
 def _tflops(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e12:,.1f} TFLOP/s"
+    if x is None:
+        return "n/a"
+    return f"{x / 1e12:,.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:,.1f} GFLOP/s"
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.1f}%" if abs(x) >= 1e-3 else f"{100 * x:.2g}%"
 
 
 def _secs(x: float | None) -> str:
@@ -248,7 +252,7 @@ def format_floor(r: FloorReport) -> str:
         lines.append("  floor (ceiling)     n/a: no measured matmul ceiling for this device/dtype")
     if inp.step_time_s is not None:
         lines += [
-            f"  measured step       {inp.step_time_s:g} s -> {r.tokens_per_s:,.0f} tokens/s, "
+            f"  measured step       {inp.step_time_s:.4g} s -> {r.tokens_per_s:,.0f} tokens/s, "
             f"{_tflops(r.achieved_flops_per_device)} per device",
             f"  MFU                 {_pct(r.mfu_spec)} of peak"
             + (f", {_pct(r.mfu_ceiling)} of the matmul ceiling" if r.mfu_ceiling else ""),

@@ -1,0 +1,198 @@
+"""`python -m train.explain` end to end: planted bottlenecks in REAL CPU trials, and the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from train.explain import main, pick_result
+from train.trial import run_trial
+from train.verdict import diagnose
+
+ROOT = Path(__file__).resolve().parents[1]
+ISSUE = ["--model", "gpt2-xl", "--micro-batch", "16", "--block", "1024", "--grad-accum", "64",
+         "--device", "NVIDIA H200", "--dtype", "bf16", "--step-time-s", "21",
+         "--target-step-time-s", "8"]
+# Small and quick: tiny model, one thread (the CI box has 2 shared cores), a few measured steps.
+QUICK = ["model=tiny", "runtime.device=cpu", "runtime.threads=1", "trial.warmup_steps=1",
+         "trial.max_steps=4", "trial.min_steps=2", "trial.report_every=2", "data.num_workers=0"]
+# 8-sequence micro-batches: ~20-60 ms of compute each, against a planted 50 ms per-batch load.
+DATA = ["batch.tokens_per_step=1024", "batch.micro_batch=8", "batch.grad_accum=2",
+        "data.inject_latency_s=0.05"]
+# A save every step with a planted 0.2 s write, on steps of ~0.2-0.5 s.
+CKPT = ["batch.tokens_per_step=2048", "batch.micro_batch=8", "batch.grad_accum=4",
+        "checkpoint.every_steps=1", "checkpoint.slow_write_s=0.2"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """Shared token data and an isolated matmul-ceiling cache for the module's trials."""
+    root = tmp_path_factory.mktemp("explain")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root / "cache")
+    yield root
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+def trial(workdir: Path, name: str, overrides: list[str]) -> tuple[dict, Path]:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        dcfg = compose("train", [*QUICK, f"data.dir={workdir / 'synthetic'}",
+                                 f"checkpoint.dir={workdir / 'ckpt'}", *overrides])
+    out = workdir / f"{name}.json"
+    result = run_trial(OmegaConf.to_object(dcfg), out_path=out)
+    assert result["status"] == "complete", result["failure"]
+    return result, out
+
+
+def test_planted_data_wait_is_data_bound_and_workers_hide_it(workdir) -> None:
+    slow, _ = trial(workdir, "data0", DATA)
+    d = diagnose(slow)
+    assert d.verdict == "data-bound", (d.headline, d.evidence["time_frac"])
+    share = slow["time_frac"]["data_wait"]
+    assert d.fixes[0].fix.startswith("data.num_workers=")
+    assert d.fixes[0].expected_gain == pytest.approx(1 / (1 - share))
+
+    hidden, _ = trial(workdir, "data2", [*DATA, "data.num_workers=2"])
+    d2 = diagnose(hidden)
+    assert d2.verdict != "data-bound", (d2.headline, d2.evidence["time_frac"])
+    assert hidden["time_frac"]["data_wait"] < share
+
+
+def test_cli_measured_mode_text_and_json(workdir, capsys) -> None:
+    _, path = trial(workdir, "cli", DATA)
+    assert main(["--result", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "verdict: data-bound" in text and "fix: data.num_workers=" in text
+    assert "data wait" in text and "the floor:" in text
+    assert main(["--result", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["diagnosis"]["verdict"] == "data-bound"
+    assert doc["floor"]["mfu_spec"] is None  # a CPU has no datasheet peak
+    assert doc["floor"]["mfu_ceiling"] > 0
+
+
+def test_slow_sync_checkpoint_is_checkpoint_bound_and_async_hides_it(workdir) -> None:
+    sync, _ = trial(workdir, "ckpt_sync", CKPT)
+    d = diagnose(sync)
+    assert d.verdict == "checkpoint-bound", (d.headline, d.evidence["time_frac"])
+    assert any(f.fix == "checkpoint.mode=async" and f.expected_gain > 1 for f in d.fixes)
+
+    asyn, _ = trial(workdir, "ckpt_async", [*CKPT, "checkpoint.mode=async"])
+    share_sync, share_async = sync["time_frac"]["checkpoint"], asyn["time_frac"]["checkpoint"]
+    assert share_async < 0.75 * share_sync, (share_sync, share_async)
+    assert diagnose(asyn).verdict != "checkpoint-bound" or share_async < share_sync
+
+
+def test_tiny_micro_batches_are_host_bound(workdir) -> None:
+    # 8-token micro-batches: ~0.4 ms of math each at the ceiling; ~140 eager ops cost more.
+    r, _ = trial(workdir, "host", ["model.block_size=8", "batch.tokens_per_step=64",
+                                   "batch.micro_batch=1", "batch.grad_accum=8"])
+    d = diagnose(r)
+    assert d.verdict == "host-bound", (d.headline, d.evidence["host_signal"])
+    ev = d.evidence
+    assert ev["launch_per_micro_step_estimate_s"] > ev["math_per_micro_step_at_ceiling_s"]
+    assert ev["compute_efficiency_vs_ceiling"] < 0.5
+    assert any(f.fix == "batch.micro_batch=8 batch.grad_accum=1" and f.expected_gain > 1
+               for f in d.fixes)
+
+
+def test_compile_in_a_short_run_is_compile_dominated(workdir) -> None:
+    r, _ = trial(workdir, "compiled", ["runtime.compile=default", "batch.tokens_per_step=1024",
+                                       "batch.micro_batch=8", "batch.grad_accum=2"])
+    d = diagnose(r, planned_steps=10)  # even a warm compile cache leaves ~2 s vs ~1 s of steps
+    assert d.verdict == "compile-dominated", (d.headline, d.evidence["compile_s"])
+    assert d.evidence["compile_s"] > 1.0
+    share = d.evidence["compile_s"] / (d.evidence["compile_s"] + 10 * r["step_time_s"]["mean"])
+    assert d.evidence["compile_share_of_planned_run"] == pytest.approx(share)
+    # ... and the same compile over a long production run is not
+    assert diagnose(r, planned_steps=10**7).verdict != "compile-dominated"
+
+
+def test_pick_result_from_a_sweep_dir(tmp_path) -> None:
+    def write(job: str, tps: float, mb: int, status: str = "complete") -> Path:
+        p = tmp_path / job / "result.json"
+        p.parent.mkdir()
+        cfg = {"model": {"name": "tiny"}, "batch": {"micro_batch": mb}, "data": {"num_workers": 0}}
+        p.write_text(json.dumps({"schema_version": 1, "status": status, "tokens_per_s": tps,
+                                 "config": cfg}))
+        return p
+
+    write("0", 900.0, 4)
+    mid = write("1", 500.0, 8)
+    write("2", 400.0, 8)
+    median_all = write("3", 600.0, 8)
+    write("4", 9999.0, 8, status="failed")
+    write("5", 700.0, 2)
+    assert pick_result(tmp_path) == median_all  # no best.yaml: 400..900 complete -> 600
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump(
+        {"model": {"name": "tiny"}, "batch": {"micro_batch": 8}, "data": {"num_workers": 0}}))
+    assert pick_result(tmp_path) == mid  # best.yaml's runs: 400, 500, 600 -> median 500
+    with pytest.raises(ValueError, match="no complete trial result"):
+        pick_result(tmp_path / "4")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train.explain", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_issue_scenario_text() -> None:
+    proc = _cli(*ISSUE)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "16 x 64 x 1024 = 1,048,576" in out
+    assert "floor (100% peak)   10.89 s per step" in out
+    assert "MFU                 51.9% of peak" in out
+    assert "nanoGPT would say   164.5%" in out
+    assert "target step         8 s: IMPOSSIBLE" in out
+    assert "1.36x below the 10.89 s floor" in out
+
+
+def test_cli_issue_scenario_json() -> None:
+    proc = _cli(*ISSUE, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["tokens_per_step"] == 1_048_576
+    assert doc["floor_s"] == pytest.approx(10.9, abs=0.2)
+    assert doc["mfu_spec"] == pytest.approx(0.51, abs=0.02)
+    assert doc["nanogpt_mfu"] == pytest.approx(1.645, abs=0.001)
+    assert doc["target_possible"] is False
+    assert doc["target_mfu_needed"] == pytest.approx(1.36, abs=0.01)
+    assert doc["peak_flops"] == pytest.approx(989.5e12)
+
+
+def test_cli_unknown_device_and_bad_model() -> None:
+    proc = _cli("--model", "tiny", "--micro-batch", "8", "--device", "Mystery GPU",
+                "--dtype", "fp32", "--step-time-s", "0.5", "--ceiling-tflops", "0.05",
+                "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["peak_flops"] is None and doc["floor_s"] is None
+    assert doc["ceiling_source"] == "given with --ceiling-tflops"
+    assert doc["ceiling_floor_s"] == pytest.approx(2_271_744 * 512 / 0.05e12)
+    bad = _cli("--model", "gpt5", "--micro-batch", "1", "--device", "cpu")
+    assert bad.returncode == 2 and "is not a preset" in bad.stderr
+
+
+def test_cli_run_launches_a_fresh_trial(workdir) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(workdir / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "train.explain", "--format", "json", "--run", *QUICK,
+         f"data.dir={workdir / 'synthetic'}", f"checkpoint.dir={workdir / 'ckpt'}",
+         "trial.max_steps=2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert Path(doc["result"]).exists()
+    assert doc["diagnosis"]["verdict"] in ("compute-bound", "host-bound", "data-bound")
+    assert doc["diagnosis"]["evidence"]["time_frac"]["compute"] > 0
