@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
-from tests.sweep_helpers import load_study, run_sweep, sweep_dirs
+from sweeper.study import REQUEUED_ATTR
+from tests.sweep_helpers import load_study, run_sweep, sweep_argv, sweep_dirs
 
 
 def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
@@ -93,3 +97,83 @@ def test_invalid_space_fails_before_any_trial(tmp_path) -> None:
     assert proc.returncode != 0
     assert "batch.micro_batch" in proc.stderr
     assert not list(tmp_path.glob("multirun/*/*/0"))  # no trial ran
+
+
+def _trial_processes(marker: str) -> list[int]:
+    """Pids of live train.trial processes whose command line mentions `marker`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = next(
+                line for line in (proc / "status").read_text().splitlines()
+                if line.startswith("State:")
+            )
+        except (OSError, StopIteration):
+            continue
+        if "train.trial" in cmd and marker in cmd and "zombie" not in state:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) -> None:
+    overrides = [
+        "search=smoke",
+        "hydra.sweeper.study_name=resume",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.verify_top_k=1",
+        "hydra.sweeper.verify_repeats=1",
+        "hydra.sweeper.mlflow=false",
+        "trial.max_steps=40",
+        "trial.max_seconds=6",
+    ]
+    first = subprocess.Popen(
+        sweep_argv(*overrides), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            if not (tmp_path / "sweeps" / "optuna.db").exists():
+                continue
+            try:
+                states = [t.state for t in load_study(tmp_path, "resume").trials]
+            except KeyError:  # study not created yet
+                continue
+            if TrialState.COMPLETE in states and states[-1] == TrialState.RUNNING:
+                break
+        else:
+            pytest.fail("the first sweep never reached a running second trial")
+        time.sleep(2)  # well inside the running trial
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    before = load_study(tmp_path, "resume")
+    done_before = {t.number: t.value for t in before.trials if t.state == TrialState.COMPLETE}
+    (cut,) = [t for t in before.trials if t.state == TrialState.RUNNING]
+    # the trial's process died with its sweep (no orphan keeps the CPU busy)
+    deadline = time.monotonic() + 10
+    while _trial_processes(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _trial_processes(str(tmp_path)) == []
+
+    proc = run_sweep(tmp_path, *overrides)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    after = load_study(tmp_path, "resume")
+    trials = after.trials
+    assert trials[cut.number].state == TrialState.FAIL
+    assert trials[cut.number].user_attrs["failure_kind"] == "interrupted"
+    (retry,) = [t for t in trials if t.user_attrs.get(REQUEUED_ATTR) == cut.number]
+    assert retry.state == TrialState.COMPLETE
+    assert retry.params == cut.params
+    # finished trials kept as they were, none run twice, and the budget counts each once
+    for number, value in done_before.items():
+        assert trials[number].state == TrialState.COMPLETE
+        assert trials[number].value == value
+    counted = [t for t in trials if t.state.is_finished()
+               and t.user_attrs.get("failure_kind") != "interrupted"]
+    assert len(counted) == 4
