@@ -162,6 +162,11 @@ class SweepEngine:
         study = open_study(spec)
         if grid_points is not None:
             queue_grid(study, grid_points)
+        baseline = baseline_params(space, base)
+        if baseline is not None and not study.trials:
+            # The starting config is measured first, so the report can say what changed and why.
+            study.enqueue_trial(baseline, user_attrs={"baseline": True})
+        self.baseline = baseline
         study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
         recover_interrupted(study)
         log.info("study %r in %s; sweep dir %s", study_name, mask_url(storage), sweep_dir)
@@ -199,6 +204,8 @@ class SweepEngine:
                 best_path = self._export(winner, sweep_dir, study_name, storage, verdict_rows)
                 self._plots_and_best(study, sweep_dir, best_path, verdict_rows, winner)
             self._final_report(verdict_rows, best_path, study)
+            if winner is not None:
+                self._explain(study, winner)
         except BaseException:
             self.tracker.finish("FAILED")
             raise
@@ -515,6 +522,41 @@ class SweepEngine:
             },
         )
 
+    def _explain(self, study, winner) -> None:
+        """The bottleneck verdict for the winner and for the starting config, side by side."""
+        from train.verdict import diagnose
+
+        s = self.s
+        win_result = winner["results"][-1]
+        lines = []
+        tags: dict[str, Any] = {}
+        metrics: dict[str, float] = {}
+        base_trial = find_baseline(study, self.baseline)
+        base_result = read_result(base_trial) if base_trial is not None else None
+        if base_result is not None and base_result.get("tokens_per_s"):
+            d = diagnose(base_result, planned_steps=s.planned_steps)
+            lines.append(
+                f"starting config (trial {base_trial.number}): "
+                f"{base_result['tokens_per_s']:,.0f} tokens/s; {d.headline}"
+            )
+            tags["verdict.default"] = d.headline
+            speedup = win_result["tokens_per_s"] / base_result["tokens_per_s"]
+            metrics["best/speedup_vs_default"] = speedup
+        d = diagnose(win_result, planned_steps=s.planned_steps)
+        gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start)" if metrics else ""
+        lines.append(
+            f"winner (trial {winner['number']}): {win_result['tokens_per_s']:,.0f} tokens/s"
+            f"{gain}; {d.headline}"
+        )
+        for fix in d.fixes[:3]:
+            gain_x = fix.expected_gain
+            bound = "gain unknown" if gain_x is None else f"up to {gain_x:.2f}x"
+            lines.append(f"  next: {fix.fix}: {bound} ({fix.basis})")
+        tags["verdict.winner"] = d.headline
+        for line in lines:
+            report.console.print(line)
+        self.tracker.log_best(best_yaml=None, extra_artifacts=[], metrics=metrics, tags=tags)
+
     def _final_report(self, rows, best_path, study) -> None:
         states: dict[str, int] = {}
         for t in study.get_trials(deepcopy=False):
@@ -526,6 +568,37 @@ class SweepEngine:
         if best_path is not None:
             report.console.print(f"best config: {best_path}")
             report.console.print(f"train with:  {train_command(best_path)}")
+
+
+def baseline_params(space, base: dict) -> dict | None:
+    """The searched keys at the values of the composed config, if that point lies in the space."""
+    params = {}
+    for p in space.searched:
+        value = base.get(p.key)
+        if p.kind == "categorical" and value not in p.choices:
+            return None
+        if p.kind in ("int", "float") and (value is None or not p.low <= value <= p.high):
+            return None
+        params[p.key] = value
+    return params if space.check(params) is None else None
+
+
+def find_baseline(study: optuna.Study, params: dict | None):
+    """The completed trial that measured the starting config, if any."""
+    if params is None:
+        return None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("baseline") or t.params == params:
+            return t
+    return None
+
+
+def read_result(trial) -> dict | None:
+    job_dir = trial.user_attrs.get("job_dir")
+    path = Path(job_dir) / "result.json" if job_dir else None
+    if path is None or not path.is_file():
+        return None
+    return json.loads(path.read_text())
 
 
 def queue_grid(study: optuna.Study, points: list[dict]) -> int:

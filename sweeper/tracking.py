@@ -340,7 +340,7 @@ class SweepTracker:
 
     @_guarded()
     def log_best(
-        self, *, best_yaml: Path, extra_artifacts: list[Path], metrics: dict, tags: dict
+        self, *, best_yaml: Path | None, extra_artifacts: list[Path], metrics: dict, tags: dict
     ) -> None:
         """best.yaml, plots and the winner's verified numbers on the sweep run."""
         if self.parent_run_id is None:
@@ -351,7 +351,8 @@ class SweepTracker:
             if isinstance(v, int | float) and not isinstance(v, bool)
         ]
         self._log_batch(self.parent_run_id, metrics=numeric, tags=tags)
-        for path in [Path(best_yaml), *map(Path, extra_artifacts)]:
+        paths = [Path(best_yaml)] if best_yaml is not None else []
+        for path in [*paths, *map(Path, extra_artifacts)]:
             if path.is_dir():
                 self._client.log_artifacts(self.parent_run_id, str(path), path.name)
             elif path.is_file():
