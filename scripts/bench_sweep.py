@@ -1,0 +1,164 @@
+"""How good and how cheap is the TPE + pruning sweep? Compare it with the exhaustive grid on one space.
+
+    python scripts/bench_sweep.py [--workdir DIR] [--tpe-trials 8] [--search grid]
+
+Runs `sweep.py -m search=<space>` twice in one work dir: once as the full grid (every feasible point,
+no pruning), once with TPE + the median pruner and a smaller trial budget. Prints, from the two
+Optuna studies and the trials' result files:
+  (a) the gap between the sweep's winner and the grid's best, both as measured by the grid, so
+      measurement noise does not blur whether the search found the best configuration;
+  (b) the sweep's total trial time as a fraction of the grid's (search phase, and with verification);
+  (c) orchestration overhead (process start, imports, model build, logging: wall time not spent in
+      warm-up or measured steps) as a fraction of the sweep's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import optuna  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+
+log = logging.getLogger("bench_sweep")
+GOALS = {"gap": 0.03, "trial_time_frac": 0.30, "overhead_frac": 0.10}
+
+
+def run_sweep(workdir: Path, study: str, *overrides: str) -> float:
+    """Run one sweep to completion; returns its wall time in seconds."""
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", f"hydra.sweeper.study_name={study}",
+            *overrides]
+    log.info("running: %s", " ".join(argv[1:]))
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    (workdir / f"{study}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep {study} failed (exit {proc.returncode}); see {workdir}/{study}.log")
+    return wall
+
+
+def load(workdir: Path, study: str) -> optuna.Study:
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{workdir / 'sweeps/optuna.db'}")
+
+
+def key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def trial_result(trial) -> dict | None:
+    path = Path(trial.user_attrs.get("job_dir", "/nonexistent")) / "result.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def measured_s(result: dict | None) -> float:
+    """Seconds a trial spent on the work it exists for: warm-up plus measured steps."""
+    if not result or not result.get("step_time_s"):
+        return 0.0
+    st = result["step_time_s"]
+    return (result.get("warmup_s") or 0.0) + st["mean"] * st["n"]
+
+
+def verification_dirs(sweep_dir: Path, n_search: int) -> list[Path]:
+    """Job dirs after the search jobs are the verification runs (Hydra numbers jobs in order)."""
+    jobs = sorted((p for p in sweep_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return jobs[n_search:]
+
+
+def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> dict:
+    grid, tpe = load(workdir, grid_name), load(workdir, tpe_name)
+    grid_tps = {
+        key(t.params): t.user_attrs["metrics"]["tokens_per_s"]
+        for t in grid.get_trials(states=(TrialState.COMPLETE,))
+    }
+    best_grid = max(grid_tps.values())
+    winner_trial = tpe.user_attrs["verdict"]["winner_trial"]
+    winner = tpe.trials[winner_trial]
+    winner_in_grid = grid_tps.get(key(winner.params))
+    gap = 1.0 - winner_in_grid / best_grid if winner_in_grid else float("nan")
+
+    def search_time(study) -> float:
+        return sum(t.user_attrs.get("wall_s", 0.0) for t in study.trials)
+
+    sweep_dir = Path(winner.user_attrs["job_dir"]).parent
+    verify_wall = 0.0
+    verify_measured = 0.0
+    for job in verification_dirs(sweep_dir, len(tpe.trials)):
+        res = json.loads((job / "result.json").read_text()) if (job / "result.json").is_file() else None
+        verify_measured += measured_s(res)
+        verify_wall += res.get("wall_s", 0.0) if res else 0.0
+    measured = sum(measured_s(trial_result(t)) for t in tpe.trials) + verify_measured
+    states: dict[str, int] = {}
+    for t in tpe.trials:
+        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+    return {
+        "grid_points": len(grid.trials),
+        "grid_best_tokens_per_s": best_grid,
+        "sweep_trials": states,
+        "winner_params": winner.params,
+        "winner_tokens_per_s_in_grid": winner_in_grid,
+        "gap": gap,
+        "trial_time_frac": search_time(tpe) / search_time(grid),
+        "trial_time_frac_with_verification": (search_time(tpe) + verify_wall) / search_time(grid),
+        "sweep_wall_s": tpe_wall,
+        "measured_work_s": measured,
+        "overhead_frac": 1.0 - measured / tpe_wall,
+        "median_trial_wall_s": statistics.median(
+            t.user_attrs["wall_s"] for t in tpe.trials if "wall_s" in t.user_attrs
+        ),
+        "median_trial_measured_s": statistics.median(
+            measured_s(trial_result(t)) for t in tpe.trials if trial_result(t)
+        ),
+    }
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    ap.add_argument("--search", default="grid", help="search space (conf/search/<name>.yaml)")
+    ap.add_argument("--tpe-trials", type=int, default=8)
+    ap.add_argument("--extra", nargs="*", default=[], help="more overrides for both sweeps")
+    args = ap.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    common = [f"search={args.search}", "hydra.sweeper.mlflow=false", *args.extra]
+    run_sweep(workdir, "bench-grid", *common, "hydra.sweeper.sampler=grid",
+              "hydra.sweeper.pruner=none", "hydra.sweeper.n_trials=0",
+              "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1")
+    tpe_wall = run_sweep(workdir, "bench-tpe", *common, "hydra.sweeper.sampler=tpe",
+                         "hydra.sweeper.pruner=median", f"hydra.sweeper.n_trials={args.tpe_trials}",
+                         "hydra.sweeper.n_startup_trials=3")
+    r = summarize(workdir, "bench-grid", "bench-tpe", tpe_wall)
+    print(f"\nwork dir: {workdir}")
+    print(f"grid: {r['grid_points']} points, best {r['grid_best_tokens_per_s']:,.0f} tokens/s")
+    print(f"TPE + pruning: trials {r['sweep_trials']}, winner {r['winner_params']} "
+          f"({r['winner_tokens_per_s_in_grid']:,.0f} tokens/s as measured by the grid)")
+    rows = [
+        ("(a) winner vs grid best, gap", r["gap"], GOALS["gap"]),
+        ("(b) sweep trial time / grid trial time", r["trial_time_frac"], GOALS["trial_time_frac"]),
+        ("    ... including verification runs", r["trial_time_frac_with_verification"], None),
+        ("(c) orchestration overhead / sweep wall", r["overhead_frac"], GOALS["overhead_frac"]),
+    ]
+    for name, value, goal in rows:
+        verdict = "" if goal is None else ("PASS" if value <= goal else "FAIL")
+        goal_text = "" if goal is None else f"goal <= {100 * goal:.0f}%"
+        print(f"{name:<42} {100 * value:6.1f}%  {goal_text:<14} {verdict}")
+    print(f"sweep wall {r['sweep_wall_s']:.0f} s, of which warm-up + measured steps "
+          f"{r['measured_work_s']:.0f} s; median trial process {r['median_trial_wall_s']:.1f} s "
+          f"for {r['median_trial_measured_s']:.1f} s of measured work")
+    (workdir / "bench_sweep.json").write_text(json.dumps(r, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
