@@ -1,13 +1,16 @@
-"""How good and how cheap is the TPE + pruning sweep? Compare it with the exhaustive grid on one space.
+"""How good and how cheap is the TPE + pruning sweep? Compare it with the exhaustive grid on one
+space.
 
     python scripts/bench_sweep.py [--workdir DIR] [--tpe-trials 8] [--search grid]
 
-Runs `sweep.py -m search=<space>` twice in one work dir: once as the full grid (every feasible point,
+Runs `sweep.py -m search=<space>` twice in one work dir: once as the full grid (every feasible
+point,
 no pruning), once with TPE + the median pruner and a smaller trial budget. Prints, from the two
 Optuna studies and the trials' result files:
   (a) the gap between the sweep's winner and the grid's best, both as measured by the grid, so
       measurement noise does not blur whether the search found the best configuration;
-  (b) the sweep's total trial time as a fraction of the grid's (search phase, and with verification);
+  (b) the sweep's total trial time as a fraction of the grid's (search phase, and with
+  verification);
   (c) orchestration overhead (process start, imports, model build, logging: wall time not spent in
       warm-up or measured steps) as a fraction of the sweep's wall time.
 """
@@ -36,15 +39,22 @@ GOALS = {"gap": 0.03, "trial_time_frac": 0.30, "overhead_frac": 0.10}
 
 def run_sweep(workdir: Path, study: str, *overrides: str) -> float:
     """Run one sweep to completion; returns its wall time in seconds."""
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", f"hydra.sweeper.study_name={study}",
-            *overrides]
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        f"hydra.sweeper.study_name={study}",
+        *overrides,
+    ]
     log.info("running: %s", " ".join(argv[1:]))
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
     (workdir / f"{study}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise SystemExit(f"sweep {study} failed (exit {proc.returncode}); see {workdir}/{study}.log")
+        raise SystemExit(
+            f"sweep {study} failed (exit {proc.returncode}); see {workdir}/{study}.log"
+        )
     return wall
 
 
@@ -94,7 +104,11 @@ def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> 
     verify_wall = 0.0
     verify_measured = 0.0
     for job in verification_dirs(sweep_dir, len(tpe.trials)):
-        res = json.loads((job / "result.json").read_text()) if (job / "result.json").is_file() else None
+        res = (
+            json.loads((job / "result.json").read_text())
+            if (job / "result.json").is_file()
+            else None
+        )
         verify_measured += measured_s(res)
         verify_wall += res.get("wall_s", 0.0) if res else 0.0
     measured = sum(measured_s(trial_result(t)) for t in tpe.trials) + verify_measured
@@ -133,17 +147,32 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     workdir.mkdir(parents=True, exist_ok=True)
     common = [f"search={args.search}", "hydra.sweeper.mlflow=false", *args.extra]
-    run_sweep(workdir, "bench-grid", *common, "hydra.sweeper.sampler=grid",
-              "hydra.sweeper.pruner=none", "hydra.sweeper.n_trials=0",
-              "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1")
-    tpe_wall = run_sweep(workdir, "bench-tpe", *common, "hydra.sweeper.sampler=tpe",
-                         "hydra.sweeper.pruner=median", f"hydra.sweeper.n_trials={args.tpe_trials}",
-                         "hydra.sweeper.n_startup_trials=3")
+    run_sweep(
+        workdir,
+        "bench-grid",
+        *common,
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.pruner=none",
+        "hydra.sweeper.n_trials=0",
+        "hydra.sweeper.verify_top_k=1",
+        "hydra.sweeper.verify_repeats=1",
+    )
+    tpe_wall = run_sweep(
+        workdir,
+        "bench-tpe",
+        *common,
+        "hydra.sweeper.sampler=tpe",
+        "hydra.sweeper.pruner=median",
+        f"hydra.sweeper.n_trials={args.tpe_trials}",
+        "hydra.sweeper.n_startup_trials=3",
+    )
     r = summarize(workdir, "bench-grid", "bench-tpe", tpe_wall)
     print(f"\nwork dir: {workdir}")
     print(f"grid: {r['grid_points']} points, best {r['grid_best_tokens_per_s']:,.0f} tokens/s")
-    print(f"TPE + pruning: trials {r['sweep_trials']}, winner {r['winner_params']} "
-          f"({r['winner_tokens_per_s_in_grid']:,.0f} tokens/s as measured by the grid)")
+    print(
+        f"TPE + pruning: trials {r['sweep_trials']}, winner {r['winner_params']} "
+        f"({r['winner_tokens_per_s_in_grid']:,.0f} tokens/s as measured by the grid)"
+    )
     rows = [
         ("(a) winner vs grid best, gap", r["gap"], GOALS["gap"]),
         ("(b) sweep trial time / grid trial time", r["trial_time_frac"], GOALS["trial_time_frac"]),
@@ -154,9 +183,11 @@ def main() -> None:
         verdict = "" if goal is None else ("PASS" if value <= goal else "FAIL")
         goal_text = "" if goal is None else f"goal <= {100 * goal:.0f}%"
         print(f"{name:<42} {100 * value:6.1f}%  {goal_text:<14} {verdict}")
-    print(f"sweep wall {r['sweep_wall_s']:.0f} s, of which warm-up + measured steps "
-          f"{r['measured_work_s']:.0f} s; median trial process {r['median_trial_wall_s']:.1f} s "
-          f"for {r['median_trial_measured_s']:.1f} s of measured work")
+    print(
+        f"sweep wall {r['sweep_wall_s']:.0f} s, of which warm-up + measured steps "
+        f"{r['measured_work_s']:.0f} s; median trial process {r['median_trial_wall_s']:.1f} s "
+        f"for {r['median_trial_measured_s']:.1f} s of measured work"
+    )
     (workdir / "bench_sweep.json").write_text(json.dumps(r, indent=2, default=str))
 
 
