@@ -24,7 +24,7 @@ from train.ceiling import measure_matmul_ceiling
 from train.checkpoint import latest_checkpoint, load_checkpoint
 from train.config import Config
 from train.flops import lookup_peak, mfu
-from train.loop import build_session, cosine_lr, eval_loss, train_step
+from train.loop import Session, build_session, cosine_lr, eval_loss, train_step
 from train.meters import PhaseClock
 
 log = logging.getLogger("train")
@@ -44,6 +44,14 @@ def run(cfg: Config) -> dict:
     latest = latest_checkpoint(Path(cfg.checkpoint.dir).expanduser()) if tc.resume else None
     start = checkpoint_step(latest) if latest is not None else 0
     s = build_session(cfg, start_step=start)
+    try:
+        return _train(cfg, s, latest=latest, start=start)
+    finally:
+        s.checkpointer.close()  # also on a failed step: an in-flight async write completes
+
+
+def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
+    tc = cfg.train
     if latest is not None:
         state = load_checkpoint(
             latest, model=s.raw_model, optimizer=s.optimizer, map_location=s.device
@@ -119,7 +127,6 @@ def run(cfg: Config) -> dict:
             log.info("step %d | val loss %.4f", step, val)
             history.append({"step": step, "val_loss": val})
             mark_time = time.perf_counter()  # evaluation is not training throughput
-    s.checkpointer.close()
     return {"start_step": start, "end_step": step, "history": history}
 
 

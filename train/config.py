@@ -253,9 +253,8 @@ class TrialConfig:
 
     warmup_steps: int = 3  # optimizer steps run before measuring; never counted
     max_steps: int = 20  # measured optimizer steps at most
-    max_seconds: float = (
-        60.0  # measured window's wall-clock budget; whichever of the two comes first
-    )
+    # measured window's wall-clock budget; the window ends at max_steps or here, whichever first
+    max_seconds: float = 30.0
     min_steps: int = 5  # the time budget never cuts the window below this many steps
     out: str = "trial.json"  # result path; relative paths land in the Hydra run dir
     profile: bool = False  # write a torch.profiler trace of a few extra steps beside the result

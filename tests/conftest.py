@@ -1,0 +1,88 @@
+"""Shared fixtures for the trainer's integration tests (test_trial.py, test_train_run.py).
+
+One small synthetic token set is made per session; configs are composed in-process from conf/
+exactly as `python -m train.trial` composes them, so most tests call the trainer as a function
+(fast) and a few run the real CLI in a subprocess (exit codes, files).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+CONF_DIR = PROJECT_DIR / "conf"
+
+# Settings that keep a CPU trial to a few seconds: the tiny preset, 512 tokens per step
+# (4 x 2 x 64), batches built in the main process, one warm-up step, a short window.
+FAST = (
+    "model=tiny",
+    "batch.tokens_per_step=512",
+    "batch.micro_batch=4",
+    "batch.grad_accum=2",
+    "data.num_workers=0",
+    "runtime.compile=none",
+    "trial.warmup_steps=1",
+    "trial.max_steps=4",
+    "trial.min_steps=2",
+)
+
+
+@pytest.fixture(scope="session")
+def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 200k-token embedded data set (nanoGPT uint16 files + meta.json), made once per session."""
+    from train.synthetic import generate
+
+    out = tmp_path_factory.mktemp("data") / "synthetic"
+    generate(out, num_tokens=200_000)
+    return out
+
+
+def compose_config(overrides: Sequence[str] = ()):
+    """conf/train.yaml + overrides -> a validated train.config.Config, as the CLI builds it."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import train.config  # registers `train_schema` in Hydra's ConfigStore
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        dcfg = compose("train", overrides=list(overrides))
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, train.config.Config)
+    return cfg
+
+
+def fast_overrides(data_dir: Path, checkpoint_dir: Path) -> list[str]:
+    """FAST plus the shared data and a private checkpoint folder (never the cwd's defaults)."""
+    return [*FAST, f"data.dir={data_dir}", f"checkpoint.dir={checkpoint_dir}"]
+
+
+@pytest.fixture
+def make_config(synthetic_dir: Path, tmp_path: Path) -> Callable[..., object]:
+    """Compose a fast CPU config pointed at the shared data and a per-test checkpoint folder;
+    later overrides win over the FAST defaults."""
+
+    def make(*overrides: str):
+        return compose_config([*fast_overrides(synthetic_dir, tmp_path / "ckpt"), *overrides])
+
+    return make
+
+
+def run_cli(
+    module: str, args: Sequence[str], *, cwd: Path, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> <args>` with the project's interpreter, in `cwd`, output captured."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR), "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
