@@ -32,6 +32,7 @@ from sweeper.space import SpaceContext, parse_space
 from sweeper.study import (
     OWNER_ATTR,
     StudySpec,
+    _owner_alive,
     count_finished,
     heartbeats,
     mask_url,
@@ -125,6 +126,13 @@ class SweepEngine:
                 facts["cpu_count"],
                 base["model.name"],
             )
+            if s.max_wall_s <= 0 and s.cpu_max_wall_s > 0:
+                self.s.max_wall_s = s.cpu_max_wall_s
+                log.warning(
+                    "CPU sweep capped at %.0f s, verification included "
+                    "(hydra.sweeper.cpu_max_wall_s; set hydra.sweeper.max_wall_s to change it)",
+                    s.cpu_max_wall_s,
+                )
         else:
             log.info("sweeping on %s with model=%s", facts["device_name"], base["model.name"])
         ctx = SpaceContext(
@@ -215,7 +223,16 @@ class SweepEngine:
     # -- search ---------------------------------------------------------------------------------
     def _budget_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
         s = self.s
-        left = (s.n_trials - count_finished(study)) if s.n_trials > 0 else 10**9
+        # Trials that other workers sharing the study are running count too (this loop has told
+        # all of its own by now), so N workers stop at n_trials, not up to n_trials + N - 1. An
+        # orphan (owner gone, or on another host with a stale heartbeat: recover_interrupted's
+        # rule) holds no budget; the next start requeues it.
+        stale = set(study._storage._get_stale_trial_ids(study._study_id))
+        running = 0
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            alive = _owner_alive(t.user_attrs.get(OWNER_ATTR))
+            running += alive is True or (alive is None and t._trial_id not in stale)
+        left = (s.n_trials - count_finished(study) - running) if s.n_trials > 0 else 10**9
         if s.max_wall_s > 0:
             elapsed = time.monotonic() - self.started
             if elapsed + verify_estimate_s >= s.max_wall_s:

@@ -360,7 +360,7 @@ def test_format_override_refuses_containers():
 # ---- errors --------------------------------------------------------------------------------------
 
 ERRORS = [
-    ({"trial.max_steps": "range(1,5)"}, r"trial.max_steps.*unknown key.*must start with.*model\."),
+    ({"train.max_steps": "range(1,5)"}, r"train.max_steps.*unknown key.*must start with.*model\."),
     ({"lr": 0.1}, r"lr.*unknown key"),
     ({"runtime.compile": "choice()"}, r"runtime.compile.*empty choice"),
     ({"runtime.compile": []}, r"runtime.compile.*empty choice.*at least one"),
