@@ -413,6 +413,15 @@ class SweepEngine:
         # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate
         # alike.
         for repeat in range(s.verify_repeats):
+            median_s = self._median_trial_s(study) or 0.0
+            elapsed = time.monotonic() - self.started
+            if repeat > 0 and s.max_wall_s > 0 and elapsed + median_s * len(cands) > s.max_wall_s:
+                log.warning(
+                    "wall budget (%.0f s): verification stops after %d fresh round(s)",
+                    s.max_wall_s,
+                    repeat,
+                )
+                break
             batch = [c.overrides for c in cands.values()]
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
             self.job_idx += len(batch)
