@@ -1,0 +1,160 @@
+"""The benchmark scripts run end to end in their small modes and print parseable, measured figures.
+
+Each runs as a real `python scripts/<name>.py` process from the repo root, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+HAS_CUDA = torch.cuda.is_available()
+
+
+def run_script(name: str, args: list[str], *, tmp_path: Path, timeout: float = 900):
+    # a private matmul-ceiling cache: measured fresh, never read from (or left in) the user's
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return subprocess.run(
+        [sys.executable, f"scripts/{name}.py", *args],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """Cells of every `| ... |` row whose first cell starts with `first_cell`."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|-"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0].startswith(first_cell):
+                rows.append(cells)
+    return rows
+
+
+def number(cell: str) -> float:
+    """'1,234' -> 1234.0, '0.88%' -> 0.0088."""
+    value = float(cell.replace(",", "").rstrip("%"))
+    return value / 100 if cell.endswith("%") else value
+
+
+def test_bench_trainer_quick(synthetic_dir: Path, tmp_path: Path) -> None:
+    proc = run_script(
+        "bench_trainer",
+        [
+            "--quick",
+            f"--data-dir={synthetic_dir}",
+            "--tokens-per-step=512",
+            "--micro-batch=4",
+            "--threads=1",
+            f"--out-dir={tmp_path / 'out'}",
+        ],
+        tmp_path=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+
+    configs = table_rows(out, "eager fp32")
+    assert [r[0] for r in configs] == ["eager fp32 nw=1", "eager fp32 nw=0"]
+    for _, tokens_per_s, p50_ms, cv, data_wait, mfu, _, n in configs:
+        assert number(tokens_per_s) > 0 and number(p50_ms) > 0 and number(mfu) > 0
+        assert number(cv) > 0  # measured steps never take exactly equal time
+        assert 0 <= number(data_wait) < 1
+        assert int(n) >= 2
+    # the per-trial JSON results were kept where asked
+    assert len(list((tmp_path / "out").glob("*.json"))) == 3  # 2 configs + 1 overhead trial
+
+    (pair,) = table_rows(out, "0")
+    trial_tps, plain_tps, ratio = (number(c) for c in pair[1:])
+    assert trial_tps > 0 and plain_tps > 0
+    assert ratio == pytest.approx(trial_tps / plain_tps, rel=0.01)
+
+    goals = {r[0]: r for r in table_rows(out, "") if r[-1] in ("PASS", "FAIL")}
+    assert set(goals) == {
+        "data wait, nw>=1",
+        "step-time CV",
+        "trial / plain tokens/s",
+        "same weights+batches (last loss)",
+    }
+    # the plain loop really trains the same model on the same batches: identical losses
+    assert goals["same weights+batches (last loss)"][-1] == "PASS"
+    trial_loss, plain_loss = re.fullmatch(
+        r"(\S+) vs (\S+)", goals["same weights+batches (last loss)"][2]
+    ).groups()
+    assert float(trial_loss) == pytest.approx(float(plain_loss), rel=1e-4)
+    assert float(goals["trial / plain tokens/s"][2].split()[0]) > 0
+
+
+def test_bench_trainer_rejects_a_split_that_does_not_divide(tmp_path: Path) -> None:
+    proc = run_script(
+        "bench_trainer", ["--quick", "--tokens-per-step=1000"], tmp_path=tmp_path, timeout=120
+    )
+    assert proc.returncode != 0
+    assert "--tokens-per-step must be a multiple of micro_batch x 64" in proc.stderr
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the no-CUDA path")
+def test_gpu_check_skips_without_cuda(tmp_path: Path) -> None:
+    proc = run_script("gpu_check", [], tmp_path=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CUDA is not available" in proc.stdout
+    assert "skipping" in proc.stdout
+
+
+def test_gpu_check_pipeline_on_cpu(synthetic_dir: Path, tmp_path: Path) -> None:
+    """The GPU path's subprocess -> JSON -> table code, run on the CPU with the tiny preset."""
+    proc = run_script(
+        "gpu_check",
+        [
+            "--device=cpu",
+            "--dtype=fp32",
+            "--models=tiny",
+            "--compile=none",
+            "--grad-accum=1",
+            "--warmup-steps=1",
+            "--steps=3",
+            f"--data-dir={synthetic_dir}",
+            f"--out-dir={tmp_path / 'out'}",
+        ],
+        tmp_path=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (row,) = table_rows(proc.stdout, "tiny")
+    _, mode, status, tokens_per_s, p50_ms, mfu_spec, mfu_ceiling, _, attention, compile_s, _ = row
+    assert (mode, status) == ("none", "complete")
+    assert number(tokens_per_s) > 0 and number(p50_ms) > 0 and number(mfu_ceiling) > 0
+    assert mfu_spec == "n/a"  # a CPU has no spec-sheet peak in our table
+    assert attention and number(compile_s) == 0
+    assert (tmp_path / "out" / "tiny-none.json").is_file()
+
+
+def test_gpu_check_prints_a_failed_trial_as_a_row(synthetic_dir: Path, tmp_path: Path) -> None:
+    proc = run_script(
+        "gpu_check",
+        [
+            "--device=cpu",
+            "--dtype=fp16",
+            "--models=tiny",
+            "--compile=none",
+            "--grad-accum=1",
+            f"--data-dir={synthetic_dir}",
+        ],
+        tmp_path=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    (row,) = table_rows(proc.stdout, "tiny")
+    assert row[2] == "FAILED (invalid_config)"
+    assert "fp16" in row[3]
+    assert "1 of 1 trials failed: tiny-none" in proc.stdout
