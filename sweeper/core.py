@@ -171,7 +171,9 @@ class SweepEngine:
         if grid_points is not None:
             queue_grid(study, grid_points)
         baseline = baseline_params(space, base)
-        if baseline is not None and not study.trials:
+        if baseline is not None and not any(
+            t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)
+        ):
             # The starting config is measured first, so the report can say what changed and why.
             study.enqueue_trial(baseline, user_attrs={"baseline": True})
         self.baseline = baseline

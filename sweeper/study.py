@@ -16,7 +16,9 @@ import logging
 import os
 import socket
 import threading
+import time
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,27 +64,50 @@ def pruner_spec(spec: StudySpec) -> dict:
 def make_sampler(spec: StudySpec, *, grid: dict | None = None) -> optuna.samplers.BaseSampler:
     if spec.sampler == "tpe":
         return optuna.samplers.TPESampler(
-            seed=spec.seed, n_startup_trials=spec.n_startup_trials, multivariate=True
+            seed=sampler_seed(spec.seed),
+            n_startup_trials=spec.n_startup_trials,
+            multivariate=True,
         )
     if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
+        return optuna.samplers.RandomSampler(seed=sampler_seed(spec.seed))
     if spec.sampler == "grid":
         if not grid:
             raise ValueError("hydra.sweeper.sampler=grid needs a finite search space")
-        return optuna.samplers.GridSampler(grid, seed=spec.seed)
+        return optuna.samplers.GridSampler(grid, seed=sampler_seed(spec.seed))
     raise ValueError(f"hydra.sweeper.sampler must be one of {SAMPLERS}, got {spec.sampler!r}")
 
 
 def make_storage(url: str, *, heartbeat_interval_s: int) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(
-        url,
-        heartbeat_interval=heartbeat_interval_s,
-        grace_period=3 * heartbeat_interval_s,
-        # SQLite under several writers: wait for the lock rather than fail.
-        engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
-    )
+    from sqlalchemy.exc import IntegrityError
+
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=heartbeat_interval_s,
+                grace_period=3 * heartbeat_interval_s,
+                # SQLite under several writers: wait for the lock rather than fail.
+                engine_kwargs={"connect_args": {"timeout": 60}}
+                if url.startswith("sqlite")
+                else None,
+            )
+        except IntegrityError:
+            # Workers opening a fresh PostgreSQL database at the same moment race to create
+            # Optuna's tables; the loser finds them made on the next try.
+            if attempt == 2:
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
+
+
+def sampler_seed(seed: int) -> int:
+    """A fixed seed (>= 0) as given; -1 derives one from host and pid, so that several workers on
+    one study explore different points instead of the same sequence."""
+    if seed >= 0:
+        return seed
+    return zlib.crc32(owner_tag().encode()) % 2**31
 
 
 def open_study(spec: StudySpec, *, grid: dict | None = None) -> optuna.Study:

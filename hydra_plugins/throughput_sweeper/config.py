@@ -30,7 +30,9 @@ class ThroughputSweeperConf:
     stall_timeout_s: float = 300.0  # no progress for this long = hung; 0 disables
     storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
     study_name: str = ""  # empty = throughput-<model>-<search>-<device>
-    seed: int = 0  # sampler seed
+    # sampler seed; -1 = derived from host and pid, so several workers on one study explore
+    # different points (a fixed seed makes one worker's search reproducible)
+    seed: int = -1
     objective: str = "tokens_per_s"  # tokens_per_s (maximize) | time_to_train (minimize)
     planned_steps: int = 10000  # production-run length for the time_to_train objective
     planned_checkpoint_every: int = 0  # checkpoint interval of that run; 0 = each trial's own
