@@ -44,6 +44,7 @@ from sweeper.verify import Candidate, pick_winner
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
 HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
 
@@ -170,7 +171,9 @@ class SweepEngine:
         study = open_study(spec)
         if grid_points is not None:
             queue_grid(study, grid_points)
-        baseline = baseline_params(space, base)
+        baseline = baseline_params(
+            space, base, device_type=facts["device_type"], bf16=facts["bf16_supported"]
+        )
         if baseline is not None and not any(
             t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)
         ):
@@ -254,7 +257,11 @@ class SweepEngine:
         dists = space.distributions()
         while True:
             median_s = self._median_trial_s(study)
+            # Room kept for verification: its planned cost, but never more than VERIFY_SHARE of a
+            # wall budget (verification rounds themselves stop at the budget).
             verify_est = (median_s or 0.0) * s.verify_top_k * s.verify_repeats
+            if s.max_wall_s > 0:
+                verify_est = min(verify_est, VERIFY_SHARE * s.max_wall_s)
             left = self._budget_left(study, verify_est)
             if left <= 0 or self._failure_rate_exceeded(study):
                 break
@@ -598,11 +605,13 @@ class SweepEngine:
             report.console.print(f"train with:  {train_command(best_path)}")
 
 
-def baseline_params(space, base: dict) -> dict | None:
+def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict | None:
     """The searched keys at the values of the composed config, if that point lies in the space."""
     params = {}
     for p in space.searched:
         value = base.get(p.key)
+        if p.key == "runtime.dtype" and value == "auto":  # as train.loop.resolve_dtype does
+            value = "bf16" if device_type == "cuda" and bf16 else "fp32"
         if p.kind == "categorical" and value not in p.choices:
             return None
         if p.kind in ("int", "float") and (value is None or not p.low <= value <= p.high):
