@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CUDA_ONLY_ATTENTION = ("efficient", "cudnn")
 PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.", "trial.")
 MICRO_BATCH, GRAD_ACCUM, WORKERS = "batch.micro_batch", "batch.grad_accum", "data.num_workers"
 # Mirrors train.config.CUDAGRAPH_MODES (not imported: train.* imports torch). With gradient
@@ -331,6 +332,10 @@ def check_point(point: dict[str, Any], ctx: SpaceContext) -> str | None:
                 f"batch.grad_accum={accum} > 1 (pytorch/pytorch#169545, #96693)")
     if device_type == "cpu" and dtype == "fp16":
         return "runtime.dtype=fp16 is not supported on CPU"
+    attention = full.get("runtime.attention")
+    if device_type == "cpu" and attention in CUDA_ONLY_ATTENTION:
+        # PyTorch's CPU SDPA has only the flash and math kernels (train.attention probes this).
+        return f"runtime.attention={attention} has no CPU kernel"
     if device_type == "cuda" and dtype == "bf16" and not ctx.bf16_supported:
         return "runtime.dtype=bf16 on a CUDA device without bf16 support"
     workers = full.get(WORKERS)

@@ -232,6 +232,10 @@ RULES = [
     ({"batch.micro_batch": 4}, {}, None),
     ({"model.block_size": 128}, {}, r"invalid split.*block_size=128"),
     ({"model.block_size": 128, "batch.micro_batch": 4}, {}, None),  # derived for the new block
+    ({"runtime.attention": "efficient"}, {}, r"attention=efficient has no CPU kernel"),
+    ({"runtime.attention": "cudnn"}, {}, r"attention=cudnn has no CPU kernel"),
+    ({"runtime.attention": "flash"}, {}, None),
+    ({"runtime.attention": "efficient"}, CUDA, None),
     ({}, {}, None),
 ]
 
