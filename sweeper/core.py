@@ -44,6 +44,7 @@ from sweeper.verify import Candidate, pick_winner
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective value
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
 HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
@@ -159,6 +160,7 @@ class SweepEngine:
             pruner=s.pruner,
             n_startup_trials=s.n_startup_trials,
             pruner_warmup_steps=s.pruner_warmup_steps,
+            pruner_startup_trials=s.pruner_startup_trials,
             seed=s.seed,
         )
         # A grid is every feasible point queued once in the study (Optuna's GridSampler stops the
@@ -398,6 +400,17 @@ class SweepEngine:
             return [], None
         reverse = direction(objective) == "maximize"
         complete.sort(key=lambda t: t.value, reverse=reverse)
+        # Re-measure only contenders: a config far behind the best cannot win on noise.
+        best_value = complete[0].value
+        complete = [
+            t
+            for t in complete
+            if (
+                t.value >= VERIFY_WITHIN * best_value
+                if reverse
+                else t.value * VERIFY_WITHIN <= best_value
+            )
+        ]
         top, seen = [], set()
         for t in complete:
             key = json.dumps(t.params, sort_keys=True, default=str)

@@ -45,6 +45,7 @@ class StudySpec:
     pruner: str = "median"
     n_startup_trials: int = 4  # trials before TPE models and before the pruner judges
     pruner_warmup_steps: int = 5  # measured steps before a trial can be pruned
+    pruner_startup_trials: int = 2  # finished trials before the pruner judges any
     seed: int = 0
     heartbeat_interval_s: int = 10
 
@@ -53,7 +54,10 @@ def pruner_spec(spec: StudySpec) -> dict:
     """The pruner as data, stored on the study so trial processes rebuild the very same pruner."""
     if spec.pruner == "none":
         return {"name": "NopPruner", "kwargs": {}}
-    kwargs = {"n_startup_trials": spec.n_startup_trials, "n_warmup_steps": spec.pruner_warmup_steps}
+    kwargs = {
+        "n_startup_trials": spec.pruner_startup_trials,
+        "n_warmup_steps": spec.pruner_warmup_steps,
+    }
     if spec.pruner == "median":
         return {"name": "MedianPruner", "kwargs": kwargs}
     if spec.pruner == "percentile":

@@ -18,11 +18,12 @@ class ThroughputSweeperConf:
     pruner: str = "median"  # median | percentile | none
     n_startup_trials: int = 4  # random trials before TPE models, and before the pruner judges
     pruner_warmup_steps: int = 5  # measured steps a trial runs before it can be pruned
+    pruner_startup_trials: int = 2  # trials that must finish before the pruner judges any
     n_trials: int = 12  # finished trials (any state) the search stops at; 0 = no limit
     max_wall_s: float = 0.0  # whole-sweep wall budget, verification included; 0 = none
     # budget applied instead when no GPU is found and max_wall_s is 0: the embedded CPU demo
     # finishes in minutes whatever the space
-    cpu_max_wall_s: float = 540.0
+    cpu_max_wall_s: float = 390.0
     n_jobs: int = 1  # trials launched together (parallel launchers such as joblib)
     max_failure_rate: float = 0.5  # stop searching when more than this share of trials failed
     min_trials_for_failure_rate: int = 4  # ... judged only after this many finished trials
