@@ -588,12 +588,14 @@ class SweepEngine:
                 f"{base_result['tokens_per_s']:,.0f} tokens/s; {d.headline}"
             )
             tags["verdict.default"] = d.headline
-            speedup = win_result["tokens_per_s"] / base_result["tokens_per_s"]
+            win_median = statistics.median(r["tokens_per_s"] for r in winner["results"])
+            speedup = win_median / base_result["tokens_per_s"]
             metrics["best/speedup_vs_default"] = speedup
         d = diagnose(win_result, planned_steps=s.planned_steps)
         gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start)" if metrics else ""
+        win_median = statistics.median(r["tokens_per_s"] for r in winner["results"])
         lines.append(
-            f"winner (trial {winner['number']}): {win_result['tokens_per_s']:,.0f} tokens/s"
+            f"winner (trial {winner['number']}): {win_median:,.0f} tokens/s (verified median)"
             f"{gain}; {d.headline}"
         )
         for fix in d.fixes[:3]:
