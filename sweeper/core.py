@@ -176,7 +176,7 @@ class SweepEngine:
         baseline = baseline_params(
             space, base, device_type=facts["device_type"], bf16=facts["bf16_supported"]
         )
-        if baseline is not None and not any(
+        if grid_points is None and baseline is not None and not any(
             t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)
         ):
             # The starting config is measured first, so the report can say what changed and why.

@@ -74,7 +74,9 @@ def test_failing_trials_are_recorded_with_reasons_and_the_sweep_finishes(tmp_pat
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = load_study(tmp_path, "faults")
-    by_fault = {t.params["trial.fault"]: t for t in study.trials}
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 6  # the whole grid, once
+    by_fault = {t.params["trial.fault"]: t for t in finished}
     assert by_fault["none"].state == TrialState.COMPLETE
     expected = {"crash": "crash", "nan": "nan", "oom": "oom", "hang": "timeout", "sigkill": "oom"}
     for fault, kind in expected.items():
