@@ -146,7 +146,13 @@ def main() -> None:
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    common = [f"search={args.search}", "hydra.sweeper.mlflow=false", *args.extra]
+    # no wall cap: the grid must be complete to be the reference
+    common = [
+        f"search={args.search}",
+        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.cpu_max_wall_s=0",
+    ]
+    common += args.extra
     run_sweep(
         workdir,
         "bench-grid",
