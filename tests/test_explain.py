@@ -23,7 +23,9 @@ ISSUE = ["--model", "gpt2-xl", "--micro-batch", "16", "--block", "1024", "--grad
 QUICK = ["model=tiny", "runtime.device=cpu", "runtime.threads=1", "trial.warmup_steps=1",
          "trial.max_steps=4", "trial.min_steps=2", "trial.report_every=2", "data.num_workers=0"]
 # 8-sequence micro-batches: ~20-60 ms of compute each, against a planted 50 ms per-batch load.
-DATA = ["batch.tokens_per_step=1024", "batch.micro_batch=8", "batch.grad_accum=2",
+# Micro-batches of 32 sequences compute for ~0.1 s, well above the ~4 ms a worker hand-off costs
+# on a 2-core machine, so the planted 0.05 s is the only data wait that matters.
+DATA = ["batch.tokens_per_step=4096", "batch.micro_batch=32", "batch.grad_accum=2",
         "data.inject_latency_s=0.05"]
 # A save every step with a planted 0.2 s write, on steps of ~0.2-0.5 s.
 CKPT = ["batch.tokens_per_step=2048", "batch.micro_batch=8", "batch.grad_accum=4",
@@ -61,7 +63,9 @@ def test_planted_data_wait_is_data_bound_and_workers_hide_it(workdir) -> None:
     assert d.fixes[0].fix.startswith("data.num_workers=")
     assert d.fixes[0].expected_gain == pytest.approx(1 / (1 - share))
 
-    hidden, _ = trial(workdir, "data2", [*DATA, "data.num_workers=2"])
+    # Sleeping workers cost no CPU: four of them supply a batch every ~12 ms, faster than a
+    # micro-step computes even on an idle machine (two would be borderline at ~25 ms).
+    hidden, _ = trial(workdir, "data4", [*DATA, "data.num_workers=4", "data.prefetch_factor=4"])
     d2 = diagnose(hidden)
     assert d2.verdict != "data-bound", (d2.headline, d2.evidence["time_frac"])
     assert hidden["time_frac"]["data_wait"] < share

@@ -20,11 +20,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from train import device as dev
-from train.ceiling import measure_matmul_ceiling
 from train.checkpoint import latest_checkpoint, load_checkpoint
 from train.config import Config
-from train.flops import lookup_peak, mfu
-from train.loop import Session, build_session, cosine_lr, eval_loss, train_step
+from train.flops import mfu
+from train.loop import Session, build_session, cosine_lr, device_peaks, eval_loss, train_step
 from train.meters import PhaseClock
 
 log = logging.getLogger("train")
@@ -60,9 +59,7 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
         if "rng" in state["extra"]:
             torch.set_rng_state(state["extra"]["rng"])
 
-    name = dev.device_name(s.device)
-    peak = lookup_peak(name, s.dtype, tf32=cfg.runtime.tf32) if s.device.type == "cuda" else None
-    ceiling = measure_matmul_ceiling(s.device, s.dtype)
+    name, peak, ceiling = device_peaks(s)
     log.info(
         "training %s on %s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
         cfg.model.name,

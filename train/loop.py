@@ -16,10 +16,11 @@ from torch import nn
 
 from train import device as dev
 from train.attention import probe_backend, sdpa_context
+from train.ceiling import Ceiling, measure_matmul_ceiling
 from train.checkpoint import Checkpointer
 from train.config import Config, check_combinations
 from train.data import DevicePrefetcher, build_loader, open_tokens
-from train.flops import flops_per_token
+from train.flops import Peak, flops_per_token, lookup_peak
 from train.meters import PhaseClock
 from train.model import GPT
 from train.synthetic import ensure_dataset
@@ -158,6 +159,16 @@ def build_session(
         ),
         tokens_per_step=tokens_per_step,
     )
+
+
+def device_peaks(s: Session) -> tuple[str, Peak | None, Ceiling]:
+    """The device's name, its spec peak for the dtype in use (GPUs only: a CPU has no spec
+    peak), and the measured matmul ceiling (cached per machine)."""
+    name = dev.device_name(s.device)
+    peak = None
+    if s.device.type == "cuda":
+        peak = lookup_peak(name, s.dtype, tf32=s.cfg.runtime.tf32)
+    return name, peak, measure_matmul_ceiling(s.device, s.dtype)
 
 
 def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:

@@ -25,11 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from train import compile_stats
 from train import device as dev
-from train.ceiling import measure_matmul_ceiling
 from train.config import Config
 from train.fingerprint import environment_fingerprint
-from train.flops import lookup_peak
-from train.loop import Session, build_session, train_step
+from train.loop import Session, build_session, device_peaks, train_step
 from train.meters import PhaseClock, time_fractions, window_rate
 from train.nvml import NvmlSampler
 from train.report import Reporter
@@ -215,11 +213,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
         fingerprint = environment_fingerprint(
             device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
         )
-        name = dev.device_name(s.device)
-        peak = (
-            lookup_peak(name, s.dtype, tf32=cfg.runtime.tf32) if s.device.type == "cuda" else None
-        )
-        ceiling = measure_matmul_ceiling(s.device, s.dtype)
+        name, peak, ceiling = device_peaks(s)
         progress = ProgressFile(cfg.trial.progress_file)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress)
         trace = profile_steps(s, out_path.parent) if cfg.trial.profile else None
