@@ -93,6 +93,19 @@ def test_bench_trainer_quick(synthetic_dir: Path, tmp_path: Path) -> None:
     ).groups()
     assert float(trial_loss) == pytest.approx(float(plain_loss), rel=1e-4)
     assert float(goals["trial / plain tokens/s"][2].split()[0]) > 0
+    # the machine's own spread for fixed work is measured beside the trainer's CV
+    (floor,) = table_rows(out, "(machine floor")
+    assert number(floor[2].split()[0]) > 0
+
+
+def test_noise_floor_prints_a_measured_spread(tmp_path: Path) -> None:
+    proc = run_script(
+        "noise_floor", ["--reps=5", "--rep-seconds=0.02", "--threads=1"], tmp_path=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"CV (\S+)% over 5 reps of (\d+) ms fixed matmul work \(1 threads\)", proc.stdout)
+    assert m, proc.stdout
+    assert float(m.group(1)) > 0 and int(m.group(2)) >= 1
 
 
 def test_bench_trainer_rejects_a_split_that_does_not_divide(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def run(cfg: Config) -> dict:
     try:
         return _train(cfg, s, latest=latest, start=start)
     finally:
+        s.batches.close()
         s.checkpointer.close()  # also on a failed step: an in-flight async write completes
 
 

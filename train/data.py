@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from train.config import DATA_FORMATS as _FORMATS
 from train.config import DataConfig
+from train.fetch import ThreadedFetch
 
 _LLMC_HEADER_INTS = 256
 _LLMC_HEADER_BYTES = _LLMC_HEADER_INTS * 4
@@ -42,8 +43,6 @@ _VOCAB_CHECK_TOKENS = 1_000_000
 # "endless" loader length: ~4.6e18 batches, never reached, still a valid len() for DataLoader
 _ENDLESS = 2**62
 _MAKE_DATA_HINT = "run `python scripts/prepare_data.py --out DIR` or set data.dir=/path/to/tokens"
-
-
 
 
 class TokenFile:
@@ -268,7 +267,11 @@ class DevicePrefetcher:
     ):
         self.device = torch.device(device)
         self.non_blocking = non_blocking
-        self._it = iter(loader)
+        # batches from worker processes are received on a thread (train/fetch.py explains why)
+        self._fetch = ThreadedFetch(loader) if loader.num_workers > 0 else None
+        self._it: Iterator[tuple[torch.Tensor, torch.Tensor]] = (
+            self._fetch if self._fetch is not None else iter(loader)
+        )
         self._cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None
         self._next: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -307,6 +310,11 @@ class DevicePrefetcher:
         wait_s = time.perf_counter() - t0 + self._carry_s
         self._carry_s = 0.0
         return x, y, wait_s
+
+    def close(self) -> None:
+        """Stop the receiving thread, if any (it is a daemon: a missed close never hangs exit)."""
+        if self._fetch is not None:
+            self._fetch.close()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, float]]:
         return self

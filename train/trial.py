@@ -243,6 +243,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
         )
     finally:
         if s is not None:
+            s.batches.close()
             try:
                 s.checkpointer.close()
             except Exception as exc:
