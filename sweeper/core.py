@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from sweeper import report
 from sweeper.export import best_config_document, train_command, write_best_yaml
+from sweeper.job import prestart_zygote
 from sweeper.objective import ObjectiveConfig, direction, objective_value
 from sweeper.space import SpaceContext, parse_space
 from sweeper.study import (
@@ -121,6 +122,10 @@ class SweepEngine:
         trainer = OmegaConf.to_container(base_cfg, resolve=False)
         trainer.pop("hydra", None)
         base = flatten(trainer)
+        if type(self.launcher).__name__ == "BasicLauncher":
+            # trials run in this process's main thread: fork them from a preloaded zygote,
+            # whose imports overlap the probe below
+            prestart_zygote(sweep_dir)
         facts = probe_device()
         if facts["device_type"] == "cpu":
             log.warning(

@@ -40,6 +40,24 @@ def write_trial_config(doc: dict, job_dir: Path) -> Path:
     return path
 
 
+def trial_env() -> dict[str, str]:
+    """The variables a trial gets on top of ours: the project importable from anywhere."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_DIR), path) if p)}
+
+
+def prestart_zygote(sweep_dir: Path) -> None:
+    """Start the trial zygote (sweeper/spawn.py) with exactly the environment trials will get."""
+    from sweeper import spawn
+    from sweeper.runner import child_environment
+
+    spawn.prestart(
+        python=sys.executable,
+        env=child_environment(trial_env()),
+        stderr_path=sweep_dir / "zygote.log",
+    )
+
+
 def run_job(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
@@ -55,8 +73,7 @@ def run_job(cfg: DictConfig) -> dict:
         job_dir=job_dir,
         overrides=[],
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_DIR), env.get("PYTHONPATH")) if p)
+    env = trial_env()
     outcome = run_child(
         argv,
         job_dir=job_dir,

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeper.spawn import ForkedProcess, start_trial_process
+
 log = logging.getLogger(__name__)
 
 STATES = ("complete", "pruned", "oom", "nan", "timeout", "crash", "invalid_config")
@@ -114,7 +116,7 @@ def trial_argv(
 @dataclass(kw_only=True)
 class _Child:
     # the running child (its pid is also its process-group id: it runs in its own session)
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProcess
     # set when we decided to kill it, so a SIGKILL of ours is not mistaken for the OOM killer
     killed_by_us: str | None = None
 
@@ -330,6 +332,12 @@ def _from_exit(returncode: int, log_path: Path) -> tuple[str, str]:
     return "crash", f"exit code {returncode}: {tail}" if tail else f"exit code {returncode}"
 
 
+def child_environment(env: dict | None = None) -> dict[str, str]:
+    """A trial's environment: `env` over ours, output unbuffered (so log growth is a live
+    heartbeat for the stall check)."""
+    return {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+
+
 def run_child(
     argv: list[str],
     *,
@@ -360,22 +368,17 @@ def run_child(
         if stale.exists():
             log.warning("removing %s left by an earlier run in the same job dir", stale)
             stale.unlink()
-    # Unbuffered child output makes log growth a live heartbeat for the stall check.
-    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    child_env = child_environment(env)
 
     _install_signal_handlers()
     start = time.monotonic()
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=child_env,
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_preexec_pdeathsig(os.getpid()),
-        )
+    proc = start_trial_process(
+        argv,
+        env=child_env,
+        cwd=cwd,
+        log_path=log_path,
+        preexec_fn=_preexec_pdeathsig(os.getpid()),
+    )
     child = _Child(proc=proc)
     _LIVE[proc.pid] = child
     log.debug("started trial pid %d: %s", proc.pid, argv)

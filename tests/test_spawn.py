@@ -1,0 +1,200 @@
+"""sweeper/spawn.py + train/zygote.py: trials forked from a preloaded process are real trials.
+
+A forked trial must be indistinguishable from an exec'd one in what it measures and how it ends:
+same losses for the same config, its own process group, killable as a group, dead with the zygote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeper import spawn
+from sweeper.runner import run_child, trial_argv
+from sweeper.spawn import ForkedProcess, Zygote
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the zygote forks (Linux only)")
+
+
+# Fixed once: pytest changes PYTEST_CURRENT_TEST in os.environ for every test, and a changed
+# environment (rightly) makes the zygote decline to fork.
+_ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
+def trial_env() -> dict[str, str]:
+    return dict(_ENV)
+
+
+def argv_for(job_dir: Path, data_dir: Path, *extra: str) -> list[str]:
+    return trial_argv(
+        python=sys.executable,
+        config_dir=REPO / "conf",
+        config_name="train",
+        job_dir=job_dir,
+        overrides=[
+            "model=tiny",
+            "runtime.device=cpu",
+            "runtime.threads=1",
+            "trial.warmup_steps=1",
+            "trial.max_steps=3",
+            "trial.min_steps=2",
+            f"data.dir={data_dir}",
+            f"checkpoint.dir={job_dir}/ckpt",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    z = Zygote(python=sys.executable, env=trial_env(), stderr_path=None)
+    yield z
+    z.close()
+
+
+def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_forked_trial_measures_exactly_what_an_execd_one_does(zygote, synthetic_dir, tmp_path):
+    results = {}
+    for how in ("fork", "exec"):
+        job = tmp_path / how
+        job.mkdir()
+        argv = argv_for(job, synthetic_dir)
+        if how == "fork":
+            proc = zygote.spawn(argv, env=trial_env(), cwd=tmp_path, log_path=job / "trial.log")
+            assert isinstance(proc, ForkedProcess)
+        else:
+            import subprocess
+
+            with open(job / "trial.log", "wb") as log:
+                proc = subprocess.Popen(argv, env=trial_env(), stdout=log, stderr=log)
+        assert proc.wait(timeout=120) == 0, (job / "trial.log").read_text()[-2000:]
+        results[how] = json.loads((job / "result.json").read_text())
+    fork, exec_ = results["fork"], results["exec"]
+    assert fork["status"] == exec_["status"] == "complete"
+    # same seed, same batches, one thread: eager fp32 on a CPU is deterministic
+    assert fork["loss"] == exec_["loss"]
+    for section in ("model", "batch", "runtime", "data", "optim"):
+        assert fork["config"][section] == exec_["config"][section], section
+    assert "trial complete" in (tmp_path / "fork" / "trial.log").read_text()
+
+
+def test_exit_codes_and_signals_come_back_as_popen_would(zygote, synthetic_dir, tmp_path):
+    invalid = zygote.spawn(
+        argv_for(tmp_path / "bad", synthetic_dir, "trial.max_steps=1"),
+        env=trial_env(),
+        cwd=tmp_path,
+        log_path=tmp_path / "bad.log",
+    )
+    assert invalid.wait(timeout=60) == 2  # train.trial's exit code for an invalid config
+    killed = zygote.spawn(
+        argv_for(tmp_path / "kill", synthetic_dir, "trial.fault=sigkill"),
+        env=trial_env(),
+        cwd=tmp_path,
+        log_path=tmp_path / "kill.log",
+    )
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_the_child_leads_its_own_process_group_and_is_killed_with_it(
+    zygote, synthetic_dir, tmp_path
+):
+    job = tmp_path / "hang"
+    proc = zygote.spawn(
+        argv_for(job, synthetic_dir, "trial.fault=hang"),
+        env=trial_env(),
+        cwd=tmp_path,
+        log_path=tmp_path / "hang.log",
+    )
+    assert os.getpgid(proc.pid) == proc.pid
+    assert os.getsid(proc.pid) == proc.pid
+    with pytest.raises(Exception, match="timed out"):
+        proc.wait(timeout=0.5)
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_fork_only_where_it_is_exactly_equivalent(zygote):
+    argv = [sys.executable, "-m", "train.trial", "x=1"]
+    env = trial_env()
+    assert zygote.accepts(argv, env)
+    assert zygote.accepts(argv, {**env, "PYTHONUNBUFFERED": "0"})  # set per trial by the runner
+    assert not zygote.accepts(argv, {**env, "OMP_NUM_THREADS": "3"})
+    assert not zygote.accepts(["/other/python", *argv[1:]], env)
+    assert not zygote.accepts([sys.executable, "tests/fake_trial.py", "x=1"], env)
+
+
+def test_children_die_with_the_zygote(synthetic_dir, tmp_path):
+    z = Zygote(python=sys.executable, env=trial_env(), stderr_path=tmp_path / "zygote.log")
+    proc = z.spawn(
+        argv_for(tmp_path / "hang", synthetic_dir, "trial.fault=hang"),
+        env=trial_env(),
+        cwd=tmp_path,
+        log_path=tmp_path / "hang.log",
+    )
+    os.kill(z.pid, signal.SIGKILL)
+    assert wait_gone(proc.pid), "a trial outlived its zygote"
+    assert proc.wait(timeout=10) == -signal.SIGKILL  # reported as killed, never left waiting
+    assert not z.alive
+    with pytest.raises(spawn.ZygoteError, match="exited"):
+        z.spawn(
+            [sys.executable, "-m", "train.trial"],
+            env=trial_env(),
+            cwd=None,
+            log_path=tmp_path / "x.log",
+        )
+    z.close()
+
+
+def test_run_child_forks_from_the_main_thread_and_execs_when_disabled(
+    synthetic_dir, tmp_path, monkeypatch
+):
+    """The runner's path: the first trial starts the zygote, the next one reuses it; with
+    THROUGHPUT_SWEEP_FORK=0 every trial execs. Both complete the same."""
+    spawn.shutdown()
+    env = {"PYTHONPATH": str(REPO)}
+    forked: list[int] = []
+    real_spawn = Zygote.spawn
+
+    def counting_spawn(self, *args, **kw):
+        proc = real_spawn(self, *args, **kw)
+        forked.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(Zygote, "spawn", counting_spawn)
+    try:
+        first = run_child(
+            argv_for(tmp_path / "a", synthetic_dir), job_dir=tmp_path / "a", timeout_s=120, env=env
+        )
+        z = spawn._ZYGOTE
+        assert z is not None and z.alive
+        second = run_child(
+            argv_for(tmp_path / "b", synthetic_dir), job_dir=tmp_path / "b", timeout_s=120, env=env
+        )
+        assert spawn._ZYGOTE is z
+        monkeypatch.setenv("THROUGHPUT_SWEEP_FORK", "0")
+        third = run_child(
+            argv_for(tmp_path / "c", synthetic_dir), job_dir=tmp_path / "c", timeout_s=120, env=env
+        )
+    finally:
+        spawn.shutdown()
+    assert [o.state for o in (first, second, third)] == ["complete"] * 3
+    assert len(forked) == 2  # the third exec'd
+    assert first.result["loss"] == second.result["loss"] == third.result["loss"]
