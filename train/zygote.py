@@ -96,6 +96,8 @@ def _child(request: dict, *, zygote_pid: int, reply_fd: int, session_fd: int) ->
         sys.argv = [f"{sys.executable} -m train.trial", *request["argv"]]
         import runpy
 
+        # as under `python -m`: the module runs as __main__, not as the preloaded train.trial
+        sys.modules.pop("train.trial", None)
         runpy.run_module("train.trial", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
