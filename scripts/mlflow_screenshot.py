@@ -219,8 +219,8 @@ def tracking_server(uri: str | None, tracking_dir: Path | None) -> Iterator[str]
         yield uri
         return
     assert tracking_dir is not None  # argparse requires one of the two
-    # The tests' helper: --workers 1, its own process group, waits for /health, kills the group.
-    from tests.mlflow_server import running_mlflow_server
+    # --workers 1, its own process group, waits for /health, kills the group on exit.
+    from sweeper.mlflow_server import running_mlflow_server
 
     log.info("starting mlflow server over %s", tracking_dir / "mlflow.db")
     with running_mlflow_server(tracking_dir) as started:

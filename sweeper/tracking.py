@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,29 @@ _SECRET_PATTERNS = [
 ]
 
 T = TypeVar("T")
+
+
+SWEEP_OWNER_TAG = "sweep_owner"  # host:pid of the sweep process that holds the parent run
+
+
+def sweep_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_gone(owner: str) -> bool:
+    """Whether `owner` (host:pid) names a process on this host that has exited. Another host's
+    process cannot be checked from here, so it counts as alive (a new parent run is the safe
+    side: nothing is merged into a run a live sweep still holds)."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def mask_secrets(text: str) -> str:
@@ -264,13 +288,46 @@ class SweepTracker:
             self.experiment_id = exp.experiment_id
             if exp.lifecycle_stage == "deleted":  # deleted in the UI: runs cannot be created in it
                 self._client.restore_experiment(self.experiment_id)
-        run = self._client.create_run(self.experiment_id, run_name=run_name, tags={"kind": "sweep"})
-        self.parent_run_id = run.info.run_id
-        self._log_batch(self.parent_run_id, params=params, tags=tags)
+        owner = sweep_owner()
+        resumed = self._interrupted_sweep_run(tags.get("study"))
+        if resumed is not None:
+            # the same study, left RUNNING by a sweep process on this host that no longer exists:
+            # its trials and ours belong in one parent run. Params are immutable in MLflow, so the
+            # first sweep's stay; tags (ours included) are updated.
+            self.parent_run_id = resumed.info.run_id
+            count = int(resumed.data.tags.get("resumed", "0")) + 1
+            tags = {**tags, "resumed": str(count), SWEEP_OWNER_TAG: owner}
+            self._log_batch(self.parent_run_id, tags=tags)
+            log.info("MLflow: resuming sweep run %s of the interrupted sweep", self.parent_run_id)
+        else:
+            run = self._client.create_run(
+                self.experiment_id, run_name=run_name, tags={"kind": "sweep"}
+            )
+            self.parent_run_id = run.info.run_id
+            self._log_batch(
+                self.parent_run_id, params=params, tags={**tags, SWEEP_OWNER_TAG: owner}
+            )
         where = mask_secrets(self.tracking_uri)
         if is_remote(self.tracking_uri):
             where += f"/#/experiments/{self.experiment_id}/runs/{self.parent_run_id}"
         log.info("MLflow: experiment %r, sweep run %s", self.experiment, where)
+
+    def _interrupted_sweep_run(self, study: str | None) -> Any:
+        """The newest RUNNING sweep run of `study` whose owner process on this host is gone."""
+        if not study:
+            return None
+        runs = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.kind = 'sweep' and tags.study = '{study}' and attributes.status = 'RUNNING'"
+            ),
+            order_by=["attributes.start_time DESC"],
+            max_results=20,
+        )
+        for run in runs:
+            if owner_is_gone(run.data.tags.get(SWEEP_OWNER_TAG, "")):
+                return run
+        return None
 
     @_guarded()
     def log_trial(

@@ -120,7 +120,6 @@ def pick_winner(
     ]
     decisive = len(tied) == 1
     reason = _reason(stats, tied, winner, direction=direction, noise_floor=noise_floor)
-    log.info("verdict: %s", reason)
     return Verdict(winner=winner.candidate, ranking=ranking, decisive=decisive, reason=reason)
 
 

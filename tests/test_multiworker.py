@@ -23,8 +23,8 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from sweeper.core import SweepEngine
+from sweeper.mlflow_server import free_port
 from sweeper.study import OWNER_ATTR, StudySpec, count_finished, open_study
-from tests.mlflow_server import free_port
 from tests.postgres import require_postgres, running_postgres
 from tests.sweep_helpers import sweep_argv
 

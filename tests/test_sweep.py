@@ -14,6 +14,8 @@ from optuna.trial import TrialState
 from sweeper.study import REQUEUED_ATTR
 from tests.sweep_helpers import load_study, run_sweep, sweep_argv, sweep_dirs
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
     proc = run_sweep(
@@ -179,3 +181,19 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
     counted = [t for t in trials if t.state.is_finished()
                and t.user_attrs.get("failure_kind") != "interrupted"]
     assert len(counted) == 4
+
+
+@pytest.mark.parametrize(
+    ("search", "top_k", "repeats"),
+    [("smoke", 2, 1), ("throughput", 3, 3)],  # smoke sets both; throughput keeps the defaults
+)
+def test_a_search_preset_sets_the_sweeper_settings_it_names(search, top_k, repeats) -> None:
+    from hydra import compose, initialize_config_dir
+
+    import train.config  # noqa: F401  (registers train_schema)
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=[f"search={search}"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.verify_top_k == top_k
+    assert cfg.hydra.sweeper.verify_repeats == repeats
+    assert cfg.hydra.sweeper.search_name == search

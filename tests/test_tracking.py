@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.mlflow_server import free_port, running_mlflow_server
 from sweeper.tracking import (
     HTTP_RETRIES_ENV,
     HTTP_TIMEOUT_ENV,
@@ -22,9 +23,9 @@ from sweeper.tracking import (
     default_tracking_uri,
     final_metrics,
     mask_secrets,
+    owner_is_gone,
     trial_run_name,
 )
-from tests.mlflow_server import free_port, running_mlflow_server
 
 TRACKER_LOGGER = "sweeper.tracking"
 
@@ -394,3 +395,61 @@ def test_sqlite_default_in_cwd(tmp_path: Path, monkeypatch, caplog) -> None:
     assert (art / tracker.parent_run_id / "artifacts" / "best.yaml").is_file()
     history = client.get_metric_history(ids["trial-000"], "interval/step_s")
     assert [m.step for m in sorted(history, key=lambda m: m.step)] == [10, 20, 30]
+
+
+def dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_owner_is_gone() -> None:
+    host = socket.gethostname()
+    assert owner_is_gone(f"{host}:{dead_pid()}")
+    assert not owner_is_gone(f"{host}:{os.getpid()}")  # alive
+    assert not owner_is_gone(f"another-host:{dead_pid()}")  # cannot tell: alive
+    assert not owner_is_gone("")
+
+
+def test_a_resumed_sweep_continues_the_interrupted_parent_run(tmp_path: Path) -> None:
+    """SIGKILL leaves a sweep's parent run RUNNING; the next sweep of the same study on this host
+    continues it, while a finished one, another study or a live owner gets a new run."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+
+    def start(study: str) -> SweepTracker:
+        t = SweepTracker(tracking_uri=uri, experiment="exp", artifact_location=None)
+        t.start_sweep(run_name=f"sweep-{study}", params={"n_trials": 4}, tags={"study": study})
+        assert not t.disabled
+        return t
+
+    client = MlflowClient(tracking_uri=uri)
+    first = start("s1")
+    # a live owner (this very process) is never taken over
+    assert start("s1").parent_run_id != first.parent_run_id
+    # the owner "dies": its run is still RUNNING
+    for run in client.search_runs([first.experiment_id]):
+        client.set_tag(run.info.run_id, "sweep_owner", f"{socket.gethostname()}:{dead_pid()}")
+    resumed = start("s1")
+    newest_interrupted = client.search_runs(
+        [first.experiment_id], order_by=["attributes.start_time DESC"]
+    )[0]
+    assert resumed.parent_run_id == newest_interrupted.info.run_id
+    tags = client.get_run(resumed.parent_run_id).data.tags
+    assert tags["resumed"] == "1"
+    assert tags["sweep_owner"] == f"{socket.gethostname()}:{os.getpid()}"
+    assert client.get_run(resumed.parent_run_id).data.params == {"n_trials": "4"}
+    # another study, or after the run finished: a new parent run
+    assert start("s2").parent_run_id != resumed.parent_run_id
+    resumed.finish()
+    runs_before = len(client.search_runs([first.experiment_id]))
+    client.set_tag(resumed.parent_run_id, "sweep_owner", f"{socket.gethostname()}:{dead_pid()}")
+    for run in client.search_runs([first.experiment_id]):
+        if run.data.tags.get("study") == "s1" and run.info.status == "RUNNING":
+            client.set_terminated(run.info.run_id)
+    assert start("s1").parent_run_id != resumed.parent_run_id
+    assert len(client.search_runs([first.experiment_id])) == runs_before + 1

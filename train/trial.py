@@ -254,8 +254,9 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
     return result
 
 
-def resolve_out(cfg: Config) -> Path:
-    out = Path(cfg.trial.out).expanduser()
+def resolve_out(out_setting: str) -> Path:
+    """`trial.out` as a path: absolute as given, relative to the Hydra run dir otherwise."""
+    out = Path(out_setting).expanduser()
     if out.is_absolute():
         return out
     from hydra.core.hydra_config import HydraConfig
@@ -277,11 +278,7 @@ def main(dcfg: DictConfig) -> int:
         cfg: Config = OmegaConf.to_object(dcfg)
     except ValueError as exc:
         # Field validation failed before anything was built: still leave a result behind.
-        out = Path(dcfg.trial.out)
-        if not out.is_absolute():
-            from hydra.core.hydra_config import HydraConfig
-
-            out = Path(HydraConfig.get().runtime.output_dir) / out
+        out = resolve_out(dcfg.trial.out)
         result = build_result(
             cfg=None,
             session=None,
@@ -294,7 +291,7 @@ def main(dcfg: DictConfig) -> int:
         write_result(result, out)
         log.error("invalid config: %s", exc)
         raise SystemExit(2) from exc
-    out = resolve_out(cfg)
+    out = resolve_out(cfg.trial.out)
     result = run_trial(cfg, out_path=out)
     print(format_summary(result, out))
     code = exit_code(result)

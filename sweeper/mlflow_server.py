@@ -1,4 +1,5 @@
-"""A real `mlflow server` subprocess for tests (SQLite backend, artifacts proxied by the server).
+"""A real `mlflow server` subprocess (SQLite backend, artifacts proxied by the server): the tests
+that check the UI and REST path, and `scripts/mlflow_screenshot.py`, start one with this.
 
 Use it from a test module as a module-scoped fixture, so one server start (~15 s on 2 cores) serves
 the module:
