@@ -31,10 +31,12 @@ from sweeper.job import prestart_zygote
 from sweeper.objective import ObjectiveConfig, direction, objective_value
 from sweeper.space import SpaceContext, parse_space
 from sweeper.study import (
+    DUPLICATE_ATTR,
     OWNER_ATTR,
     StudySpec,
     _owner_alive,
     count_finished,
+    find_twin,
     heartbeats,
     mask_url,
     open_study,
@@ -47,6 +49,8 @@ log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective value
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
+# a sampler that proposes only measured points this many times in a row has exhausted the space
+MAX_DUPLICATE_STREAK = 25
 HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
 
@@ -262,7 +266,15 @@ class SweepEngine:
     def _search(self, study, space, ctx, fixed, objective, storage) -> None:
         s = self.s
         dists = space.distributions()
+        streak = 0  # duplicates in a row
         while True:
+            if streak >= MAX_DUPLICATE_STREAK:
+                log.warning(
+                    "the sampler proposed only already-measured points %d times in a row: the "
+                    "space looks exhausted, ending the search",
+                    streak,
+                )
+                break
             median_s = self._median_trial_s(study)
             # Room kept for verification: its planned cost, but never more than VERIFY_SHARE of a
             # wall budget (verification rounds themselves stop at the budget).
@@ -291,6 +303,12 @@ class SweepEngine:
                     study.tell(trial, state=TrialState.FAIL)
                     self._line(study, trial.number, "excluded", trial.params, None, reason)
                     continue
+                twin = find_twin(study, trial.params, number=trial.number)
+                if twin is not None:
+                    self._tell_duplicate(study, trial, twin)
+                    streak += 1
+                    continue
+                streak = 0
                 overrides = [
                     *fixed,
                     *space.to_overrides(trial.params),
@@ -308,6 +326,25 @@ class SweepEngine:
             for trial, ret in zip(asked, returns, strict=True):
                 out = self._job_output(ret)
                 self._tell(study, trial, out, objective)
+
+    def _tell_duplicate(self, study, trial, twin) -> None:
+        """A re-proposed point: the sampler learns the twin's outcome again; nothing runs, and
+        the budget is not charged (study.count_finished)."""
+        trial.set_user_attr(DUPLICATE_ATTR, twin.number)
+        if twin.state == TrialState.COMPLETE:
+            study.tell(trial, twin.value)
+            state = "complete"
+        elif twin.state == TrialState.PRUNED:
+            study.tell(trial, state=TrialState.PRUNED)
+            state = "pruned"
+        else:
+            trial.set_user_attr("failure_kind", twin.user_attrs.get("failure_kind", "crash"))
+            reason = f"same point as trial {twin.number}, which failed"
+            trial.set_user_attr("failure_reason", reason)
+            study.tell(trial, state=TrialState.FAIL)
+            state = twin.user_attrs.get("failure_kind", "crash")
+        log.info("trial %d re-proposes trial %d's point (%s): not run again", trial.number,
+                 twin.number, state)
 
     @staticmethod
     def _job_output(ret) -> dict:
@@ -376,7 +413,9 @@ class SweepEngine:
         trials = [
             t
             for t in study.get_trials(deepcopy=False)
-            if t.state.is_finished() and t.user_attrs.get("failure_kind") != "interrupted"
+            if t.state.is_finished()
+            and t.user_attrs.get("failure_kind") != "interrupted"
+            and DUPLICATE_ATTR not in t.user_attrs  # ran nothing: neither a success nor a failure
         ]
         if len(trials) < s.min_trials_for_failure_rate:
             return False
@@ -615,7 +654,10 @@ class SweepEngine:
     def _final_report(self, rows, best_path, study) -> None:
         states: dict[str, int] = {}
         for t in study.get_trials(deepcopy=False):
-            name = t.user_attrs.get("failure_kind") or t.state.name.lower()
+            if DUPLICATE_ATTR in t.user_attrs:
+                name = "duplicate (not re-run)"
+            else:
+                name = t.user_attrs.get("failure_kind") or t.state.name.lower()
             states[name] = states.get(name, 0) + 1
         report.console.print("trials: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
         if rows:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from train.report import PRUNER_ATTR
 
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 OWNER_ATTR = "throughput_sweep.owner"  # "host:pid" of the sweep process that asked for the trial
 REQUEUED_ATTR = "throughput_sweep.requeued_from"
+DUPLICATE_ATTR = "duplicate_of"  # trial number whose outcome a re-proposed point reuses
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "percentile", "none")
 
@@ -205,13 +206,27 @@ def heartbeats(study: optuna.Study, trials: list, *, interval_s: float) -> Itera
 
 
 def count_finished(study: optuna.Study) -> int:
-    """Trials that count against the budget: every finished state, failures included."""
+    """Trials that count against the budget: every finished state, failures included; not an
+    interrupted trial (it is queued again) nor a duplicate (it ran nothing)."""
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     return sum(
         1
         for t in study.get_trials(deepcopy=False, states=done)
-        if t.user_attrs.get("failure_kind") != "interrupted"
+        if t.user_attrs.get("failure_kind") != "interrupted" and DUPLICATE_ATTR not in t.user_attrs
     )
+
+
+def find_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial | None:
+    """The earliest finished trial (not `number`) that measured exactly `params`: samplers
+    re-propose points in small discrete spaces, and a re-run would spend a trial's time to learn
+    what the study already knows (verification re-measures the contenders anyway)."""
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    for t in study.get_trials(deepcopy=False, states=done):
+        if t.number == number or t.user_attrs.get("failure_kind") == "interrupted":
+            continue
+        if DUPLICATE_ATTR not in t.user_attrs and t.params == params:
+            return t
+    return None
 
 
 def mask_url(url: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from sweeper.study import REQUEUED_ATTR
+from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR
 from tests.sweep_helpers import load_study, run_sweep, sweep_argv, sweep_dirs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,8 +27,12 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = load_study(tmp_path, "smoke")
-    finished = [t for t in study.trials if t.state.is_finished()]
+    # a point the random sampler proposes again is recorded, not run again, and costs no budget
+    finished = [
+        t for t in study.trials if t.state.is_finished() and DUPLICATE_ATTR not in t.user_attrs
+    ]
     assert len(finished) == 3
+    assert len({tuple(sorted(t.params.items())) for t in finished}) == 3
     assert all(t.state == TrialState.COMPLETE for t in finished)
     for t in finished:
         assert t.value > 0
@@ -179,7 +183,8 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
         assert trials[number].state == TrialState.COMPLETE
         assert trials[number].value == value
     counted = [t for t in trials if t.state.is_finished()
-               and t.user_attrs.get("failure_kind") != "interrupted"]
+               and t.user_attrs.get("failure_kind") != "interrupted"
+               and DUPLICATE_ATTR not in t.user_attrs]
     assert len(counted) == 4
 
 
@@ -197,3 +202,30 @@ def test_a_search_preset_sets_the_sweeper_settings_it_names(search, top_k, repea
     assert cfg.hydra.sweeper.verify_top_k == top_k
     assert cfg.hydra.sweeper.verify_repeats == repeats
     assert cfg.hydra.sweeper.search_name == search
+
+
+def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -> None:
+    """smoke has 4 points; asked for 6 trials, the sweep measures each point once, records the
+    sampler's re-proposals as duplicates of the first measurement, and stops."""
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.study_name=exhaust",
+        "hydra.sweeper.n_trials=6",
+        "hydra.sweeper.verify_top_k=1",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = load_study(tmp_path, "exhaust")
+    ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
+    dups = [t for t in study.trials if DUPLICATE_ATTR in t.user_attrs]
+    assert len(ran) == 4
+    assert len({tuple(sorted(t.params.items())) for t in ran}) == 4
+    assert len(dups) >= 25
+    by_number = {t.number: t for t in ran}
+    for t in dups:
+        twin = by_number[t.user_attrs[DUPLICATE_ATTR]]
+        assert t.params == twin.params and t.state == twin.state and t.value == twin.value
+    assert "the space looks exhausted" in proc.stdout + proc.stderr
+    (sweep_dir,) = sweep_dirs(tmp_path)
+    # 4 trial job dirs + 1 verified config x 1 repeat (smoke's verify_repeats)
+    assert len([p for p in sweep_dir.iterdir() if p.name.isdigit()]) == 5

@@ -387,3 +387,29 @@ def test_fast_overrides_compose() -> None:
     assert (cfg.model.name, cfg.batch.tokens_per_step, cfg.data.num_workers) == ("tiny", 512, 0)
     assert cfg.batch.micro_batch * cfg.batch.grad_accum * cfg.model.block_size == 512
     assert cfg.runtime.compile == "none" and cfg.trial.warmup_steps == 1
+
+
+def test_reporting_to_the_study_is_not_charged_to_the_steps(make_config) -> None:
+    """The pruner's database round trip happens between steps; a slow one must not show up as
+    slow training (a search trial reports, a verification run does not: same config, same
+    numbers)."""
+    from train.loop import build_session
+    from train.trial import ProgressFile, measure
+
+    class SlowReporter:
+        calls = 0
+
+        def report(self, *, step: int, value: float) -> bool:
+            SlowReporter.calls += 1
+            time.sleep(0.3)
+            return False
+
+    cfg = make_config("trial.report_every=1", "trial.max_steps=4", "trial.min_steps=4")
+    s = build_session(cfg)
+    try:
+        raw = measure(s, reporter=SlowReporter(), progress=ProgressFile(""))
+    finally:
+        s.batches.close()
+    assert SlowReporter.calls == 4
+    assert len(raw["step_times"]) == 4
+    assert max(raw["step_times"]) < 0.3, raw["step_times"]

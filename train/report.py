@@ -40,9 +40,9 @@ class StudyReporter:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        probe = optuna.load_study(study_name=study_name, storage=storage)
-        pruner = build_pruner(probe.user_attrs.get(PRUNER_ATTR))
-        self._study = optuna.load_study(study_name=study_name, storage=storage, pruner=pruner)
+        self._study = optuna.load_study(study_name=study_name, storage=storage)
+        # one storage connection: the pruner is only known after the study is loaded
+        self._study.pruner = build_pruner(self._study.user_attrs.get(PRUNER_ATTR))
         self._trial = optuna.trial.Trial(self._study, trial_id)
 
     def report(self, *, step: int, value: float) -> bool:

@@ -120,6 +120,7 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
             last_loss = loss_t.item()
             _check_finite(last_loss, t.warmup_steps + step)
             if step % t.report_every == 0:
+                report_start = time.perf_counter()
                 recent = step_times[-t.report_every :]
                 fracs = time_fractions(phases[-t.report_every :], recent)
                 interval = {
@@ -135,6 +136,9 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
                     pruned = True
                     log.info("pruned at measured step %d (running %.0f tokens/s)", step, running)
                     break
+                # reporting to the study (a database round trip) is the sweep's bookkeeping, not
+                # training: the next step's clock starts after it
+                prev += time.perf_counter() - report_start
             if now - window_start >= t.max_seconds and step >= t.min_steps:
                 break
     after_window = compile_stats.snapshot()

@@ -45,17 +45,34 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+# What a trial imports, heaviest first. The first scaled_dot_product_attention call imports
+# dynamo (~2.5 s on a 2-core CPU), eager or not; a compiled trial then imports inductor (~2 s); a
+# sweep's trial reports to its Optuna study through an RDB storage (train/report.py). None of these
+# imports starts a thread or touches CUDA.
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "optuna.storages._rdb.storage",
+    # what that storage imports lazily on first use (~0.9 s)
+    "optuna.storages._rdb.models",
+    "sqlalchemy.dialects.sqlite",
+    "sqlalchemy.dialects.postgresql",
+    "alembic.command",
+    "alembic.config",
+    "alembic.migration",
+    "alembic.script",
+    "train.trial",  # hydra, omegaconf and the whole trainer
+)
+
+
 def preload() -> None:
     """Import what a trial imports, without running any of it."""
-    import numpy  # noqa: F401
-    import torch
+    import importlib
 
-    # The first scaled_dot_product_attention call imports dynamo (~2.5 s on a 2-core CPU), eager
-    # or not; a compiled trial then imports inductor (~2 s). Neither import starts a thread.
-    import torch._dynamo
-    import torch._inductor.compile_fx  # noqa: F401
-
-    import train.trial  # noqa: F401  (hydra, omegaconf and the whole trainer)
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def check_fork_safe() -> None:

@@ -1,0 +1,61 @@
+"""sweeper/study.py: which trials a re-proposed point reuses, and what counts against the budget."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from sweeper.study import DUPLICATE_ATTR, count_finished, find_twin
+
+DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
+
+
+def told(study: optuna.Study, mb: int, state: TrialState, value=None, **attrs) -> int:
+    study.enqueue_trial({"mb": mb})
+    trial = study.ask(DISTS)
+    for k, v in attrs.items():
+        trial.set_user_attr(k, v)
+    study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
+    return trial.number
+
+
+@pytest.fixture
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(direction="maximize")
+
+
+def test_find_twin_returns_the_first_measurement_of_the_same_point(study):
+    first = told(study, 8, TrialState.COMPLETE, 100.0)
+    told(study, 8, TrialState.COMPLETE, 90.0)
+    told(study, 4, TrialState.PRUNED)
+    assert find_twin(study, {"mb": 8}, number=99).number == first
+    assert find_twin(study, {"mb": 4}, number=99).state == TrialState.PRUNED
+    assert find_twin(study, {"mb": 16}, number=99) is None
+    assert find_twin(study, {"mb": 8}, number=first).number != first  # never itself
+
+
+def test_interrupted_and_duplicate_trials_are_never_twins(study):
+    told(study, 8, TrialState.FAIL, failure_kind="interrupted")
+    assert find_twin(study, {"mb": 8}, number=99) is None
+    told(study, 16, TrialState.COMPLETE, 5.0, **{DUPLICATE_ATTR: 0})
+    assert find_twin(study, {"mb": 16}, number=99) is None
+
+
+@pytest.mark.parametrize(
+    ("trials", "expected"),
+    [
+        ([], 0),
+        ([(8, TrialState.COMPLETE, {})], 1),
+        ([(8, TrialState.COMPLETE, {}), (4, TrialState.PRUNED, {})], 2),
+        ([(8, TrialState.FAIL, {"failure_kind": "crash"})], 1),  # a failure cost a trial
+        ([(8, TrialState.FAIL, {"failure_kind": "interrupted"})], 0),  # queued again
+        ([(8, TrialState.COMPLETE, {}), (8, TrialState.COMPLETE, {DUPLICATE_ATTR: 0})], 1),
+    ],
+)
+def test_count_finished(study, trials, expected):
+    for mb, state, attrs in trials:
+        told(study, mb, state, 1.0, **attrs)
+    assert count_finished(study) == expected
