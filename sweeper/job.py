@@ -65,14 +65,8 @@ def run_job(cfg: DictConfig) -> dict:
     job_dir = Path(hc.runtime.output_dir)
     sweeper_cfg = hc.sweeper
     doc = pin_config(cfg)
-    write_trial_config(doc, job_dir)
-    argv = trial_argv(
-        python=sys.executable,
-        config_dir=job_dir,
-        config_name=TRIAL_CONFIG_NAME,
-        job_dir=job_dir,
-        overrides=[],
-    )
+    config_file = write_trial_config(doc, job_dir)
+    argv = trial_argv(python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=[])
     env = trial_env()
     outcome = run_child(
         argv,

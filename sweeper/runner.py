@@ -90,23 +90,18 @@ def hydra_quote(value: str) -> str:
 
 
 def trial_argv(
-    *, python: str, config_dir: Path, config_name: str, job_dir: Path, overrides: list[str]
+    *, python: str, config_file: Path, job_dir: Path, overrides: list[str]
 ) -> list[str]:
-    """The child's command line: the trainer's trial entry point, writing into `job_dir`."""
+    """The child's command line: the trainer's trial entry point on a pinned config file
+    (`--pinned`: no Hydra composition, train/pinned.py), writing into `job_dir`."""
     job_dir = Path(job_dir)
-    if "${" in str(job_dir):
-        # Quoting gets it through the override parser, but Hydra interpolates hydra.run.dir a
-        # second time when it builds its logging config, and fails there.
-        raise ValueError(f"job_dir must not contain '${{' (Hydra cannot use it), got {job_dir}")
     return [
         python, "-m", "train.trial",
-        "--config-path", str(config_dir),
-        "--config-name", config_name,
-        f"hydra.run.dir={hydra_quote(str(job_dir / 'trial'))}",
+        "--pinned", str(config_file),
         f"trial.out={hydra_quote(str(job_dir / RESULT_NAME))}",
         f"trial.progress_file={hydra_quote(str(job_dir / PROGRESS_NAME))}",
         *overrides,
-    ]
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

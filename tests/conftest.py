@@ -43,16 +43,23 @@ def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def compose_config(overrides: Sequence[str] = ()):
-    """conf/train.yaml + overrides -> a validated train.config.Config, as the CLI builds it."""
+def compose_dictconfig(overrides: Sequence[str] = ()):
+    """conf/train.yaml + overrides, composed by Hydra (a DictConfig, not yet validated)."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    import train.config  # registers `train_schema` in Hydra's ConfigStore
+    import train.config  # noqa: F401  (registers `train_schema` in Hydra's ConfigStore)
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        dcfg = compose("train", overrides=list(overrides))
-    cfg = OmegaConf.to_object(dcfg)
+        return compose("train", overrides=list(overrides))
+
+
+def compose_config(overrides: Sequence[str] = ()):
+    """conf/train.yaml + overrides -> a validated train.config.Config, as the CLI builds it."""
+    from omegaconf import OmegaConf
+
+    import train.config
+
+    cfg = OmegaConf.to_object(compose_dictconfig(overrides))
     assert isinstance(cfg, train.config.Config)
     return cfg
 

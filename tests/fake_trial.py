@@ -1,6 +1,6 @@
 """A stand-in for `python -m train.trial` that misbehaves on request (no torch; for test_runner.py).
 
-Usage: fake_trial.py [--config-path DIR --config-name NAME] key=value ...
+Usage: fake_trial.py [--pinned FILE] key=value ...
 Keys: trial.out, trial.progress_file (as train.trial takes them, Hydra-quoted values allowed),
 fake.mode (or env FAKE_TRIAL_MODE), fake.steps (progress intervals written, default 3).
 Modes: ok, pruned, oom_json, nan, invalid_config, crash, hang, busy, ignore_term,
@@ -34,7 +34,7 @@ def parse_args(argv: list[str]) -> dict[str, str]:
     args: dict[str, str] = {}
     it = iter(argv)
     for arg in it:
-        if arg in ("--config-path", "--config-name"):
+        if arg in ("--config-path", "--config-name", "--pinned"):
             next(it)
             continue
         key, _, raw = arg.partition("=")

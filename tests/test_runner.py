@@ -39,8 +39,7 @@ def fake_argv(job_dir: Path, mode: str, *extra: str) -> list[str]:
     """trial_argv's command line with the fake in place of `-m train.trial`."""
     argv = trial_argv(
         python=sys.executable,
-        config_dir=job_dir,
-        config_name="trial_config",
+        config_file=job_dir / "trial_config.yaml",
         job_dir=job_dir,
         overrides=[f"fake.mode={mode}", *extra],
     )
@@ -285,25 +284,16 @@ def test_sigterm_to_the_sweep_kills_the_trial_group_then_the_sweep(tmp_path):
 
 def test_trial_argv_layout(tmp_path):
     argv = trial_argv(
-        python="/usr/bin/python3", config_dir=tmp_path, config_name="trial_config",
+        python="/usr/bin/python3", config_file=tmp_path / "trial_config.yaml",
         job_dir=tmp_path, overrides=["runtime.compile=default", "batch.micro_batch=4"],
     )
     assert argv == [
         "/usr/bin/python3", "-m", "train.trial",
-        "--config-path", str(tmp_path), "--config-name", "trial_config",
-        f"hydra.run.dir={tmp_path}/trial",
+        "--pinned", str(tmp_path / "trial_config.yaml"),
         f"trial.out={tmp_path}/result.json",
         f"trial.progress_file={tmp_path}/progress.jsonl",
         "runtime.compile=default", "batch.micro_batch=4",
     ]
-
-
-def test_trial_argv_rejects_an_interpolation_in_the_job_dir(tmp_path):
-    with pytest.raises(ValueError, match=r"job_dir must not contain '\$\{'"):
-        trial_argv(
-            python="python", config_dir=tmp_path, config_name="c",
-            job_dir=tmp_path / "${x}", overrides=[],
-        )
 
 
 @pytest.mark.parametrize(

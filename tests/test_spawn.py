@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from sweeper import spawn
+from sweeper.job import pin_config, write_trial_config
 from sweeper.runner import run_child, trial_argv
 from sweeper.spawn import ForkedProcess, Zygote
+from tests.conftest import compose_dictconfig
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the zygote forks (Linux only)")
@@ -33,12 +35,9 @@ def trial_env() -> dict[str, str]:
 
 
 def argv_for(job_dir: Path, data_dir: Path, *extra: str) -> list[str]:
-    return trial_argv(
-        python=sys.executable,
-        config_dir=REPO / "conf",
-        config_name="train",
-        job_dir=job_dir,
-        overrides=[
+    """A trial command line as the sweeper builds it: a pinned config file in the job dir."""
+    dcfg = compose_dictconfig(
+        [
             "model=tiny",
             "runtime.device=cpu",
             "runtime.threads=1",
@@ -47,8 +46,12 @@ def argv_for(job_dir: Path, data_dir: Path, *extra: str) -> list[str]:
             "trial.min_steps=2",
             f"data.dir={data_dir}",
             f"checkpoint.dir={job_dir}/ckpt",
-            *extra,
-        ],
+        ]
+    )
+    job_dir.mkdir(parents=True, exist_ok=True)
+    config_file = write_trial_config(pin_config(dcfg), job_dir)
+    return trial_argv(
+        python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=list(extra)
     )
 
 

@@ -256,7 +256,7 @@ class TrialConfig:
     # measured window's wall-clock budget; the window ends at max_steps or here, whichever first
     max_seconds: float = 30.0
     min_steps: int = 5  # the time budget never cuts the window below this many steps
-    out: str = "trial.json"  # result path; relative paths land in the Hydra run dir
+    out: str = "trial.json"  # result path; relative to the Hydra run dir (--pinned: the file's dir)
     profile: bool = False  # write a torch.profiler trace of a few extra steps beside the result
     profile_steps: int = 3  # steps inside the trace
     report_every: int = 5  # measured steps between progress reports (pruning, interval metrics)

@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -258,14 +259,10 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
     return result
 
 
-def resolve_out(out_setting: str) -> Path:
-    """`trial.out` as a path: absolute as given, relative to the Hydra run dir otherwise."""
+def resolve_out(out_setting: str, base_dir: Path) -> Path:
+    """`trial.out` as a path: absolute as given, else relative to `base_dir` (the run dir)."""
     out = Path(out_setting).expanduser()
-    if out.is_absolute():
-        return out
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir) / out
+    return out if out.is_absolute() else base_dir / out
 
 
 def exit_code(result: dict) -> int:
@@ -276,33 +273,50 @@ def exit_code(result: dict) -> int:
     return 2 if result["failure"]["kind"] == "invalid_config" else 3
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(dcfg: DictConfig) -> int:
+def invalid_config(message: str, *, out: Path, resolved: dict | None) -> int:
+    """Field validation failed before anything was built: still leave a result behind."""
+    result = build_result(
+        cfg=None,
+        session=None,
+        raw=None,
+        failure=TrialFailure(kind="invalid_config", message=message),
+        fingerprint={},
+        wall_s=0.0,
+        resolved_config=resolved,
+    )
+    write_result(result, out)
+    log.error("invalid config: %s", message)
+    return 2
+
+
+def run_composed(dcfg: DictConfig, *, base_dir: Path) -> int:
+    """Validate a composed config, run the trial and print its summary; returns the exit code."""
+    out = resolve_out(dcfg.trial.out, base_dir)
     try:
         cfg: Config = OmegaConf.to_object(dcfg)
     except ValueError as exc:
-        # Field validation failed before anything was built: still leave a result behind.
-        out = resolve_out(dcfg.trial.out)
-        result = build_result(
-            cfg=None,
-            session=None,
-            raw=None,
-            failure=TrialFailure(kind="invalid_config", message=str(exc)),
-            fingerprint={},
-            wall_s=0.0,
-            resolved_config=OmegaConf.to_container(dcfg, resolve=True),
+        return invalid_config(
+            str(exc), out=out, resolved=OmegaConf.to_container(dcfg, resolve=True)
         )
-        write_result(result, out)
-        log.error("invalid config: %s", exc)
-        raise SystemExit(2) from exc
-    out = resolve_out(cfg.trial.out)
     result = run_trial(cfg, out_path=out)
     print(format_summary(result, out))
-    code = exit_code(result)
+    return exit_code(result)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(dcfg: DictConfig) -> int:
+    from hydra.core.hydra_config import HydraConfig
+
+    code = run_composed(dcfg, base_dir=Path(HydraConfig.get().runtime.output_dir))
     if code:
         raise SystemExit(code)
     return code
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--pinned"]:
+        # the sweeper's children: a pinned config file, no Hydra composition (train/pinned.py)
+        from train.pinned import main_pinned
+
+        sys.exit(main_pinned(sys.argv[2:]))
     main()

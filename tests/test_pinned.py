@@ -1,0 +1,78 @@
+"""train/pinned.py: `python -m train.trial --pinned FILE`, the sweeper children's entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from sweeper.job import pin_config, write_trial_config
+from tests.conftest import compose_dictconfig, fast_overrides, run_cli
+
+
+@pytest.fixture
+def pinned(synthetic_dir: Path, tmp_path: Path) -> Path:
+    dcfg = compose_dictconfig(
+        [*fast_overrides(synthetic_dir, tmp_path / "ckpt"), "runtime.threads=1"]
+    )
+    return write_trial_config(pin_config(dcfg), tmp_path)
+
+
+def test_a_pinned_file_measures_what_the_hydra_command_line_does(synthetic_dir, tmp_path, pinned):
+    hydra_run = run_cli(
+        "train.trial",
+        [*fast_overrides(synthetic_dir, tmp_path / "ckpt"), "runtime.threads=1",
+         f"hydra.run.dir={tmp_path / 'hydra'}", f"trial.out={tmp_path / 'hydra.json'}"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert hydra_run.returncode == 0, hydra_run.stderr[-2000:]
+    pinned_run = run_cli(
+        "train.trial",
+        ["--pinned", str(pinned), f"trial.out={tmp_path / 'pinned.json'}"],
+        cwd=tmp_path,
+    )
+    assert pinned_run.returncode == 0, pinned_run.stderr[-2000:]
+    a = json.loads((tmp_path / "hydra.json").read_text())
+    b = json.loads((tmp_path / "pinned.json").read_text())
+    assert a["status"] == b["status"] == "complete"
+    assert a["loss"] == b["loss"]  # same config, seed and batches: the same training
+    for section in ("model", "batch", "runtime", "data", "optim", "checkpoint"):
+        assert a["config"][section] == b["config"][section], section
+    assert "trial complete" in pinned_run.stdout
+    assert "[train.model][INFO]" in pinned_run.stderr  # log lines in Hydra's job-log format
+    assert not (tmp_path / ".hydra").exists()  # nothing composed, no run dir made
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"batch": {"micro_batch": "many"}}, "micro_batch"),  # a type the schema refuses
+        ({"runtime": {"no_such_knob": 1}}, "no_such_knob"),  # a key the schema lacks
+        ({"trial": {"max_steps": 1}}, "trial.max_steps"),  # a value __post_init__ refuses
+    ],
+)
+def test_an_invalid_pinned_config_leaves_an_invalid_config_result(tmp_path, pinned, edit, message):
+    doc = OmegaConf.merge(OmegaConf.load(pinned), edit)
+    OmegaConf.save(doc, pinned)
+    proc = run_cli("train.trial", ["--pinned", str(pinned), "trial.out=res.json"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    result = json.loads((pinned.parent / "res.json").read_text())  # relative to the file's dir
+    assert result["status"] == "failed"
+    assert result["failure"]["kind"] == "invalid_config"
+    assert message in result["failure"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["trial.max_steps=2,3"], "plain key=value overrides"),
+        ([], "No such file"),
+    ],
+)
+def test_bad_pinned_invocations_fail_clearly(tmp_path, pinned, args, message):
+    path = str(pinned) if args else str(tmp_path / "missing.yaml")
+    proc = run_cli("train.trial", ["--pinned", path, *args], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
