@@ -110,7 +110,9 @@ def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> 
     sweep_dir = Path(winner.user_attrs["job_dir"]).parent
     verify_wall = 0.0
     verify_measured = 0.0
-    for job in verification_dirs(sweep_dir, len(tpe.trials)):
+    # search jobs = trials that ran a process (a duplicate or an excluded point runs none)
+    n_search_jobs = sum(1 for t in tpe.trials if "job_dir" in t.user_attrs)
+    for job in verification_dirs(sweep_dir, n_search_jobs):
         res = (
             json.loads((job / "result.json").read_text())
             if (job / "result.json").is_file()

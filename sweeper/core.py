@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
 from sweeper import report
+from sweeper.design import latin_design
 from sweeper.export import best_config_document, train_command, write_best_yaml
 from sweeper.job import prestart_zygote
 from sweeper.objective import ObjectiveConfig, direction, objective_value
@@ -42,6 +43,7 @@ from sweeper.study import (
     open_study,
     owner_tag,
     recover_interrupted,
+    sampler_seed,
 )
 from sweeper.verify import Candidate, pick_winner
 
@@ -51,6 +53,7 @@ VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective valu
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
 # a sampler that proposes only measured points this many times in a row has exhausted the space
 MAX_DUPLICATE_STREAK = 25
+DESIGN_ATTR = "design"  # a queued startup point of the Latin-hypercube design
 HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
 
@@ -191,6 +194,8 @@ class SweepEngine:
             # The starting config is measured first, so the report can say what changed and why.
             study.enqueue_trial(baseline, user_attrs={"baseline": True})
         self.baseline = baseline
+        if s.sampler == "tpe":
+            self._queue_design(study, space, baseline)
         study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
         recover_interrupted(study)
         log.info("study %r in %s; sweep dir %s", study_name, mask_url(storage), sweep_dir)
@@ -235,6 +240,27 @@ class SweepEngine:
             raise
         self.tracker.finish()
         return {"best_yaml": str(best_path) if best_path else None, "study": study_name}
+
+    def _queue_design(self, study, space, baseline: dict | None) -> None:
+        """TPE's startup trials as a Latin-hypercube design (sweeper/design.py), queued once per
+        study, after the starting config (which is one of them)."""
+        s = self.s
+        trials = study.get_trials(deepcopy=False)
+        if any(t.user_attrs.get(DESIGN_ATTR) for t in trials) or len(trials) > 1:
+            return  # queued already, or a resumed study that is past its start
+        n = s.n_startup_trials - (baseline is not None)
+        if s.n_trials > 0:
+            n = min(n, s.n_trials - (baseline is not None))
+        points = latin_design(
+            space.distributions(),
+            max(0, n),
+            seed=sampler_seed(s.seed),
+            accept=lambda p: p != baseline and space.check(p) is None,
+        )
+        for point in points:
+            study.enqueue_trial(point, user_attrs={DESIGN_ATTR: True})
+        if points:
+            log.info("TPE starts from %d spread-out points (a Latin-hypercube design)", len(points))
 
     # -- search ---------------------------------------------------------------------------------
     def _budget_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
