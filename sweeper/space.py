@@ -281,6 +281,11 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
         params = OmegaConf.to_container(params, resolve=True)  # type: ignore[assignment]
     parsed = [_parse_one(k, v, ctx) for k, v in (params or {}).items()]
     parsed = [_clamp_workers(p, ctx.cpu_count) if p.key == WORKERS else p for p in parsed]
+    if not any(p.key == "runtime.device" for p in parsed):  # else the device is searched too
+        parsed = [
+            _drop_unsupported(p, ctx) if p.key in DEVICE_BOUND and p.kind == "categorical" else p
+            for p in parsed
+        ]
     by_key = {p.key: p for p in parsed}
     accum, mb = by_key.get(GRAD_ACCUM), by_key.get(MICRO_BATCH)
     # grad_accum follows micro_batch: searching it, or pinning it while micro_batch varies, would
@@ -308,6 +313,39 @@ def derive_grad_accum(micro_batch: Any, point: dict[str, Any], ctx: SpaceContext
     return per_device // micro_batch if per_device % micro_batch == 0 else None
 
 
+DEVICE_BOUND = ("runtime.dtype", "runtime.attention")  # keys whose values the device may lack
+
+
+def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContext) -> str | None:
+    """Why `key=value` cannot run on this device whatever the other knobs are, or None."""
+    if key == "runtime.dtype":
+        if device_type == "cpu" and value == "fp16":
+            return "runtime.dtype=fp16 is not supported on CPU"
+        if device_type == "cuda" and value == "bf16" and not ctx.bf16_supported:
+            return "runtime.dtype=bf16 on a CUDA device without bf16 support"
+    if key == "runtime.attention" and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
+        # PyTorch's CPU SDPA has only the flash and math kernels (train.attention probes this).
+        return f"runtime.attention={value} has no CPU kernel"
+    return None
+
+
+def _drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
+    """A choice the device cannot run would only ever be refused: drop it before sampling, so it
+    costs no trial (a sampler learns nothing from refused points)."""
+    device = str(ctx.base.get("runtime.device", "auto"))
+    device_type = "cpu" if device == "cpu" else ctx.device_type
+    reasons = {c: unsupported_here(p.key, c, device_type=device_type, ctx=ctx) for c in p.choices}
+    kept = tuple(c for c in p.choices if reasons[c] is None)
+    if not kept:
+        raise _fail(p.key, p.spec, f"no choice runs here ({'; '.join(map(str, reasons.values()))})",
+                    "search values this device supports, or run the sweep where they exist")
+    if len(kept) < len(p.choices):
+        log.warning("%s: dropped %s (%s)", p.key, [c for c in p.choices if c not in kept],
+                    "; ".join(r for r in reasons.values() if r))
+        return replace(p, choices=kept)
+    return p
+
+
 def check_point(point: dict[str, Any], ctx: SpaceContext) -> str | None:
     """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine."""
     full = {**ctx.base, **point}
@@ -326,18 +364,14 @@ def check_point(point: dict[str, Any], ctx: SpaceContext) -> str | None:
     if device.startswith("cuda") and ctx.device_type != "cuda":
         return f"runtime.device={device} but this machine has no CUDA device"
     device_type = "cpu" if device == "cpu" else ctx.device_type
-    compile_mode, dtype = full.get("runtime.compile"), full.get("runtime.dtype")
+    compile_mode = full.get("runtime.compile")
     if device_type == "cuda" and compile_mode in CUDAGRAPH_MODES and (accum or 1) > 1:
         return (f"runtime.compile={compile_mode} captures CUDA graphs, unsafe with "
                 f"batch.grad_accum={accum} > 1 (pytorch/pytorch#169545, #96693)")
-    if device_type == "cpu" and dtype == "fp16":
-        return "runtime.dtype=fp16 is not supported on CPU"
-    attention = full.get("runtime.attention")
-    if device_type == "cpu" and attention in CUDA_ONLY_ATTENTION:
-        # PyTorch's CPU SDPA has only the flash and math kernels (train.attention probes this).
-        return f"runtime.attention={attention} has no CPU kernel"
-    if device_type == "cuda" and dtype == "bf16" and not ctx.bf16_supported:
-        return "runtime.dtype=bf16 on a CUDA device without bf16 support"
+    for key in DEVICE_BOUND:
+        reason = unsupported_here(key, full.get(key), device_type=device_type, ctx=ctx)
+        if reason is not None:
+            return reason
     workers = full.get(WORKERS)
     if isinstance(workers, int) and workers > ctx.cpu_count:
         return f"data.num_workers={workers} exceeds the {ctx.cpu_count} CPUs here"

@@ -273,10 +273,12 @@ def test_empty_space_is_refused_before_anything_runs():
 
 
 def test_feasibility_of_a_continuous_space_is_sampled():
-    params = {"optim.lr": "tag(log, interval(1e-4,1e-2))", "runtime.dtype": "choice(fp32,fp16)"}
-    space = parse_space(params, make_ctx(base=BASE))
+    params = {"optim.lr": "tag(log, interval(1e-4,1e-2))",
+              "runtime.compile": "choice(none,reduce-overhead)"}
+    space = parse_space(params, make_ctx(base=BASE, **CUDA))
     count = space.feasible_count()
-    assert 0.4 * SAMPLE_POINTS < count < 0.6 * SAMPLE_POINTS  # about half draw fp16 on CPU
+    # about half draw CUDA graphs with the base's grad_accum > 1
+    assert 0.4 * SAMPLE_POINTS < count < 0.6 * SAMPLE_POINTS
     assert space.feasible_count() == count  # seeded: the same answer every time
     fixed_bad = parse_space({"optim.lr": "interval(0.1,1.0)", "runtime.dtype": "fp16"},
                             make_ctx(base=BASE))
@@ -444,3 +446,35 @@ def test_defaults_distance(params, distance):
 def test_sweeper_space_does_not_import_torch():
     code = "import sys, sweeper.space; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "ctx_kw", "kept"),
+    [
+        ("choice(auto,flash,efficient,cudnn,math)", {}, ("auto", "flash", "math")),
+        ("choice(auto,flash,efficient,cudnn,math)", CUDA, ("auto", "flash", "efficient", "cudnn",
+                                                         "math")),
+        ("choice(fp32,bf16,fp16)", {}, ("fp32", "bf16")),
+        ("choice(fp32,bf16,fp16)", CUDA, ("fp32", "bf16", "fp16")),
+        ("choice(fp32,bf16)", {"device_type": "cuda", "bf16_supported": False}, ("fp32",)),
+    ],
+)
+def test_choices_the_device_cannot_run_are_dropped_before_sampling(spec, ctx_kw, kept, caplog):
+    key = "runtime.attention" if "flash" in spec else "runtime.dtype"
+    with caplog.at_level(logging.WARNING, logger="sweeper.space"):
+        (param,) = parse_space({key: spec}, make_ctx(base=BASE, **ctx_kw)).params
+    assert param.choices == kept
+    assert ("dropped" in caplog.text) == (len(kept) < spec.count(",") + 1)
+
+
+def test_a_choice_list_the_device_cannot_run_at_all_is_an_error():
+    with pytest.raises(ValueError, match=r"runtime.attention.*no choice runs here.*no CPU kernel"):
+        parse_space({"runtime.attention": "choice(efficient,cudnn)"}, make_ctx(base=BASE))
+
+
+def test_nothing_is_dropped_when_the_device_itself_is_searched():
+    space = parse_space(
+        {"runtime.device": "choice(cpu,cuda)", "runtime.dtype": "choice(fp32,fp16)"},
+        make_ctx(base=BASE, **CUDA),
+    )
+    assert next(p for p in space.params if p.key == "runtime.dtype").choices == ("fp32", "fp16")
