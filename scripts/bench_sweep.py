@@ -123,7 +123,8 @@ def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> 
     measured = sum(measured_s(trial_result(t)) for t in tpe.trials) + verify_measured
     states: dict[str, int] = {}
     for t in tpe.trials:
-        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+        name = "duplicate" if "duplicate_of" in t.user_attrs else t.state.name.lower()
+        states[name] = states.get(name, 0) + 1
     return {
         "grid_points": len(grid.trials),
         "grid_best_job_dir": grid_best.user_attrs["job_dir"],
