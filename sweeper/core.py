@@ -422,6 +422,9 @@ class SweepEngine:
             if median_s is not None and remaining is not None
             else None
         )
+        if s.max_wall_s > 0:  # the wall budget ends the sweep first if it is tighter
+            left_s = max(0.0, s.max_wall_s - (time.monotonic() - self.started))
+            eta = left_s if eta is None else min(eta, left_s)
         report.trial_line(
             number=number,
             state=state,
@@ -651,6 +654,8 @@ class SweepEngine:
         metrics: dict[str, float] = {}
         base_trial = find_baseline(study, self.baseline)
         base_result = read_result(base_trial) if base_trial is not None else None
+        win_median = statistics.median(r["tokens_per_s"] for r in winner["results"])
+        start_won = base_trial is not None and base_trial.number == winner["number"]
         if base_result is not None and base_result.get("tokens_per_s"):
             d = diagnose(base_result, planned_steps=s.planned_steps)
             lines.append(
@@ -658,12 +663,17 @@ class SweepEngine:
                 f"{base_result['tokens_per_s']:,.0f} tokens/s; {d.headline}"
             )
             tags["verdict.default"] = d.headline
-            win_median = statistics.median(r["tokens_per_s"] for r in winner["results"])
-            speedup = win_median / base_result["tokens_per_s"]
+            # The starting config winning is a speedup of 1 by definition: comparing its verified
+            # median with its own search run would report the machine's drift as a gain or loss.
+            speedup = 1.0 if start_won else win_median / base_result["tokens_per_s"]
             metrics["best/speedup_vs_default"] = speedup
         d = diagnose(win_result, planned_steps=s.planned_steps)
-        gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start)" if metrics else ""
-        win_median = statistics.median(r["tokens_per_s"] for r in winner["results"])
+        if start_won:
+            gain = " (the starting config: nothing searched beat it beyond the noise)"
+        elif metrics:
+            gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start)"
+        else:
+            gain = ""
         lines.append(
             f"winner (trial {winner['number']}): {win_median:,.0f} tokens/s (verified median)"
             f"{gain}; {d.headline}"
