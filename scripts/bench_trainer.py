@@ -145,7 +145,9 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
     check_data(cfg)
     dev.set_threads(rt.threads)
     torch.manual_seed(rt.seed)
-    model = GPT(cfg.model, activation_checkpointing=rt.activation_checkpointing).to(device)
+    model = GPT(
+        cfg.model, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention
+    ).to(device)
     optimizer, _ = model.configure_optimizer(
         lr=cfg.optim.lr,
         weight_decay=cfg.optim.weight_decay,

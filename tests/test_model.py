@@ -323,3 +323,23 @@ def test_fused_optimizer_auto_on_cuda() -> None:
         lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), device_type="cuda", fused="auto"
     )
     assert used is True
+
+
+@pytest.mark.parametrize("attention", ["math", "flash"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_checkpointed_blocks_recompute_on_the_chosen_attention_kernel(attention, dtype):
+    """The recompute of a checkpointed block runs in backward, outside the caller's contexts; the
+    model applies its SDPA choice itself, so forward and recompute use the same kernel (a math
+    forward with an auto recompute raised torch.utils.checkpoint's CheckpointError)."""
+    cfg = ModelConfig(**SMALL)
+    grads = []
+    for ac in ("every", "none"):
+        torch.manual_seed(0)
+        model = GPT(cfg, activation_checkpointing=ac, attention=attention)
+        idx, targets = batch(cfg)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            _, loss = model(idx, targets)
+        loss.backward()
+        grads.append(model.transformer.h[0].attn.c_attn.weight.grad.clone())
+    # recomputation reproduces the forward: the same gradients as storing the activations
+    torch.testing.assert_close(grads[0], grads[1])

@@ -108,7 +108,9 @@ def build_session(
     torch.manual_seed(rt.seed)
 
     mc = cfg.model
-    raw_model = GPT(mc, activation_checkpointing=rt.activation_checkpointing).to(device)
+    raw_model = GPT(
+        mc, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention
+    ).to(device)
     backend = probe_backend(
         rt.attention,
         device=device,

@@ -15,18 +15,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from train.attention import sdpa_context
 from train.config import ModelConfig, parse_activation_checkpointing
 
 log = logging.getLogger(__name__)
 
 
-
-
-
-
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, *, attention: str = "auto") -> None:
         super().__init__()
+        # The SDPA backend is chosen here, inside forward, not around the model call: an
+        # activation-checkpointed block recomputes its forward during backward, outside any
+        # context the caller entered, and a recompute on another kernel than the forward saves
+        # different tensors (torch.utils.checkpoint's CheckpointError).
+        self.attention = attention
         # q, k, v projections for all heads in one matmul
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
@@ -42,9 +44,10 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )  # (B, nh, T, hs)
+        with sdpa_context(self.attention):
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side again: (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -64,10 +67,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, *, attention: str = "auto") -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, attention=attention)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
@@ -77,7 +80,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig, *, activation_checkpointing: str = "none") -> None:
+    def __init__(
+        self, cfg: ModelConfig, *, activation_checkpointing: str = "none", attention: str = "auto"
+    ) -> None:
         super().__init__()
         self.config = cfg
         # 0: no checkpointing; k: recompute every k-th block in backward instead of storing it.
@@ -87,7 +92,7 @@ class GPT(nn.Module):
                 wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
                 wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
                 drop=nn.Dropout(cfg.dropout),
-                h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+                h=nn.ModuleList([Block(cfg, attention=attention) for _ in range(cfg.n_layer)]),
                 ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
             )
         )
