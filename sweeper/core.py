@@ -663,15 +663,20 @@ class SweepEngine:
                 f"{base_result['tokens_per_s']:,.0f} tokens/s; {d.headline}"
             )
             tags["verdict.default"] = d.headline
-            # The starting config winning is a speedup of 1 by definition: comparing its verified
-            # median with its own search run would report the machine's drift as a gain or loss.
-            speedup = 1.0 if start_won else win_median / base_result["tokens_per_s"]
+            # Like with like: the starting config's verified median when it was re-measured too
+            # (a single search run against a verified median would count the machine's drift),
+            # and a speedup of 1 by definition when it is the winner.
+            base_runs = getattr(self, "verify_results", {}).get(base_trial.number) or []
+            base_tps = [r["tokens_per_s"] for r in base_runs if r and r.get("tokens_per_s")]
+            base_value = statistics.median(base_tps) if base_tps else base_result["tokens_per_s"]
+            speedup = 1.0 if start_won else win_median / base_value
             metrics["best/speedup_vs_default"] = speedup
         d = diagnose(win_result, planned_steps=s.planned_steps)
         if start_won:
             gain = " (the starting config: nothing searched beat it beyond the noise)"
         elif metrics:
-            gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start)"
+            basis = "its verified median" if base_tps else "its search run"
+            gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start, against {basis})"
         else:
             gain = ""
         lines.append(
