@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -686,7 +687,14 @@ class SweepEngine:
         for fix in d.fixes[:3]:
             gain_x = fix.expected_gain
             bound = "gain unknown" if gain_x is None else f"up to {gain_x:.2f}x"
-            lines.append(f"  next: {fix.fix}: {bound} ({fix.basis})")
+            tried = tried_in_study(study, fix.fix)
+            seen = (
+                f"; tried in this sweep: best {tried:,.0f} tokens/s, {tried / win_median:.2f}x "
+                "the winner"
+                if tried
+                else ""
+            )
+            lines.append(f"  next: {fix.fix}: {bound} ({fix.basis}{seen})")
         tags["verdict.winner"] = d.headline
         for line in lines:
             report.console.print(line)
@@ -706,6 +714,22 @@ class SweepEngine:
         if best_path is not None:
             report.console.print(f"best config: {best_path}")
             report.console.print(f"train with:  {train_command(best_path)}")
+
+
+def tried_in_study(study: optuna.Study, suggestion: str) -> float | None:
+    """The best tokens/s any measured trial got with every `key=value` of `suggestion` that the
+    study searched (None when it tried none): evidence beside an arithmetic bound."""
+    wanted = dict(re.findall(r"([\w.]+)=(\S+)", suggestion))
+    searched = {k for t in study.get_trials(deepcopy=False) for k in t.params}
+    wanted = {k: v for k, v in wanted.items() if k in searched}
+    if not wanted:
+        return None
+    best = None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        tps = (t.user_attrs.get("metrics") or {}).get("tokens_per_s")
+        if tps and all(str(t.params.get(k)).lower() == v.lower() for k, v in wanted.items()):
+            best = tps if best is None else max(best, tps)
+    return best
 
 
 def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict | None:

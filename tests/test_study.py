@@ -59,3 +59,33 @@ def test_count_finished(study, trials, expected):
     for mb, state, attrs in trials:
         told(study, mb, state, 1.0, **attrs)
     assert count_finished(study) == expected
+
+
+@pytest.mark.parametrize(
+    ("suggestion", "expected"),
+    [
+        ("runtime.dtype=bf16", 1200.0),  # the better of the two bf16 runs (one pruned)
+        ("runtime.dtype=fp32", 15000.0),
+        ("batch.micro_batch=16 batch.grad_accum=4", 9000.0),  # grad_accum is derived, not searched
+        ("runtime.compile=default", None),  # never tried
+        ("faster kernels (fused attention)", None),  # no key=value to match
+    ],
+)
+def test_tried_in_study_finds_the_evidence_for_a_suggestion(suggestion, expected):
+    from optuna.distributions import CategoricalDistribution as Cat
+
+    from sweeper.core import tried_in_study
+
+    dists = {"runtime.dtype": Cat(["fp32", "bf16"]), "batch.micro_batch": Cat([8, 16]),
+             "runtime.compile": Cat(["none", "default"])}
+    study = optuna.create_study(direction="maximize")
+    runs = [("fp32", 8, 15000.0, TrialState.COMPLETE), ("bf16", 8, 1000.0, TrialState.COMPLETE),
+            ("bf16", 16, 1200.0, TrialState.PRUNED), ("fp32", 16, 9000.0, TrialState.COMPLETE)]
+    for dtype, mb, tps, state in runs:
+        study.enqueue_trial({"runtime.dtype": dtype, "batch.micro_batch": mb,
+                             "runtime.compile": "none"})
+        trial = study.ask(dists)
+        trial.set_user_attr("metrics", {"tokens_per_s": tps})
+        study.tell(trial, tps if state == TrialState.COMPLETE else None, state=state)
+    got = tried_in_study(study, suggestion)
+    assert got == expected
