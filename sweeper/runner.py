@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.spawn import ForkedProcess, start_trial_process
+from train.deathsig import die_with_parent, libc_prctl
 
 log = logging.getLogger(__name__)
 
@@ -192,38 +191,21 @@ def _install_signal_handlers() -> None:
         signal.signal(signum, _on_fatal_signal)
 
 
-def _libc_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
 # Resolved in the parent: the forked child should do as little as possible before exec
 # (preexec_fn runs between fork and exec, where taking locks other threads held can deadlock).
-_PRCTL = _libc_prctl()
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PRCTL = libc_prctl()
 
 
 def _preexec_pdeathsig(parent_pid: int) -> Callable[[], None]:
-    """Ask the kernel to SIGKILL the child when its parent dies, even by SIGKILL.
+    """The child's parent-death signal (train/deathsig.py), set between fork and exec.
 
     Popen runs setsid() (start_new_session=True) before preexec_fn, so this runs in the new session.
     The death signal fires when the *thread* that forked exits, so call run_child from a thread
-    that lives as long as the trial (Hydra's launchers do). If the parent already died between
-    fork and prctl, the request would never fire: exit instead.
+    that lives as long as the trial (Hydra's launchers do).
     """
 
     def preexec() -> None:
-        if _PRCTL is None:
-            return
-        # prctl is variadic over unsigned longs: pass them as such, not as 32-bit ints.
-        zero = ctypes.c_ulong(0)
-        _PRCTL(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)
-        if os.getppid() != parent_pid:
-            os._exit(1)
+        die_with_parent(parent_pid, _PRCTL)
 
     return preexec
 

@@ -22,7 +22,6 @@ Its children die with it the same way, so no trial outlives the sweep.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -30,19 +29,10 @@ import signal
 import sys
 import threading
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+from train.deathsig import die_with_parent, libc_prctl
+
+_PRCTL = libc_prctl()
 _REAP_POLL_S = 0.05  # how often a quiet zygote checks for exited children
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when its parent dies; exit now if the parent is already gone."""
-    with contextlib.suppress(OSError, AttributeError):
-        zero = ctypes.c_ulong(0)
-        ctypes.CDLL(None, use_errno=True).prctl(
-            _PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero
-        )
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 # What a trial imports, heaviest first. The first scaled_dot_product_attention call imports
@@ -92,7 +82,7 @@ def _child(request: dict, *, zygote_pid: int, reply_fd: int, session_fd: int) ->
     try:
         os.close(reply_fd)  # the zygote's channel; held open here it would hide the zygote's end
         os.setsid()  # own session and process group: the sweep kills the trial as a group
-        _die_with_parent(zygote_pid)
+        die_with_parent(zygote_pid, _PRCTL)
         # only now is "kill the group `pid`" sure to reach us: tell the zygote it may say started
         os.write(session_fd, b"s")
         os.close(session_fd)
@@ -202,7 +192,7 @@ def serve(inp, out) -> None:
 
 def main() -> None:
     parent = int(os.environ.get("ZYGOTE_PARENT_PID", os.getppid()))
-    _die_with_parent(parent)
+    die_with_parent(parent, _PRCTL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle, not ours
     preload()
     check_fork_safe()
