@@ -210,7 +210,9 @@ def fork_enabled() -> bool:
     return os.environ.get("THROUGHPUT_SWEEP_FORK", "1") != "0" and sys.platform == "linux"
 
 
-def _zygote_for(argv: list[str], env: dict[str, str], stderr_path: Path) -> Zygote | None:
+def _ensure_zygote(*, python: str, env: dict[str, str], stderr_path: Path) -> Zygote | None:
+    """This process's zygote, started on first use; None where trials do not fork (disabled,
+    not the main thread, or a zygote already failed us)."""
     global _ZYGOTE, _FAILED
     if not fork_enabled() or threading.current_thread() is not threading.main_thread():
         return None
@@ -218,16 +220,20 @@ def _zygote_for(argv: list[str], env: dict[str, str], stderr_path: Path) -> Zygo
         if _ZYGOTE is not None and not _ZYGOTE.alive:
             log.warning("the trial zygote exited; starting trials with exec from now on")
             _ZYGOTE, _FAILED = None, True
-        if _ZYGOTE is None and not _FAILED and argv[1:3] == ["-m", TRIAL_MODULE]:
+        if _ZYGOTE is None and not _FAILED:
             try:
-                _ZYGOTE = Zygote(python=argv[0], env=env, stderr_path=stderr_path)
-            except (OSError, ZygoteError) as exc:
+                _ZYGOTE = Zygote(python=python, env=env, stderr_path=stderr_path)
+            except OSError as exc:
                 log.warning("no trial zygote (%s); starting trials with exec", exc)
                 _FAILED = True
-        zygote = _ZYGOTE
-    if zygote is None or not zygote.accepts(argv, env):
+        return _ZYGOTE
+
+
+def _zygote_for(argv: list[str], env: dict[str, str], stderr_path: Path) -> Zygote | None:
+    if argv[1:3] != ["-m", TRIAL_MODULE]:
         return None
-    return zygote
+    zygote = _ensure_zygote(python=argv[0], env=env, stderr_path=stderr_path)
+    return zygote if zygote is not None and zygote.accepts(argv, env) else None
 
 
 def _give_up() -> None:
@@ -242,16 +248,7 @@ def _give_up() -> None:
 def prestart(*, python: str, env: dict[str, str], stderr_path: Path) -> None:
     """Start the zygote now, so its imports overlap the sweep's own start (the device probe,
     the study); the first trial then forks at once. A no-op where trials would not fork."""
-    global _ZYGOTE, _FAILED
-    if not fork_enabled() or threading.current_thread() is not threading.main_thread():
-        return
-    with _GUARD:
-        if _ZYGOTE is None and not _FAILED:
-            try:
-                _ZYGOTE = Zygote(python=python, env=env, stderr_path=stderr_path)
-            except OSError as exc:
-                log.warning("no trial zygote (%s); starting trials with exec", exc)
-                _FAILED = True
+    _ensure_zygote(python=python, env=env, stderr_path=stderr_path)
 
 
 def start_trial_process(
