@@ -42,6 +42,7 @@ from sweeper.study import (
     heartbeats,
     mask_url,
     open_study,
+    own_outcomes,
     owner_tag,
     recover_interrupted,
     sampler_seed,
@@ -103,6 +104,7 @@ class SweepEngine:
         self.s = OmegaConf.create({k: v for k, v in settings.items() if k != "_target_"})
         self.job_idx = 0
         self.started = time.monotonic()
+        self.verify_results: dict[int, list[dict]] = {}  # trial number -> its verification results
 
     # -- Hydra's sweeper protocol -------------------------------------------------------------
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
@@ -365,11 +367,11 @@ class SweepEngine:
             study.tell(trial, state=TrialState.PRUNED)
             state = "pruned"
         else:
-            trial.set_user_attr("failure_kind", twin.user_attrs.get("failure_kind", "crash"))
+            state = twin.user_attrs.get("failure_kind", "crash")
+            trial.set_user_attr("failure_kind", state)
             reason = f"same point as trial {twin.number}, which failed"
             trial.set_user_attr("failure_reason", reason)
             study.tell(trial, state=TrialState.FAIL)
-            state = twin.user_attrs.get("failure_kind", "crash")
         log.info("trial %d re-proposes trial %d's point (%s): not run again", trial.number,
                  twin.number, state)
 
@@ -440,13 +442,7 @@ class SweepEngine:
 
     def _failure_rate_exceeded(self, study) -> bool:
         s = self.s
-        trials = [
-            t
-            for t in study.get_trials(deepcopy=False)
-            if t.state.is_finished()
-            and t.user_attrs.get("failure_kind") != "interrupted"
-            and DUPLICATE_ATTR not in t.user_attrs  # ran nothing: neither a success nor a failure
-        ]
+        trials = own_outcomes(study)  # a duplicate ran nothing: neither a success nor a failure
         if len(trials) < s.min_trials_for_failure_rate:
             return False
         failed = sum(
@@ -656,6 +652,7 @@ class SweepEngine:
         base_trial = find_baseline(study, self.baseline)
         base_result = read_result(base_trial) if base_trial is not None else None
         win_median = statistics.median(r["tokens_per_s"] for r in winner["results"])
+        gain = ""
         start_won = base_trial is not None and base_trial.number == winner["number"]
         if base_result is not None and base_result.get("tokens_per_s"):
             d = diagnose(base_result, planned_steps=s.planned_steps)
@@ -667,19 +664,16 @@ class SweepEngine:
             # Like with like: the starting config's verified median when it was re-measured too
             # (a single search run against a verified median would count the machine's drift),
             # and a speedup of 1 by definition when it is the winner.
-            base_runs = getattr(self, "verify_results", {}).get(base_trial.number) or []
+            base_runs = self.verify_results.get(base_trial.number) or []
             base_tps = [r["tokens_per_s"] for r in base_runs if r and r.get("tokens_per_s")]
             base_value = statistics.median(base_tps) if base_tps else base_result["tokens_per_s"]
             speedup = 1.0 if start_won else win_median / base_value
             metrics["best/speedup_vs_default"] = speedup
+            basis = "its verified median" if base_tps else "its search run"
+            gain = f" ({speedup:.2f}x the start, against {basis})"
         d = diagnose(win_result, planned_steps=s.planned_steps)
         if start_won:
             gain = " (the starting config: nothing searched beat it beyond the noise)"
-        elif metrics:
-            basis = "its verified median" if base_tps else "its search run"
-            gain = f" ({metrics['best/speedup_vs_default']:.2f}x the start, against {basis})"
-        else:
-            gain = ""
         lines.append(
             f"winner (trial {winner['number']}): {win_median:,.0f} tokens/s (verified median)"
             f"{gain}; {d.headline}"

@@ -205,28 +205,34 @@ def heartbeats(study: optuna.Study, trials: list, *, interval_s: float) -> Itera
         thread.join(timeout=5)
 
 
-def count_finished(study: optuna.Study) -> int:
-    """Trials that count against the budget: every finished state, failures included; not an
-    interrupted trial (it is queued again) nor a duplicate (it ran nothing)."""
-    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return sum(
-        1
-        for t in study.get_trials(deepcopy=False, states=done)
-        if t.user_attrs.get("failure_kind") != "interrupted" and DUPLICATE_ATTR not in t.user_attrs
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def is_own_outcome(trial: FrozenTrial) -> bool:
+    """A finished trial whose outcome is its own: not an interrupted trial (it is queued again)
+    nor a duplicate (it ran nothing and reuses its twin's outcome)."""
+    return (
+        trial.user_attrs.get("failure_kind") != "interrupted"
+        and DUPLICATE_ATTR not in trial.user_attrs
     )
+
+
+def own_outcomes(study: optuna.Study) -> list[FrozenTrial]:
+    """The finished trials with an outcome of their own (`is_own_outcome`)."""
+    return [t for t in study.get_trials(deepcopy=False, states=FINISHED) if is_own_outcome(t)]
+
+
+def count_finished(study: optuna.Study) -> int:
+    """Trials that count against the budget: every finished state, failures included, that has
+    an outcome of its own."""
+    return len(own_outcomes(study))
 
 
 def find_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial | None:
     """The earliest finished trial (not `number`) that measured exactly `params`: samplers
     re-propose points in small discrete spaces, and a re-run would spend a trial's time to learn
     what the study already knows (verification re-measures the contenders anyway)."""
-    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    for t in study.get_trials(deepcopy=False, states=done):
-        if t.number == number or t.user_attrs.get("failure_kind") == "interrupted":
-            continue
-        if DUPLICATE_ATTR not in t.user_attrs and t.params == params:
-            return t
-    return None
+    return next((t for t in own_outcomes(study) if t.number != number and t.params == params), None)
 
 
 def mask_url(url: str) -> str:
