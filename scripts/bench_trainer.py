@@ -37,7 +37,6 @@ from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.
 from omegaconf import OmegaConf  # noqa: E402
 
 from train import device as dev  # noqa: E402
-from train.attention import sdpa_context  # noqa: E402
 from train.config import Config  # noqa: E402
 from train.loop import check_data, make_loader, resolve_dtype  # noqa: E402
 from train.model import GPT  # noqa: E402
@@ -166,7 +165,7 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
         for _ in range(accum):
             x, y = next(batches)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with dev.autocast(device, dtype), sdpa_context(rt.attention):
+            with dev.autocast(device, dtype):
                 _, loss = compiled(x, y)
                 loss = loss / accum
             loss.backward()

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from train import device as dev
-from train.attention import probe_backend, sdpa_context
+from train.attention import probe_backend
 from train.ceiling import Ceiling, measure_matmul_ceiling
 from train.checkpoint import Checkpointer
 from train.config import Config, check_combinations
@@ -199,7 +199,7 @@ def train_step(s: Session, *, lr: float, clock: PhaseClock) -> torch.Tensor:
         x, y, wait_s = s.batches.next_batch()
         clock.add("data_wait", wait_s)
         with clock.phase("compute"):
-            with amp, sdpa_context(s.cfg.runtime.attention):
+            with amp:  # the model applies its SDPA backend itself (train/model.py)
                 _, loss = s.model(x, y)
                 loss = loss / accum  # the mean over the step, as one large batch would give
             s.scaler.scale(loss).backward()
@@ -223,7 +223,7 @@ def eval_loss(s: Session, *, num_batches: int) -> float:
     for x, y in loader:
         x = x.to(s.device, non_blocking=True)
         y = y.to(s.device, non_blocking=True)
-        with dev.autocast(s.device, s.dtype), sdpa_context(s.cfg.runtime.attention):
+        with dev.autocast(s.device, s.dtype):
             _, loss = s.raw_model(x, y)
         losses.append(loss.item())
     s.model.train()
