@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import REPO, sweep_argv
+from sweeper.tracking import trial_run_name
+from tests.sweep_helpers import REPO, load_study, sweep_argv
 
 SCRIPT = REPO / "scripts" / "mlflow_screenshot.py"
 
@@ -131,7 +132,11 @@ def test_compare_page_screenshot_shows_the_trial_runs(tmp_path: Path) -> None:
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert shot.returncode == 0, shot.stdout[-3000:] + shot.stderr[-3000:]
-    for name in ("trial-000", "trial-001"):
+    # the two trials that ran (a point the sampler proposed again is recorded, not run or logged)
+    study = load_study(tmp_path, "ui-smoke")
+    ran = [t.number for t in study.trials if "duplicate_of" not in t.user_attrs]
+    assert len(ran) == 2
+    for name in (trial_run_name(n, "search", None) for n in ran):
         assert f"found   {name}" in shot.stdout
         assert name in ms.visible_texts(dom.read_text())
     assert str(png.resolve()) in shot.stdout
