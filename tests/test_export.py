@@ -54,7 +54,7 @@ def _trainer_config() -> dict:
             "study_storage": "sqlite:////sweep/study.db",
             "study_name": "s1",
             "trial_id": 7,
-            "sync_phases": True,
+            "project_above_s": 5.0,
         },
         "train": {"max_steps": 200, "log_every": 10},
     }
@@ -97,7 +97,7 @@ def test_sweep_only_trial_keys_are_reset() -> None:
     assert trial == {
         "warmup_steps": 3,
         "max_steps": 20,
-        "sync_phases": True,
+        "project_above_s": 5.0,
         **SWEEP_ONLY_TRIAL_DEFAULTS,
     }
 

@@ -29,7 +29,7 @@ SCHEMA_KEYS = {
     "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",
     "flops_per_token", "mfu", "peak_memory_gib", "memory_kind", "loss", "device",
     "attention_backend", "fused_optimizer", "device_samples", "intervals", "trace", "wall_s",
-    "fingerprint", "config",
+    "fingerprint", "config", "projection", "full_step_estimate_s",
 }  # fmt: skip
 STEP_TIME_KEYS = {"p50", "p90", "mean", "std", "cv", "min", "max", "n"}
 TIME_FRAC_KEYS = {"compute", "data_wait", "optimizer", "checkpoint", "other"}
@@ -74,7 +74,7 @@ def baseline(synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 def test_result_has_every_schema_key(baseline) -> None:
     _, result, out = baseline
     assert set(result) == SCHEMA_KEYS
-    assert result["schema_version"] == 1
+    assert result["schema_version"] == 2
     assert result["status"] == "complete" and result["failure"] is None
     assert set(result["step_time_s"]) == STEP_TIME_KEYS
     assert set(result["time_frac"]) == TIME_FRAC_KEYS
@@ -413,3 +413,58 @@ def test_reporting_to_the_study_is_not_charged_to_the_steps(make_config) -> None
     assert SlowReporter.calls == 4
     assert len(raw["step_times"]) == 4
     assert max(raw["step_times"]) < 0.3, raw["step_times"]
+
+
+# -- projected steps (a long optimizer step measured as short steps) -------------------------------
+
+
+def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) -> None:
+    """grad_accum 16 over 2-micro-batch steps: the result describes full steps, each ~8x a short
+    step's per-micro-batch time, and says what it was projected from."""
+    cfg = make_config(
+        "batch.tokens_per_step=2048", "batch.micro_batch=2", "batch.grad_accum=16",
+        "trial.project_above_s=1e-6", "trial.project_micro_steps=2",
+        "trial.max_steps=4", "trial.min_steps=4",
+    )  # fmt: skip
+    result, _ = _trial(cfg, tmp_path)
+    assert result["status"] == "complete", result["failure"]
+    proj = result["projection"]
+    assert proj["micro_batches_per_step"] == 2 and proj["grad_accum"] == 16
+    assert proj["short_step_s"]["n"] == result["step_time_s"]["n"] == 4
+    ratio = result["step_time_s"]["p50"] / proj["short_step_s"]["p50"]
+    assert 5.0 < ratio <= 8.0, ratio  # 8x the micro-batch phases, the optimizer once
+    assert result["tokens_per_step"] == 2048
+    assert result["tokens_per_s"] == pytest.approx(
+        2048 * 4 / (result["step_time_s"]["mean"] * 4), rel=1e-9
+    )
+    assert sum(result["time_frac"].values()) == pytest.approx(1.0)
+
+
+def test_project_above_zero_measures_real_full_steps(make_config, tmp_path: Path) -> None:
+    cfg = make_config(
+        "batch.tokens_per_step=2048", "batch.micro_batch=2", "batch.grad_accum=16",
+        "trial.project_above_s=0", "trial.max_steps=2", "trial.min_steps=2",
+    )  # fmt: skip
+    result, _ = _trial(cfg, tmp_path)
+    assert result["status"] == "complete", result["failure"]
+    assert result["projection"] is None
+    assert result["full_step_estimate_s"] > 0
+
+
+def test_heartbeats_come_during_warmup_and_stop_before_the_window(
+    make_config, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(trial_mod, "HEARTBEAT_S", 0.01)
+    progress = tmp_path / "progress.jsonl"
+    cfg = make_config(
+        f"trial.progress_file={progress}", "trial.warmup_steps=2", "trial.report_every=2",
+    )  # fmt: skip
+    result, _ = _trial(cfg, tmp_path)
+    assert result["status"] == "complete", result["failure"]
+    events = [json.loads(line) for line in progress.read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    done = kinds.index("warmup_done")
+    beats = [e for e in events[:done] if e["event"] == "heartbeat"]
+    assert beats and {b["phase"] for b in beats} <= {"setup", "warmup"}
+    assert "heartbeat" not in kinds[done:]  # a hang in the window must go quiet
+    assert "interval" in kinds[done:]

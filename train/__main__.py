@@ -19,12 +19,19 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from train import device as dev
 from train.checkpoint import latest_checkpoint, load_checkpoint
 from train.config import Config
 from train.flops import mfu
-from train.loop import Session, build_session, cosine_lr, device_peaks, eval_loss, train_step
-from train.meters import PhaseClock
+from train.loop import (
+    Session,
+    build_session,
+    cosine_lr,
+    device_peaks,
+    eval_loss,
+    finish_step,
+    make_phase_clock,
+    train_step,
+)
 
 log = logging.getLogger("train")
 
@@ -72,7 +79,8 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
         tc.max_steps,
     )
 
-    clock = PhaseClock()
+    clock = make_phase_clock(s.device)  # the trial's clock: same step, same one sync per step
+    data_wait_s = 0.0
     history: list[dict] = []
     step = start
     mark_time, mark_step = time.perf_counter(), step
@@ -85,6 +93,7 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
             max_steps=tc.max_steps,
         )
         loss_t = train_step(s, lr=lr, clock=clock)
+        data_wait_s += finish_step(s, clock)["data_wait"]
         step += 1
         if s.checkpointer.due(step) or (step == tc.max_steps and cfg.checkpoint.every_steps > 0):
             s.checkpointer.save(
@@ -94,13 +103,19 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
                 extra={"step": step, "rng": torch.get_rng_state()},
             )
         if step % tc.log_every == 0 or step == tc.max_steps:
-            dev.sync(s.device)  # the clock read below must follow the device's work
-            now = time.perf_counter()
+            now = time.perf_counter()  # finish_step synchronised: the device's work is done
             loss = loss_t.item()
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss is {loss} at step {step}; stopping")
             tps = s.tokens_per_step * (step - mark_step) / (now - mark_time)
-            record = {"step": step, "loss": loss, "lr": lr, "tokens_per_s": tps}
+            wait_frac = data_wait_s / (now - mark_time)
+            record = {
+                "step": step,
+                "loss": loss,
+                "lr": lr,
+                "tokens_per_s": tps,
+                "data_wait_frac": wait_frac,
+            }
             record["mfu_spec"] = (
                 mfu(tokens_per_s=tps, flops_per_token=s.flops_per_token, peak_flops=peak.flops)
                 if peak
@@ -110,16 +125,18 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
                 tokens_per_s=tps, flops_per_token=s.flops_per_token, peak_flops=ceiling.flops
             )
             log.info(
-                "step %d | loss %.4f | lr %.2e | %.0f tokens/s | mfu spec %s ceiling %.1f%%",
+                "step %d | loss %.4f | lr %.2e | %.0f tokens/s | data wait %.1f%% | mfu spec %s "
+                "ceiling %.1f%%",
                 step,
                 loss,
                 lr,
                 tps,
+                100 * wait_frac,
                 "n/a" if record["mfu_spec"] is None else f"{100 * record['mfu_spec']:.1f}%",
                 100 * record["mfu_ceiling"],
             )
             history.append(record)
-            mark_time, mark_step = time.perf_counter(), step
+            mark_time, mark_step, data_wait_s = time.perf_counter(), step, 0.0
         if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
             val = eval_loss(s, num_batches=tc.eval_batches)
             log.info("step %d | val loss %.4f", step, val)

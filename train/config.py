@@ -264,7 +264,11 @@ class TrialConfig:
     study_storage: str = ""  # Optuna storage URL to report intermediate values to; empty = off
     study_name: str = ""  # study to report to
     trial_id: int = -1  # Optuna trial id to report to
-    sync_phases: bool = True  # on CUDA, synchronize at phase boundaries so the time split is exact
+    # a full optimizer step predicted (from the warm-up) to take longer than this is measured as
+    # steps of `project_micro_steps` micro-batches and projected to the full step; 0 = always
+    # measure real full steps (the sweep re-measures its start and winner that way)
+    project_above_s: float = 5.0
+    project_micro_steps: int = 4  # micro-batches per measured step when projecting (and warm-up)
     # test hook, off by default: plant a failure at the first measured step to exercise the
     # sweep's fault handling: none | crash | nan | oom | hang | sigkill
     fault: str = "none"
@@ -282,6 +286,12 @@ class TrialConfig:
             )
         if self.fault not in TRIAL_FAULTS:
             raise ValueError(f"trial.fault must be one of {TRIAL_FAULTS}, got {self.fault!r}")
+        if self.project_above_s < 0 or self.project_micro_steps < 1:
+            raise ValueError(
+                f"trial.project_above_s must be >= 0 (0 = never project) and "
+                f"trial.project_micro_steps >= 1, got {self.project_above_s} and "
+                f"{self.project_micro_steps}"
+            )
         if self.max_seconds <= 0 or self.report_every < 1 or self.profile_steps < 1:
             raise ValueError(
                 "trial.max_seconds must be > 0, trial.report_every and trial.profile_steps >= 1"

@@ -21,7 +21,7 @@ from train.checkpoint import Checkpointer
 from train.config import Config, check_combinations
 from train.data import DevicePrefetcher, build_loader, open_tokens
 from train.flops import Peak, flops_per_token, lookup_peak
-from train.meters import PhaseClock
+from train.meters import EventPhaseClock, PhaseClock
 from train.model import GPT
 from train.synthetic import ensure_dataset
 
@@ -183,21 +183,43 @@ def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_ste
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
-def train_step(s: Session, *, lr: float, clock: PhaseClock) -> torch.Tensor:
+def make_phase_clock(device: torch.device) -> PhaseClock | EventPhaseClock:
+    """CUDA events on a GPU (no host sync inside a step), the host clock elsewhere."""
+    if device.type == "cuda":
+        return EventPhaseClock(new_event=lambda: torch.cuda.Event(enable_timing=True))
+    return PhaseClock()
+
+
+def finish_step(s: Session, clock: PhaseClock | EventPhaseClock) -> dict[str, float]:
+    """The step's one synchronize, then its phase times. The trial and the production run both
+    end every step here, so the sweep measures the loop that trains."""
+    dev.sync(s.device)
+    return clock.take()
+
+
+def train_step(
+    s: Session,
+    *,
+    lr: float,
+    clock: PhaseClock | EventPhaseClock,
+    micro_batches: int | None = None,
+) -> torch.Tensor:
     """One optimizer step over `grad_accum` micro-batches; returns the mean loss (a device tensor).
 
-    Phases are charged to `clock`: the loader's blocking wait to data_wait, forward+backward to
-    compute,
-    clip+update to optimizer. Checkpointing is the caller's, since only it knows the step number.
+    Phases are charged to `clock`: fetching the next batch (and, on CUDA, waiting for its copy)
+    to data_wait, forward+backward to compute, clip+update to optimizer. Checkpointing is the
+    caller's, since only it knows the step number. `micro_batches` < grad_accum takes a short step
+    of that many micro-batches (a trial's projection of a long step, train/trial.py); the loss is
+    still the mean over the micro-batches taken.
     """
-    accum = s.cfg.batch.grad_accum
+    accum = micro_batches or s.cfg.batch.grad_accum
     for group in s.optimizer.param_groups:
         group["lr"] = lr
     amp = dev.autocast(s.device, s.dtype)
     total = torch.zeros((), device=s.device)
     for _ in range(accum):
-        x, y, wait_s = s.batches.next_batch()
-        clock.add("data_wait", wait_s)
+        with clock.phase("data_wait"):
+            x, y, _ = s.batches.next_batch()
         with clock.phase("compute"):
             with amp:  # the model applies its SDPA backend itself (train/model.py)
                 _, loss = s.model(x, y)

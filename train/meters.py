@@ -1,9 +1,13 @@
 """Clocks and statistics for honest step timing.
 
-`PhaseClock` splits one step into named phases (`with clock.phase("compute"):`); on CUDA it is
-given a
-synchronize callback so each clock read happens after the device finished the work before it. The
-statistics are pure functions over lists of floats, table-tested with fake clocks.
+A step's time is split into named phases (`with clock.phase("compute"):`). On a CPU the work is
+done when the call returns, so `PhaseClock` reads the host clock. On CUDA the host only queues
+kernels: `EventPhaseClock` records a CUDA event at each phase boundary on the compute stream and
+reads their elapsed times after the step's one synchronize, so measuring never adds a host sync
+inside a step (a sync per phase would serialise launch and execution and make launch-bound configs
+look slower than the production run, which never syncs mid-step). Both are tested with fake
+clocks and a fake event API (tests/test_meters.py). The statistics are pure functions over lists
+of floats.
 """
 
 from __future__ import annotations
@@ -12,44 +16,86 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, Protocol
 
 PHASES = ("compute", "data_wait", "optimizer", "checkpoint")
 
 
 class PhaseClock:
-    """Wall time per phase inside a step; the rest of the step is reported as `other`."""
+    """Host wall time per phase inside a step (a synchronous device: the CPU); the rest of the
+    step is reported as `other`."""
 
-    def __init__(
-        self,
-        *,
-        sync: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self._sync = sync
+    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 
-    def now(self) -> float:
-        """A clock read that follows a device synchronize, when one is configured."""
-        if self._sync is not None:
-            self._sync()
-        return self._clock()
-
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        start = self.now()
+        start = self._clock()
         try:
             yield
         finally:
-            self._totals[name] += self.now() - start
+            self._totals[name] += self._clock() - start
 
     def add(self, name: str, seconds: float) -> None:
-        """Charge time measured elsewhere (a loader's wait, a checkpoint stall) to a phase."""
+        """Charge time measured elsewhere (a checkpoint stall) to a phase."""
         self._totals[name] += seconds
 
     def take(self) -> dict[str, float]:
         """The phase totals since the last take, then reset."""
         totals, self._totals = self._totals, dict.fromkeys(PHASES, 0.0)
+        return totals
+
+
+class TimingEvent(Protocol):
+    """The part of `torch.cuda.Event(enable_timing=True)` the clock uses."""
+
+    def record(self) -> None: ...
+
+    def elapsed_time(self, end: Any) -> float: ...  # milliseconds from self to end
+
+
+class EventPhaseClock:
+    """Device time per phase from CUDA events, read after the step's synchronize.
+
+    `phase()` records one event when the phase starts and one when it ends, on the current
+    stream; `take()` must follow a synchronize (the trainer's `finish_step`), then sums
+    `start.elapsed_time(end)` per phase. What the GPU waits for shows up where it waits: a data
+    phase that ends after the consumer stream's `wait_stream` on the copy stream holds the
+    host's blocked time (when the GPU ran dry meanwhile) plus the copy's. Events are pooled, so a
+    long run records into the same few objects.
+    """
+
+    def __init__(self, *, new_event: Callable[[], TimingEvent]) -> None:
+        self._new_event = new_event
+        self._free: list[TimingEvent] = []
+        self._spans: list[tuple[str, TimingEvent, TimingEvent]] = []
+        self._host: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+
+    def _event(self) -> TimingEvent:
+        event = self._free.pop() if self._free else self._new_event()
+        event.record()
+        return event
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = self._event()
+        try:
+            yield
+        finally:
+            self._spans.append((name, start, self._event()))
+
+    def add(self, name: str, seconds: float) -> None:
+        """Charge host-measured time (a checkpoint stall, already synchronised) to a phase."""
+        self._host[name] += seconds
+
+    def take(self) -> dict[str, float]:
+        """Phase totals since the last take (call after a synchronize), then reset."""
+        totals, self._host = self._host, dict.fromkeys(PHASES, 0.0)
+        for name, start, end in self._spans:
+            totals[name] += start.elapsed_time(end) / 1000.0
+            self._free += (start, end)
+        self._spans = []
         return totals
 
 
@@ -99,3 +145,23 @@ def time_fractions(phase_totals: Sequence[dict[str, float]], step_times: Sequenc
 def window_rate(tokens: int, seconds: float) -> float:
     """Tokens per second over a window, guarding a zero-length window."""
     return tokens / seconds if seconds > 0 else 0.0
+
+
+def project_step(
+    wall_s: float, phases: dict[str, float], *, scale: float
+) -> tuple[float, dict[str, float]]:
+    """A full optimizer step projected from a short one of 1/scale of its micro-batches.
+
+    Per-micro-batch phases (compute, data wait) grow with the micro-batch count; the optimizer
+    update, a checkpoint save and the step's own overhead (`other`: the sync, the lr update,
+    Python between phases) happen once per step whatever its length. Returns the projected step
+    time and its phases. scale=1 returns the step as measured.
+    """
+    if scale < 1:
+        raise ValueError(f"scale must be >= 1 (a full step has the short one's micro-batches), "
+                         f"got {scale}")
+    other = max(0.0, wall_s - sum(phases.values()))
+    scaled = dict(phases)
+    for name in ("compute", "data_wait"):
+        scaled[name] = phases[name] * scale
+    return sum(scaled.values()) + other, scaled

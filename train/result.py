@@ -1,6 +1,6 @@
 """The trial result: the one versioned contract between `train/` and everything that reads a trial.
 
-Schema (version 1), every key always present; numbers are null where they could not be measured:
+Schema (version 2), every key always present; numbers are null where they could not be measured:
   schema_version, status ("complete" | "pruned" | "failed"), failure ({kind, message} or null;
   kinds:
   invalid_config, oom, nan, crash), tokens_per_s, tokens_per_step, step_time_s {p50, p90, mean,
@@ -10,7 +10,11 @@ Schema (version 1), every key always present; numbers are null where they could 
   other} (sums to 1), checkpoint_s [stall per save], checkpoint_bytes, flops_per_token, mfu {spec,
   ceiling}, peak_memory_gib, memory_kind, loss {first, last}, device {type, name, dtype, peak_flops,
   peak_source, ceiling_flops, ceiling_source}, attention_backend, fused_optimizer, device_samples,
-  intervals [{step, tokens_per_s, step_time_s, data_wait_frac}], trace, wall_s, fingerprint, config.
+  intervals [{step, tokens_per_s, step_time_s, data_wait_frac}], trace, wall_s, fingerprint, config,
+  full_step_estimate_s (a full step sized from the last warm-up step), projection (null when the
+  window measured real full steps; else {micro_batches_per_step, grad_accum, short_step_s: the
+  measured short steps' statistics}: then step_time_s, tokens_per_s and time_frac describe full
+  steps projected from the short ones, train/meters.py project_step).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from train.flops import mfu
 from train.meters import summarize, time_fractions
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: projection, full_step_estimate_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +102,8 @@ def build_result(
         "device_samples": None,
         "intervals": [],
         "trace": None,
+        "projection": None,
+        "full_step_estimate_s": None,
         "wall_s": wall_s,
         "fingerprint": fingerprint,
         "config": resolved_config if resolved_config is not None else _config_dict(cfg),
@@ -153,6 +159,8 @@ def build_result(
         device_samples=raw["device_samples"],
         intervals=raw["intervals"],
         trace=str(trace) if trace else None,
+        projection=raw["projection"],
+        full_step_estimate_s=raw["full_step_estimate_s"],
     )
     return result
 
@@ -189,6 +197,13 @@ def format_summary(result: dict, path: Path) -> str:
         f"ceiling {_pct(result['mfu']['ceiling'])} (measured matmul)",
         f"  loss       {result['loss']['first']:.3f} -> {result['loss']['last']:.3f}",
     ]
+    proj = result.get("projection")
+    if proj:
+        lines.append(
+            f"  projected  full steps of {proj['grad_accum']} micro-batches from "
+            f"{proj['short_step_s']['n']} measured steps of {proj['micro_batches_per_step']} "
+            f"(p50 {proj['short_step_s']['p50'] * 1e3:.1f} ms)"
+        )
     if result["compile"]["recompiled_in_window"]:
         lines.append("  WARNING: torch.compile recompiled inside the measured window")
     lines.append(f"result: {path}")

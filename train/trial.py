@@ -11,12 +11,14 @@ all read, plus a one-screen summary.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -28,14 +30,22 @@ from train import compile_stats
 from train import device as dev
 from train.config import Config
 from train.fingerprint import environment_fingerprint
-from train.loop import Session, build_session, device_peaks, train_step
-from train.meters import PhaseClock, time_fractions, window_rate
+from train.loop import (
+    Session,
+    build_session,
+    device_peaks,
+    finish_step,
+    make_phase_clock,
+    train_step,
+)
+from train.meters import project_step, summarize, time_fractions, window_rate
 from train.nvml import NvmlSampler
 from train.report import Reporter
 from train.result import TrialFailure, build_result, classify, format_summary, write_result
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+HEARTBEAT_S = 10.0  # seconds between heartbeat lines during set-up, compile and warm-up
 
 
 def make_reporter(cfg: Config) -> Reporter | None:
@@ -48,19 +58,61 @@ def make_reporter(cfg: Config) -> Reporter | None:
 
 
 class ProgressFile:
-    """JSON lines a watching parent can tail (interval metrics, phase changes); a no-op when
-    unset."""
+    """JSON lines a watching parent can tail (interval metrics, phase changes, heartbeats); a
+    no-op when unset. Safe to write from the heartbeat thread and the main thread alike."""
 
     def __init__(self, path: str) -> None:
         self._path = Path(path) if path else None
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self._path is not None
 
     def write(self, **event) -> None:
         if self._path is None:
             return
-        import json
+        line = json.dumps(event) + "\n"
+        with self._lock, self._path.open("a") as f:
+            f.write(line)
 
-        with self._path.open("a") as f:
-            f.write(json.dumps(event) + "\n")
+
+class Heartbeat:
+    """A progress line every `interval_s` while set-up, compile and warm-up run, so a watching
+    parent tells a two-minute compile (progress) from a hang (silence).
+
+    It stops before the measured window: from there on the window's own interval lines are the
+    progress, and a main thread that hangs in the window goes quiet and is caught as a stall.
+    """
+
+    def __init__(self, progress: ProgressFile, *, interval_s: float | None = None) -> None:
+        self._progress = progress
+        self._interval_s = HEARTBEAT_S if interval_s is None else interval_s
+        self._phase = "setup"
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        if self._progress.enabled:
+            self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._progress.write(event="phase", phase=name)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            elapsed = round(time.monotonic() - self._started, 1)
+            self._progress.write(event="heartbeat", phase=self._phase, elapsed_s=elapsed)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def _check_finite(loss: float, step: int) -> None:
@@ -68,62 +120,105 @@ def _check_finite(loss: float, step: int) -> None:
         raise FloatingPointError(f"loss is {loss} at step {step}")
 
 
-def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) -> dict:
+def measure(
+    s: Session,
+    *,
+    reporter: Reporter | None,
+    progress: ProgressFile,
+    heartbeat: Heartbeat | None = None,
+) -> dict:
     """Warm up, then measure. Returns the raw measurements that `build_result` turns into the
-    JSON."""
+    JSON.
+
+    Every step ends in `finish_step`: one synchronize, then the phase times (CUDA events on a
+    GPU), exactly as in the production run. Warm-up steps are short (at most
+    `trial.project_micro_steps` micro-batches: compile and allocator growth do not depend on the
+    accumulation count); the last one sizes a full step. When a full step would take longer than
+    `trial.project_above_s`, the window measures short steps too and projects each to the full
+    step (`project_step`): grad_accum x the measured micro-batch phases + the step's optimizer,
+    checkpoint and overhead, once.
+    """
     cfg, t = s.cfg, s.cfg.trial
-    sync = (lambda: dev.sync(s.device)) if s.device.type == "cuda" else None
-    clock = PhaseClock(sync=sync if t.sync_phases else None)
-    step_clock = PhaseClock(sync=sync)  # step boundaries always sync: no clock read outruns the GPU
+    accum = cfg.batch.grad_accum
+    short = min(accum, t.project_micro_steps)
+    clock = make_phase_clock(s.device)
     lr = cfg.optim.lr
+    heartbeat = heartbeat or Heartbeat(progress, interval_s=0)  # not started: phase lines only
 
     # -- warm-up: compile, autotune, allocator growth; timed, never part of the measured numbers
+    heartbeat.phase("warmup")
     before_warmup = compile_stats.snapshot()
-    warm_start = step_clock.now()
+    warm_start = time.perf_counter()
     first_loss = float("nan")
+    wall_s, phases = 0.0, clock.take()
     for i in range(t.warmup_steps):
-        loss = train_step(s, lr=lr, clock=clock).item()
+        step_start = time.perf_counter()
+        loss_t = train_step(s, lr=lr, clock=clock, micro_batches=short)
+        phases = finish_step(s, clock)
+        wall_s = time.perf_counter() - step_start
+        loss = loss_t.item()
         _check_finite(loss, i)
         if i == 0:
             first_loss = loss
-    warmup_s = step_clock.now() - warm_start
-    clock.take()
+    warmup_s = time.perf_counter() - warm_start
     after_warmup = compile_stats.snapshot()
-    progress.write(event="warmup_done", warmup_s=warmup_s)
+    full_estimate_s, _ = project_step(wall_s, phases, scale=accum / short)
+    projected = accum > short and 0 < t.project_above_s < full_estimate_s
+    micro = short if projected else accum
+    heartbeat.stop()
+    progress.write(
+        event="warmup_done",
+        warmup_s=warmup_s,
+        full_step_estimate_s=full_estimate_s,
+        projected=projected,
+    )
+    if projected:
+        log.info(
+            "a full step (%d micro-batches) would take ~%.1f s > trial.project_above_s=%g: "
+            "measuring steps of %d micro-batches and projecting",
+            accum, full_estimate_s, t.project_above_s, micro,
+        )  # fmt: skip
     dev.reset_peak_memory(s.device)
 
     # -- measured window
-    step_times: list[float] = []
-    phases: list[dict[str, float]] = []
+    step_times: list[float] = []  # full optimizer steps: measured, or projected from short ones
+    short_times: list[float] = []  # the short steps a projection was made from
+    all_phases: list[dict[str, float]] = []
     checkpoint_s: list[float] = []
     intervals: list[dict] = []
     pruned = False
     last_loss = first_loss
     sampler = NvmlSampler(device_index=s.device.index or 0) if s.device.type == "cuda" else None
     with sampler if sampler is not None else _Null():
-        window_start = step_clock.now()
+        window_start = time.perf_counter()
         prev = window_start
         while len(step_times) < t.max_steps:
             step = len(step_times) + 1
             if step == 1 and t.fault != "none":
                 plant_fault(t.fault)
-            loss_t = train_step(s, lr=lr, clock=clock)
+            loss_t = train_step(s, lr=lr, clock=clock, micro_batches=micro)
             if s.checkpointer.due(step):
                 stall = s.checkpointer.save(
                     step=step, model=s.raw_model, optimizer=s.optimizer, extra={"step": step}
                 )
                 clock.add("checkpoint", stall)
                 checkpoint_s.append(stall)
-            now = step_clock.now()
-            step_times.append(now - prev)
-            phases.append(clock.take())
+            phases = finish_step(s, clock)
+            now = time.perf_counter()
+            if projected:
+                short_times.append(now - prev)
+                full_s, phases = project_step(now - prev, phases, scale=accum / micro)
+                step_times.append(full_s)
+            else:
+                step_times.append(now - prev)
+            all_phases.append(phases)
             prev = now
             last_loss = loss_t.item()
             _check_finite(last_loss, t.warmup_steps + step)
             if step % t.report_every == 0:
                 report_start = time.perf_counter()
                 recent = step_times[-t.report_every :]
-                fracs = time_fractions(phases[-t.report_every :], recent)
+                fracs = time_fractions(all_phases[-t.report_every :], recent)
                 interval = {
                     "step": step,
                     "tokens_per_s": window_rate(s.tokens_per_step * len(recent), sum(recent)),
@@ -131,7 +226,7 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
                     "data_wait_frac": fracs["data_wait"],
                 }
                 intervals.append(interval)
-                running = window_rate(s.tokens_per_step * step, now - window_start)
+                running = window_rate(s.tokens_per_step * step, sum(step_times))
                 progress.write(event="interval", running_tokens_per_s=running, **interval)
                 if reporter is not None and reporter.report(step=step, value=running):
                     pruned = True
@@ -146,7 +241,7 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
     s.checkpointer.wait()
     return {
         "step_times": step_times,
-        "phases": phases,
+        "phases": all_phases,
         "checkpoint_s": checkpoint_s,
         "intervals": intervals,
         "warmup_s": warmup_s,
@@ -157,6 +252,14 @@ def measure(s: Session, *, reporter: Reporter | None, progress: ProgressFile) ->
         "pruned": pruned,
         "device_samples": sampler.summary() if sampler is not None else None,
         "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
+        "projection": {
+            "micro_batches_per_step": micro,
+            "grad_accum": accum,
+            "short_step_s": summarize(short_times),
+        }
+        if projected
+        else None,
+        "full_step_estimate_s": full_estimate_s,
     }
 
 
@@ -193,11 +296,11 @@ def profile_steps(s: Session, out_dir: Path) -> Path:
     activities = [ProfilerActivity.CPU]
     if s.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    clock = PhaseClock()
+    clock = make_phase_clock(s.device)
     with profile(activities=activities, record_shapes=False) as prof:
         for _ in range(s.cfg.trial.profile_steps):
             train_step(s, lr=s.cfg.optim.lr, clock=clock)
-        dev.sync(s.device)
+            finish_step(s, clock)
     path = out_dir / "trace.json"
     prof.export_chrome_trace(str(path))
     return path
@@ -210,6 +313,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
     s: Session | None = None
     scratch: Path | None = None
     fingerprint: dict = {}
+    progress = ProgressFile(cfg.trial.progress_file)
+    heartbeat = Heartbeat(progress).start()
     try:
         # A private sub-directory of the checkpoint target, removed afterwards: the trial measures
         # the write, it does not keep multi-GB files.
@@ -219,8 +324,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
             device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
         )
         name, peak, ceiling = device_peaks(s)
-        progress = ProgressFile(cfg.trial.progress_file)
-        raw = measure(s, reporter=make_reporter(cfg), progress=progress)
+        raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
         trace = profile_steps(s, out_path.parent) if cfg.trial.profile else None
         memory = dev.peak_memory_gib(s.device)
         result = build_result(
@@ -247,6 +351,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
             wall_s=time.time() - started,
         )
     finally:
+        heartbeat.stop()
         if s is not None:
             s.batches.close()
             try:

@@ -1,0 +1,138 @@
+"""The step clocks and the projection arithmetic, with fake clocks and a fake CUDA event API.
+
+The event clock is the CUDA path: no GPU here, so a fake stream clock stands in for the device
+(`FakeGpu.now_ms` advances as fake kernels "run"), and the test checks what the trainer relies
+on: no synchronize inside a step, one span per phase, elapsed times read only at take(), events
+reused across steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from train.meters import PHASES, EventPhaseClock, PhaseClock, project_step, time_fractions
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_host_clock_charges_each_phase_its_wall_time() -> None:
+    clock = FakeClock()
+    pc = PhaseClock(clock=clock)
+    with pc.phase("data_wait"):
+        clock.t += 0.25
+    with pc.phase("compute"):
+        clock.t += 1.0
+    pc.add("checkpoint", 0.5)
+    assert pc.take() == {"compute": 1.0, "data_wait": 0.25, "optimizer": 0.0, "checkpoint": 0.5}
+    assert pc.take() == dict.fromkeys(PHASES, 0.0)  # take() resets
+
+
+class FakeGpu:
+    """A stream's timeline in milliseconds; kernels advance it, events stamp it when recorded."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.created = 0
+        self.synced = False
+
+    def run(self, ms: float) -> None:
+        self.now_ms += ms
+
+    def event(self) -> FakeEvent:
+        self.created += 1
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGpu) -> None:
+        self.gpu = gpu
+        self.stamp: float | None = None
+
+    def record(self) -> None:
+        self.stamp = self.gpu.now_ms
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        if not self.gpu.synced:  # torch raises if an event has not completed
+            raise RuntimeError("elapsed_time before the events completed (no synchronize)")
+        assert self.stamp is not None and end.stamp is not None
+        return end.stamp - self.stamp
+
+
+def _fake_step(clock: EventPhaseClock, gpu: FakeGpu, *, micro: int) -> None:
+    for _ in range(micro):
+        with clock.phase("data_wait"):
+            gpu.run(2.0)  # the consumer stream waits 2 ms for the batch copy
+        with clock.phase("compute"):
+            gpu.run(30.0)
+    with clock.phase("optimizer"):
+        gpu.run(5.0)
+
+
+def test_event_clock_reads_device_time_after_the_steps_one_sync() -> None:
+    gpu = FakeGpu()
+    clock = EventPhaseClock(new_event=gpu.event)
+    _fake_step(clock, gpu, micro=4)
+    gpu.synced = True  # the trainer's finish_step: one synchronize, then take()
+    totals = clock.take()
+    assert totals == pytest.approx(
+        {"compute": 0.120, "data_wait": 0.008, "optimizer": 0.005, "checkpoint": 0.0}
+    )
+
+
+def test_event_clock_never_reads_an_event_before_the_sync() -> None:
+    gpu = FakeGpu()
+    clock = EventPhaseClock(new_event=gpu.event)
+    _fake_step(clock, gpu, micro=2)  # recording alone must not read elapsed times
+    with pytest.raises(RuntimeError, match="no synchronize"):
+        clock.take()
+
+
+def test_event_clock_reuses_its_events_and_adds_host_time() -> None:
+    gpu = FakeGpu()
+    clock = EventPhaseClock(new_event=gpu.event)
+    gpu.synced = True
+    for _ in range(5):
+        _fake_step(clock, gpu, micro=3)
+        clock.add("checkpoint", 0.75)  # a save's host-measured stall
+        totals = clock.take()
+        assert totals["checkpoint"] == 0.75
+        assert totals["compute"] == pytest.approx(0.090)
+    assert gpu.created == 2 * (3 + 3 + 1)  # one step's worth of events, recycled afterwards
+
+
+@pytest.mark.parametrize(
+    ("wall", "phases", "scale", "step", "compute", "data_wait"),
+    [
+        # scale 1: the step as measured
+        (1.0, {"compute": 0.8, "data_wait": 0.1, "optimizer": 0.05, "checkpoint": 0.0},
+         1, 1.0, 0.8, 0.1),
+        # 4 of 32 micro-batches: per-micro phases x8, optimizer and 0.05 s overhead once
+        (1.0, {"compute": 0.8, "data_wait": 0.1, "optimizer": 0.05, "checkpoint": 0.0},
+         8, 0.9 * 8 + 0.05 + 0.05, 6.4, 0.8),
+        # a checkpoint stall stays once per step
+        (3.0, {"compute": 0.8, "data_wait": 0.0, "optimizer": 0.2, "checkpoint": 2.0},
+         16, 0.8 * 16 + 0.2 + 2.0, 12.8, 0.0),
+        # phases that overshoot the wall (clock granularity) leave no negative overhead
+        (0.9, {"compute": 0.9, "data_wait": 0.0, "optimizer": 0.01, "checkpoint": 0.0},
+         2, 1.8 + 0.01, 1.8, 0.0),
+    ],
+)  # fmt: skip
+def test_project_step(wall, phases, scale, step, compute, data_wait) -> None:
+    total, scaled = project_step(wall, phases, scale=scale)
+    assert total == pytest.approx(step)
+    assert scaled["compute"] == pytest.approx(compute)
+    assert scaled["data_wait"] == pytest.approx(data_wait)
+    assert scaled["optimizer"] == phases["optimizer"]
+    fracs = time_fractions([scaled], [total])
+    assert sum(fracs.values()) == pytest.approx(1.0)
+
+
+def test_project_step_refuses_a_shrinking_scale() -> None:
+    with pytest.raises(ValueError, match="scale must be >= 1"):
+        project_step(1.0, dict.fromkeys(PHASES, 0.1), scale=0.5)
