@@ -59,12 +59,14 @@ def objective_value(result: dict[str, Any], cfg: ObjectiveConfig) -> float:
 
         compile_s
         + planned_steps * steady_step_s
-        + (planned_steps // interval) * median(checkpoint_s)
+        + (planned_steps // interval) * save_stall_s
 
     steady_step_s is the median time of a step WITHOUT a checkpoint save (`steady_step_time_s`):
     measured step times include any save stall, so the raw p50 of a trial where most steps saved
     would count the stall twice. interval is `cfg.planned_checkpoint_every`, or, when that is 0,
     the trial's own config checkpoint.every_steps; interval 0 means no saves and no stall term.
+    save_stall_s is the stall of one save at that interval (`save_stall_s`: the median save, or
+    for async saves the snapshot plus what is left of the previous write at that interval).
     A missing compile_s counts as 0. An interval > 0 with no measured save (the trial window
     was shorter than its interval) cannot be priced: the stall term is 0 and a warning says so.
     """
@@ -82,9 +84,9 @@ def objective_value(result: dict[str, Any], cfg: ObjectiveConfig) -> float:
     interval = cfg.planned_checkpoint_every or _trial_checkpoint_every(result)
     stall_s = 0.0
     if interval > 0:
-        saves = [float(s) for s in result.get("checkpoint_s") or []]
-        if saves:
-            stall_s = (cfg.planned_steps // interval) * statistics.median(saves)
+        per_save = save_stall_s(result, planned_every=interval)
+        if per_save is not None:
+            stall_s = (cfg.planned_steps // interval) * per_save
         else:
             log.warning(
                 "checkpoint interval %d but the trial measured no checkpoint save; "
@@ -92,6 +94,36 @@ def objective_value(result: dict[str, Any], cfg: ObjectiveConfig) -> float:
                 interval,
             )
     return compile_s + cfg.planned_steps * steady_s + stall_s
+
+
+def save_stall_s(result: dict[str, Any], *, planned_every: int) -> float | None:
+    """Seconds one save blocks training when saves come every `planned_every` steps, from the
+    stalls the trial measured (None when it measured none).
+
+    sync: the caller writes the whole file every time, whatever the interval: the median save.
+    async: the caller copies the state to host memory (the snapshot: the least stall seen, the
+    first save's, with nothing in flight), but first waits for the previous write if it is still
+    running (train/checkpoint.py). The trial saves every few steps to see saves inside a short
+    window, so its later saves may wait; the write takes about that wait plus the steps between
+    two saves, and at the planned interval only what the planned steps do not cover is waited:
+
+        snapshot + max(0, median wait + trial_every x steady_step - planned_every x steady_step)
+
+    (equal intervals give back the measured median).
+    """
+    saves = [float(s) for s in result.get("checkpoint_s") or []]
+    if not saves:
+        return None
+    mode = ((result.get("config") or {}).get("checkpoint") or {}).get("mode", "sync")
+    if mode != "async":
+        return statistics.median(saves)
+    snapshot = min(saves)
+    waits = [s - snapshot for s in saves[1:]]
+    if not waits:  # one save: it waited on nothing, and nothing says how long its write took
+        return snapshot
+    steady_s = steady_step_time_s(result)
+    write_s = statistics.median(waits) + _trial_checkpoint_every(result) * steady_s
+    return snapshot + max(0.0, write_s - planned_every * steady_s)
 
 
 def steady_step_time_s(result: dict[str, Any]) -> float:

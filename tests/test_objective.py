@@ -8,6 +8,7 @@ from sweeper.objective import (
     ObjectiveConfig,
     direction,
     objective_value,
+    save_stall_s,
     steady_step_time_s,
 )
 
@@ -19,6 +20,7 @@ def _result(
     compile_s: float | None = 0.0,
     checkpoint_s: tuple[float, ...] = (),
     every_steps: int = 0,
+    mode: str = "sync",
     tokens_per_s: float | None = 1000.0,
     **step_extra: float,
 ) -> dict:
@@ -28,7 +30,7 @@ def _result(
         "compile_s": compile_s,
         "step_time_s": {"p50": p50, "n": n, **step_extra},
         "checkpoint_s": list(checkpoint_s),
-        "config": {"checkpoint": {"every_steps": every_steps}},
+        "config": {"checkpoint": {"every_steps": every_steps, "mode": mode}},
     }
 
 
@@ -90,6 +92,16 @@ def test_unscorable_result_raises(name: str, result: dict, match: str) -> None:
         (_result(p50=0.1, checkpoint_s=(2.0,), every_steps=0), 10_000, 0, 1000.0),
         # interval set but the trial never saved: stall term left out (warning)
         (_result(p50=0.1, every_steps=50), 10_000, 0, 1000.0),
+        # async, saved every 3 trial steps: the later saves waited on the write before (1.5 s);
+        # at a planned 1000-step interval nothing is in flight, each save costs the first's 0.2 s
+        (_result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=3, mode="async"), 10_000,
+         1000, 1000 + 10 * 0.2),
+        # ... while sync saves always write the whole file: the median
+        (_result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=3), 10_000, 1000,
+         1000 + 10 * 1.5),
+        # async at its own interval: the waits are what it will see, the median
+        (_result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=100, mode="async"), 10_000,
+         0, 1000 + 100 * 1.5),
     ],
 )
 def test_time_to_train_table(
@@ -140,3 +152,23 @@ def test_every_step_checkpoint_is_not_double_counted() -> None:
     result = _result(p50=0.5, n=10, checkpoint_s=(0.4,) * 10, every_steps=1)
     cfg = ObjectiveConfig(name="time_to_train", planned_steps=100)
     assert objective_value(result, cfg) == pytest.approx(50.0)
+
+
+# steady step 0.1 s; async saves (0.2, 1.5, 1.5) every 3 steps: a 0.2 s snapshot, and later saves
+# waited 1.3 s on the write before, which so took ~1.3 + 3 x 0.1 = 1.6 s
+@pytest.mark.parametrize(
+    ("saves", "mode", "trial_every", "planned_every", "expected"),
+    [
+        ((), "sync", 3, 1000, None),  # nothing measured: cannot be priced
+        ((0.2, 1.5, 1.5), "sync", 3, 1000, 1.5),  # a sync save writes the whole file each time
+        ((0.2, 1.5, 1.5), "async", 3, 1000, 0.2),  # 1000 steps cover the write: no wait
+        ((0.2, 1.5, 1.5), "async", 3, 3, 1.5),  # the trial's own interval: the measured median
+        ((0.2, 1.5, 1.5), "async", 3, 10, 0.2 + 0.6),  # 10 steps cover 1.0 s of the 1.6 s write
+        ((0.2, 1.5, 1.5), "async", 6, 3, 0.2 + 1.6),  # write 1.3 + 0.6, 0.3 covered
+        ((0.2,), "async", 3, 1000, 0.2),  # one save: the snapshot
+    ],
+)
+def test_save_stall_at_the_planned_interval(saves, mode, trial_every, planned_every, expected):
+    result = _result(checkpoint_s=saves, every_steps=trial_every, mode=mode)
+    got = save_stall_s(result, planned_every=planned_every)
+    assert got == (None if expected is None else pytest.approx(expected))

@@ -1,8 +1,7 @@
 """`python -m train.probe`: print what this machine offers as one JSON line.
 
 The sweeper never imports torch (it stays light and its process never holds a CUDA context); it
-asks a
-child process instead, once per sweep, before any trial starts.
+asks a child process instead, once per sweep, before any trial starts.
 """
 
 from __future__ import annotations
@@ -22,6 +21,10 @@ def probe() -> dict:
         "device_name": torch.cuda.get_device_name(0) if cuda else None,
         "device_count": torch.cuda.device_count() if cuda else 0,
         "bf16_supported": bool(cuda and torch.cuda.is_bf16_supported()),
+        # total memory of device 0 in GiB (the memory model's budget); None on a CPU
+        "device_memory_gib": (
+            torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda else None
+        ),
         "cpu_count": len(os.sched_getaffinity(0)),
     }
 

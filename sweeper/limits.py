@@ -1,0 +1,269 @@
+"""How long one trial may run: limits sized to the model and the device, not fixed numbers.
+
+A GPT-2 XL step of a million tokens takes ~35 s on an H100; a tiny CPU step takes a quarter of a
+second. One fixed trial limit either kills the first or lets the second hang for ten minutes, so
+the sweep predicts each trial from arithmetic (train/flops.py, torch-free) and sizes its limits:
+
+    predicted step  = FLOPs per step / (device peak x ASSUMED_MFU)   (x recompute, see below)
+    hard limit      = SAFETY x (set-up + compile + warm-up + measured window + checkpoint saves)
+    stall limit     = SAFETY x (the longest quiet gap of a healthy trial: report_every steps and
+                      the saves among them; set-up, compile and warm-up send heartbeat lines)
+
+and neither goes below the old fixed limits (DEFAULT_TIMEOUT_S, DEFAULT_STALL_S). A value the user
+sets (hydra.sweeper.trial_timeout_s / stall_timeout_s > 0) is used as is. The same arithmetic,
+without SAFETY, is the expected wall time that plan mode sums into the sweep's wall time.
+
+Pure: no torch, no I/O; `cfg` is a flat dotted trainer config (the sweeper's base merged with a
+point).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from train.flops import chip_for_device_name, flops_per_token, gpt2_num_params, lookup_peak
+
+# gpt2-xl bf16 eager, micro-batch 4, on an H100 SXM (torch 2.11): 30,976 tokens/s x 1.028e10
+# FLOP/token = 318 TFLOP/s, 32% of the 989 TFLOP/s dense peak. Smaller micro-batches run lower,
+# compiled ones higher; SAFETY covers both.
+ASSUMED_MFU = 0.3
+SAFETY = 3.0  # hard and stall limits allow this many times the predicted duration
+DEFAULT_TIMEOUT_S = 600.0  # the fixed limits used before; automatic limits never go below them
+DEFAULT_STALL_S = 300.0
+# A CPU has no datasheet peak. 10 GFLOP/s is below every rate measured on the 2-core EPYC these
+# demos run on (139 GFLOP/s fp32 and 19 GFLOP/s bf16 matmul ceilings), so predictions err long.
+CPU_FLOPS = 10e9
+# A GPU missing from train/flops.py's peak table: rates below an L4's (T4-class), again erring
+# long: a timeout too generous costs time only when a trial hangs, one too short kills it.
+UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
+# Process start to first step: CUDA context, model build and init, optimizer, data, NVML. Fitted
+# to gpt2-xl on an H100: a 45 s trial process of which 7 s were steps (10 + 0.6 x 48 = 39 s).
+SETUP_BASE_S = {"cuda": 10.0, "cpu": 2.0}
+SETUP_PER_LAYER_S = 0.6
+# torch.compile of the first step: 87 s for gpt2-xl (48 layers) with mode=default on an H100;
+# the allowance is 300 s for 48 layers, scaled by depth, at least 60 s (a 2-layer model's first
+# compile on a 2-core CPU takes 25-40 s). Autotuning modes benchmark kernel choices on top: a
+# guess of AUTOTUNE_FACTOR times as long, not measured here.
+COMPILE_PER_LAYER_S = 87.0 / 48
+COMPILE_ALLOWANCE_PER_LAYER_S = 300.0 / 48
+COMPILE_ALLOWANCE_MIN_S = 60.0
+AUTOTUNE_FACTOR = 3.0
+# A checkpoint holds the fp32 weights and AdamW's two fp32 moments: 12 bytes per parameter.
+CHECKPOINT_BYTES_PER_PARAM = 12
+WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are faster)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPrediction:
+    """One optimizer step of a config on a device, from arithmetic."""
+
+    flops_per_step: float  # training FLOPs of one optimizer step on one device
+    num_params: int  # parameters counted in 6N (position embedding excluded)
+    dtype: str  # the compute dtype the peak is for: bf16 | fp16 | tf32 | fp32
+    peak_flops: float | None  # datasheet dense peak, None for a CPU or an unknown GPU
+    peak_source: str  # where the rate used for the prediction comes from
+    floor_s: float | None  # the step at 100% of the datasheet peak (None without one)
+    predicted_s: float  # the step at ASSUMED_MFU of the rate, activation recompute included
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialTime:
+    """A trial's duration, broken down (expected values, or the SAFETY-scaled bounds)."""
+
+    setup_s: float  # process start to first step
+    compile_s: float  # torch.compile of the first step (0 when runtime.compile=none)
+    warmup_s: float  # the warm-up steps, compile excluded
+    window_s: float  # the measured window
+    checkpoint_s: float  # checkpoint writes inside the window
+    window_steps: int  # measured steps the window runs
+    projected: bool  # whether the window measures short steps and projects them
+
+    @property
+    def total_s(self) -> float:
+        return self.setup_s + self.compile_s + self.warmup_s + self.window_s + self.checkpoint_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialLimits:
+    """What one trial gets: its hard and stall limits, and why."""
+
+    timeout_s: float  # hard wall-clock limit of the trial process
+    stall_timeout_s: float | None  # quiet time that counts as a hang; None = no stall check
+    automatic: bool  # True when the sweep sized the hard limit (the user set none)
+    step: StepPrediction  # the predicted optimizer step they are sized from
+    expected: TrialTime  # the trial's expected duration (no safety factor)
+
+
+def resolve_dtype(value: Any, *, device_type: str, bf16_supported: bool) -> str:
+    """runtime.dtype as the trainer resolves it (train.loop.resolve_dtype): auto is bf16 on a
+    CUDA device that has it, else fp32."""
+    if value in (None, "auto"):
+        return "bf16" if device_type == "cuda" and bf16_supported else "fp32"
+    return str(value)
+
+
+def recompute_factor(activation_checkpointing: Any, n_layer: int) -> float:
+    """Extra compute of activation checkpointing: each checkpointed block runs its forward twice,
+    and a forward is a third of forward + backward."""
+    mode = str(activation_checkpointing or "none")
+    if mode == "none":
+        return 1.0
+    every = 1 if mode == "every" else int(mode.removeprefix("every_"))
+    checkpointed = math.ceil(n_layer / every) / n_layer
+    return 1.0 + checkpointed / 3.0
+
+
+def predict_step(
+    cfg: Mapping[str, Any], *, device_name: str, device_type: str, bf16_supported: bool
+) -> StepPrediction:
+    """FLOPs of one optimizer step and its predicted duration on `device_name`."""
+    n_layer, block = int(cfg["model.n_layer"]), int(cfg["model.block_size"])
+    n_params = gpt2_num_params(
+        n_layer=n_layer, n_embd=int(cfg["model.n_embd"]), vocab_size=int(cfg["model.vocab_size"]),
+        block_size=block, bias=bool(cfg.get("model.bias", True)),
+    )  # fmt: skip
+    per_token = flops_per_token(
+        n_layer=n_layer, n_head=int(cfg["model.n_head"]), n_embd=int(cfg["model.n_embd"]),
+        seq_len=block, vocab_size=int(cfg["model.vocab_size"]), num_params=n_params,
+    )  # fmt: skip
+    flops = per_token * int(cfg["batch.tokens_per_step"])
+    dtype = resolve_dtype(
+        cfg.get("runtime.dtype"), device_type=device_type, bf16_supported=bf16_supported
+    )
+    tf32 = bool(cfg.get("runtime.tf32", False))
+    peak = None
+    if device_type == "cpu":
+        rate, source = CPU_FLOPS, f"a conservative CPU rate of {CPU_FLOPS / 1e9:.0f} GFLOP/s"
+    elif chip_for_device_name(device_name) is None:
+        key = "tf32" if dtype == "fp32" and tf32 else dtype
+        rate = UNKNOWN_GPU_FLOPS[key]
+        source = f"no datasheet peak for {device_name!r}: a conservative {rate / 1e12:.0f} TFLOP/s"
+    else:
+        found = lookup_peak(device_name, dtype, tf32=tf32)
+        assert found is not None  # the chip is known, and PEAKS lists every dtype for it
+        peak, rate, source = found.flops, found.flops, found.source
+    slow = recompute_factor(cfg.get("runtime.activation_checkpointing"), n_layer)
+    return StepPrediction(
+        flops_per_step=flops,
+        num_params=n_params,
+        dtype="tf32" if dtype == "fp32" and tf32 and device_type == "cuda" else dtype,
+        peak_flops=peak,
+        peak_source=source,
+        floor_s=flops / peak if peak else None,
+        predicted_s=flops * slow / (rate * ASSUMED_MFU),
+    )
+
+
+def window_steps(step_s: float, *, min_steps: int, max_steps: int, max_seconds: float) -> int:
+    """Measured steps a trial runs at `step_s` a step: it stops at max_steps, or at the first
+    step at or past min_steps once max_seconds have gone by (train/trial.py's window)."""
+    if step_s <= 0:
+        return max_steps
+    return min(max_steps, max(min_steps, math.ceil(max_seconds / step_s)))
+
+
+def _trial_time(cfg: Mapping[str, Any], full_step_s: float, *, device_type: str,
+                num_params: int, scale: float) -> TrialTime:
+    """The phases of one trial when a full optimizer step takes `full_step_s`; `scale` multiplies
+    the fixed allowances (1 for the expectation, SAFETY for a limit)."""
+    n_layer = int(cfg["model.n_layer"])
+    accum = int(cfg.get("batch.grad_accum") or 1)
+    # train/trial.py warms up on short steps of at most project_micro_steps micro-batches, and
+    # measures short steps projected to full ones when a full step would exceed project_above_s
+    # (a trainer without those keys always runs full steps).
+    short = min(accum, int(cfg.get("trial.project_micro_steps") or accum))
+    above = float(cfg.get("trial.project_above_s") or 0.0)
+    short_s = full_step_s * short / accum
+    projected = accum > short and 0 < above < full_step_s
+    step_s = short_s if projected else full_step_s
+    warmup_steps = int(cfg.get("trial.warmup_steps") or 1)
+    n = window_steps(
+        step_s,
+        min_steps=int(cfg.get("trial.min_steps") or 2),
+        max_steps=int(cfg.get("trial.max_steps") or 20),
+        max_seconds=float(cfg.get("trial.max_seconds") or 30.0),
+    )
+    extra = int(cfg.get("trial.profile_steps") or 0) if cfg.get("trial.profile") else 0
+    every = int(cfg.get("checkpoint.every_steps") or 0)
+    saves = n // every if every > 0 else 0
+    save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
+    compile_mode = str(cfg.get("runtime.compile") or "none")
+    compile_s = 0.0
+    if compile_mode != "none":
+        autotune = AUTOTUNE_FACTOR if "autotune" in compile_mode else 1.0
+        if scale > 1:
+            compile_s = autotune * max(
+                COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer
+            )
+        else:
+            compile_s = autotune * COMPILE_PER_LAYER_S * n_layer
+    return TrialTime(
+        setup_s=scale * (SETUP_BASE_S.get(device_type, 10.0) + SETUP_PER_LAYER_S * n_layer),
+        compile_s=compile_s,
+        warmup_s=warmup_steps * short_s,
+        window_s=(n + extra) * step_s,
+        checkpoint_s=scale * saves * save_s,
+        window_steps=n,
+        projected=projected,
+    )
+
+
+def trial_limits(
+    cfg: Mapping[str, Any],
+    *,
+    device_name: str,
+    device_type: str,
+    bf16_supported: bool,
+    timeout_s: float = 0.0,
+    stall_timeout_s: float = 0.0,
+) -> TrialLimits:
+    """The limits of one trial of `cfg`. timeout_s / stall_timeout_s are the user's settings:
+    > 0 is used as is, 0 means automatic, and a negative stall_timeout_s turns the stall check
+    off."""
+    step = predict_step(
+        cfg, device_name=device_name, device_type=device_type, bf16_supported=bf16_supported
+    )
+    expected = _trial_time(
+        cfg, step.predicted_s, device_type=device_type, num_params=step.num_params, scale=1.0
+    )
+    slow_step_s = SAFETY * step.predicted_s
+    bound = _trial_time(
+        cfg, slow_step_s, device_type=device_type, num_params=step.num_params, scale=SAFETY
+    )
+    # A trial that runs faster than predicted may measure full steps where the prediction
+    # projected short ones: the window is then bounded by full steps of project_above_s.
+    above = float(cfg.get("trial.project_above_s") or 0.0)
+    if bound.projected:
+        unprojected = window_steps(
+            above,
+            min_steps=int(cfg.get("trial.min_steps") or 2),
+            max_steps=int(cfg.get("trial.max_steps") or 20),
+            max_seconds=float(cfg.get("trial.max_seconds") or 30.0),
+        ) * above
+        bound_total = bound.total_s + max(0.0, unprojected - bound.window_s)
+    else:
+        bound_total = bound.total_s
+    hard = timeout_s if timeout_s > 0 else max(DEFAULT_TIMEOUT_S, bound_total)
+    if stall_timeout_s > 0:
+        stall: float | None = stall_timeout_s
+    elif stall_timeout_s < 0:
+        stall = None
+    else:
+        # The longest quiet gap of a healthy trial: report_every measured steps and the saves
+        # among them (set-up, compile and warm-up send heartbeats every ~10 s).
+        report_every = int(cfg.get("trial.report_every") or 5)
+        every = int(cfg.get("checkpoint.every_steps") or 0)
+        per_step = max(bound.window_s / max(bound.window_steps, 1), min(slow_step_s, above or 0))
+        saves = math.ceil(report_every / every) if every > 0 else 0
+        save_s = step.num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
+        stall = max(DEFAULT_STALL_S, report_every * per_step + SAFETY * saves * save_s)
+    return TrialLimits(
+        timeout_s=hard,
+        stall_timeout_s=stall,
+        automatic=timeout_s <= 0,
+        step=step,
+        expected=expected,
+    )
