@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from train.meters import PHASES, EventPhaseClock, PhaseClock, project_step, time_fractions
+from train.meters import (
+    PHASES,
+    EventPhaseClock,
+    PhaseClock,
+    micro_batch_times,
+    project_step,
+    time_fractions,
+)
 
 
 class FakeClock:
@@ -106,33 +113,64 @@ def test_event_clock_reuses_its_events_and_adds_host_time() -> None:
     assert gpu.created == 2 * (3 + 3 + 1)  # one step's worth of events, recycled afterwards
 
 
+P = {"compute": 0.8, "data_wait": 0.1, "optimizer": 0.05, "checkpoint": 0.0}
+
+
 @pytest.mark.parametrize(
-    ("wall", "phases", "scale", "step", "compute", "data_wait"),
+    ("wall", "phases", "micro", "accum", "step", "factor"),
     [
-        # scale 1: the step as measured
-        (1.0, {"compute": 0.8, "data_wait": 0.1, "optimizer": 0.05, "checkpoint": 0.0},
-         1, 1.0, 0.8, 0.1),
-        # 4 of 32 micro-batches: per-micro phases x8, optimizer and 0.05 s overhead once
-        (1.0, {"compute": 0.8, "data_wait": 0.1, "optimizer": 0.05, "checkpoint": 0.0},
-         8, 0.9 * 8 + 0.05 + 0.05, 6.4, 0.8),
+        # all micro-batches measured: the step as it was
+        (1.0, P, [0.3, 0.3, 0.3], 3, 1.0, 1.0),
+        # 4 of 32 alike: per-micro phases x8, optimizer and 0.05 s overhead once
+        (1.0, P, [0.225] * 4, 32, 0.9 * 8 + 0.05 + 0.05, 8.0),
+        # a cheap first micro-batch counts once, the rest 31 times
+        (1.0, P, [0.15, 0.25, 0.25, 0.25], 32, 0.15 + 31 * 0.25 + 0.05 + 0.05,
+         (0.15 + 31 * 0.25) / 0.9),
+        # one micro-batch measured: plain scaling
+        (0.5, {**P, "compute": 0.4, "data_wait": 0.0}, [0.4], 10, 4.0 + 0.05 + 0.05, 10.0),
         # a checkpoint stall stays once per step
-        (3.0, {"compute": 0.8, "data_wait": 0.0, "optimizer": 0.2, "checkpoint": 2.0},
-         16, 0.8 * 16 + 0.2 + 2.0, 12.8, 0.0),
+        (3.0, {**P, "data_wait": 0.0, "optimizer": 0.2, "checkpoint": 2.0}, [0.4, 0.4], 16,
+         0.8 * 8 + 0.2 + 2.0, 8.0),
         # phases that overshoot the wall (clock granularity) leave no negative overhead
-        (0.9, {"compute": 0.9, "data_wait": 0.0, "optimizer": 0.01, "checkpoint": 0.0},
-         2, 1.8 + 0.01, 1.8, 0.0),
+        (0.9, {**P, "compute": 0.9, "data_wait": 0.0, "optimizer": 0.01}, [0.45, 0.45], 4,
+         1.8 + 0.01, 2.0),
     ],
 )  # fmt: skip
-def test_project_step(wall, phases, scale, step, compute, data_wait) -> None:
-    total, scaled = project_step(wall, phases, scale=scale)
+def test_project_step(wall, phases, micro, accum, step, factor) -> None:
+    total, scaled = project_step(wall, phases, micro_s=micro, grad_accum=accum)
     assert total == pytest.approx(step)
-    assert scaled["compute"] == pytest.approx(compute)
-    assert scaled["data_wait"] == pytest.approx(data_wait)
+    assert scaled["compute"] == pytest.approx(phases["compute"] * factor)
+    assert scaled["data_wait"] == pytest.approx(phases["data_wait"] * factor)
     assert scaled["optimizer"] == phases["optimizer"]
     fracs = time_fractions([scaled], [total])
     assert sum(fracs.values()) == pytest.approx(1.0)
 
 
-def test_project_step_refuses_a_shrinking_scale() -> None:
-    with pytest.raises(ValueError, match="scale must be >= 1"):
-        project_step(1.0, dict.fromkeys(PHASES, 0.1), scale=0.5)
+@pytest.mark.parametrize("micro", [[], [0.1] * 5])
+def test_project_step_needs_one_to_grad_accum_micro_batches(micro) -> None:
+    with pytest.raises(ValueError, match=r"needs 1\.\.grad_accum=4"):
+        project_step(1.0, P, micro_s=micro, grad_accum=4)
+
+
+def test_micro_batch_times_pairs_each_compute_with_its_data_wait() -> None:
+    spans = [("data_wait", 0.1), ("compute", 1.0), ("data_wait", 0.2), ("compute", 2.0),
+             ("optimizer", 0.5), ("checkpoint", 3.0)]  # fmt: skip
+    assert micro_batch_times(spans) == pytest.approx([1.1, 2.2])
+
+
+def test_clocks_keep_the_steps_spans_in_order() -> None:
+    clock = FakeClock()
+    pc = PhaseClock(clock=clock)
+    for seconds in (0.1, 0.2):
+        with pc.phase("data_wait"):
+            clock.t += seconds / 10
+        with pc.phase("compute"):
+            clock.t += seconds
+    pc.take()
+    assert micro_batch_times(pc.last_spans) == pytest.approx([0.11, 0.22])
+    gpu = FakeGpu()
+    ec = EventPhaseClock(new_event=gpu.event)
+    _fake_step(ec, gpu, micro=3)
+    gpu.synced = True
+    ec.take()
+    assert micro_batch_times(ec.last_spans) == pytest.approx([0.032] * 3)

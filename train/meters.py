@@ -28,6 +28,8 @@ class PhaseClock:
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._spans: list[tuple[str, float]] = []
+        self.last_spans: list[tuple[str, float]] = []  # (phase, seconds) in order, as of take()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -35,7 +37,9 @@ class PhaseClock:
         try:
             yield
         finally:
-            self._totals[name] += self._clock() - start
+            seconds = self._clock() - start
+            self._totals[name] += seconds
+            self._spans.append((name, seconds))
 
     def add(self, name: str, seconds: float) -> None:
         """Charge time measured elsewhere (a checkpoint stall) to a phase."""
@@ -44,6 +48,7 @@ class PhaseClock:
     def take(self) -> dict[str, float]:
         """The phase totals since the last take, then reset."""
         totals, self._totals = self._totals, dict.fromkeys(PHASES, 0.0)
+        self.last_spans, self._spans = self._spans, []
         return totals
 
 
@@ -71,6 +76,7 @@ class EventPhaseClock:
         self._free: list[TimingEvent] = []
         self._spans: list[tuple[str, TimingEvent, TimingEvent]] = []
         self._host: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.last_spans: list[tuple[str, float]] = []  # (phase, seconds) in order, as of take()
 
     def _event(self) -> TimingEvent:
         event = self._free.pop() if self._free else self._new_event()
@@ -92,8 +98,11 @@ class EventPhaseClock:
     def take(self) -> dict[str, float]:
         """Phase totals since the last take (call after a synchronize), then reset."""
         totals, self._host = self._host, dict.fromkeys(PHASES, 0.0)
+        self.last_spans = []
         for name, start, end in self._spans:
-            totals[name] += start.elapsed_time(end) / 1000.0
+            seconds = start.elapsed_time(end) / 1000.0
+            totals[name] += seconds
+            self.last_spans.append((name, seconds))
             self._free += (start, end)
         self._spans = []
         return totals
@@ -147,21 +156,42 @@ def window_rate(tokens: int, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
-def project_step(
-    wall_s: float, phases: dict[str, float], *, scale: float
-) -> tuple[float, dict[str, float]]:
-    """A full optimizer step projected from a short one of 1/scale of its micro-batches.
+def micro_batch_times(spans: Sequence[tuple[str, float]]) -> list[float]:
+    """Each micro-batch's data wait + compute, in order, from a step's (phase, seconds) spans."""
+    times, pending = [], 0.0
+    for name, seconds in spans:
+        if name == "data_wait":
+            pending += seconds
+        elif name == "compute":
+            times.append(pending + seconds)
+            pending = 0.0
+    return times
 
-    Per-micro-batch phases (compute, data wait) grow with the micro-batch count; the optimizer
-    update, a checkpoint save and the step's own overhead (`other`: the sync, the lr update,
-    Python between phases) happen once per step whatever its length. Returns the projected step
-    time and its phases. scale=1 returns the step as measured.
+
+def project_step(
+    wall_s: float, phases: dict[str, float], *, micro_s: Sequence[float], grad_accum: int
+) -> tuple[float, dict[str, float]]:
+    """A full optimizer step of `grad_accum` micro-batches projected from a short one.
+
+    `micro_s` holds the short step's micro-batches (data wait + compute each, in order). The
+    first micro-batch of a step is not like the rest (its backward writes fresh gradients; later
+    ones read and add into them), so the full step's micro-batches are the first plus
+    grad_accum - 1 times the mean of the others. The optimizer update, a checkpoint save and the
+    step's own overhead (`other`: the sync, the lr update, Python between phases) happen once per
+    step whatever its length. Returns the projected step time and its phases (compute and data
+    wait scaled alike). A short step of all `grad_accum` micro-batches comes back as measured.
     """
-    if scale < 1:
-        raise ValueError(f"scale must be >= 1 (a full step has the short one's micro-batches), "
-                         f"got {scale}")
+    if not micro_s or len(micro_s) > grad_accum:
+        raise ValueError(
+            f"a projection needs 1..grad_accum={grad_accum} measured micro-batches, "
+            f"got {len(micro_s)}"
+        )
+    rest = micro_s[1:] or micro_s[:1]
+    full_micro = micro_s[0] + (grad_accum - 1) * sum(rest) / len(rest)
+    measured = sum(micro_s)
+    factor = full_micro / measured if measured > 0 else float(grad_accum) / len(micro_s)
     other = max(0.0, wall_s - sum(phases.values()))
     scaled = dict(phases)
     for name in ("compute", "data_wait"):
-        scaled[name] = phases[name] * scale
+        scaled[name] = phases[name] * factor
     return sum(scaled.values()) + other, scaled

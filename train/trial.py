@@ -38,7 +38,13 @@ from train.loop import (
     make_phase_clock,
     train_step,
 )
-from train.meters import project_step, summarize, time_fractions, window_rate
+from train.meters import (
+    micro_batch_times,
+    project_step,
+    summarize,
+    time_fractions,
+    window_rate,
+)
 from train.nvml import NvmlSampler
 from train.report import Reporter
 from train.result import TrialFailure, build_result, classify, format_summary, write_result
@@ -162,7 +168,9 @@ def measure(
             first_loss = loss
     warmup_s = time.perf_counter() - warm_start
     after_warmup = compile_stats.snapshot()
-    full_estimate_s, _ = project_step(wall_s, phases, scale=accum / short)
+    full_estimate_s, _ = project_step(
+        wall_s, phases, micro_s=micro_batch_times(clock.last_spans), grad_accum=accum
+    )
     projected = accum > short and 0 < t.project_above_s < full_estimate_s
     micro = short if projected else accum
     heartbeat.stop()
@@ -207,7 +215,12 @@ def measure(
             now = time.perf_counter()
             if projected:
                 short_times.append(now - prev)
-                full_s, phases = project_step(now - prev, phases, scale=accum / micro)
+                full_s, phases = project_step(
+                    now - prev,
+                    phases,
+                    micro_s=micro_batch_times(clock.last_spans),
+                    grad_accum=accum,
+                )
                 step_times.append(full_s)
             else:
                 step_times.append(now - prev)

@@ -1,0 +1,132 @@
+"""Check the trial's projected steps against real full steps on this CPU.
+
+    python scripts/bench_projection.py               # small-cpu, grad_accum 32, 3 interleaved pairs
+    python scripts/bench_projection.py --pairs 5 --grad-accum 64
+
+A long optimizer step (large grad_accum) is measured as short steps of a few micro-batches and
+projected to the full step (train/meters.py project_step). Here the same configuration runs as a
+projected trial and as a real full-step trial (`trial.project_above_s=0`), interleaved P F / F P
+so machine drift hits both alike, each a real bounded trial (`train.trial.run_trial`). Printed,
+all measured now: each pair's projected and real step-time medians, the projection's error, and
+both trials' wall time. Goals (issue 10): projected within 5% of the real full-step median, and
+the projected trial's wall at least 3x shorter. Exit code 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# allow `python scripts/bench_projection.py` from the repo root without installing the package
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from train.trial import run_trial  # noqa: E402
+
+log = logging.getLogger("bench_projection")
+ERROR_GOAL = 0.05  # |projected / real - 1| of the step-time medians
+WALL_GOAL = 3.0  # real trial wall / projected trial wall
+
+
+def trial_config(args: argparse.Namespace, tmp: Path, *, projected: bool):
+    tokens = args.micro_batch * args.grad_accum * args.block_size
+    overrides = [
+        f"model={args.model}",
+        f"batch.tokens_per_step={tokens}",
+        f"batch.micro_batch={args.micro_batch}",
+        f"batch.grad_accum={args.grad_accum}",
+        "data.num_workers=0",
+        f"data.dir={tmp / 'data' / 'synthetic'}",
+        f"checkpoint.dir={tmp / 'ckpt'}",
+        "runtime.device=cpu",
+        "runtime.compile=none",
+        f"trial.warmup_steps={args.warmup_steps}",
+        f"trial.max_steps={args.steps}",
+        f"trial.min_steps={args.steps}",
+        "trial.max_seconds=600",
+        f"trial.project_micro_steps={args.micro_steps}",
+        # forced either way: projected whatever the step's length, or real full steps
+        f"trial.project_above_s={1e-9 if projected else 0}",
+    ]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return OmegaConf.to_object(compose(config_name="train", overrides=overrides))
+
+
+def run(args: argparse.Namespace, tmp: Path, *, projected: bool) -> dict:
+    cfg = trial_config(args, tmp, projected=projected)
+    started = time.perf_counter()
+    result = run_trial(cfg, out_path=tmp / f"{'p' if projected else 'f'}-{time.time_ns()}.json")
+    if result["status"] != "complete":
+        raise SystemExit(f"trial failed: {result['failure']}")
+    assert (result["projection"] is not None) == projected
+    result["process_wall_s"] = time.perf_counter() - started
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="small-cpu")
+    p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=32)
+    p.add_argument("--micro-steps", type=int, default=4, help="micro-batches per projected step")
+    p.add_argument("--warmup-steps", type=int, default=1)
+    p.add_argument("--steps", type=int, default=6, help="measured steps per trial")
+    p.add_argument("--pairs", type=int, default=3, help="interleaved projected/real pairs")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-projection-") as tmp_name:
+        tmp = Path(tmp_name)
+        for i in range(args.pairs):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            got = {projected: run(args, tmp, projected=projected) for projected in order}
+            proj, real = got[True], got[False]
+            rows.append({
+                "projected_s": proj["step_time_s"]["p50"],
+                "real_s": real["step_time_s"]["p50"],
+                "short_s": proj["projection"]["short_step_s"]["p50"],
+                "proj_wall_s": proj["process_wall_s"],
+                "real_wall_s": real["process_wall_s"],
+            })  # fmt: skip
+            r = rows[-1]
+            print(
+                f"pair {i + 1}: projected {r['projected_s']:.4f} s (from short steps of "
+                f"{r['short_s']:.4f} s) | real {r['real_s']:.4f} s | error "
+                f"{r['projected_s'] / r['real_s'] - 1:+.2%} | wall {r['proj_wall_s']:.1f} s vs "
+                f"{r['real_wall_s']:.1f} s",
+                flush=True,
+            )
+    errors = [r["projected_s"] / r["real_s"] - 1 for r in rows]
+    walls = [r["real_wall_s"] / r["proj_wall_s"] for r in rows]
+    proj_med = statistics.median(r["projected_s"] for r in rows)
+    real_med = statistics.median(r["real_s"] for r in rows)
+    error = proj_med / real_med - 1
+    wall = statistics.median(walls)
+    print(
+        f"\n{args.model}, micro_batch {args.micro_batch} x grad_accum {args.grad_accum}, "
+        f"projected from steps of {args.micro_steps} micro-batches, {args.pairs} interleaved pairs"
+    )
+    print(
+        f"projected step p50 (median of trials) {proj_med:.4f} s vs real {real_med:.4f} s: "
+        f"error {error:+.2%} (pairs {min(errors):+.2%} .. {max(errors):+.2%}); goal within "
+        f"{ERROR_GOAL:.0%}: {'PASS' if abs(error) <= ERROR_GOAL else 'FAIL'}"
+    )
+    print(
+        f"trial wall real / projected: {wall:.2f}x (pairs {min(walls):.2f} .. {max(walls):.2f}); "
+        f"goal >= {WALL_GOAL:.0f}x: {'PASS' if wall >= WALL_GOAL else 'FAIL'}"
+    )
+    return 0 if abs(error) <= ERROR_GOAL and wall >= WALL_GOAL else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
