@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+import train.checkpoint as ckpt_mod
 from train.checkpoint import (
     CheckpointConfig,
     Checkpointer,
     CheckpointWriteError,
     latest_checkpoint,
     load_checkpoint,
+    restore_rng_state,
+    rng_state,
 )
 
 
@@ -339,6 +344,151 @@ def test_async_failure_read_only_dir(tmp_path: Path) -> None:
         ro.chmod(0o700)
 
 
+# --- RNG state on resume -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_resume_restores_the_cpu_random_stream_exactly(tmp_path: Path, mode: str) -> None:
+    model, opt = _model_and_opt()
+    torch.manual_seed(3)
+    with Checkpointer(CheckpointConfig(dir=str(tmp_path), mode=mode)) as ckpt:
+        ckpt.save(step=1, model=model, optimizer=opt, extra={"rng": rng_state(torch.device("cpu"))})
+    expected = torch.rand(5)  # what the run would have drawn next
+    torch.rand(100)  # a restarted process is elsewhere in the stream
+    rest = load_checkpoint(tmp_path / "ckpt_00000001.pt", model=model, optimizer=None)
+    restore_rng_state(rest["extra"]["rng"], torch.device("cpu"))
+    assert torch.equal(torch.rand(5), expected)
+
+
+class _OnDevice:
+    """A state as `torch.load(map_location="cuda")` returns it: on the GPU until `.cpu()`."""
+
+    def __init__(self, cpu: torch.Tensor) -> None:
+        self.device = torch.device("cuda", 0)
+        self._cpu = cpu
+
+    def cpu(self) -> torch.Tensor:
+        return self._cpu
+
+
+def test_restore_hands_the_generators_cpu_tensors_and_the_right_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Generators take a CPU ByteTensor only ("RNG state must be a torch.ByteTensor" otherwise,
+    seen on an H100 with torch 2.11), so states loaded onto a GPU are brought back first, and the
+    CUDA state goes to the session's device, not the current one."""
+    set_cpu: list[torch.Tensor] = []
+    set_cuda: list[tuple[torch.Tensor, torch.device]] = []
+    monkeypatch.setattr(torch, "set_rng_state", set_cpu.append)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda t, d: set_cuda.append((t, d)))
+    cpu_state, cuda_state = torch.get_rng_state(), torch.arange(16, dtype=torch.uint8)
+
+    restore_rng_state(
+        {"cpu": _OnDevice(cpu_state), "cuda": _OnDevice(cuda_state)}, torch.device("cuda", 1)
+    )
+    assert len(set_cpu) == 1 and set_cpu[0] is cpu_state
+    assert len(set_cuda) == 1
+    assert set_cuda[0][0] is cuda_state and set_cuda[0][1] == torch.device("cuda", 1)
+
+
+def test_restore_accepts_a_bare_cpu_state_and_skips_cuda_on_a_cpu_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    set_cpu: list[torch.Tensor] = []
+    monkeypatch.setattr(torch, "set_rng_state", set_cpu.append)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", _boom)
+    state = torch.get_rng_state()
+    restore_rng_state(state, torch.device("cpu"))  # checkpoints written before "rng" was a dict
+    saved_on_gpu = {"cpu": state, "cuda": torch.zeros(16, dtype=torch.uint8)}
+    restore_rng_state(saved_on_gpu, torch.device("cpu"))  # the CUDA state is not used
+    assert len(set_cpu) == 2 and all(t is state for t in set_cpu)
+
+
+def test_rng_state_saves_the_cuda_generator_of_the_session_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[object] = []
+
+    def get_cuda_state(device: object) -> torch.Tensor:
+        asked.append(device)
+        return torch.ones(16, dtype=torch.uint8)
+
+    monkeypatch.setattr(torch.cuda, "get_rng_state", get_cuda_state)
+    state = rng_state(torch.device("cuda", 1))
+    assert asked == [torch.device("cuda", 1)]
+    assert torch.equal(state["cpu"], torch.get_rng_state())
+    assert torch.equal(state["cuda"], torch.ones(16, dtype=torch.uint8))
+    assert rng_state(torch.device("cpu")).keys() == {"cpu"}
+
+
+# --- async copies on CUDA (fakes of the CUDA API) -----------------------------------------------
+
+
+class _FakeStream:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+
+class _FakeEvent:
+    """Records where it was recorded and when (and on which thread) it was waited for."""
+
+    def __init__(self, wait_s: float = 0.0) -> None:
+        self.stream: _FakeStream | None = None
+        self.wait_s = wait_s
+        self.synced_at: float | None = None
+        self.synced_on: str | None = None
+
+    def record(self, stream: _FakeStream) -> None:
+        self.stream = stream
+
+    def synchronize(self) -> None:
+        time.sleep(self.wait_s)
+        self.synced_at = time.perf_counter()
+        self.synced_on = threading.current_thread().name
+
+
+def test_copies_done_is_recorded_on_the_given_devices_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not the current device's (the trainer may run on cuda:1 while cuda:0 is current)."""
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", _FakeStream)
+    event = ckpt_mod.copies_done(torch.device("cuda", 1))
+    assert isinstance(event, _FakeEvent) and event.stream is not None
+    assert event.stream.device == torch.device("cuda", 1)
+
+
+def test_async_writer_waits_for_the_copies_before_serialising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller returns without waiting for the device->host copies; the writer thread waits
+    for their event before torch.save reads the host buffers, and no device-wide sync is used."""
+    event = _FakeEvent(wait_s=0.3)
+    real_snapshot, real_save = Checkpointer._snapshot, torch.save
+    saved_at: list[float] = []
+
+    def snapshot_with_copies(self: Checkpointer, payload: dict) -> tuple[dict, list]:
+        host, copied = real_snapshot(self, payload)
+        return host, [*copied, event]
+
+    def save(*args: object, **kwargs: object) -> None:
+        saved_at.append(time.perf_counter())
+        real_save(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Checkpointer, "_snapshot", snapshot_with_copies)
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(torch.cuda, "synchronize", _boom)
+    model, opt = _model_and_opt()
+    with Checkpointer(CheckpointConfig(dir=str(tmp_path), mode="async")) as ckpt:
+        stall_s = ckpt.save(step=1, model=model, optimizer=opt, extra={})
+        assert event.synced_at is None  # still copying: the caller did not wait
+        ckpt.wait()
+    assert stall_s < event.wait_s
+    assert event.synced_on is not None and event.synced_on.startswith("ckpt-writer")
+    assert event.synced_at is not None and len(saved_at) == 1 and event.synced_at <= saved_at[0]
+    assert (tmp_path / "ckpt_00000001.pt").is_file()
+
+
 # --- GPU ----------------------------------------------------------------------------------------
 
 
@@ -357,3 +507,23 @@ def test_cuda_async_round_trip(tmp_path: Path) -> None:
     assert rest["extra"] == {"k": 1}
     for k, v in fresh.state_dict().items():
         assert v.is_cuda and torch.equal(v.cpu(), expected[k]), k
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_resume_restores_both_generators_from_a_gpu_mapped_load(tmp_path: Path) -> None:
+    """The production run loads with map_location=<its device>; the RNG states still restore."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    model, opt = _model_and_opt(device="cuda")
+    torch.manual_seed(5)
+    with Checkpointer(CheckpointConfig(dir=str(tmp_path), mode="async")) as ckpt:
+        ckpt.save(step=1, model=model, optimizer=opt, extra={"rng": rng_state(device)})
+    expected_cpu, expected_cuda = torch.rand(5), torch.rand(5, device=device)
+    torch.rand(100), torch.rand(100, device=device)
+    rest = load_checkpoint(
+        tmp_path / "ckpt_00000001.pt", model=model, optimizer=opt, map_location=device
+    )
+    assert rest["extra"]["rng"]["cpu"].device == device  # what torch.load did with it
+    restore_rng_state(rest["extra"]["rng"], device)
+    assert torch.equal(torch.rand(5), expected_cpu)
+    assert torch.equal(torch.rand(5, device=device), expected_cuda)

@@ -44,7 +44,7 @@ def test_loss_goes_down_on_the_embedded_data(make_config) -> None:
     assert all(h["tokens_per_s"] > 0 for h in summary["history"] if "loss" in h)
 
 
-def _resume_config(make_config, ckpt_dir: Path):
+def _resume_config(make_config, ckpt_dir: Path, *overrides: str):
     # 256 tokens a step (2 x 2 x 64): gradient accumulation is exercised, and 40 steps stay cheap
     return make_config(
         "batch.tokens_per_step=256",
@@ -55,6 +55,7 @@ def _resume_config(make_config, ckpt_dir: Path):
         "train.eval_every=0",
         "checkpoint.every_steps=5",
         f"checkpoint.dir={ckpt_dir}",
+        *overrides,
     )
 
 
@@ -76,14 +77,16 @@ def _run_killed_before_step(cfg, step: int, monkeypatch: pytest.MonkeyPatch) -> 
             main_mod.run(cfg)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_resume_after_a_kill_matches_an_uninterrupted_run(
-    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dropout: float
 ) -> None:
     """Run A trains 20 steps straight; run B is killed after step 10 (its checkpoint written) and
     a second invocation resumes to 20. Bit-identical parameters and optimizer moments prove no
-    batch was lost or repeated and the schedule continued where it stopped."""
-    cfg_a = _resume_config(make_config, tmp_path / "a")
-    cfg_b = _resume_config(make_config, tmp_path / "b")
+    batch was lost or repeated and the schedule continued where it stopped; with dropout, that
+    the random stream continued too (restored from the checkpoint, not re-seeded)."""
+    cfg_a = _resume_config(make_config, tmp_path / "a", f"model.dropout={dropout}")
+    cfg_b = _resume_config(make_config, tmp_path / "b", f"model.dropout={dropout}")
     summary_a = main_mod.run(cfg_a)
 
     _run_killed_before_step(cfg_b, 11, monkeypatch)

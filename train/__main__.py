@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from train.checkpoint import latest_checkpoint, load_checkpoint
+from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state
 from train.config import Config
 from train.flops import mfu
 from train.loop import (
@@ -65,7 +64,7 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
         )
         log.info("resumed from %s at step %d", latest, start)
         if "rng" in state["extra"]:
-            torch.set_rng_state(state["extra"]["rng"])
+            restore_rng_state(state["extra"]["rng"], s.device)
 
     name, peak, ceiling = device_peaks(s)
     log.info(
@@ -100,7 +99,7 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
                 step=step,
                 model=s.raw_model,
                 optimizer=s.optimizer,
-                extra={"step": step, "rng": torch.get_rng_state()},
+                extra={"step": step, "rng": rng_state(s.device)},
             )
         if step % tc.log_every == 0 or step == tc.max_steps:
             now = time.perf_counter()  # finish_step synchronised: the device's work is done

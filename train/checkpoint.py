@@ -6,10 +6,11 @@ caller is blocked by `save()` to the step it happens in.
 
 Two modes:
 - "sync": the caller serialises and writes the file itself; the stall is the whole write.
-- "async": the caller only copies the state to host memory (a snapshot) and hands it to ONE
-  background writer thread; the stall is the snapshot plus any wait for the previous write (at most
-  one write is in flight). A failed background write is re-raised on the next
-  `save()`/`wait()`/`close()`, naming the file.
+- "async": the caller only queues copies of the state to host memory (a snapshot) and hands it to
+  ONE background writer thread; the stall is queueing the snapshot plus any wait for the previous
+  write (at most one write is in flight). On CUDA the copies run on the device's stream; the writer
+  waits for a CUDA event recorded after them before it reads a byte. A failed background write is
+  re-raised on the next `save()`/`wait()`/`close()`, naming the file.
 
 Every write goes to `ckpt_<step>.pt.tmp`, is fsync'ed, then `os.replace`d onto its final name, so
 a kill mid-write never leaves a truncated file under a completed name; `latest_checkpoint` ignores
@@ -29,6 +30,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,8 +43,6 @@ from train.config import CheckpointConfig
 log = logging.getLogger(__name__)
 
 _CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
-
-
 
 
 class CheckpointWriteError(RuntimeError):
@@ -102,6 +102,32 @@ def load_checkpoint(
     return {k: v for k, v in payload.items() if k not in ("model", "optimizer")}
 
 
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """The generator states a resumed run needs: the CPU's, and the CUDA generator of `device`."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def restore_rng_state(state: dict[str, Any] | torch.Tensor, device: torch.device) -> None:
+    """Put back what `rng_state` saved (or a bare CPU state, as older checkpoints hold).
+
+    Generators take their state as a CPU ByteTensor, CUDA's too, whatever `map_location` the
+    checkpoint was loaded with: `torch.load(map_location="cuda")` puts these on the GPU, and
+    `set_rng_state` then raises "RNG state must be a torch.ByteTensor" (seen with torch 2.11).
+    """
+    if not isinstance(state, dict):
+        state = {"cpu": state}
+    torch.set_rng_state(state["cpu"].cpu())
+    if "cuda" not in state:
+        return
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+    else:
+        log.info("checkpoint holds a CUDA generator state; resuming on %s, it is not used", device)
+
+
 def _fsync_dir(dir: Path) -> None:
     # Make the rename itself durable; some filesystems (network mounts) refuse a dir fsync: fine.
     try:
@@ -113,6 +139,15 @@ def _fsync_dir(dir: Path) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def copies_done(device: torch.device) -> torch.cuda.Event:
+    """A CUDA event that completes once the work queued so far on `device`'s current stream (the
+    snapshot's copies among it) has: recorded on that device's stream, not the current device's.
+    """
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
 
 
 class Checkpointer:
@@ -162,10 +197,10 @@ class Checkpointer:
             # At most one write in flight: wait for (and surface errors of) the previous one first;
             # this wait is part of the stall the caller sees.
             self._finish_pending()
-            snapshot = self._snapshot(payload)
+            snapshot, copied = self._snapshot(payload)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
-            self._pending = self._executor.submit(self._write, snapshot, path)
+            self._pending = self._executor.submit(self._write, snapshot, path, copied)
             self._pending_path = path
         return time.perf_counter() - t0
 
@@ -208,23 +243,27 @@ class Checkpointer:
         except Exception as e:  # the writer wraps its errors; this is a safety net
             raise CheckpointWriteError(f"background checkpoint write to {path} failed: {e}") from e
 
-    def _snapshot(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Copy every tensor to host memory so training can keep mutating the live state.
+    def _snapshot(self, payload: dict[str, Any]) -> tuple[dict[str, Any], list[torch.cuda.Event]]:
+        """Copy every tensor to host memory so training can keep mutating the live state; return
+        the copy and the events the writer must wait for before reading it.
 
-        On CUDA the copies go into pinned buffers with non_blocking=True (device->host DMA that
-        overlaps across tensors), then one torch.cuda.synchronize() before the writer may read them.
+        On CUDA the copies go into pinned buffers with non_blocking=True (device->host DMA queued
+        on each device's current stream, behind the step that produced the state and ahead of the
+        next one), and one CUDA event per device is recorded after them: the writer thread waits
+        for those events, so the caller never waits for the copies, and the wait covers the
+        devices the tensors are on, whatever the current device is.
         Tensors sharing storage (tied wte/lm_head) are copied once so the file stays the sync size.
         """
         seen: dict[tuple, torch.Tensor] = {}
-        any_cuda = False
+        cuda_devices: set[torch.device] = set()
 
         def stage(t: torch.Tensor, key: str) -> torch.Tensor:
-            nonlocal any_cuda
             ident = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
             if ident in seen:
                 return seen[ident]
             is_cuda = t.device.type == "cuda"
-            any_cuda |= is_cuda
+            if is_cuda:
+                cuda_devices.add(t.device)
             buf = self._staging.get(key)
             if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
                 buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=is_cuda)
@@ -243,15 +282,21 @@ class Checkpointer:
             return copy.deepcopy(obj)  # numbers, strings, None: cheap; anything else: safe
 
         snapshot = walk(payload, "")
-        if any_cuda:
-            torch.cuda.synchronize()
-        return snapshot
+        return snapshot, [copies_done(d) for d in sorted(cuda_devices, key=str)]
 
-    def _write(self, payload: dict[str, Any], path: Path) -> None:
-        """Atomic write: tmp file, fsync, rename; then record timing/size and prune old files."""
+    def _write(
+        self, payload: dict[str, Any], path: Path, copied: Sequence[torch.cuda.Event] = ()
+    ) -> None:
+        """Atomic write: tmp file, fsync, rename; then record timing/size and prune old files.
+
+        `copied`: CUDA events that complete when the snapshot's device->host copies have landed;
+        waited for first, since pinned host buffers are read here while the DMA may still run.
+        """
         tmp = path.with_name(path.name + ".tmp")
         t0 = time.perf_counter()
         try:
+            for event in copied:
+                event.synchronize()
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
                 if self.cfg.slow_write_s > 0:
