@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,18 +101,62 @@ def test_autocast_bf16_on_cuda_without_bf16_raises(monkeypatch: pytest.MonkeyPat
         dev.autocast(torch.device("cuda", 0), "bf16")
 
 
+NEW_TF32_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
+
+
+@pytest.mark.skipif(not NEW_TF32_API, reason="torch < 2.9 has no fp32_precision API")
 @pytest.mark.parametrize("enabled", [True, False])
-def test_set_tf32_round_trip(enabled: bool) -> None:
+def test_set_tf32_new_api_round_trip_keeps_every_reader_answering(enabled: bool) -> None:
+    """torch >= 2.9: the per-backend precisions are set, and the legacy readers Inductor still
+    uses answer (torch.compile(mode="max-autotune") raised "mix of the legacy and new APIs" on an
+    H100 with torch 2.11 when only torch.backends.cuda.matmul.fp32_precision was written)."""
     before = dev.tf32_state()
+    onednn_before = torch.backends.mkldnn.matmul.fp32_precision
     previous = dev.set_tf32(enabled)
     try:
         assert previous == before
-        assert torch.backends.cuda.matmul.allow_tf32 is enabled
-        assert torch.backends.cudnn.allow_tf32 is enabled
         assert dev.tf32_state() == dev.Tf32State(matmul=enabled, cudnn=enabled)
+        precision = "tf32" if enabled else "ieee"
+        assert torch.backends.cuda.matmul.fp32_precision == precision
+        assert torch.backends.cudnn.conv.fp32_precision == precision
+        assert torch.backends.cudnn.rnn.fp32_precision == precision
+        assert torch.get_float32_matmul_precision() == ("high" if enabled else "highest")
+        assert torch.backends.cuda.matmul.allow_tf32 is enabled
+        assert torch.backends.mkldnn.matmul.fp32_precision == onednn_before  # CPU untouched
     finally:
         dev.set_tf32(previous)
     assert dev.tf32_state() == before
+
+
+def test_set_tf32_old_torch_uses_the_allow_tf32_switches_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch < 2.9 (faked): the two allow_tf32 switches, and nothing of the newer API."""
+    matmul = SimpleNamespace(allow_tf32=False)
+    cudnn = SimpleNamespace(allow_tf32=True)
+    monkeypatch.setattr(dev, "_has_fp32_precision_api", lambda: False)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
+    monkeypatch.setattr(torch.backends, "cudnn", cudnn)
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", _must_not_be_called)
+    previous = dev.set_tf32(True)
+    assert previous == dev.Tf32State(matmul=False, cudnn=True)
+    assert matmul.allow_tf32 is True and cudnn.allow_tf32 is True
+    assert dev.set_tf32(dev.Tf32State(matmul=False, cudnn=False)) == dev.Tf32State(
+        matmul=True, cudnn=True
+    )
+    assert matmul.allow_tf32 is False and cudnn.allow_tf32 is False
+
+
+def _must_not_be_called(*args: object, **kwargs: object) -> None:
+    raise AssertionError("called")
+
+
+def test_use_device_makes_a_cuda_device_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    dev.use_device(torch.device("cuda", 1))
+    dev.use_device(torch.device("cpu"))
+    assert chosen == [torch.device("cuda", 1)]
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,11 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-auto
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+# SDPA backends whose CUDA kernels take fp16/bf16 only: torch's can_use_flash_attention and
+# can_use_cudnn_attention (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) accept kHalf and
+# kBFloat16, the efficient kernel also kFloat. Seen on an H100 with torch 2.11: fp32 causal SDPA
+# runs forward and backward under efficient and math, and raises under flash and cudnn.
+HALF_ONLY_CUDA_ATTENTION = ("flash", "cudnn")
 
 
 @dataclass(kw_only=True)
@@ -364,11 +369,42 @@ def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
     )
 
 
-def check_combinations(cfg: Config, *, device_type: str) -> None:
+def attention_dtype_conflict(
+    attention: str, dtype: str, *, device_type: str, bf16_supported: bool = True
+) -> str | None:
+    """Why SDPA backend `attention` cannot run at precision `dtype` on `device_type`, or None.
+
+    `dtype` is runtime.dtype: "auto" counts as what it resolves to (bf16 on a CUDA device with
+    `bf16_supported`, else fp32, as train.loop.resolve_dtype does). Torch-free, so the sweeper
+    drops these combinations before sampling with the same rule the trainer refuses them by; the
+    trainer's SDPA probe still checks what a rule cannot see (head size, GPU generation).
+    """
+    if device_type != "cuda" or attention not in HALF_ONLY_CUDA_ATTENTION:
+        return None
+    resolved = ("bf16" if bf16_supported else "fp32") if dtype == "auto" else dtype
+    if resolved != "fp32":
+        return None
+    runs = "runs fp32" if dtype == "fp32" else "resolves to fp32 (this GPU has no bf16)"
+    return (
+        f"runtime.attention={attention} has no fp32 kernel on CUDA (flash and cuDNN attention "
+        f"take fp16/bf16 only) and runtime.dtype={dtype} {runs}"
+    )
+
+
+def check_combinations(cfg: Config, *, device_type: str, dtype: str | None = None) -> None:
     """Cross-field rules: combinations that cannot work or give wrong answers are refused up
-    front."""
+    front. `dtype` is the resolved precision where the caller knows it (runtime.dtype=auto
+    depends on the device); without it, auto is taken as bf16 on CUDA."""
     check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size())
     rt = cfg.runtime
+    conflict = attention_dtype_conflict(
+        rt.attention, rt.dtype, device_type=device_type, bf16_supported=dtype != "fp32"
+    )
+    if conflict:
+        raise ValueError(
+            f"{conflict}. Use runtime.dtype=bf16 (a GPU with bf16) or fp16, or "
+            f"runtime.attention=efficient, math or auto"
+        )
     if rt.compile in CUDAGRAPH_MODES and cfg.batch.grad_accum > 1 and device_type == "cuda":
         raise ValueError(
             f"runtime.compile={rt.compile} captures CUDA graphs, which with batch.grad_accum="

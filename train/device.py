@@ -122,14 +122,27 @@ def _cuda_bf16_supported(device: torch.device) -> bool:
 class Tf32State:
     """The two global TF32 switches, saved so a caller can put them back."""
 
-    # torch.backends.cuda.matmul.allow_tf32: fp32 matmuls may run on TF32 tensor cores.
+    # fp32 matmuls on CUDA may run on TF32 tensor cores (cuBLAS; off by default in torch).
     matmul: bool
-    # torch.backends.cudnn.allow_tf32: fp32 convolutions may use TF32 (on by default in torch).
+    # fp32 convolutions and RNNs in cuDNN may use TF32 (on by default in torch).
     cudnn: bool
+
+
+def _has_fp32_precision_api() -> bool:
+    """torch >= 2.9 sets TF32 per backend and op (`fp32_precision`); older torch has only the
+    `allow_tf32` switches. A reader of one API raises once a switch was written through the
+    other alone, so set_tf32 writes through one of them, never a mix."""
+    return hasattr(torch.backends, "fp32_precision")
 
 
 def tf32_state() -> Tf32State:
     """Current TF32 switches (part of the matmul-ceiling cache key)."""
+    if _has_fp32_precision_api():
+        # These getters resolve op -> backend -> global inheritance and never raise.
+        return Tf32State(
+            matmul=torch.backends.cuda.matmul.fp32_precision == "tf32",
+            cudnn=torch.backends.cudnn.conv.fp32_precision == "tf32",
+        )
     return Tf32State(
         matmul=torch.backends.cuda.matmul.allow_tf32, cudnn=torch.backends.cudnn.allow_tf32
     )
@@ -143,9 +156,42 @@ def set_tf32(enabled: bool | Tf32State) -> Tf32State:
     """
     previous = tf32_state()
     new = enabled if isinstance(enabled, Tf32State) else Tf32State(matmul=enabled, cudnn=enabled)
-    torch.backends.cuda.matmul.allow_tf32 = new.matmul
-    torch.backends.cudnn.allow_tf32 = new.cudnn
+    if _has_fp32_precision_api():
+        _set_fp32_precision(new)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = new.matmul
+        torch.backends.cudnn.allow_tf32 = new.cudnn
     return previous
+
+
+def _set_fp32_precision(state: Tf32State) -> None:
+    """torch >= 2.9: write each switch so that every reader inside torch can still answer.
+
+    Matmuls go through torch.set_float32_matmul_precision, the one setter that writes both the
+    per-backend precision and the global torch.get_float32_matmul_precision() returns. Inductor
+    still reads that global (autotuning cache keys, up to torch 2.13 at least): after writing only
+    torch.backends.cuda.matmul.fp32_precision = "tf32", torch.compile(mode="max-autotune") failed
+    with "mix of the legacy and new APIs" on an H100 with torch 2.11. The setter also sets
+    oneDNN's CPU matmul precision, which runtime.tf32 is not about, so that is put back.
+
+    cuDNN goes through the per-op API, conv and RNN alike. The legacy reader
+    torch.backends.cudnn.allow_tf32 then refuses to answer while TF32 is off; only Inductor's
+    convolution lowering reads it, and GPT-2 has no convolutions.
+    """
+    onednn_matmul = torch.backends.mkldnn.matmul.fp32_precision
+    torch.set_float32_matmul_precision("high" if state.matmul else "highest")
+    torch.backends.mkldnn.matmul.fp32_precision = onednn_matmul
+    cudnn = "tf32" if state.cudnn else "ieee"
+    torch.backends.cudnn.conv.fp32_precision = cudnn
+    torch.backends.cudnn.rnn.fp32_precision = cudnn
+
+
+def use_device(device: torch.device) -> None:
+    """Make a CUDA `device` the current one (a no-op for other devices), so that streams, events
+    and torch.cuda calls naming no device address the GPU the model is on, and no stray context
+    is made on GPU 0."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 def grad_scaler(device: torch.device, dtype: str) -> torch.amp.GradScaler:

@@ -100,8 +100,9 @@ def build_session(
     device."""
     rt = cfg.runtime
     device = dev.resolve_device(rt.device)
+    dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
     dtype = resolve_dtype(rt.dtype, device)
-    check_combinations(cfg, device_type=device.type)
+    check_combinations(cfg, device_type=device.type, dtype=dtype)
     check_data(cfg)
     threads = dev.set_threads(rt.threads)
     dev.set_tf32(rt.tf32)
