@@ -29,7 +29,7 @@ SCHEMA_KEYS = {
     "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",
     "flops_per_token", "mfu", "peak_memory_gib", "memory_kind", "loss", "device",
     "attention_backend", "fused_optimizer", "device_samples", "intervals", "trace", "wall_s",
-    "fingerprint", "config", "projection", "full_step_estimate_s",
+    "fingerprint", "config", "projection", "full_step_estimate_s", "memory",
 }  # fmt: skip
 STEP_TIME_KEYS = {"p50", "p90", "mean", "std", "cv", "min", "max", "n"}
 TIME_FRAC_KEYS = {"compute", "data_wait", "optimizer", "checkpoint", "other"}

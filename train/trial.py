@@ -38,6 +38,7 @@ from train.loop import (
     make_phase_clock,
     train_step,
 )
+from train.memory_meter import measure_memory, predicted_gib
 from train.meters import (
     micro_batch_times,
     project_step,
@@ -338,6 +339,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
         )
         name, peak, ceiling = device_peaks(s)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
+        memory_report = measure_memory(s)  # CPU: one extra step, after the timed window
         trace = profile_steps(s, out_path.parent) if cfg.trial.profile else None
         memory = dev.peak_memory_gib(s.device)
         result = build_result(
@@ -348,6 +350,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
             peak=peak,
             ceiling=ceiling,
             memory=memory,
+            memory_report=memory_report,
             fingerprint=fingerprint,
             trace=trace,
             wall_s=time.time() - started,
@@ -360,6 +363,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
             session=None,
             raw=None,
             failure=failure,
+            memory_report={"predicted_gib": predicted_gib(s)} if s is not None else None,
             fingerprint=fingerprint,
             wall_s=time.time() - started,
         )

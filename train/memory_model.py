@@ -1,0 +1,394 @@
+"""Predicted peak device memory of one training step: pure arithmetic, no torch.
+
+The sweeper imports this to drop points that cannot fit before any trial runs, so it stays
+torch-free (a test imports it in a fresh interpreter and checks that torch stays unloaded).
+
+What is counted is what `torch.cuda.max_memory_allocated` counts: bytes of live tensors, at the
+worst moment of an optimizer step of *our* trainer (train/model.py, train/loop.py train_step).
+C = n_embd, V = vocab_size, `a` = bytes of the compute dtype (2 under bf16/fp16 autocast, 4 fp32):
+
+* fp32 master weights (4 B/param, the tied wte/lm_head once), fp32 gradients (4 B/param; they
+  exist from the second micro-batch on, since gradients accumulate into `.grad`), AdamW's
+  exp_avg and exp_avg_sq (8 B/param; made by the first step, so alive in every measured step).
+* Autocast's low-precision copies of the matmul weights: cached for the whole forward, and each
+  matmul saves its copy for backward (a checkpointed block's are not saved).
+* Activations saved per block and token: the fp32 residual stream twice (block input and middle,
+  8C), the two LayerNorm outputs (2aC), q/k/v (3aC), the attention output (aC; the fused kernels
+  write it heads-last, so `.contiguous()` copies nothing), the MLP's 4C-wide input and GELU output
+  (8aC): 8C + 14aC bytes (36C in bf16, 64C in fp32), plus LayerNorm statistics and the fused
+  kernel's logsumexp. The math kernel runs in fp32 (torch upcasts it) and also saves its H x T x T
+  probabilities. A checkpointed block keeps only its fp32 input (4C) and is recomputed in
+  backward, one block at a time.
+* The loss: logits (B, T, V) in the compute dtype, which `_, loss = model(x, y)` holds until the
+  next micro-batch's forward returns, the fp32 log-probabilities log_softmax saves, and in
+  backward their gradient and the logits' gradient: (2a + 8) bytes per token and vocab entry on
+  CUDA (log_softmax writes fp32 straight from bf16 input), (a + 12) under CPU autocast (it copies
+  to fp32 first).
+* Backward transients: GELU's and softmax's gradients in the block being differentiated, the
+  tied weight's two gradients (lm_head's waits in autograd's buffer for the embedding's; both
+  and their sum exist at the end of backward).
+* torch.compile: inductor recomputes LayerNorm, GELU and residual adds in backward, saving the
+  block input and the matmul/attention outputs, and its backward is one graph that returns every
+  gradient at once (a second fp32 set beside `.grad`) while what it saved is still alive. These
+  two effects are calibrated on two H100 measurements, not derived op by op like the rest.
+
+The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown
+there and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for
+eager fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
+(scripts/bench_memory.py, train/memory_meter.py); on an H100 80GB to within 6% of
+max_memory_allocated (tests/test_memory_model.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from train.flops import gpt2_num_params
+
+GIB = 2**30
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ATTENTION = ("auto", "flash", "efficient", "cudnn", "math")
+MATH_BYTES = 4  # the math SDPA kernel computes in fp32 whatever the autocast dtype
+COMPILE = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DEVICE_TYPES = ("cuda", "cpu")
+
+# Fraction of the device's memory (as torch reports it) that the predicted tensor peak must leave
+# free, for what is on the card but is not a tensor: the CUDA context and kernel images (~0.5 GiB
+# on an H100, 0.6%), cuBLAS/cuDNN workspaces (tens of MiB), and the caching allocator's
+# fragmentation (memory reserved in segments that no live tensor fills; it grows with the mix of
+# allocation sizes). The H100 data bounds it from below: gpt2-xl at micro-batch 16 ran out of
+# memory although its predicted tensor peak, 77.7 GiB, is 1.8% under the card's 79.2 GiB. 8%
+# (6.3 GiB there) is a chosen engineering margin above that bound, not a measured fragmentation
+# figure (max_memory_reserved was not recorded); every measured run that fit stays inside it.
+ALLOCATOR_MARGIN = 0.08
+
+_MIB = 1 / 1024
+# Total memory by device name, in GiB, as torch.cuda.get_device_properties(i).total_memory
+# reports it where a public printout of that was found, else nvidia-smi's memory.total (a little
+# larger than torch's figure: H100 SXM 81559 MiB there against 81090 MiB in torch; the margin
+# above absorbs the difference).
+DEVICE_MEMORY_GIB: dict[str, float] = {
+    # torch 2.7 printouts: total_memory=81089MB / 81090MB (MiB) (e.g. the ml-engineering book)
+    "NVIDIA H100 80GB HBM3": 81090 * _MIB,
+    # torch 2.0.1 printout: total_memory=81008MB
+    "NVIDIA H100 PCIe": 81008 * _MIB,
+    # nvidia-smi memory.total 95830MiB (several public nvidia-smi tables)
+    "NVIDIA H100 NVL": 95830 * _MIB,
+    # torch printout: total_memory=143156MB (nvidia-smi: 143771MiB)
+    "NVIDIA H200": 143156 * _MIB,
+    # torch printout: total_memory=182642MB
+    "NVIDIA B200": 182642 * _MIB,
+    # CUDA deviceQuery: 42298834944 bytes (bottlerocket-os/bottlerocket#3873)
+    "NVIDIA A100-SXM4-40GB": 42298834944 / GIB,
+    # CUDA deviceQuery of an A100 80GB PCIe: 81049 MB (ekondis/mixbench#47); the SXM4 part has
+    # the same 80 GB of HBM2e (nvidia-smi shows 81920MiB for both)
+    "NVIDIA A100-SXM4-80GB": 81049 * _MIB,
+    "NVIDIA A100 80GB PCIe": 81049 * _MIB,
+    # nvidia-smi memory.total (modal-labs/modal-client#2797): L4 23034MiB, A10 23028MiB
+    "NVIDIA L4": 23034 * _MIB,
+    "NVIDIA A10": 23028 * _MIB,
+    "NVIDIA L40S": 46068 * _MIB,
+}
+
+# torch.compile, calibrated on gpt2 mb16 and gpt2-xl mb4 on the H100 (tests/test_memory_model.py):
+# a block saves 4C (its fp32 input) + this many C-wide tensors in the compute dtype (q/k/v, the
+# attention output and the MLP input: 8), and the loss (a + 8) bytes per token and vocab entry
+# (the logits, fp32 softmax statistics and gradient).
+_COMPILED_SAVED_WIDTHS = 8
+_COMPILED_LOSS_EXTRA = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryInputs:
+    """One configuration as the memory model sees it."""
+
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int  # the sequence length trained on
+    vocab_size: int
+    bias: bool = True
+    micro_batch: int
+    # resolved precision: fp32 | bf16 | fp16 (bf16/fp16 = autocast over fp32 master weights)
+    dtype: str
+    attention: str = "auto"  # auto | flash | efficient | cudnn | math (auto = a fused kernel)
+    activation_checkpointing: str = "none"  # none | every | every_<k>
+    compile: str = "none"  # torch.compile mode or none
+    device_type: str = "cuda"  # cuda | cpu
+    # micro-batches per optimizer step; only "1 or more" matters: with more than one, `.grad`
+    # already exists while the later micro-batches run forward and backward
+    grad_accum: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "micro_batch",
+                     "grad_accum"):  # fmt: skip
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"memory model: {name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"memory model: n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+        _check_choice("dtype", self.dtype, tuple(DTYPE_BYTES), "use a resolved dtype, not auto")
+        _check_choice("attention", self.attention, ATTENTION)
+        _check_choice("compile", self.compile, COMPILE)
+        _check_choice("device_type", self.device_type, DEVICE_TYPES)
+        checkpoint_every(self.activation_checkpointing)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    """Predicted peak of live tensor bytes, in GiB, and what it is made of at that moment."""
+
+    peak_gib: float  # compare with torch.cuda.max_memory_allocated
+    parts: dict[str, float] = field(default_factory=dict)  # name -> GiB; sums to peak_gib
+    phase: str = ""  # the moment of the step where the peak falls
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...], hint: str = "") -> None:
+    if value not in allowed:
+        extra = f"; {hint}" if hint else ""
+        raise ValueError(f"memory model: {name} must be one of {allowed}, got {value!r}{extra}")
+
+
+def checkpoint_every(setting: str) -> int:
+    """ "none" -> 0, "every" -> 1, "every_<k>" -> k (as train.config.parse_activation_checkpointing,
+    which imports Hydra and so cannot be imported here)."""
+    if setting == "none":
+        return 0
+    if setting == "every":
+        return 1
+    m = re.fullmatch(r"every_([0-9]+)", setting)
+    if m and int(m.group(1)) >= 1:
+        return int(m.group(1))
+    raise ValueError(
+        f"activation_checkpointing must be 'none', 'every' or 'every_<k>' with k >= 1, "
+        f"got {setting!r}"
+    )
+
+
+def num_checkpointed(n_layer: int, setting: str) -> int:
+    """Blocks recomputed in backward: block i is checkpointed when (i + 1) % k == 0."""
+    k = checkpoint_every(setting)
+    return n_layer // k if k else 0
+
+
+def num_params(inp: MemoryInputs) -> int:
+    """Every parameter tensor's elements (tied embedding once, position embedding included)."""
+    return gpt2_num_params(
+        n_layer=inp.n_layer,
+        n_embd=inp.n_embd,
+        vocab_size=inp.vocab_size,
+        block_size=inp.block_size,
+        bias=inp.bias,
+        exclude_position_embedding=False,
+    )
+
+
+def block_matmul_params(n_embd: int, *, bias: bool) -> int:
+    """Weights (and biases) of one block's four Linear layers: what autocast casts."""
+    return 12 * n_embd * n_embd + (9 * n_embd if bias else 0)
+
+
+def block_saved_bytes_per_token(inp: MemoryInputs) -> float:
+    """Bytes one non-checkpointed block saves for backward, per token."""
+    c, a = inp.n_embd, DTYPE_BYTES[inp.dtype]
+    stats = 2 * 2 * 4  # mean and rstd of two LayerNorms, fp32
+    if inp.compile != "none":
+        saved = 4 * c + _COMPILED_SAVED_WIDTHS * a * c + stats
+    else:
+        saved = 8 * c + 14 * a * c + stats
+    if inp.attention == "math":
+        # In fp32 even under autocast (torch upcasts math SDPA unless
+        # allow_fp16_bf16_reduction_math_sdp): q, k, v copies in place of the 3aC projections,
+        # and softmax(QK^T), T per query per head.
+        saved += 3 * (MATH_BYTES - a) * c + inp.n_head * inp.block_size * MATH_BYTES
+    else:
+        saved += 4 * inp.n_head  # the fused kernel's fp32 logsumexp per head
+    return saved
+
+
+def block_backward_bytes_per_token(inp: MemoryInputs) -> float:
+    """Extra bytes, on top of the saved activations, while a block runs backward.
+
+    GELU's backward: the residual's fp32 gradient (4C), the gradient of the GELU output and the
+    new gradient of its input (4C wide each), less the GELU output that c_proj saved, which
+    autograd has freed by then: 4C + 4aC. With the math kernel, softmax's backward may be worse:
+    the gradients of the probabilities and of the scores (T per head each), by when the MLP half
+    of the block (4C + 9aC) is freed.
+    """
+    c, a = inp.n_embd, DTYPE_BYTES[inp.dtype]
+    extra = 4 * c + 4 * a * c
+    if inp.attention == "math":
+        extra = max(extra, 2 * inp.n_head * inp.block_size * MATH_BYTES - 9 * a * c)
+    return extra
+
+
+def loss_bytes_per_token(inp: MemoryInputs) -> tuple[float, float, float]:
+    """(forward end, start of backward, held through backward) bytes of the loss, per token.
+
+    forward: logits plus fp32 log-probabilities (plus the fp32 copy CPU autocast makes); backward:
+    also the log-probabilities' gradient and the logits' gradient; held: the logits themselves,
+    which `_, loss = model(x, y)` keeps until the next forward returns.
+    """
+    v, a = inp.vocab_size, DTYPE_BYTES[inp.dtype]
+    amp = inp.dtype != "fp32"
+    if inp.compile != "none":
+        return (a + 4) * v, (a + _COMPILED_LOSS_EXTRA) * v, a * v
+    if amp and inp.device_type == "cpu":
+        return (a + 8) * v, (a + 12) * v, a * v
+    return (a + 4) * v, (2 * a + 8) * v, a * v
+
+
+def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
+    """Live tensor bytes, by part, at each moment of a step that can hold the peak."""
+    tokens = inp.micro_batch * inp.block_size
+    c, v, a = inp.n_embd, inp.vocab_size, DTYPE_BYTES[inp.dtype]
+    amp = inp.dtype != "fp32"
+    compiled = inp.compile != "none"
+    n_params = num_params(inp)
+    n_ckpt = num_checkpointed(inp.n_layer, inp.activation_checkpointing)
+    n_full = inp.n_layer - n_ckpt
+    accumulating = inp.grad_accum > 1
+
+    weights = 4.0 * n_params
+    optimizer = 8.0 * n_params
+    grads = 4.0 * n_params if accumulating else 0.0
+    # Autocast's weight copies: all of them are cached until the forward ends; afterwards only the
+    # ones saved for backward live on (checkpointed blocks save none).
+    block_copy = a * block_matmul_params(c, bias=inp.bias) if amp else 0.0
+    head_copy = a * v * c if amp else 0.0
+    copies_fwd = inp.n_layer * block_copy + head_copy
+    copies_bwd = n_full * block_copy + head_copy
+
+    per_block = block_saved_bytes_per_token(inp) * tokens
+    blocks = n_full * per_block + n_ckpt * 4 * c * tokens
+    # ln_f's fp32 input and its output (lm_head's input), the token ids and targets (int64)
+    head = (4 * c + a * c + 8 + 16) * tokens
+    activations = blocks + head
+    loss_fwd, loss_bwd, logits = (x * tokens for x in loss_bytes_per_token(inp))
+    old_logits = logits if accumulating else 0.0
+
+    # a checkpointed block's recompute: its activations again (its input is already counted)
+    recompute = per_block - 4 * c * tokens + block_copy if n_ckpt else 0.0
+    # one 4C x C weight's gradient in the compute dtype, and its fp32 cast under autocast
+    weight_grad = 4 * c * c * (a + (4 if amp else 0))
+    block_bwd = recompute + block_backward_bytes_per_token(inp) * tokens + weight_grad
+    # The tied wte/lm_head weight gets two gradients: lm_head's arrives first and waits in
+    # autograd's input buffer until the embedding's dense (V, C) one arrives at the very end,
+    # when the two are summed into a third before `.grad` takes it: 3 x 4VC at the end.
+    head_grad = 4.0 * v * c
+    backward_end = {"weights": weights, "grads": 4.0 * n_params, "optimizer": optimizer,
+                    "loss": logits, "transient": 3 * head_grad}  # fmt: skip
+    if compiled:
+        # one backward graph: all gradients come out at once (a second fp32 set) while what it
+        # saved is still alive; it sums the tied weight's two gradients inside
+        backward_end.update(
+            autocast_copies=copies_bwd, activations=activations, transient=4.0 * n_params
+        )
+
+    candidates: dict[str, dict[str, float]] = {
+        "forward_end": {
+            "weights": weights, "grads": grads, "optimizer": optimizer, "autocast_copies":
+            copies_fwd, "activations": activations, "loss": loss_fwd + old_logits,
+        },
+        "loss_backward": {
+            "weights": weights, "grads": grads, "optimizer": optimizer,
+            "autocast_copies": copies_bwd, "activations": activations, "loss": loss_bwd,
+        },
+        "block_backward": {
+            "weights": weights, "grads": grads + head_grad, "optimizer": optimizer,
+            "autocast_copies": copies_bwd, "activations": blocks, "loss": logits,
+            "transient": block_bwd,
+        },
+        "backward_end": backward_end,
+        "optimizer_step": {"weights": weights, "grads": 4.0 * n_params, "optimizer": optimizer},
+    }  # fmt: skip
+    return candidates
+
+
+def predict_memory(inp: MemoryInputs) -> MemoryEstimate:
+    """The predicted peak of live tensors during a measured optimizer step (after warm-up)."""
+    candidates = peak_candidates(inp)
+    phase = max(candidates, key=lambda name: sum(candidates[name].values()))
+    parts = {name: nbytes / GIB for name, nbytes in candidates[phase].items() if nbytes}
+    return MemoryEstimate(peak_gib=sum(parts.values()), parts=parts, phase=phase)
+
+
+def usable_gib(device_gib: float) -> float:
+    """The memory a training step's tensors may use on a device of `device_gib` GiB."""
+    return device_gib * (1.0 - ALLOCATOR_MARGIN)
+
+
+def fits(est: MemoryEstimate, device_gib: float) -> bool:
+    """Whether the predicted peak leaves ALLOCATOR_MARGIN of the device's memory free."""
+    if device_gib <= 0:
+        raise ValueError(f"device memory must be > 0 GiB, got {device_gib}")
+    return est.peak_gib <= usable_gib(device_gib)
+
+
+def _norm_name(name: str) -> str:
+    return re.sub(r"[\s_-]+", " ", name.strip().lower())
+
+
+_BY_NORM_NAME = {_norm_name(name): gib for name, gib in DEVICE_MEMORY_GIB.items()}
+
+
+def device_memory_gib(name: str) -> float | None:
+    """Total memory of a known device by its name (case, spaces, dashes and an "NVIDIA " prefix
+    do not matter); None when the device is not in the table."""
+    key = _norm_name(name)
+    if key in _BY_NORM_NAME:
+        return _BY_NORM_NAME[key]
+    return _BY_NORM_NAME.get(f"nvidia {key}")
+
+
+def _get(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    if key in cfg:
+        return cfg[key]
+    if default is None:
+        raise ValueError(f"memory model: the config has no {key!r}; pass the composed config")
+    return default
+
+
+def inputs_from_config(
+    cfg: Mapping[str, Any],
+    *,
+    micro_batch: int | None = None,
+    dtype: str | None = None,
+    device_type: str = "cuda",
+) -> MemoryInputs:
+    """MemoryInputs from a flat dotted config ({"model.n_layer": 48, "batch.micro_batch": 4,
+    "runtime.dtype": "bf16", ...}); `micro_batch` and `dtype` override the config's. dtype
+    "auto" resolves as the trainer does on a device with bf16: bf16 on cuda, fp32 on cpu."""
+    mb = int(micro_batch if micro_batch is not None else _get(cfg, "batch.micro_batch"))
+    block = int(_get(cfg, "model.block_size"))
+    requested = str(dtype if dtype is not None else cfg.get("runtime.dtype", "auto"))
+    resolved = requested
+    if requested == "auto":
+        resolved = "bf16" if device_type == "cuda" else "fp32"
+    tokens_per_step = cfg.get("batch.tokens_per_step")
+    if tokens_per_step:
+        accum = max(1, int(tokens_per_step) // (mb * block))
+    elif micro_batch is None:
+        accum = int(cfg.get("batch.grad_accum", 2))
+    else:
+        accum = 2  # unknown split: assume accumulation (the larger prediction)
+    return MemoryInputs(
+        n_layer=int(_get(cfg, "model.n_layer")),
+        n_head=int(_get(cfg, "model.n_head")),
+        n_embd=int(_get(cfg, "model.n_embd")),
+        block_size=block,
+        vocab_size=int(_get(cfg, "model.vocab_size")),
+        bias=bool(cfg.get("model.bias", True)),
+        micro_batch=mb,
+        dtype=resolved,
+        attention=str(cfg.get("runtime.attention", "auto")),
+        activation_checkpointing=str(cfg.get("runtime.activation_checkpointing", "none")),
+        compile=str(cfg.get("runtime.compile", "none")),
+        device_type=device_type,
+        grad_accum=accum,
+    )
