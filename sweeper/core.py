@@ -30,8 +30,24 @@ from sweeper import report
 from sweeper.design import latin_design
 from sweeper.export import best_config_document, train_command, write_best_yaml
 from sweeper.job import prestart_zygote
-from sweeper.objective import ObjectiveConfig, direction, objective_value
-from sweeper.space import SpaceContext, parse_space
+from sweeper.limits import limit_overrides
+from sweeper.memory import OutOfMemory, past_ooms
+from sweeper.objective import (
+    ObjectiveConfig,
+    direction,
+    objective_value,
+    searched_interval_warning,
+)
+from sweeper.plan import (
+    build_plan,
+    device_facts,
+    drop_dead_values,
+    format_plan,
+    point_limits,
+    scan,
+    startup_lines,
+)
+from sweeper.space import SpaceContext, cpus_here, parse_space
 from sweeper.study import (
     DUPLICATE_ATTR,
     OWNER_ATTR,
@@ -48,6 +64,7 @@ from sweeper.study import (
     sampler_seed,
 )
 from sweeper.verify import Candidate, pick_winner
+from train.report import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -117,7 +134,6 @@ class SweepEngine:
     def sweep(self, arguments: list[str]) -> dict:
         s = self.s
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         fixed, cli_space = split_arguments(arguments)
 
         # Everything that can be wrong with the request is found here, before any trial starts.
@@ -132,15 +148,19 @@ class SweepEngine:
         trainer = OmegaConf.to_container(base_cfg, resolve=False)
         trainer.pop("hydra", None)
         base = flatten(trainer)
-        if type(self.launcher).__name__ == "BasicLauncher":
+        plan_only = bool(s.get("plan"))
+        if type(self.launcher).__name__ == "BasicLauncher" and not plan_only:
             # trials run in this process's main thread: fork them from a preloaded zygote,
             # whose imports overlap the probe below
+            sweep_dir.mkdir(parents=True, exist_ok=True)
             prestart_zygote(sweep_dir)
-        facts = probe_device()
-        if facts["device_type"] == "cpu":
+        # a plan for a named device needs no probe (and no torch) here
+        facts = None if plan_only and s.get("plan_device") else probe_device()
+        device = device_facts(facts, plan_device=s.get("plan_device") or "", cpu_count=cpus_here())
+        if device.device_type == "cpu":
             log.warning(
                 "no CUDA device found: sweeping on the CPU (%d cores) with model=%s",
-                facts["cpu_count"],
+                device.cpu_count,
                 base["model.name"],
             )
             if s.max_wall_s <= 0 and s.cpu_max_wall_s > 0:
@@ -151,21 +171,37 @@ class SweepEngine:
                     s.cpu_max_wall_s,
                 )
         else:
-            log.info("sweeping on %s with model=%s", facts["device_name"], base["model.name"])
+            log.info("sweeping on %s (%s) with model=%s", device.name, device.source,
+                     base["model.name"])
         ctx = SpaceContext(
             tokens_per_step=base["batch.tokens_per_step"],
             block_size=base["model.block_size"],
             world_size=1,
-            cpu_count=facts["cpu_count"],
-            device_type=facts["device_type"],
-            bf16_supported=facts["bf16_supported"],
+            cpu_count=device.cpu_count,
+            device_type=device.device_type,
+            bf16_supported=device.bf16_supported,
             base=base,
+            device_name=device.name,
+            device_memory_gib=device.memory_gib,
         )
         space = parse_space({**OmegaConf.to_container(s.space), **cli_space}, ctx)
         space.require_feasible(ctx)
+        # the memory model's drops, choices no runnable point has, the trials' limits
+        found = scan(space, ctx, timeout_s=s.trial_timeout_s, stall_timeout_s=s.stall_timeout_s)
+        space = drop_dead_values(space, found)
+        for line in startup_lines(found, ctx):
+            log.info(line)
+        if plan_only:
+            plan = build_plan(space=space, ctx=ctx, device=device, settings=dict(s), found=found)
+            report.console.print(format_plan(plan), markup=False)
+            return {"plan": True, "kept": found.kept, "dropped": found.dropped_points}
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        warning = searched_interval_warning(objective, {p.key for p in space.searched})
+        if warning:
+            log.warning(warning)
         storage = s.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
         study_name = s.study_name or (
-            f"throughput-{base['model.name']}-{s.search_name}-{facts['device_type']}"
+            f"throughput-{base['model.name']}-{s.search_name}-{device.device_type}"
         )
         spec = StudySpec(
             storage=storage,
@@ -188,8 +224,14 @@ class SweepEngine:
         study = open_study(spec)
         if grid_points is not None:
             queue_grid(study, grid_points)
+        # the child reports running tokens/s in these units (train/report.py)
+        study.set_user_attr(OBJECTIVE_ATTR, {
+            "name": objective.name,
+            "planned_tokens": objective.planned_steps * ctx.tokens_per_step,
+        })  # fmt: skip
+        ctx.ooms.extend(past_ooms(own_outcomes(study), space))
         baseline = baseline_params(
-            space, base, device_type=facts["device_type"], bf16=facts["bf16_supported"]
+            space, base, device_type=device.device_type, bf16=device.bf16_supported
         )
         if grid_points is None and baseline is not None and not any(
             t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)
@@ -220,9 +262,10 @@ class SweepEngine:
             tags={
                 "study": study_name,
                 "storage": mask_url(storage),
-                "device": facts["device_name"] or f"cpu ({facts['cpu_count']} cores)",
-                "device_type": facts["device_type"],
-                "torch": facts["torch"],
+                "device": device.name if device.device_type == "cuda"
+                else f"cpu ({device.cpu_count} cores)",
+                "device_type": device.device_type,
+                "torch": (facts or {}).get("torch", ""),
                 "model": base["model.name"],
                 "git_commit": git_commit(),
                 "sweep_dir": str(sweep_dir),
@@ -277,7 +320,7 @@ class SweepEngine:
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             alive = _owner_alive(t.user_attrs.get(OWNER_ATTR))
             running += alive is True or (alive is None and t._trial_id not in stale)
-        left = (s.n_trials - count_finished(study) - running) if s.n_trials > 0 else 10**9
+        left = (s.n_trials - self._spent(study) - running) if s.n_trials > 0 else 10**9
         if s.max_wall_s > 0:
             elapsed = time.monotonic() - self.started
             if elapsed + verify_estimate_s >= s.max_wall_s:
@@ -299,8 +342,8 @@ class SweepEngine:
         while True:
             if streak >= MAX_DUPLICATE_STREAK:
                 log.warning(
-                    "the sampler proposed only already-measured points %d times in a row: the "
-                    "space looks exhausted, ending the search",
+                    "the sampler proposed only already-measured or excluded points %d times in "
+                    "a row: the space looks exhausted, ending the search",
                     streak,
                 )
                 break
@@ -331,6 +374,7 @@ class SweepEngine:
                     )
                     study.tell(trial, state=TrialState.FAIL)
                     self._line(study, trial.number, "excluded", trial.params, None, reason)
+                    streak += 1  # it ran nothing, and costs no budget (self._spent)
                     continue
                 twin = find_twin(study, trial.params, number=trial.number)
                 if twin is not None:
@@ -341,6 +385,7 @@ class SweepEngine:
                 overrides = [
                     *fixed,
                     *space.to_overrides(trial.params),
+                    *self._limits(space, trial.params),
                     f"trial.study_storage={storage}",
                     f"trial.study_name={study.study_name}",
                     f"trial.trial_id={trial._trial_id}",
@@ -355,6 +400,27 @@ class SweepEngine:
             for trial, ret in zip(asked, returns, strict=True):
                 out = self._job_output(ret)
                 self._tell(study, trial, out, objective)
+
+    def _limits(self, space, params: dict) -> list[str]:
+        """The trial's hard and stall limits as job overrides (sweeper/limits.py)."""
+        limits = point_limits(
+            space.point(params),
+            space.ctx,
+            timeout_s=self.s.trial_timeout_s,
+            stall_timeout_s=self.s.stall_timeout_s,
+        )
+        return limit_overrides(limits)
+
+    def _spent(self, study) -> int:
+        """Trials charged to n_trials: excluded points ran nothing and cost none, except in a
+        grid, whose budget is its list of points."""
+        done = count_finished(study)
+        if self.s.get("sampler") == "grid":
+            return done
+        excluded = sum(
+            t.user_attrs.get("failure_kind") == "excluded" for t in own_outcomes(study)
+        )
+        return done - excluded
 
     def _tell_duplicate(self, study, trial, twin) -> None:
         """A re-proposed point: the sampler learns the twin's outcome again; nothing runs, and
@@ -393,6 +459,9 @@ class SweepEngine:
         if state not in ("complete", "pruned"):
             trial.set_user_attr("failure_kind", state)
             trial.set_user_attr("failure_reason", (out.get("reason") or "")[-2000:])
+        if state == "oom":  # larger micro-batches with these knobs are refused from now on
+            config = {**self.space.ctx.base, **self.space.point(trial.params)}
+            self.space.ctx.ooms.append(OutOfMemory(trial=trial.number, config=config))
         run_id = self.tracker.log_trial(
             number=trial.number,
             state=state,
@@ -413,7 +482,7 @@ class SweepEngine:
 
     def _line(self, study, number, state, params, result, reason) -> None:
         s = self.s
-        done = count_finished(study)
+        done = self._spent(study)
         try:
             best = study.best_value
         except ValueError:
@@ -442,14 +511,15 @@ class SweepEngine:
 
     def _failure_rate_exceeded(self, study) -> bool:
         s = self.s
-        trials = own_outcomes(study)  # a duplicate ran nothing: neither a success nor a failure
+        # A duplicate or an excluded point ran nothing; an out-of-memory trial is the search
+        # learning where memory ends (larger micro-batches are refused after it), not a fault.
+        trials = [
+            t for t in own_outcomes(study)
+            if t.user_attrs.get("failure_kind") not in ("excluded", "oom")
+        ]  # fmt: skip
         if len(trials) < s.min_trials_for_failure_rate:
             return False
-        failed = sum(
-            1
-            for t in trials
-            if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") != "excluded"
-        )
+        failed = sum(1 for t in trials if t.state == TrialState.FAIL)
         if failed / len(trials) > s.max_failure_rate:
             log.error(
                 "%d of %d trials failed (> hydra.sweeper.max_failure_rate=%.2f): stopping the "
@@ -493,7 +563,7 @@ class SweepEngine:
             t.number: Candidate(
                 key=json.dumps(t.params, sort_keys=True, default=str),
                 params=dict(t.params),
-                overrides=[*fixed, *space.to_overrides(t.params)],
+                overrides=[*fixed, *space.to_overrides(t.params), *self._limits(space, t.params)],
                 values=[],
                 simplicity=space.defaults_distance(t.params, ctx.base),
             )
@@ -573,6 +643,12 @@ class SweepEngine:
         job_dir = Path(trial.user_attrs["job_dir"])
         pinned = OmegaConf.to_container(OmegaConf.load(job_dir / "trial_config.yaml"))
         pinned.pop("defaults", None)
+        planned, measured = self.s.planned_checkpoint_every, pinned["checkpoint"]["every_steps"]
+        if planned > 0 and measured != planned:
+            # the trial saved often to measure a save; production saves at the planned interval
+            log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
+                     "the trial saved every %d)", planned, measured)
+            pinned["checkpoint"]["every_steps"] = planned
         row = next(r for r in rows if r["trial"] == winner["number"])
         path = sweep_dir / "best.yaml"
         doc = best_config_document(
@@ -727,12 +803,17 @@ def tried_in_study(study: optuna.Study, suggestion: str) -> float | None:
 
 
 def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict | None:
-    """The searched keys at the values of the composed config, if that point lies in the space."""
+    """The searched keys at the values of the composed config, if that point lies in the space.
+
+    One stand-in: a starting config that never saves a checkpoint, in a space that searches the
+    save interval (every trial there measures a save), is measured at the first interval."""
     params = {}
     for p in space.searched:
         value = base.get(p.key)
         if p.key == "runtime.dtype" and value == "auto":  # as train.loop.resolve_dtype does
             value = "bf16" if device_type == "cuda" and bf16 else "fp32"
+        if p.key == "checkpoint.every_steps" and value == 0 and p.kind == "categorical":
+            value = p.choices[0]
         if p.kind == "categorical" and value not in p.choices:
             return None
         if p.kind in ("int", "float") and (value is None or not p.low <= value <= p.high):

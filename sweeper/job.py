@@ -12,9 +12,11 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeper.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
 from sweeper.runner import run_child, trial_argv
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,17 @@ def prestart_zygote(sweep_dir: Path) -> None:
     )
 
 
+def job_limits(sweeper_cfg: Any) -> tuple[float, float | None]:
+    """(hard, stall) limits of this job's trial. The sweeper writes each trial's limits into its
+    job's overrides (sweeper/limits.py sizes them); a job launched without them gets the fixed
+    defaults. Stall: > 0 seconds, < 0 no stall check, 0 the default."""
+    timeout_s = float(sweeper_cfg.get("trial_timeout_s") or 0) or DEFAULT_TIMEOUT_S
+    stall = float(sweeper_cfg.get("stall_timeout_s") or 0)
+    if stall < 0:
+        return timeout_s, None
+    return timeout_s, stall or DEFAULT_STALL_S
+
+
 def run_job(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
@@ -68,12 +81,9 @@ def run_job(cfg: DictConfig) -> dict:
     config_file = write_trial_config(doc, job_dir)
     argv = trial_argv(python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=[])
     env = trial_env()
+    timeout_s, stall_timeout_s = job_limits(sweeper_cfg)
     outcome = run_child(
-        argv,
-        job_dir=job_dir,
-        timeout_s=float(sweeper_cfg.get("trial_timeout_s", 600)),
-        stall_timeout_s=float(sweeper_cfg.get("stall_timeout_s", 0)) or None,
-        env=env,
+        argv, job_dir=job_dir, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s, env=env
     )
     log.info(
         "trial in %s: %s%s",

@@ -267,3 +267,13 @@ def trial_limits(
         step=step,
         expected=expected,
     )
+
+
+def limit_overrides(limits: TrialLimits) -> list[str]:
+    """The limits as the overrides of a trial's Hydra job (sweeper/job.py reads them back); a
+    stall check that is off travels as -1."""
+    stall = -1.0 if limits.stall_timeout_s is None else limits.stall_timeout_s
+    return [
+        f"hydra.sweeper.trial_timeout_s={limits.timeout_s:.1f}",
+        f"hydra.sweeper.stall_timeout_s={stall:.1f}",
+    ]

@@ -46,6 +46,20 @@ class ObjectiveConfig:
             )
 
 
+def searched_interval_warning(cfg: ObjectiveConfig, searched: set[str]) -> str | None:
+    """A warning when time_to_train would price each trial's saves at its own searched interval:
+    then the rarest interval wins by arithmetic, not by measurement."""
+    if cfg.name != "time_to_train" or cfg.planned_checkpoint_every or (
+        "checkpoint.every_steps" not in searched
+    ):
+        return None
+    return (
+        "time_to_train prices each trial's saves at its own searched checkpoint.every_steps, "
+        "which favours the rarest interval; set hydra.sweeper.planned_checkpoint_every to the "
+        "production run's interval"
+    )
+
+
 def direction(cfg: ObjectiveConfig) -> Literal["maximize", "minimize"]:
     """Optuna study direction for the objective."""
     return _DIRECTIONS[cfg.name]

@@ -27,6 +27,8 @@ def fmt_duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "?"
     seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 

@@ -22,16 +22,20 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
+
+    from sweeper.memory import OutOfMemory
 
 log = logging.getLogger(__name__)
 
 CUDA_ONLY_ATTENTION = ("efficient", "cudnn")
 PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.", "trial.")
 MICRO_BATCH, GRAD_ACCUM, WORKERS = "batch.micro_batch", "batch.grad_accum", "data.num_workers"
+CHECKPOINT_EVERY, CHECKPOINT_DIR = "checkpoint.every_steps", "checkpoint.dir"
 # Mirrors train.config.CUDAGRAPH_MODES (not imported: train.* imports torch). With gradient
 # accumulation these error or silently corrupt gradients (pytorch/pytorch#169545, #96693).
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -41,7 +45,8 @@ _CALL = re.compile(r"^\s*(\w+)\s*\(")
 _SPLIT = re.compile(r"^\s*split\s*\((.*)\)\s*$")
 
 
-def _cpus() -> int:
+def cpus_here() -> int:
+    """CPUs this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -52,10 +57,16 @@ class SpaceContext:
     tokens_per_step: int  # tokens per optimizer step, all processes together (pinned)
     block_size: int  # sequence length of the model being swept
     world_size: int = 1  # processes taking part in one optimizer step
-    cpu_count: int = field(default_factory=_cpus)  # CPUs this process may use (bounds data workers)
+    # CPUs this process may use (bounds data workers)
+    cpu_count: int = field(default_factory=cpus_here)
     device_type: str = "cpu"  # the resolved device: cpu | cuda
     bf16_supported: bool = False  # whether the CUDA device has bf16
     base: dict[str, Any] = field(default_factory=dict)  # flat dotted key -> trainer config value
+    device_name: str = ""  # as torch names it (or a plan device); for messages and peaks
+    # total device memory; None = no memory-model refusals (a CPU, unless a plan device is named)
+    device_memory_gib: float | None = None
+    # trials of this sweep that ran out of memory (sweeper/memory.py), appended as they happen
+    ooms: list[OutOfMemory] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("tokens_per_step", "block_size", "world_size", "cpu_count"):
@@ -273,6 +284,31 @@ def _clamp_workers(p: Param, cpus: int) -> Param:
     return p
 
 
+def _unusable_dir(path: Any) -> str | None:
+    """Why a checkpoint target cannot be written on this machine, or None. The folder or its
+    parent must be a writable directory (a trial makes its own sub-folder and removes it)."""
+    target = Path(str(path)).expanduser().absolute()
+    for folder in (target, target.parent):
+        if folder.is_dir():
+            return None if os.access(folder, os.W_OK) else f"{folder} is not writable here"
+    return f"{target.parent} does not exist here"
+
+
+def _drop_missing_dirs(p: Param) -> Param:
+    """Checkpoint targets this machine lacks (e.g. /dev/shm off Linux) are dropped, not tried."""
+    reasons = {c: _unusable_dir(c) for c in p.choices}
+    kept = tuple(c for c in p.choices if reasons[c] is None)
+    if not kept:
+        why = "; ".join(map(str, reasons.values()))
+        raise _fail(p.key, p.spec, f"no target is writable here ({why})",
+                    "list folders that exist (or whose parent exists) on this machine")
+    if len(kept) < len(p.choices):
+        log.warning("%s: dropped %s (%s)", p.key, [c for c in p.choices if c not in kept],
+                    "; ".join(r for r in reasons.values() if r))
+        return replace(p, choices=kept)
+    return p
+
+
 def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace:
     """Turn `params: {dotted.key: spec}` into a SearchSpace; every user error is a ValueError."""
     if params is not None and not isinstance(params, dict):
@@ -281,6 +317,10 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
         params = OmegaConf.to_container(params, resolve=True)  # type: ignore[assignment]
     parsed = [_parse_one(k, v, ctx) for k, v in (params or {}).items()]
     parsed = [_clamp_workers(p, ctx.cpu_count) if p.key == WORKERS else p for p in parsed]
+    parsed = [
+        _drop_missing_dirs(p) if p.key == CHECKPOINT_DIR and p.kind == "categorical" else p
+        for p in parsed
+    ]
     if not any(p.key == "runtime.device" for p in parsed):  # else the device is searched too
         parsed = [
             _drop_unsupported(p, ctx) if p.key in DEVICE_BOUND and p.kind == "categorical" else p
@@ -346,8 +386,12 @@ def _drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
     return p
 
 
-def check_point(point: dict[str, Any], ctx: SpaceContext) -> str | None:
-    """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine."""
+def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
+    """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine.
+
+    memory=False leaves out the memory rules (the memory model and this sweep's out-of-memory
+    trials), to count what they drop among the otherwise feasible points.
+    """
     full = {**ctx.base, **point}
     if MICRO_BATCH in point and GRAD_ACCUM not in point:
         full[GRAD_ACCUM] = derive_grad_accum(point[MICRO_BATCH], point, ctx)
@@ -372,10 +416,47 @@ def check_point(point: dict[str, Any], ctx: SpaceContext) -> str | None:
         reason = unsupported_here(key, full.get(key), device_type=device_type, ctx=ctx)
         if reason is not None:
             return reason
+    from train.config import attention_dtype_conflict  # torch-free: the trainer's own rule
+
+    reason = attention_dtype_conflict(
+        str(full.get("runtime.attention", "auto")),
+        str(full.get("runtime.dtype", "auto")),
+        device_type=device_type,
+        bf16_supported=ctx.bf16_supported,
+    )
+    if reason is not None:
+        return reason
     workers = full.get(WORKERS)
     if isinstance(workers, int) and workers > ctx.cpu_count:
         return f"data.num_workers={workers} exceeds the {ctx.cpu_count} CPUs here"
+    every, min_steps = full.get(CHECKPOINT_EVERY), full.get("trial.min_steps")
+    if isinstance(every, int) and isinstance(min_steps, int) and every > min_steps:
+        # the window may stop at min_steps: a longer interval leaves the save unmeasured
+        return (f"checkpoint.every_steps={every} > trial.min_steps={min_steps}: the measured "
+                f"window may end before the first save; use an interval <= {min_steps} "
+                "(hydra.sweeper.planned_checkpoint_every prices saves at the production interval)")
+    if memory and device_type == ctx.device_type:
+        return _memory_refusal(full, ctx)
     return None
+
+
+def _memory_refusal(full: dict[str, Any], ctx: SpaceContext) -> str | None:
+    """The memory rules (sweeper/memory.py): an earlier out-of-memory trial, the memory model."""
+    from sweeper.memory import memory_reason, oom_reason
+
+    if ctx.ooms:
+        reason = oom_reason(full, ctx.ooms, device_type=ctx.device_type)
+        if reason is not None:
+            return reason
+    if ctx.device_memory_gib is None:
+        return None
+    return memory_reason(
+        full,
+        device_type=ctx.device_type,
+        bf16_supported=ctx.bf16_supported,
+        device_gib=ctx.device_memory_gib,
+        device_name=ctx.device_name,
+    )
 
 
 # ---- the space ----------------------------------------------------------------------------------

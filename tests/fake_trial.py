@@ -4,7 +4,8 @@ Usage: fake_trial.py [--pinned FILE] key=value ...
 Keys: trial.out, trial.progress_file (as train.trial takes them, Hydra-quoted values allowed),
 fake.mode (or env FAKE_TRIAL_MODE), fake.steps (progress intervals written, default 3).
 Modes: ok, pruned, oom_json, nan, invalid_config, crash, hang, busy, ignore_term,
-hang_after_result, sigkill, exit0_nojson. Hanging modes write their pid to <out dir>/trial.pid
+hang_after_result, sigkill, exit0_nojson, slow_setup (2.4 s of heartbeat lines only, then ok).
+Hanging modes write their pid to <out dir>/trial.pid
 and hang/ignore_term also start a sleeping grandchild whose pid goes to <out dir>/grandchild.pid.
 """
 
@@ -79,6 +80,11 @@ def main() -> int:
         grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         (out.parent / "grandchild.pid").write_text(str(grandchild.pid))
 
+    if mode == "slow_setup":  # a long set-up or compile that sends only heartbeat lines
+        for _ in range(12):
+            time.sleep(0.2)
+            progress(prog, event="heartbeat", phase="setup", elapsed_s=0.2)
+        mode = "ok"
     progress(prog, event="warmup_done", warmup_s=0.01)
     if mode in ("hang", "ignore_term"):
         sleep_forever()

@@ -9,6 +9,7 @@ from sweeper.objective import (
     direction,
     objective_value,
     save_stall_s,
+    searched_interval_warning,
     steady_step_time_s,
 )
 
@@ -172,3 +173,17 @@ def test_save_stall_at_the_planned_interval(saves, mode, trial_every, planned_ev
     result = _result(checkpoint_s=saves, every_steps=trial_every, mode=mode)
     got = save_stall_s(result, planned_every=planned_every)
     assert got == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize(
+    ("name", "planned_every", "searched", "warns"),
+    [
+        ("time_to_train", 0, {"checkpoint.every_steps"}, True),
+        ("time_to_train", 1000, {"checkpoint.every_steps"}, False),  # priced at the plan
+        ("time_to_train", 0, {"checkpoint.mode"}, False),
+        ("tokens_per_s", 0, {"checkpoint.every_steps"}, False),
+    ],
+)
+def test_searching_the_interval_without_a_plan_warns(name, planned_every, searched, warns):
+    cfg = ObjectiveConfig(name=name, planned_checkpoint_every=planned_every)
+    assert (searched_interval_warning(cfg, searched) is not None) == warns

@@ -175,6 +175,41 @@ def test_steady_progress_is_not_a_stall(tmp_path):
     assert len(events) >= 5
 
 
+def test_heartbeat_lines_are_progress(tmp_path):
+    # train/trial.py sends {"event": "heartbeat"} lines during set-up, compile and warm-up: a
+    # set-up longer than the stall limit that sends them is not a hang
+    out = run_child(
+        fake_argv(tmp_path, "slow_setup"), job_dir=tmp_path, timeout_s=30, stall_timeout_s=1.0
+    )
+    assert out.state == "complete", out.reason
+    assert out.wall_s > 2.0
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"trial_timeout_s": 1234.5, "stall_timeout_s": 321.0}, (1234.5, 321.0)),
+        ({"trial_timeout_s": 1234.5, "stall_timeout_s": -1.0}, (1234.5, None)),  # check off
+        ({"trial_timeout_s": 0.0, "stall_timeout_s": 0.0}, (600.0, 300.0)),  # never sized
+        ({}, (600.0, 300.0)),
+    ],
+)
+def test_a_job_reads_its_limits_from_its_overrides(settings, expected):
+    from sweeper.job import job_limits
+    from sweeper.limits import TrialLimits, limit_overrides, trial_limits
+
+    assert job_limits(OmegaConf.create(settings)) == expected
+    # what the sweeper writes, the job reads back
+    limits = trial_limits(
+        {"model.n_layer": 2, "model.n_head": 2, "model.n_embd": 64, "model.block_size": 64,
+         "model.vocab_size": 4096, "batch.tokens_per_step": 4096},
+        device_name="cpu", device_type="cpu", bf16_supported=False, stall_timeout_s=-1.0,
+    )  # fmt: skip
+    assert isinstance(limits, TrialLimits)
+    written = dict(o.removeprefix("hydra.sweeper.").split("=") for o in limit_overrides(limits))
+    assert job_limits(OmegaConf.create({k: float(v) for k, v in written.items()})) == (600.0, None)
+
+
 def test_sigterm_ignored_escalates_to_sigkill_and_is_not_called_oom(tmp_path):
     out = run_child(
         fake_argv(tmp_path, "ignore_term"), job_dir=tmp_path, timeout_s=1.0, term_grace_s=0.5

@@ -236,6 +236,18 @@ RULES = [
     ({"runtime.attention": "cudnn"}, {}, r"attention=cudnn has no CPU kernel"),
     ({"runtime.attention": "flash"}, {}, None),
     ({"runtime.attention": "efficient"}, CUDA, None),
+    # flash and cuDNN attention take fp16/bf16 only on CUDA (train.config's rule)
+    ({"runtime.attention": "flash", "runtime.dtype": "fp32"}, CUDA,
+     r"attention=flash has no fp32 kernel on CUDA"),
+    ({"runtime.attention": "cudnn", "runtime.dtype": "fp32"}, CUDA, r"cudnn has no fp32 kernel"),
+    ({"runtime.attention": "efficient", "runtime.dtype": "fp32"}, CUDA, None),
+    ({"runtime.attention": "flash"}, CUDA, None),  # auto is bf16 here
+    ({"runtime.attention": "flash"}, {"device_type": "cuda"}, r"resolves to fp32"),
+    ({"runtime.attention": "flash", "runtime.dtype": "fp32"}, {}, None),  # the CPU's flash is
+    # a save must fall inside the measured window, which may stop at trial.min_steps
+    ({"checkpoint.every_steps": 10, "trial.min_steps": 6}, {},
+     r"every_steps=10 > trial.min_steps=6.*use an interval <= 6"),
+    ({"checkpoint.every_steps": 6, "trial.min_steps": 6}, {}, None),
     ({}, {}, None),
 ]
 
@@ -478,3 +490,105 @@ def test_nothing_is_dropped_when_the_device_itself_is_searched():
         make_ctx(base=BASE, **CUDA),
     )
     assert next(p for p in space.params if p.key == "runtime.dtype").choices == ("fp32", "fp16")
+
+
+# ---- memory rules (sweeper/memory.py) -----------------------------------------------------------
+
+XL = {
+    "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600, "model.block_size": 1024,
+    "model.vocab_size": 50304, "batch.tokens_per_step": 1_048_576, "batch.micro_batch": 8,
+    "batch.grad_accum": 128, "runtime.device": "auto", "runtime.dtype": "bf16",
+    "runtime.compile": "none", "runtime.attention": "auto",
+    "runtime.activation_checkpointing": "none", "data.num_workers": 1,
+}  # fmt: skip
+H100_GIB = 81090 / 1024  # train/memory_model.DEVICE_MEMORY_GIB
+
+
+def xl_ctx(**kw) -> SpaceContext:
+    args = {"tokens_per_step": 1_048_576, "block_size": 1024, "cpu_count": 2, "base": XL,
+            "device_name": "NVIDIA H100 80GB HBM3", "device_memory_gib": H100_GIB, **CUDA}
+    return SpaceContext(**{**args, **kw})
+
+
+@pytest.mark.parametrize(
+    ("point", "ctx_kw", "reason"),
+    [
+        # real H100 facts: micro-batch 8 fits (52.3 GiB), 16 ran out of memory, 16 with
+        # activation checkpointing fits (37.6 GiB)
+        ({"batch.micro_batch": 8}, {}, None),
+        ({"batch.micro_batch": 16}, {}, r"^predicted 77\.7 GiB > 79\.19 GiB x \(1 - 0\.08\) "
+                                        r"usable on NVIDIA H100 80GB HBM3$"),
+        ({"batch.micro_batch": 16, "runtime.activation_checkpointing": "every"}, {}, None),
+        # no device memory known (a CPU, no plan device): no memory refusal
+        ({"batch.micro_batch": 16}, {"device_memory_gib": None}, None),
+        # the H200's 139.8 GiB
+        ({"batch.micro_batch": 16}, {"device_memory_gib": 143156 / 1024}, None),
+    ],
+)  # fmt: skip
+def test_the_memory_model_refuses_points_that_cannot_fit(point, ctx_kw, reason):
+    got = check_point(point, xl_ctx(**ctx_kw))
+    if reason is None:
+        assert got is None
+    else:
+        assert got is not None and re.search(reason, got), got
+
+
+def test_memory_false_leaves_the_memory_rules_out():
+    assert check_point({"batch.micro_batch": 16}, xl_ctx(), memory=False) is None
+
+
+def test_grid_and_feasibility_respect_the_memory_model():
+    space = parse_space({"batch.micro_batch": "choice(4, 8, 16, 32)"}, xl_ctx())
+    assert space.grid_points() == [{"batch.micro_batch": 4}, {"batch.micro_batch": 8}]
+    with pytest.raises(ValueError, match=r"no valid point: predicted .* GiB > "):
+        parse_space({"batch.micro_batch": "choice(16, 32)"}, xl_ctx()).require_feasible()
+
+
+OOM_AT_8 = {**XL, "batch.micro_batch": 8, "trial.fault": "none"}
+
+
+@pytest.mark.parametrize(
+    ("config", "device_type", "refused"),
+    [
+        ({"batch.micro_batch": 16}, "cuda", True),  # larger, same knobs
+        ({"batch.micro_batch": 8}, "cuda", True),  # equal
+        ({"batch.micro_batch": 4}, "cuda", False),  # smaller may fit
+        ({"batch.micro_batch": 16, "runtime.activation_checkpointing": "every"}, "cuda", False),
+        ({"batch.micro_batch": 16, "runtime.dtype": "fp32"}, "cuda", False),
+        ({"batch.micro_batch": 16, "trial.fault": "oom"}, "cuda", False),
+        # DataLoader workers live in host memory: no difference to a GPU's out-of-memory ...
+        ({"batch.micro_batch": 16, "data.num_workers": 2}, "cuda", True),
+        # ... but on a CPU they share the memory that ran out
+        ({"batch.micro_batch": 16, "data.num_workers": 2}, "cpu", False),
+    ],
+)
+def test_an_out_of_memory_trial_rules_out_larger_micro_batches(config, device_type, refused):
+    from sweeper.memory import OutOfMemory, oom_reason
+
+    ooms = [OutOfMemory(trial=7, config=OOM_AT_8)]
+    got = oom_reason({**OOM_AT_8, **config}, ooms, device_type=device_type)
+    assert (got is not None) == refused
+    if refused:
+        assert got.startswith("trial 7 ran out of memory at batch.micro_batch=8")
+
+
+def test_a_sweep_context_learns_from_its_out_of_memory_trials():
+    from sweeper.memory import OutOfMemory
+
+    ctx = xl_ctx(device_memory_gib=None)
+    space = parse_space({"batch.micro_batch": "choice(2, 4, 8)"}, ctx)
+    assert space.check({"batch.micro_batch": 8}) is None
+    ctx.ooms.append(OutOfMemory(trial=3, config={**XL, **space.point({"batch.micro_batch": 4})}))
+    assert space.check({"batch.micro_batch": 8}).startswith("trial 3 ran out of memory")
+    assert space.check({"batch.micro_batch": 2}) is None
+
+
+def test_checkpoint_targets_this_machine_lacks_are_dropped(tmp_path, caplog):
+    here, missing = tmp_path / "ckpt", tmp_path / "no" / "such"
+    spec = [str(here), str(missing), "checkpoints"]
+    with caplog.at_level(logging.WARNING, logger="sweeper.space"):
+        (param,) = parse_space({"checkpoint.dir": spec}, make_ctx()).params
+    assert param.choices == (str(here), "checkpoints")
+    assert f"dropped ['{missing}']" in caplog.text
+    with pytest.raises(ValueError, match=r"checkpoint.dir.*no target is writable here"):
+        parse_space({"checkpoint.dir": [str(missing)]}, make_ctx())

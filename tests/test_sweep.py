@@ -229,3 +229,40 @@ def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -
     (sweep_dir,) = sweep_dirs(tmp_path)
     # 4 trial job dirs + 1 verified config x 1 repeat (smoke's verify_repeats)
     assert len([p for p in sweep_dir.iterdir() if p.name.isdigit()]) == 5
+
+
+def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches(tmp_path):
+    """A planted OOM at micro-batch 4: the same knobs at 8 are excluded naming that trial, not
+    launched; and the OOM does not count toward the failure rate (a zero tolerance would have
+    stopped the search after it)."""
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.study_name=oom",
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.n_trials=0",
+        "hydra.sweeper.max_failure_rate=0.0",
+        "hydra.sweeper.min_trials_for_failure_rate=1",
+        "hydra.sweeper.verify_top_k=1",
+        "hydra.sweeper.verify_repeats=1",
+        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', data.num_workers: 0}",
+        "trial.fault=oom,none",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = load_study(tmp_path, "oom")
+    by_point = {
+        (t.params["batch.micro_batch"], t.params["trial.fault"]): t
+        for t in study.trials if t.state.is_finished()
+    }  # fmt: skip
+    assert len(by_point) == 4
+    oom = by_point[(4, "oom")]
+    assert oom.user_attrs["failure_kind"] == "oom"
+    refused = by_point[(8, "oom")]
+    assert refused.user_attrs["failure_kind"] == "excluded"
+    assert refused.user_attrs["failure_reason"].startswith(
+        f"trial {oom.number} ran out of memory at batch.micro_batch=4"
+    )
+    assert "job_dir" not in refused.user_attrs  # never launched
+    assert by_point[(4, "none")].state == TrialState.COMPLETE
+    assert by_point[(8, "none")].state == TrialState.COMPLETE

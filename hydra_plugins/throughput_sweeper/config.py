@@ -27,8 +27,18 @@ class ThroughputSweeperConf:
     n_jobs: int = 1  # trials launched together (parallel launchers such as joblib)
     max_failure_rate: float = 0.5  # stop searching when more than this share of trials failed
     min_trials_for_failure_rate: int = 4  # ... judged only after this many finished trials
-    trial_timeout_s: float = 600.0  # hard wall-clock limit of one trial process
-    stall_timeout_s: float = 300.0  # no progress for this long = hung; 0 disables
+    # hard wall-clock limit of one trial process; 0 = automatic: sized per trial from its
+    # predicted step time (sweeper/limits.py), never below 600 s
+    trial_timeout_s: float = 0.0
+    # no progress line or log output for this long = hung; 0 = automatic (the longest quiet gap
+    # of a healthy trial, x3, never below 300 s); < 0 turns the check off
+    stall_timeout_s: float = 0.0
+    # print the plan (the space after constraints and the memory model, each dropped point with
+    # its predicted GiB, floors, trial limits, trial count, predicted wall time) and start nothing
+    plan: bool = False
+    # plan for this device instead of the one here (e.g. "NVIDIA H100 80GB HBM3"); outside plan
+    # mode it replaces the probed device's name and memory for the memory model and the limits
+    plan_device: str = ""
     storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
     study_name: str = ""  # empty = throughput-<model>-<search>-<device>
     # sampler seed; -1 = derived from host and pid, so several workers on one study explore
@@ -36,7 +46,9 @@ class ThroughputSweeperConf:
     seed: int = -1
     objective: str = "tokens_per_s"  # tokens_per_s (maximize) | time_to_train (minimize)
     planned_steps: int = 10000  # production-run length for the time_to_train objective
-    planned_checkpoint_every: int = 0  # checkpoint interval of that run; 0 = each trial's own
+    # checkpoint interval of that run: time_to_train prices each measured save at it, and
+    # best.yaml saves at it; 0 = each trial's own checkpoint.every_steps
+    planned_checkpoint_every: int = 0
     verify_top_k: int = 3  # configurations re-measured in fresh processes before a winner is named
     verify_repeats: int = 3  # fresh runs of each
     noise_floor: float = 0.01  # leads smaller than this share of the median are never decisive

@@ -1,0 +1,276 @@
+"""Plan mode and the start-up scan: devices, the memory model's drops, dead choices, the
+predicted wall time (pure tables), and the real `python sweep.py -m ... plan=true` command."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeper.plan import (
+    SWEEP_OVERHEAD_S,
+    DeviceFacts,
+    build_plan,
+    device_facts,
+    drop_dead_values,
+    format_plan,
+    known_plan_devices,
+    plan_device_facts,
+    scan,
+    startup_lines,
+)
+from sweeper.space import SpaceContext, parse_space
+
+REPO = Path(__file__).resolve().parents[1]
+H100 = "NVIDIA H100 80GB HBM3"
+TRIAL = {
+    "trial.warmup_steps": 2, "trial.max_steps": 20, "trial.min_steps": 6,
+    "trial.max_seconds": 20, "trial.report_every": 3, "trial.project_above_s": 5.0,
+    "trial.project_micro_steps": 4,
+}  # fmt: skip
+XL = {
+    "model.name": "gpt2-xl", "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600,
+    "model.block_size": 1024, "model.vocab_size": 50304, "model.bias": True,
+    "batch.tokens_per_step": 1_048_576, "batch.micro_batch": 8, "batch.grad_accum": 128,
+    "runtime.device": "auto", "runtime.dtype": "bf16", "runtime.tf32": True,
+    "runtime.compile": "none", "runtime.attention": "auto",
+    "runtime.activation_checkpointing": "none", "checkpoint.every_steps": 0, **TRIAL,
+}  # fmt: skip
+TINY = {
+    **XL, "model.name": "tiny", "model.n_layer": 2, "model.n_head": 2, "model.n_embd": 64,
+    "model.block_size": 64, "model.vocab_size": 4096, "batch.tokens_per_step": 4096,
+    "batch.grad_accum": 64, "runtime.dtype": "auto",
+}  # fmt: skip
+
+
+def xl_ctx(device: str = H100, **kw) -> SpaceContext:
+    facts = plan_device_facts(device, cpu_count=2)
+    args = {
+        "tokens_per_step": 1_048_576, "block_size": 1024, "cpu_count": 2, "device_type": "cuda",
+        "bf16_supported": True, "base": XL, "device_name": facts.name,
+        "device_memory_gib": facts.memory_gib, **kw,
+    }  # fmt: skip
+    return SpaceContext(**args)
+
+
+# ---- devices ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "gib"),
+    [
+        (H100, 79.19), ("NVIDIA H100 PCIe", 79.11), ("NVIDIA H100 NVL", 93.58),
+        ("NVIDIA H200", 139.80), ("NVIDIA A100-SXM4-40GB", 39.39),
+        ("NVIDIA A100-SXM4-80GB", 79.15), ("NVIDIA L4", 22.49),
+    ],
+)  # fmt: skip
+def test_known_plan_devices(name, gib) -> None:
+    facts = plan_device_facts(name, cpu_count=16)
+    assert facts.memory_gib == pytest.approx(gib, abs=0.01)
+    assert (facts.device_type, facts.bf16_supported, facts.source) == ("cuda", True, "plan device")
+    assert name in known_plan_devices()
+
+
+def test_an_unknown_plan_device_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"plan_device='NVIDIA H300'.*'NVIDIA H200'"):
+        plan_device_facts("NVIDIA H300", cpu_count=2)
+
+
+PROBED_GPU = {
+    "device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "device_memory_gib": 79.19,
+    "bf16_supported": True, "cpu_count": 16, "torch": "2.11",
+}  # fmt: skip
+PROBED_CPU = {"device_type": "cpu", "device_name": None, "device_memory_gib": None,
+              "bf16_supported": False, "cpu_count": 2}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("probed", "plan_device", "expected"),
+    [
+        (PROBED_GPU, "", ("NVIDIA H100 80GB HBM3", "cuda", 79.19, 16, "probed")),
+        # a CPU: no device memory, so no memory-model refusals
+        (PROBED_CPU, "", ("cpu", "cpu", None, 2, "probed")),
+        # a plan device replaces the probed name and memory; trials still run where probed
+        (PROBED_GPU, "NVIDIA H200", ("NVIDIA H200", "cuda", 139.80, 16, "plan device")),
+        (PROBED_CPU, "NVIDIA L4", ("NVIDIA L4", "cpu", 22.49, 2, "plan device")),
+        # plan mode with a plan device probes nothing
+        (None, "NVIDIA H200", ("NVIDIA H200", "cuda", 139.80, 4, "plan device")),
+    ],
+)
+def test_device_facts(probed, plan_device, expected) -> None:
+    d = device_facts(probed, plan_device=plan_device, cpu_count=4)
+    memory = None if d.memory_gib is None else round(d.memory_gib, 2)
+    assert (d.name, d.device_type, memory, d.cpu_count, d.source) == expected
+
+
+# ---- the scan -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device", "space", "dropped", "kept"),
+    [
+        # XL bf16 on an H100 (72.9 GiB usable): micro-batch 8 fits (52 GiB measured), 32 does
+        # not without activation checkpointing
+        (H100, {"batch.micro_batch": "choice(8, 32)"}, [(32, "none")], 1),
+        (H100, {"batch.micro_batch": "choice(8, 32)",
+                "runtime.activation_checkpointing": "choice(none, every)"}, [(32, "none")], 3),
+        # the H200's 139.8 GiB holds 32 with activation checkpointing too
+        ("NVIDIA H200", {"batch.micro_batch": "choice(8, 32)",
+                         "runtime.activation_checkpointing": "choice(none, every)"},
+         [(32, "none")], 3),
+        # an L4 (22.5 GiB) holds no XL step at all in these
+        ("NVIDIA L4", {"batch.micro_batch": "choice(4, 8)"}, [(8, "none"), (4, "none")], 0),
+    ],
+)  # fmt: skip
+def test_the_memory_model_drops_what_cannot_fit(device, space, dropped, kept) -> None:
+    ctx = xl_ctx(device)
+    found = scan(parse_space(space, ctx), ctx)
+    got = [(g.knobs["batch.micro_batch"], g.knobs["runtime.activation_checkpointing"])
+           for g in found.dropped]  # fmt: skip
+    assert got == dropped
+    assert all(g.peak_gib > ctx.device_memory_gib * 0.92 for g in found.dropped)
+    assert found.kept == kept
+    assert found.feasible == found.kept + found.dropped_points
+
+
+def test_points_multiply_by_the_keys_no_rule_reads() -> None:
+    ctx = xl_ctx()
+    space = parse_space({"batch.micro_batch": "choice(8, 32)", "data.prefetch_factor":
+                         "choice(2, 4, 8)", "checkpoint.mode": "choice(sync, async)"}, ctx)
+    found = scan(space, ctx)
+    assert (found.total, found.kept, found.dropped_points) == (12, 6, 6)
+    assert not found.sampled
+
+
+def test_a_choice_no_runnable_point_has_is_dropped_before_sampling() -> None:
+    ctx = xl_ctx()
+    space = parse_space({"batch.micro_batch": "choice(4, 8, 32)",
+                         "runtime.dtype": "choice(bf16, fp32)"}, ctx)  # fmt: skip
+    found = scan(space, ctx)
+    assert found.dead_values == {"batch.micro_batch": [32]}
+    kept = drop_dead_values(space, found)
+    assert kept.searched[0].choices == (4, 8)
+    assert "batch.micro_batch: dropped [32] before sampling" in "\n".join(
+        startup_lines(found, ctx)
+    )
+
+
+def test_refusals_and_out_of_memory_trials_are_counted_apart() -> None:
+    from sweeper.memory import OutOfMemory
+
+    ctx = xl_ctx(ooms=[OutOfMemory(trial=3, config={**XL, "batch.micro_batch": 4,
+                                                     "batch.grad_accum": 256})])
+    space = parse_space({"batch.micro_batch": "choice(2, 4, 8)",
+                         "runtime.compile": "choice(none, max-autotune)"}, ctx)  # fmt: skip
+    found = scan(space, ctx)
+    # max-autotune captures CUDA graphs: refused with grad_accum > 1 (every split here)
+    assert found.refused == 3
+    assert found.oom_refused == 2  # micro-batch 4 and 8, eager, like trial 3
+    assert found.kept == 1
+
+
+def test_cpu_points_keep_the_fixed_limits_and_drop_nothing_for_memory() -> None:
+    ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, device_type="cpu",
+                       base=TINY)  # fmt: skip
+    space = parse_space({"batch.micro_batch": "choice(8, 16)",
+                         "runtime.compile": "choice(none, default)"}, ctx)  # fmt: skip
+    found = scan(space, ctx)
+    assert (found.kept, found.dropped_points) == (4, 0)
+    assert {(c.timeout_s, c.stall_timeout_s) for c in found.classes} == {(600.0, 300.0)}
+    assert not any(line.startswith("memory model") for line in startup_lines(found, ctx))
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+
+SETTINGS = {"search_name": "t", "sampler": "tpe", "pruner": "median", "objective":
+            "tokens_per_s", "n_trials": 14, "verify_top_k": 3, "verify_repeats": 3}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("settings", "device_type", "n_search", "capped"),
+    [
+        ({}, "cuda", 14, None),
+        ({"sampler": "grid", "n_trials": 0}, "cuda", 2, None),  # the grid's runnable points
+        ({"sampler": "grid", "n_trials": 1}, "cuda", 1, None),
+        ({"max_wall_s": 60.0}, "cuda", 14, 60.0),  # a wall budget caps the prediction
+        ({"cpu_max_wall_s": 390.0}, "cpu", 14, 390.0),  # the CPU demo's cap
+        ({"n_trials": 0}, "cuda", None, None),  # no trial limit and no budget: unknown
+    ],
+)
+def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> None:
+    ctx = xl_ctx()
+    space = parse_space({"batch.micro_batch": "choice(4, 8, 32)"}, ctx)
+    device = DeviceFacts(name=H100, device_type=device_type, memory_gib=ctx.device_memory_gib,
+                         bf16_supported=True, cpu_count=2, source="plan device")  # fmt: skip
+    plan = build_plan(space=space, ctx=ctx, device=device, settings={**SETTINGS, **settings})
+    assert plan.n_search == n_search and plan.n_verify == 9
+    mean = plan.scan.mean_trial_s
+    if n_search is None:
+        assert plan.wall_s is None
+    elif capped is None:
+        assert plan.wall_s == pytest.approx(SWEEP_OVERHEAD_S + (n_search + 9) * mean)
+    else:
+        assert plan.wall_s == capped
+
+
+def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
+    ctx = xl_ctx()
+    space = parse_space({"batch.micro_batch": "choice(8, 16, 32)",
+                         "runtime.attention": "choice(flash, efficient)"}, ctx)  # fmt: skip
+    device = plan_device_facts(H100, cpu_count=2)
+    text = format_plan(build_plan(space=space, ctx=ctx, device=device, settings=SETTINGS))
+    assert "dropped by the memory model (predicted peak > 72.9 GiB usable" in text
+    # the two fused kernels predict the same memory: one row each for 16 and 32
+    assert re.search(r"77\.7 GiB\s+16\s+bf16\s+none\s+2\s+flash,efficient / none", text)
+    assert re.search(r"129\.4 GiB\s+32\s+bf16\s+none\s+2\s+flash,efficient / none", text)
+    assert re.search(r"batch\.micro_batch\s+8, 16, 32\n", text)
+    assert re.search(r"bf16\s+none\s+none\s+2\s+10\.9 s\s+36\.3 s\s+10m00s\s+5m00s", text)
+    assert "predicted sweep wall:" in text
+
+
+# ---- the real command ---------------------------------------------------------------------------
+
+
+def _plan(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", "model=gpt2-xl",
+            "batch.tokens_per_step=1048576", "hydra.sweeper.plan=true", *overrides]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
+    proc = _plan(tmp_path, f"hydra.sweeper.plan_device={H100}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert f"plan: model=gpt2-xl on {H100} (plan device), nothing is run" in out
+    # micro-batch 16 without activation checkpointing ran out of memory on a real H100: dropped,
+    # with its predicted GiB; micro-batch 8 (52.3 GiB measured) is not
+    assert re.search(r"\d+\.\d GiB\s+16\s+bf16\s+none\s+[\d,]+\s+auto", out)
+    assert not re.search(r"GiB\s+8\s+bf16\s+none\s+[\d,]+\s+auto", out)
+    assert re.search(r"predicted sweep wall: \S+ \(23 x ", out)  # 14 trials + 3 x 3 verifications
+    assert "memory model (NVIDIA H100 80GB HBM3, 79.19 GiB): drops" in out + proc.stderr
+    # no trial, no zygote, no study, no MLflow run, no sweep dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_unknown_plan_device_is_a_clear_error(tmp_path: Path) -> None:
+    proc = _plan(tmp_path, "hydra.sweeper.plan_device=NVIDIA H300")
+    assert proc.returncode != 0
+    err = proc.stdout + proc.stderr
+    assert "hydra.sweeper.plan_device='NVIDIA H300' is not a known device" in err
+    assert "NVIDIA H100 80GB HBM3" in err
+
+
+def test_planning_never_imports_torch() -> None:
+    code = (
+        "import sys\n"
+        "from sweeper.plan import plan_device_facts, known_plan_devices\n"
+        "import sweeper.limits, sweeper.memory\n"
+        "plan_device_facts('NVIDIA H200', cpu_count=2); known_plan_devices()\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
