@@ -69,6 +69,10 @@ from train.report import OBJECTIVE_ATTR
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective value
+# Verification measures real full optimizer steps: a projection (train/trial.py) is a search
+# shortcut, never what a winner is exported on.
+REAL_STEP_KEYS = (("trial.project_above_s", 0),)
+REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS)
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
 # a sampler that proposes only measured points this many times in a row has exhausted the space
 MAX_DUPLICATE_STREAK = 25
@@ -401,10 +405,11 @@ class SweepEngine:
                 out = self._job_output(ret)
                 self._tell(study, trial, out, objective)
 
-    def _limits(self, space, params: dict) -> list[str]:
-        """The trial's hard and stall limits as job overrides (sweeper/limits.py)."""
+    def _limits(self, space, params: dict, extra: dict | None = None) -> list[str]:
+        """The trial's hard and stall limits as job overrides (sweeper/limits.py); `extra` are
+        trainer keys the job sets besides the point's (verification's real full steps)."""
         limits = point_limits(
-            space.point(params),
+            {**space.point(params), **(extra or {})},
             space.ctx,
             timeout_s=self.s.trial_timeout_s,
             stall_timeout_s=self.s.stall_timeout_s,
@@ -559,11 +564,21 @@ class SweepEngine:
                 top.append(t)
             if len(top) == s.verify_top_k:
                 break
+        # The starting config is always re-measured beside the finalists, so the report compares
+        # like with like (the same rounds, the same real full steps), whatever its search rank.
+        base_trial = find_baseline(study, self.baseline)
+        if base_trial is not None and all(t.number != base_trial.number for t in top):
+            top.append(base_trial)
         cands = {
             t.number: Candidate(
                 key=json.dumps(t.params, sort_keys=True, default=str),
                 params=dict(t.params),
-                overrides=[*fixed, *space.to_overrides(t.params), *self._limits(space, t.params)],
+                overrides=[
+                    *fixed,
+                    *space.to_overrides(t.params),
+                    *REAL_STEPS,
+                    *self._limits(space, t.params, dict(REAL_STEP_KEYS)),
+                ],
                 values=[],
                 simplicity=space.defaults_distance(t.params, ctx.base),
             )
@@ -571,7 +586,14 @@ class SweepEngine:
         }
         results: dict[int, list[dict]] = {n: [] for n in cands}
         self.verify_results = results
-        log.info("verifying the top %d configs, %d fresh runs each", len(cands), s.verify_repeats)
+        log.info(
+            "verifying %d configs (the top %d%s), %d fresh runs each, with real full optimizer "
+            "steps (never projected)",
+            len(cands),
+            min(len(cands), s.verify_top_k),
+            " and the starting config" if base_trial is not None else "",
+            s.verify_repeats,
+        )
         # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate
         # alike.
         for repeat in range(s.verify_repeats):
@@ -619,7 +641,10 @@ class SweepEngine:
         for number, c in cands.items():
             if not results[number]:
                 continue
-            rows.append(verified_row(number, c, results[number], winner=c is verdict.winner))
+            row = verified_row(number, c, results[number], winner=c is verdict.winner)
+            row.update(search_basis(study.trials[number]))
+            row["start"] = base_trial is not None and number == base_trial.number
+            rows.append(row)
         rows.sort(key=lambda r: r["tokens_per_s"], reverse=True)
         winner_number = next(n for n, c in cands.items() if c is verdict.winner)
         run_id = study.trials[winner_number].user_attrs.get("mlflow_run_id")
@@ -731,18 +756,20 @@ class SweepEngine:
         gain = ""
         start_won = base_trial is not None and base_trial.number == winner["number"]
         if base_result is not None and base_result.get("tokens_per_s"):
-            d = diagnose(base_result, planned_steps=s.planned_steps)
-            lines.append(
-                f"starting config (trial {base_trial.number}): "
-                f"{base_result['tokens_per_s']:,.0f} tokens/s; {d.headline}"
-            )
-            tags["verdict.default"] = d.headline
-            # Like with like: the starting config's verified median when it was re-measured too
-            # (a single search run against a verified median would count the machine's drift),
-            # and a speedup of 1 by definition when it is the winner.
+            # Like with like: the starting config's verified median (real full steps, the same
+            # rounds as the winner's) when it was re-measured, and a speedup of 1 by definition
+            # when it is the winner.
             base_runs = self.verify_results.get(base_trial.number) or []
             base_tps = [r["tokens_per_s"] for r in base_runs if r and r.get("tokens_per_s")]
             base_value = statistics.median(base_tps) if base_tps else base_result["tokens_per_s"]
+            real = [r for r in base_runs if r and r.get("tokens_per_s")]
+            d = diagnose(real[-1] if real else base_result, planned_steps=s.planned_steps)
+            lines.append(
+                f"starting config (trial {base_trial.number}): "
+                f"{measured_text(base_value, base_tps)} (search run {search_text(base_result)}); "
+                f"{d.headline}"
+            )
+            tags["verdict.default"] = d.headline
             speedup = 1.0 if start_won else win_median / base_value
             metrics["best/speedup_vs_default"] = speedup
             basis = "its verified median" if base_tps else "its search run"
@@ -750,9 +777,10 @@ class SweepEngine:
         d = diagnose(win_result, planned_steps=s.planned_steps)
         if start_won:
             gain = " (the starting config: nothing searched beat it beyond the noise)"
+        win_search = read_result(winner["trial"]) or {}
         lines.append(
-            f"winner (trial {winner['number']}): {win_median:,.0f} tokens/s (verified median)"
-            f"{gain}; {d.headline}"
+            f"winner (trial {winner['number']}): {win_median:,.0f} tokens/s (verified median, "
+            f"real full steps; search run {search_text(win_search)}){gain}; {d.headline}"
         )
         for fix in d.fixes[:3]:
             gain_x = fix.expected_gain
@@ -830,6 +858,34 @@ def find_baseline(study: optuna.Study, params: dict | None):
         if t.user_attrs.get("baseline") or t.params == params:
             return t
     return None
+
+
+def measured_text(value: float, verified: list[float]) -> str:
+    if verified:
+        return f"{value:,.0f} tokens/s (verified median of {len(verified)}, real full steps)"
+    return f"{value:,.0f} tokens/s (its search run only: no verification run completed)"
+
+
+def search_text(result: dict) -> str:
+    """A search run's tokens/s, saying whether it was projected from short steps."""
+    tps = result.get("tokens_per_s")
+    if tps is None:
+        return "n/a"
+    proj = result.get("projection")
+    if proj:
+        return (f"{tps:,.0f} tokens/s projected from steps of {proj['micro_batches_per_step']} of "
+                f"{proj['grad_accum']} micro-batches")
+    return f"{tps:,.0f} tokens/s"
+
+
+def search_basis(trial) -> dict:
+    """What the search measured for a trial: its tokens/s and whether it was projected from
+    short steps (train/trial.py), to print beside the verified real full steps."""
+    result = read_result(trial) or {}
+    return {
+        "search_tokens_per_s": result.get("tokens_per_s"),
+        "search_projected": result.get("projection") is not None,
+    }
 
 
 def read_result(trial) -> dict | None:

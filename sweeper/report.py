@@ -68,12 +68,23 @@ def trial_line(
     console.print(f"  {_bar(done, total)}  best {best_text}  eta {fmt_duration(eta_s)}")
 
 
+def search_run_text(row: dict) -> str:
+    """The search's own tokens/s for a verified row, marked when projected from short steps."""
+    tps = row.get("search_tokens_per_s")
+    if tps is None:
+        return "n/a"
+    return f"{tps:,.0f}{' (projected)' if row.get('search_projected') else ''}"
+
+
 def final_table(rows: list[dict], *, title: str) -> Table:
-    """The top configurations after verification: median tokens/s, step time, MFU, data wait, CV."""
+    """The verified configurations (real full steps): median tokens/s beside the search run's
+    (projected or real), step time, MFU, data wait, CV; `*` marks the winner, `start` the
+    starting config."""
     table = Table(title=title)
     for col in (
         "rank",
         "tokens/s",
+        "search run",
         "step p50",
         "MFU spec",
         "MFU ceiling",
@@ -85,8 +96,9 @@ def final_table(rows: list[dict], *, title: str) -> Table:
         table.add_column(col, justify="right" if col not in ("knobs",) else "left")
     for i, r in enumerate(rows, 1):
         table.add_row(
-            f"{i}{' *' if r.get('winner') else ''}",
+            f"{i}{' *' if r.get('winner') else ''}{' start' if r.get('start') else ''}",
             f"{r['tokens_per_s']:,.0f}",
+            search_run_text(r),
             f"{1e3 * r['step_time_s']:.1f} ms",
             fmt_pct(r.get("mfu_spec")),
             fmt_pct(r.get("mfu_ceiling")),

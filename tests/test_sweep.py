@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,15 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
     assert (sweep_dir / "plots" / "summary.png").stat().st_size > 10_000
     assert "Verified top configurations" in proc.stdout
     assert str(best) in proc.stdout
+    # verification (job 3 on) re-measures with real full steps, never projected ones, and always
+    # includes the starting config (trial 0, measured first)
+    verify_jobs = [d for d in sweep_dir.iterdir() if d.name.isdigit() and int(d.name) >= 3]
+    assert verify_jobs
+    for job in verify_jobs:
+        assert re.search(r"project_above_s: 0(\.0)?\n", (job / "trial_config.yaml").read_text())
+    assert study.trials[0].user_attrs.get("baseline")
+    assert "starting config (trial 0):" in proc.stdout
+    assert "real full steps" in proc.stdout
 
     # the exported config trains as is
     train = subprocess.run(
@@ -227,8 +237,11 @@ def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -
         assert t.params == twin.params and t.state == twin.state and t.value == twin.value
     assert "the space looks exhausted" in proc.stdout + proc.stderr
     (sweep_dir,) = sweep_dirs(tmp_path)
-    # 4 trial job dirs + 1 verified config x 1 repeat (smoke's verify_repeats)
-    assert len([p for p in sweep_dir.iterdir() if p.name.isdigit()]) == 5
+    # 4 trial job dirs + 1 repeat (smoke's verify_repeats) of the best config and of the starting
+    # config when that is another one (it is always re-measured beside the finalists)
+    best = max((t for t in ran if t.value is not None), key=lambda t: t.value)
+    verified = 1 if best.user_attrs.get("baseline") else 2
+    assert len([p for p in sweep_dir.iterdir() if p.name.isdigit()]) == 4 + verified
 
 
 def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches(tmp_path):
