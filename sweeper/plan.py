@@ -367,6 +367,7 @@ class SweepPlan:
     usable_gib: float | None  # device memory less the allocator margin
     n_search: int | None  # search trials (None: no trial limit, the wall budget ends it)
     n_verify: int  # verification runs
+    verify_trial_s: float  # one verification run: the starting config's trial, real full steps
     wall_s: float | None  # predicted sweep wall time
     wall_cap_s: float | None  # the wall budget that caps it, if any
 
@@ -410,20 +411,29 @@ def build_plan(
         n_search: int | None = min(n_trials, found.kept) if n_trials > 0 else found.kept
     else:
         n_search = n_trials if n_trials > 0 else None
-    n_verify = int(settings.get("verify_top_k") or 0) * int(settings.get("verify_repeats") or 0)
+    # the top k and the starting config (re-measured beside them unless it is one of them), each
+    # with real full steps: a run is sized like the starting config's trial, never projected
+    k, repeats = int(settings.get("verify_top_k") or 0), int(settings.get("verify_repeats") or 0)
+    n_verify = (k + 1) * repeats
+    verify_s = point_limits(
+        {"trial.project_above_s": 0}, ctx,
+        timeout_s=float(settings.get("trial_timeout_s") or 0),
+        stall_timeout_s=float(settings.get("stall_timeout_s") or 0),
+    ).expected.total_s  # fmt: skip
     cap = float(settings.get("max_wall_s") or 0)
     if cap <= 0 and device.device_type == "cpu":
         cap = float(settings.get("cpu_max_wall_s") or 0)
     mean = found.mean_trial_s
     wall = None
     if mean is not None and n_search is not None:
-        wall = SWEEP_OVERHEAD_S + (n_search + n_verify) * mean
+        wall = SWEEP_OVERHEAD_S + n_search * mean + n_verify * verify_s
     if cap > 0:
         wall = cap if wall is None else min(wall, cap)
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
     return SweepPlan(
         device=device, model=model, settings=dict(settings), space=space, scan=found,
-        usable_gib=usable, n_search=n_search, n_verify=n_verify, wall_s=wall,
+        usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
+        wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,
     )  # fmt: skip
 
@@ -516,14 +526,17 @@ def format_plan(plan: SweepPlan) -> str:
     mean = sc.mean_trial_s
     search = "no trial limit" if plan.n_search is None else f"{plan.n_search} search"
     lines.append(
-        f"trials: {search} + {plan.n_verify} verification runs (top {s.get('verify_top_k')} x "
-        f"{s.get('verify_repeats')}), {_secs(mean)} each on average (set-up and compile included)"
+        f"trials: {search} of {_secs(mean)} on average (set-up and compile included) + "
+        f"{plan.n_verify} verification runs ((top {s.get('verify_top_k')} + the starting config) "
+        f"x {s.get('verify_repeats')}) of ~{_secs(plan.verify_trial_s)} (real full steps)"
     )
     if plan.wall_s is None:
         lines.append("predicted sweep wall: unknown (no runnable point, or no trial limit)")
     else:
-        n = (plan.n_search or 0) + plan.n_verify
-        detail = f"{n} x {_secs(mean)} + {SWEEP_OVERHEAD_S:.0f} s start and end"
+        detail = (
+            f"{plan.n_search or 0} x {_secs(mean)} + {plan.n_verify} x "
+            f"{_secs(plan.verify_trial_s)} + {SWEEP_OVERHEAD_S:.0f} s start and end"
+        )
         if plan.wall_cap_s is not None and plan.wall_s >= plan.wall_cap_s:
             detail += f"; capped by the {_secs(plan.wall_cap_s)} wall budget"
         lines.append(f"predicted sweep wall: {_secs(plan.wall_s)} ({detail})")

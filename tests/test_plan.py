@@ -207,12 +207,16 @@ def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> No
     device = DeviceFacts(name=H100, device_type=device_type, memory_gib=ctx.device_memory_gib,
                          bf16_supported=True, cpu_count=2, source="plan device")  # fmt: skip
     plan = build_plan(space=space, ctx=ctx, device=device, settings={**SETTINGS, **settings})
-    assert plan.n_search == n_search and plan.n_verify == 9
+    assert plan.n_search == n_search and plan.n_verify == 12  # (top 3 + the start) x 3
     mean = plan.scan.mean_trial_s
+    # a verification run measures real full steps: longer than a projected search trial
+    assert plan.verify_trial_s > mean
     if n_search is None:
         assert plan.wall_s is None
     elif capped is None:
-        assert plan.wall_s == pytest.approx(SWEEP_OVERHEAD_S + (n_search + 9) * mean)
+        assert plan.wall_s == pytest.approx(
+            SWEEP_OVERHEAD_S + n_search * mean + 12 * plan.verify_trial_s
+        )
     else:
         assert plan.wall_s == capped
 
@@ -251,7 +255,8 @@ def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     # with its predicted GiB; micro-batch 8 (52.3 GiB measured) is not
     assert re.search(r"\d+\.\d GiB\s+16\s+bf16\s+none\s+[\d,]+\s+auto", out)
     assert not re.search(r"GiB\s+8\s+bf16\s+none\s+[\d,]+\s+auto", out)
-    assert re.search(r"predicted sweep wall: \S+ \(23 x ", out)  # 14 trials + 3 x 3 verifications
+    # 14 trials + (top 3 + the start) x 3 verifications
+    assert re.search(r"predicted sweep wall: \S+ \(14 x \S+ \+ 12 x ", out)
     assert "memory model (NVIDIA H100 80GB HBM3, 79.19 GiB): drops" in out + proc.stderr
     # no trial, no zygote, no study, no MLflow run, no sweep dir
     assert sorted(p.name for p in tmp_path.iterdir()) == []
