@@ -30,7 +30,7 @@ from sweeper import report
 from sweeper.design import latin_design
 from sweeper.export import best_config_document, train_command, write_best_yaml
 from sweeper.job import prestart_zygote
-from sweeper.limits import limit_overrides
+from sweeper.limits import TrialTime, limit_overrides
 from sweeper.memory import OutOfMemory, past_ooms
 from sweeper.objective import (
     ObjectiveConfig,
@@ -126,6 +126,7 @@ class SweepEngine:
         self.job_idx = 0
         self.started = time.monotonic()
         self.verify_results: dict[int, list[dict]] = {}  # trial number -> its verification results
+        self._real_trial_cache: float | None = None  # _real_trial_s, once per sweep
 
     # -- Hydra's sweeper protocol -------------------------------------------------------------
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
@@ -354,7 +355,8 @@ class SweepEngine:
             median_s = self._median_trial_s(study)
             # Room kept for verification: its planned cost, but never more than VERIFY_SHARE of a
             # wall budget (verification rounds themselves stop at the budget).
-            verify_est = (median_s or 0.0) * s.verify_top_k * s.verify_repeats
+            verify_run_s = max(median_s or 0.0, self._real_trial_s(space))
+            verify_est = verify_run_s * (s.verify_top_k + 1) * s.verify_repeats
             if s.max_wall_s > 0:
                 verify_est = min(verify_est, VERIFY_SHARE * s.max_wall_s)
             left = self._budget_left(study, verify_est)
@@ -404,6 +406,21 @@ class SweepEngine:
             for trial, ret in zip(asked, returns, strict=True):
                 out = self._job_output(ret)
                 self._tell(study, trial, out, objective)
+
+    def _real_trial_s(self, space) -> float:
+        """A verification run's predicted wall when the starting config's search trial is
+        projected (verification measures real full steps, which a projected search trial's median
+        wall underestimates); 0 otherwise, when the search trials' own median is the estimate."""
+        if self._real_trial_cache is None:
+            def expected(extra: dict) -> TrialTime:
+                return point_limits(
+                    extra, space.ctx, timeout_s=self.s.trial_timeout_s,
+                    stall_timeout_s=self.s.stall_timeout_s,
+                ).expected  # fmt: skip
+
+            projected = expected({}).projected
+            self._real_trial_cache = expected(dict(REAL_STEP_KEYS)).total_s if projected else 0.0
+        return self._real_trial_cache
 
     def _limits(self, space, params: dict, extra: dict | None = None) -> list[str]:
         """The trial's hard and stall limits as job overrides (sweeper/limits.py); `extra` are
