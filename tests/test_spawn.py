@@ -201,3 +201,23 @@ def test_run_child_forks_from_the_main_thread_and_execs_when_disabled(
     assert [o.state for o in (first, second, third)] == ["complete"] * 3
     assert len(forked) == 2  # the third exec'd
     assert first.result["loss"] == second.result["loss"] == third.result["loss"]
+
+
+def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) -> None:
+    """Seen on an H100: the preloaded zygote had touched the CUDA driver, and every forked trial
+    died with "Cannot re-initialize CUDA in forked subprocess". The zygote now asks a throwaway
+    child first and refuses (the sweep then execs every trial)."""
+    import threading
+
+    import torch
+
+    from train import zygote
+
+    # this test process may run other tests' threads; the zygote runs none
+    monkeypatch.setattr(zygote.threading, "enumerate", lambda: [threading.main_thread()])
+    assert zygote.forks_poisoned() is False  # no CUDA driver here: forks are clean
+    zygote.check_fork_safe()
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)  # what a child then sees
+    assert zygote.forks_poisoned() is True
+    with pytest.raises(RuntimeError, match="touched the CUDA driver"):
+        zygote.check_fork_safe()

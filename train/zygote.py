@@ -65,8 +65,25 @@ def preload() -> None:
         importlib.import_module(name)
 
 
+def forks_poisoned() -> bool:
+    """Whether a child forked now would be refused CUDA.
+
+    torch marks every later fork "bad" once this process has asked the CUDA driver anything (a
+    device count counts, not only a context): the child's first CUDA call then raises "Cannot
+    re-initialize CUDA in forked subprocess". Seen on an H100 (torch 2.11) while the zygote had
+    run no torch op and `torch.cuda.is_initialized()` was False. A throwaway child asks torch.
+    """
+    import torch
+
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once, running nothing else
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
+
+
 def check_fork_safe() -> None:
-    """Refuse to serve from a state a child could not use."""
+    """Refuse to serve from a state a child could not use (the sweep then execs every trial)."""
     import torch
 
     if torch.cuda.is_initialized():
@@ -74,6 +91,10 @@ def check_fork_safe() -> None:
     extra = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if extra:
         raise RuntimeError(f"the zygote runs Python threads {extra}; a fork would lose them")
+    if forks_poisoned():
+        raise RuntimeError(
+            "the zygote's imports touched the CUDA driver, so a forked child could not use CUDA"
+        )
 
 
 def _child(request: dict, *, zygote_pid: int, reply_fd: int, session_fd: int) -> None:
@@ -194,6 +215,9 @@ def main() -> None:
     parent = int(os.environ.get("ZYGOTE_PARENT_PID", os.getppid()))
     die_with_parent(parent, _PRCTL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle, not ours
+    # torch.cuda.is_available() and device_count() ask NVML instead of the CUDA driver, which
+    # would poison every fork (forks_poisoned); anything imported below that asks stays harmless
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     preload()
     check_fork_safe()
     out = os.fdopen(os.dup(1), "w")
