@@ -368,6 +368,8 @@ class SweepPlan:
     n_search: int | None  # search trials (None: no trial limit, the wall budget ends it)
     n_verify: int  # verification runs
     verify_trial_s: float  # one verification run: the starting config's trial, real full steps
+    start: str  # what becomes of the composed (starting) config: measured first, or why not
+    start_runs: bool  # whether it runs (and is verified beside the finalists)
     wall_s: float | None  # predicted sweep wall time
     wall_cap_s: float | None  # the wall budget that caps it, if any
 
@@ -414,7 +416,8 @@ def build_plan(
     # the top k and the starting config (re-measured beside them unless it is one of them), each
     # with real full steps: a run is sized like the starting config's trial, never projected
     k, repeats = int(settings.get("verify_top_k") or 0), int(settings.get("verify_repeats") or 0)
-    n_verify = (k + 1) * repeats
+    start, start_runs = starting_config_line(space, ctx)
+    n_verify = (k + start_runs) * repeats
     verify_s = point_limits(
         {"trial.project_above_s": 0}, ctx,
         timeout_s=float(settings.get("trial_timeout_s") or 0),
@@ -431,11 +434,37 @@ def build_plan(
         wall = cap if wall is None else min(wall, cap)
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
     return SweepPlan(
+        start=start,
+        start_runs=start_runs,
         device=device, model=model, settings=dict(settings), space=space, scan=found,
         usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
         wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,
     )  # fmt: skip
+
+
+def starting_config_line(space: SearchSpace, ctx: SpaceContext) -> tuple[str, bool]:
+    """The composed config as the sweep will treat it: its predicted memory, and whether it is
+    measured first (the report's point of comparison) or not, and why; True when it runs."""
+    from sweeper.memory import predict
+    from sweeper.space import baseline_params, check_point
+
+    b = ctx.base
+    knobs = (f"micro_batch={b.get('batch.micro_batch')} x grad_accum={b.get('batch.grad_accum')}, "
+             f"dtype={b.get('runtime.dtype')}, compile={b.get('runtime.compile')}, "
+             f"activation_checkpointing={b.get('runtime.activation_checkpointing')}")
+    memory = ""
+    if ctx.device_memory_gib:
+        v = predict(b, device_type=ctx.device_type, bf16_supported=ctx.bf16_supported,
+                    device_gib=ctx.device_memory_gib)  # fmt: skip
+        memory = f", predicted {v.peak_gib:.1f} GiB"
+    reason = check_point({}, ctx)
+    if reason is not None:
+        return f"starting config ({knobs}){memory}: NOT RUN ({reason})", False
+    if baseline_params(space, b, device_type=ctx.device_type, bf16=ctx.bf16_supported) is None:
+        return (f"starting config ({knobs}){memory}: not run (a searched knob is set to a value "
+                "outside the space), so the report has no starting point to compare with"), False
+    return f"starting config ({knobs}){memory}: runs first and is verified beside the winner", True
 
 
 # ---- the text -----------------------------------------------------------------------------------
@@ -474,6 +503,7 @@ def format_plan(plan: SweepPlan) -> str:
         f"sequences of {m['block_size']})",
         f"  search      {s.get('search_name')}: sampler {s.get('sampler')}, pruner "
         f"{s.get('pruner')}, objective {s.get('objective')}",
+        f"  {plan.start}",
         "space after constraints and the memory model:",
     ]
     width = max((len(p.key) for p in plan.space.params), default=0)
@@ -527,8 +557,9 @@ def format_plan(plan: SweepPlan) -> str:
     search = "no trial limit" if plan.n_search is None else f"{plan.n_search} search"
     lines.append(
         f"trials: {search} of {_secs(mean)} on average (set-up and compile included) + "
-        f"{plan.n_verify} verification runs ((top {s.get('verify_top_k')} + the starting config) "
-        f"x {s.get('verify_repeats')}) of ~{_secs(plan.verify_trial_s)} (real full steps)"
+        f"{plan.n_verify} verification runs ((top {s.get('verify_top_k')}"
+        f"{' + the starting config' if plan.start_runs else ''}) x {s.get('verify_repeats')}) of "
+        f"~{_secs(plan.verify_trial_s)} (real full steps)"
     )
     if plan.wall_s is None:
         lines.append("predicted sweep wall: unknown (no runnable point, or no trial limit)")

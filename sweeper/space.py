@@ -618,3 +618,23 @@ def _same(a: Any, b: Any) -> bool:
     if b is _MISSING:
         return False
     return a == b or str(a).lower() == str(b).lower()
+
+
+def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict | None:
+    """The searched keys at the values of the composed config, if that point lies in the space.
+
+    One stand-in: a starting config that never saves a checkpoint, in a space that searches the
+    save interval (every trial there measures a save), is measured at the first interval."""
+    params = {}
+    for p in space.searched:
+        value = base.get(p.key)
+        if p.key == "runtime.dtype" and value == "auto":  # as train.loop.resolve_dtype does
+            value = "bf16" if device_type == "cuda" and bf16 else "fp32"
+        if p.key == "checkpoint.every_steps" and value == 0 and p.kind == "categorical":
+            value = p.choices[0]
+        if p.kind == "categorical" and value not in p.choices:
+            return None
+        if p.kind in ("int", "float") and (value is None or not p.low <= value <= p.high):
+            return None
+        params[p.key] = value
+    return params if space.check(params) is None else None

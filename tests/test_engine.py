@@ -8,8 +8,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.core import SweepEngine, baseline_params
-from sweeper.space import SpaceContext, parse_space
+from sweeper.core import SweepEngine
+from sweeper.space import SpaceContext, baseline_params, parse_space
 from sweeper.study import StudySpec, open_study
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
