@@ -135,7 +135,8 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
     """The uninstrumented baseline: nanoGPT-style, built from the same parts as the trainer.
 
     Same seed before the model init, same AdamW groups, the same DataLoader (batch i is seeded by
-    i, so both see identical batches), the same warm-up steps; then `steps` steps with one clock
+    i, so both see identical batches), the same warm-up steps (short ones of at most
+    trial.project_micro_steps micro-batches, as the trial's); then `steps` steps with one clock
     read and one device sync at each end of the window, nothing in between.
     """
     rt, accum = cfg.runtime, cfg.batch.grad_accum
@@ -160,7 +161,7 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
     loader = make_loader(cfg, split="train", device=device)
     batches = iter(loader)
 
-    def step(batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def step(batches: Iterator[tuple[torch.Tensor, torch.Tensor]], accum: int) -> torch.Tensor:
         total = torch.zeros((), device=device)
         for _ in range(accum):
             x, y = next(batches)
@@ -177,14 +178,15 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
         return total
 
     loss_first = float("nan")
+    short = min(accum, cfg.trial.project_micro_steps)
     for i in range(warmup_steps):
-        loss = step(batches).item()
+        loss = step(batches, short).item()
         if i == 0:
             loss_first = loss
     dev.sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
-        last = step(batches)
+        last = step(batches, accum)
     dev.sync(device)
     elapsed = time.perf_counter() - t0
     tokens = cfg.batch.tokens_per_step * steps
