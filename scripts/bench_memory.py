@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from table import format_table  # noqa: E402  (a sibling in scripts/)
 
 from train.config import Config  # noqa: E402
 from train.loop import build_session, train_step  # noqa: E402
@@ -121,16 +122,6 @@ def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list
         f"{100 * error:+.2f}%",
         estimate.phase,
     ]
-
-
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
 def main(argv: list[str] | None = None) -> int:

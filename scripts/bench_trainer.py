@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.path when run)
 from omegaconf import OmegaConf  # noqa: E402
+from table import format_table  # noqa: E402  (a sibling in scripts/)
 
 from train import device as dev  # noqa: E402
 from train.config import Config  # noqa: E402
@@ -238,17 +239,6 @@ def measure_overhead(
 
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= LOSS_MATCH_RTOL * max(abs(a), abs(b))
-
-
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain `|`-separated table, columns padded to their widest cell."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

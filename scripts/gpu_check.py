@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from table import format_table  # a sibling in scripts/ (on sys.path when this runs)
+
 REPO = Path(__file__).resolve().parent.parent
 
 log = logging.getLogger("gpu_check")
@@ -188,17 +190,6 @@ HEADERS = [
     "compile s",
     "tokens/step",
 ]
-
-
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain `|`-separated table, columns padded to their widest cell."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
 def _flops(x: float) -> str:

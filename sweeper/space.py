@@ -294,19 +294,25 @@ def _unusable_dir(path: Any) -> str | None:
     return f"{target.parent} does not exist here"
 
 
-def _drop_missing_dirs(p: Param) -> Param:
-    """Checkpoint targets this machine lacks (e.g. /dev/shm off Linux) are dropped, not tried."""
-    reasons = {c: _unusable_dir(c) for c in p.choices}
+def _keep_choices(p: Param, reasons: dict[Any, str | None], *, problem: str, fix: str) -> Param:
+    """`p` without the choices that have a reason not to run here (said in the log); an error
+    naming the key and `fix` when none is left."""
     kept = tuple(c for c in p.choices if reasons[c] is None)
     if not kept:
-        why = "; ".join(map(str, reasons.values()))
-        raise _fail(p.key, p.spec, f"no target is writable here ({why})",
-                    "list folders that exist (or whose parent exists) on this machine")
+        raise _fail(p.key, p.spec, f"{problem} ({'; '.join(map(str, reasons.values()))})", fix)
     if len(kept) < len(p.choices):
         log.warning("%s: dropped %s (%s)", p.key, [c for c in p.choices if c not in kept],
                     "; ".join(r for r in reasons.values() if r))
         return replace(p, choices=kept)
     return p
+
+
+def _drop_missing_dirs(p: Param) -> Param:
+    """Checkpoint targets this machine lacks (e.g. /dev/shm off Linux) are dropped, not tried."""
+    return _keep_choices(
+        p, {c: _unusable_dir(c) for c in p.choices}, problem="no target is writable here",
+        fix="list folders that exist (or whose parent exists) on this machine",
+    )  # fmt: skip
 
 
 def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace:
@@ -374,16 +380,11 @@ def _drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
     costs no trial (a sampler learns nothing from refused points)."""
     device = str(ctx.base.get("runtime.device", "auto"))
     device_type = "cpu" if device == "cpu" else ctx.device_type
-    reasons = {c: unsupported_here(p.key, c, device_type=device_type, ctx=ctx) for c in p.choices}
-    kept = tuple(c for c in p.choices if reasons[c] is None)
-    if not kept:
-        raise _fail(p.key, p.spec, f"no choice runs here ({'; '.join(map(str, reasons.values()))})",
-                    "search values this device supports, or run the sweep where they exist")
-    if len(kept) < len(p.choices):
-        log.warning("%s: dropped %s (%s)", p.key, [c for c in p.choices if c not in kept],
-                    "; ".join(r for r in reasons.values() if r))
-        return replace(p, choices=kept)
-    return p
+    return _keep_choices(
+        p, {c: unsupported_here(p.key, c, device_type=device_type, ctx=ctx) for c in p.choices},
+        problem="no choice runs here",
+        fix="search values this device supports, or run the sweep where they exist",
+    )  # fmt: skip
 
 
 def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
