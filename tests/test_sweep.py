@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR
@@ -159,6 +160,8 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
             try:
                 states = [t.state for t in load_study(tmp_path, "resume").trials]
             except KeyError:  # study not created yet
+                continue
+            except sqlalchemy.exc.OperationalError:  # the sweep is creating the tables right now
                 continue
             if TrialState.COMPLETE in states and states[-1] == TrialState.RUNNING:
                 break
