@@ -584,7 +584,8 @@ class SweepEngine:
         # The starting config is always re-measured beside the finalists, so the report compares
         # like with like (the same rounds, the same real full steps), whatever its search rank.
         base_trial = find_baseline(study, self.baseline)
-        if base_trial is not None and all(t.number != base_trial.number for t in top):
+        start_added = base_trial is not None and all(t.number != base_trial.number for t in top)
+        if start_added:
             top.append(base_trial)
         cands = {
             t.number: Candidate(
@@ -603,12 +604,17 @@ class SweepEngine:
         }
         results: dict[int, list[dict]] = {n: [] for n in cands}
         self.verify_results = results
+        if start_added:
+            which = f"the top {len(cands) - 1} and the starting config"
+        elif base_trial is not None:
+            which = f"the top {len(cands)}, the starting config among them"
+        else:
+            which = f"the top {len(cands)}"
         log.info(
-            "verifying %d configs (the top %d%s), %d fresh runs each, with real full optimizer "
-            "steps (never projected)",
+            "verifying %d configs (%s), %d fresh runs each, with real full optimizer steps (never "
+            "projected)",
             len(cands),
-            min(len(cands), s.verify_top_k),
-            " and the starting config" if base_trial is not None else "",
+            which,
             s.verify_repeats,
         )
         # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate
