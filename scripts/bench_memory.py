@@ -26,11 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
-from train.config import Config  # noqa: E402
 from train.loop import build_session, train_step  # noqa: E402
 from train.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
 from train.memory_model import predict_memory  # noqa: E402
@@ -66,15 +64,6 @@ CASES = (
         block=256,
     ),
 )
-
-
-def compose_config(overrides: list[str]) -> Config:
-    """conf/train.yaml + overrides -> a validated Config, as `python -m train.trial` builds it."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        dcfg = compose("train", overrides=overrides)
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, Config)
-    return cfg
 
 
 def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list[str]:

@@ -26,8 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 
 from train.trial import run_trial  # noqa: E402
 
@@ -56,8 +55,7 @@ def trial_config(args: argparse.Namespace, tmp: Path, *, projected: bool):
         # forced either way: projected whatever the step's length, or real full steps
         f"trial.project_above_s={1e-9 if projected else 0}",
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return OmegaConf.to_object(compose(config_name="train", overrides=overrides))
+    return compose_config(overrides)
 
 
 def run(args: argparse.Namespace, tmp: Path, *, projected: bool) -> dict:

@@ -32,9 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
+from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.path when run)
-from omegaconf import OmegaConf  # noqa: E402
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
 from train import device as dev  # noqa: E402
@@ -90,15 +89,6 @@ FULL_VARIANTS = (
     Variant(compile="default", dtype="bf16", num_workers=1),
 )
 QUICK_VARIANTS = (HEADLINE, Variant(compile="none", dtype="fp32", num_workers=0))
-
-
-def compose_config(overrides: list[str]) -> Config:
-    """conf/train.yaml + overrides -> a validated Config, as `python -m train.trial` builds it."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        dcfg = compose("train", overrides=overrides)
-    cfg = OmegaConf.to_object(dcfg)
-    assert isinstance(cfg, Config)
-    return cfg
 
 
 def run_variant(
