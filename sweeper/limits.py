@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from train.config import resolve_dtype_name as resolve_dtype
 from train.flops import chip_for_device_name, flops_per_token, gpt2_num_params, lookup_peak
+from train.meters import projects, short_step
 
 # gpt2-xl bf16 eager, micro-batch 4, on an H100 SXM (torch 2.11): 30,976 tokens/s x 1.028e10
 # FLOP/token = 318 TFLOP/s, 32% of the 989 TFLOP/s dense peak. Smaller micro-batches run lower,
@@ -97,14 +99,6 @@ class TrialLimits:
     expected: TrialTime  # the trial's expected duration (no safety factor)
 
 
-def resolve_dtype(value: Any, *, device_type: str, bf16_supported: bool) -> str:
-    """runtime.dtype as the trainer resolves it (train.loop.resolve_dtype): auto is bf16 on a
-    CUDA device that has it, else fp32."""
-    if value in (None, "auto"):
-        return "bf16" if device_type == "cuda" and bf16_supported else "fp32"
-    return str(value)
-
-
 def recompute_factor(activation_checkpointing: Any, n_layer: int) -> float:
     """Extra compute of activation checkpointing: each checkpointed block runs its forward twice,
     and a forward is a third of forward + backward."""
@@ -174,10 +168,12 @@ def _trial_time(cfg: Mapping[str, Any], full_step_s: float, *, device_type: str,
     # train/trial.py warms up on short steps of at most project_micro_steps micro-batches, and
     # measures short steps projected to full ones when a full step would exceed project_above_s
     # (a trainer without those keys always runs full steps).
-    short = min(accum, int(cfg.get("trial.project_micro_steps") or accum))
-    above = float(cfg.get("trial.project_above_s") or 0.0)
-    short_s = full_step_s * short / accum
-    projected = accum > short and 0 < above < full_step_s
+    micro_steps = int(cfg.get("trial.project_micro_steps") or accum)
+    short_s = full_step_s * short_step(accum, micro_steps) / accum
+    projected = projects(
+        grad_accum=accum, project_micro_steps=micro_steps,
+        above_s=float(cfg.get("trial.project_above_s") or 0.0), full_step_s=full_step_s,
+    )  # fmt: skip
     step_s = short_s if projected else full_step_s
     warmup_steps = int(cfg.get("trial.warmup_steps") or 1)
     n = window_steps(

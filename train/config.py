@@ -369,6 +369,15 @@ def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
     )
 
 
+def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool) -> str:
+    """runtime.dtype as a run resolves it: `auto` is bf16 on a CUDA device that has it, else fp32
+    (bf16 is slower than fp32 on most CPUs). Torch-free: the trainer (train.loop.resolve_dtype),
+    the sweeper and the memory model all resolve through this one rule."""
+    if requested in (None, "auto"):
+        return "bf16" if device_type == "cuda" and bf16_supported else "fp32"
+    return str(requested)
+
+
 def attention_dtype_conflict(
     attention: str, dtype: str, *, device_type: str, bf16_supported: bool = True
 ) -> str | None:
@@ -381,7 +390,7 @@ def attention_dtype_conflict(
     """
     if device_type != "cuda" or attention not in HALF_ONLY_CUDA_ATTENTION:
         return None
-    resolved = ("bf16" if bf16_supported else "fp32") if dtype == "auto" else dtype
+    resolved = resolve_dtype_name(dtype, device_type=device_type, bf16_supported=bf16_supported)
     if resolved != "fp32":
         return None
     runs = "runs fp32" if dtype == "fp32" else "resolves to fp32 (this GPU has no bf16)"

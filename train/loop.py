@@ -18,7 +18,7 @@ from train import device as dev
 from train.attention import probe_backend
 from train.ceiling import Ceiling, measure_matmul_ceiling
 from train.checkpoint import Checkpointer
-from train.config import Config, check_combinations
+from train.config import Config, check_combinations, resolve_dtype_name
 from train.data import DevicePrefetcher, build_loader, open_tokens
 from train.flops import Peak, flops_per_token, lookup_peak
 from train.meters import EventPhaseClock, PhaseClock
@@ -53,11 +53,8 @@ class Session:
 def resolve_dtype(requested: str, device: torch.device) -> str:
     """`auto` is bf16 where the CUDA device has it, else fp32 (bf16 is slower than fp32 on most
     CPUs)."""
-    if requested != "auto":
-        return requested
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return "bf16"
-    return "fp32"
+    bf16 = device.type == "cuda" and requested == "auto" and torch.cuda.is_bf16_supported()
+    return resolve_dtype_name(requested, device_type=device.type, bf16_supported=bf16)
 
 
 def data_paths(cfg: Config) -> tuple[Path, Path]:

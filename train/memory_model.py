@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from train.config import resolve_dtype_name
 from train.flops import gpt2_num_params
 
 GIB = 2**30
@@ -367,9 +368,7 @@ def inputs_from_config(
     mb = int(micro_batch if micro_batch is not None else _get(cfg, "batch.micro_batch"))
     block = int(_get(cfg, "model.block_size"))
     requested = str(dtype if dtype is not None else cfg.get("runtime.dtype", "auto"))
-    resolved = requested
-    if requested == "auto":
-        resolved = "bf16" if device_type == "cuda" else "fp32"
+    resolved = resolve_dtype_name(requested, device_type=device_type, bf16_supported=True)
     tokens_per_step = cfg.get("batch.tokens_per_step")
     if tokens_per_step:
         accum = max(1, int(tokens_per_step) // (mb * block))

@@ -156,6 +156,20 @@ def window_rate(tokens: int, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
+def short_step(grad_accum: int, project_micro_steps: int) -> int:
+    """Micro-batches in a trial's short step (its warm-up, and its window when projecting)."""
+    return min(grad_accum, project_micro_steps)
+
+
+def projects(
+    *, grad_accum: int, project_micro_steps: int, above_s: float, full_step_s: float
+) -> bool:
+    """Whether a trial measures short steps and projects them: a full step is longer than
+    `above_s` (trial.project_above_s; 0 = never) and longer than a short one. The trial decides
+    with its warm-up's estimate, the sweeper's limits with a predicted step (sweeper/limits.py)."""
+    return grad_accum > short_step(grad_accum, project_micro_steps) and 0 < above_s < full_step_s
+
+
 def micro_batch_times(spans: Sequence[tuple[str, float]]) -> list[float]:
     """Each micro-batch's data wait + compute, in order, from a step's (phase, seconds) spans."""
     times, pending = [], 0.0

@@ -42,6 +42,8 @@ from train.memory_meter import measure_memory, predicted_gib
 from train.meters import (
     micro_batch_times,
     project_step,
+    projects,
+    short_step,
     summarize,
     time_fractions,
     window_rate,
@@ -147,7 +149,7 @@ def measure(
     """
     cfg, t = s.cfg, s.cfg.trial
     accum = cfg.batch.grad_accum
-    short = min(accum, t.project_micro_steps)
+    short = short_step(accum, t.project_micro_steps)
     clock = make_phase_clock(s.device)
     lr = cfg.optim.lr
     heartbeat = heartbeat or Heartbeat(progress, interval_s=0)  # not started: phase lines only
@@ -172,7 +174,12 @@ def measure(
     full_estimate_s, _ = project_step(
         wall_s, phases, micro_s=micro_batch_times(clock.last_spans), grad_accum=accum
     )
-    projected = accum > short and 0 < t.project_above_s < full_estimate_s
+    projected = projects(
+        grad_accum=accum,
+        project_micro_steps=t.project_micro_steps,
+        above_s=t.project_above_s,
+        full_step_s=full_estimate_s,
+    )
     micro = short if projected else accum
     heartbeat.stop()
     progress.write(
