@@ -189,7 +189,7 @@ class _TextCollector(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.texts: set[str] = set()
+        self.texts: list[str] = []  # in document order
         self._skip = 0
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
@@ -202,13 +202,21 @@ class _TextCollector(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if not self._skip and data.strip():
-            self.texts.add(data.strip())
+            self.texts.append(data.strip())
 
 
 def visible_texts(html: str) -> set[str]:
     parser = _TextCollector()
     parser.feed(html)
-    return parser.texts
+    return set(parser.texts)
+
+
+def page_text(html: str) -> str:
+    """The page's text in document order, one space between text nodes. React splits a heading
+    such as "Comparing 3 Runs" into several nodes, so look for phrases here, not in the set."""
+    parser = _TextCollector()
+    parser.feed(html)
+    return " ".join(parser.texts)
 
 
 # -- server --------------------------------------------------------------------------------------
