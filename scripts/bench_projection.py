@@ -4,11 +4,11 @@
     python scripts/bench_projection.py --pairs 5 --grad-accum 64
 
 A long optimizer step (large grad_accum) is measured as short steps of a few micro-batches and
-projected to the full step (train/meters.py project_step). Here the same configuration runs as a
-projected trial and as a real full-step trial (`trial.project_above_s=0`), interleaved P F / F P
-so machine drift hits both alike, each a real bounded trial (`train.trial.run_trial`). Printed,
-all measured now: each pair's projected and real step-time medians, the projection's error, and
-both trials' wall time. Goals (issue 10): projected within 5% of the real full-step median, and
+projected to the full step (train/measure/meters.py project_step). Here the same configuration runs
+as a projected trial and as a real full-step trial (`trial.project_above_s=0`), interleaved P F / F
+P so machine drift hits both alike, each a real bounded trial (`train.trial.measurement.run_trial`).
+Printed, all measured now: each pair's projected and real step-time medians, the projection's error,
+and both trials' wall time. Goals (issue 10): projected within 5% of the real full-step median, and
 the projected trial's wall at least 3x shorter. Exit code 1 when a goal is missed.
 """
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 
-from train.trial import run_trial  # noqa: E402
+from train.trial.measurement import run_trial  # noqa: E402
 
 log = logging.getLogger("bench_projection")
 ERROR_GOAL = 0.05  # |projected / real - 1| of the step-time medians

@@ -6,7 +6,8 @@
 Every figure printed is measured now, never a constant:
 - tokens/s, step-time p50 and spread (CV = std/mean), data-wait share and MFU against the measured
   matmul ceiling of the `tiny` preset, for eager vs torch.compile, fp32 vs bf16, num_workers 0 vs 1.
-  Each is a real bounded trial (`train.trial.run_trial`), exactly what the sweep measures.
+  Each is a real bounded trial (`train.trial.measurement.run_trial`), exactly what the sweep
+  measures.
 - the instrumentation's cost: trial tokens/s over the tokens/s of a plain loop written below (same
   model init, optimizer, DataLoader, warm-up and step count; no phase clocks, one final sync),
   interleaved A B / B A to cancel drift, median over repeats.
@@ -36,11 +37,11 @@ from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.path when run)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
-from train import device as dev  # noqa: E402
 from train.config import Config  # noqa: E402
-from train.loop import check_data, make_loader, resolve_dtype  # noqa: E402
-from train.model import GPT  # noqa: E402
-from train.trial import run_trial  # noqa: E402
+from train.model.gpt import GPT  # noqa: E402
+from train.run import device as dev  # noqa: E402
+from train.run.loop import check_data, make_loader, resolve_dtype  # noqa: E402
+from train.trial.measurement import run_trial  # noqa: E402
 
 log = logging.getLogger("bench_trainer")
 
@@ -94,7 +95,7 @@ QUICK_VARIANTS = (HEADLINE, Variant(compile="none", dtype="fp32", num_workers=0)
 def run_variant(
     common: list[str], variant: Variant, out_dir: Path, tag: str, *, required: bool = True
 ) -> dict:
-    """One bounded trial in this process; returns its result dict (schema: train/result.py).
+    """One bounded trial in this process; returns its result dict (schema: train/trial/result.py).
     A failed trial raises when `required`, else comes back as a failed result to print."""
     if variant.compile != "none":
         torch._dynamo.reset()  # no guards or cache entries carried over from an earlier trial

@@ -3,7 +3,7 @@
     python scripts/prepare_data.py                       # -> data/synthetic, 4M tokens
     python scripts/prepare_data.py --out /tmp/tok --tokens 200000 --seed 7
 
-No download: the tokens come from the seeded Markov chain in train/synthetic.py.
+No download: the tokens come from the seeded Markov chain in train/data/synthetic.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 # allow `python scripts/prepare_data.py` from the repo root without installing the package
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train import synthetic
+from train.data.dataset import synthetic
 
 
 def main(argv: list[str] | None = None) -> None:

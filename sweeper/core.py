@@ -64,13 +64,13 @@ from sweeper.study import (
     sampler_seed,
 )
 from sweeper.verify import Candidate, pick_winner
-from train.report import OBJECTIVE_ATTR
+from train.trial.pruning import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective value
-# Verification measures real full optimizer steps: a projection (train/trial.py) is a search
-# shortcut, never what a winner is exported on.
+# Verification measures real full optimizer steps: a projection (train/trial/measurement.py) is a
+# search shortcut, never what a winner is exported on.
 REAL_STEP_KEYS = (("trial.project_above_s", 0),)
 REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS)
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
@@ -83,7 +83,7 @@ HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.hear
 def probe_device(timeout_s: float = 180.0) -> dict:
     """Ask a child process what the machine offers, so this process never imports torch."""
     out = subprocess.run(
-        [sys.executable, "-m", "train.probe"],
+        [sys.executable, "-m", "train.proc.probe"],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -229,7 +229,7 @@ class SweepEngine:
         study = open_study(spec)
         if grid_points is not None:
             queue_grid(study, grid_points)
-        # the child reports running tokens/s in these units (train/report.py)
+        # the child reports running tokens/s in these units (train/trial/pruning.py)
         study.set_user_attr(OBJECTIVE_ATTR, {
             "name": objective.name,
             "planned_tokens": objective.planned_steps * ctx.tokens_per_step,
@@ -766,7 +766,7 @@ class SweepEngine:
 
     def _explain(self, study, winner) -> None:
         """The bottleneck verdict for the winner and for the starting config, side by side."""
-        from train.verdict import diagnose
+        from train.explain.diagnosis import diagnose
 
         s = self.s
         win_result = winner["results"][-1]
@@ -883,7 +883,7 @@ def search_text(result: dict) -> str:
 
 def search_basis(trial) -> dict:
     """What the search measured for a trial: its tokens/s and whether it was projected from
-    short steps (train/trial.py), to print beside the verified real full steps."""
+    short steps (train/trial/measurement.py), to print beside the verified real full steps."""
     result = read_result(trial) or {}
     return {
         "search_tokens_per_s": result.get("tokens_per_s"),
@@ -938,8 +938,8 @@ def plot_rows(rows: list[dict], results: dict[int, list[dict]]) -> list[dict]:
                 "label": f"#{r['trial']}" + (" (winner)" if r["winner"] else ""),
                 "step_time_s": r["step_time_s"],
                 "time_frac": res["time_frac"],
-                # floor = FLOPs per step / peak (train.flops.floor_step_time_s; not imported here:
-                # the sweeper never imports train's torch side)
+                # floor = FLOPs per step / peak (train.measure.flops.floor_step_time_s; not imported
+                # here: the sweeper never imports train's torch side)
                 "floor_step_s": res["tokens_per_step"] * res["flops_per_token"] / peak
                 if peak
                 else None,

@@ -2,7 +2,8 @@
 
 A GPT-2 XL step of a million tokens takes ~35 s on an H100; a tiny CPU step takes a quarter of a
 second. One fixed trial limit either kills the first or lets the second hang for ten minutes, so
-the sweep predicts each trial from arithmetic (train/flops.py, torch-free) and sizes its limits:
+the sweep predicts each trial from arithmetic (train/measure/flops.py, torch-free) and sizes
+its limits:
 
     predicted step  = FLOPs per step / (device peak x ASSUMED_MFU)   (x recompute, see below)
     hard limit      = SAFETY x (set-up + compile + warm-up + measured window + checkpoint saves)
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from train.config import resolve_dtype_name as resolve_dtype
-from train.flops import chip_for_device_name, flops_per_token, gpt2_num_params, lookup_peak
-from train.meters import projects, short_step
+from train.measure.flops import chip_for_device_name, flops_per_token, gpt2_num_params, lookup_peak
+from train.measure.meters import projects, short_step
 
 # gpt2-xl bf16 eager, micro-batch 4, on an H100 SXM (torch 2.11): 30,976 tokens/s x 1.028e10
 # FLOP/token = 318 TFLOP/s, 32% of the 989 TFLOP/s dense peak. Smaller micro-batches run lower,
@@ -38,8 +39,8 @@ DEFAULT_STALL_S = 300.0
 # A CPU has no datasheet peak. 10 GFLOP/s is below every rate measured on the 2-core EPYC these
 # demos run on (139 GFLOP/s fp32 and 19 GFLOP/s bf16 matmul ceilings), so predictions err long.
 CPU_FLOPS = 10e9
-# A GPU missing from train/flops.py's peak table: rates below an L4's (T4-class), again erring
-# long: a timeout too generous costs time only when a trial hangs, one too short kills it.
+# A GPU missing from train/measure/flops.py's peak table: rates below an L4's (T4-class), again
+# erring long: a timeout too generous costs time only when a trial hangs, one too short kills it.
 UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
 # Process start to first step: CUDA context, model build and init, optimizer, data, NVML. Fitted
 # to gpt2-xl on an H100: a 45 s trial process of which 7 s were steps (10 + 0.6 x 48 = 39 s).
@@ -153,7 +154,8 @@ def predict_step(
 
 def window_steps(step_s: float, *, min_steps: int, max_steps: int, max_seconds: float) -> int:
     """Measured steps a trial runs at `step_s` a step: it stops at max_steps, or at the first
-    step at or past min_steps once max_seconds have gone by (train/trial.py's window)."""
+    step at or past min_steps once max_seconds have gone by (the window of
+    train/trial/measurement.py)."""
     if step_s <= 0:
         return max_steps
     return min(max_steps, max(min_steps, math.ceil(max_seconds / step_s)))
@@ -165,9 +167,9 @@ def _trial_time(cfg: Mapping[str, Any], full_step_s: float, *, device_type: str,
     the fixed allowances (1 for the expectation, SAFETY for a limit)."""
     n_layer = int(cfg["model.n_layer"])
     accum = int(cfg.get("batch.grad_accum") or 1)
-    # train/trial.py warms up on short steps of at most project_micro_steps micro-batches, and
-    # measures short steps projected to full ones when a full step would exceed project_above_s
-    # (a trainer without those keys always runs full steps).
+    # train/trial/measurement.py warms up on short steps of at most project_micro_steps
+    # micro-batches, and measures short steps projected to full ones when a full step would
+    # exceed project_above_s (a trainer without those keys always runs full steps).
     micro_steps = int(cfg.get("trial.project_micro_steps") or accum)
     short_s = full_step_s * short_step(accum, micro_steps) / accum
     projected = projects(

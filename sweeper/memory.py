@@ -1,8 +1,8 @@
 """Points that would run out of device memory: refused before they launch, never after.
 
 Two sources, both pure and torch-free:
-- the memory model (train/memory_model.py): a point predicted not to fit in the device's memory,
-  less the allocator's margin, is refused with its predicted GiB;
+- the memory model (train/measure/memory_model.py): a point predicted not to fit in the
+  device's memory, less the allocator's margin, is refused with its predicted GiB;
 - the sweep's own out-of-memory trials: a point with the same knobs as one that ran out of
   memory and a micro-batch at least as large would too (activations grow with the micro-batch,
   nothing else shrinks), so it is refused naming that trial.
@@ -48,7 +48,7 @@ class OutOfMemory:
 
 
 def _model() -> Any:
-    from train import memory_model  # torch-free; imported where it is used
+    from train.measure import memory_model  # torch-free; imported where it is used
 
     return memory_model
 

@@ -1,6 +1,6 @@
 """What a trial is scored on: its tokens/s, or the wall time the production run would take.
 
-Pure arithmetic over a trial result dict (train/result.py, schema 1); no torch, no I/O.
+Pure arithmetic over a trial result dict (train/trial/result.py, schema 1); no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def save_stall_s(result: dict[str, Any], *, planned_every: int) -> float | None:
     sync: the caller writes the whole file every time, whatever the interval: the median save.
     async: the caller copies the state to host memory (the snapshot: the least stall seen, the
     first save's, with nothing in flight), but first waits for the previous write if it is still
-    running (train/checkpoint.py). The trial saves every few steps to see saves inside a short
+    running (train/run/checkpoint.py). The trial saves every few steps to see saves inside a short
     window, so its later saves may wait; the write takes about that wait plus the steps between
     two saves, and at the planned interval only what the planned steps do not cover is waited:
 

@@ -59,18 +59,18 @@ class DeviceFacts:
 
 
 def known_plan_devices() -> list[str]:
-    """Device names plan_device accepts: a memory size (train/memory_model.py) and a peak
-    (train/flops.py) are both known for them."""
-    from train.flops import chip_for_device_name
-    from train.memory_model import DEVICE_MEMORY_GIB
+    """Device names plan_device accepts: a memory size (train/measure/memory_model.py) and a peak
+    (train/measure/flops.py) are both known for them."""
+    from train.measure.flops import chip_for_device_name
+    from train.measure.memory_model import DEVICE_MEMORY_GIB
 
     return sorted(n for n in DEVICE_MEMORY_GIB if chip_for_device_name(n) is not None)
 
 
 def plan_device_facts(name: str, *, cpu_count: int) -> DeviceFacts:
     """The facts of a named device, for planning without it; ValueError for an unknown name."""
-    from train.flops import chip_for_device_name
-    from train.memory_model import device_memory_gib
+    from train.measure.flops import chip_for_device_name
+    from train.measure.memory_model import device_memory_gib
 
     memory = device_memory_gib(name)
     if memory is None or chip_for_device_name(name) is None:
@@ -86,7 +86,7 @@ def plan_device_facts(name: str, *, cpu_count: int) -> DeviceFacts:
 
 
 def device_facts(probed: dict | None, *, plan_device: str, cpu_count: int) -> DeviceFacts:
-    """The device a sweep plans for: the probed one (train/probe.py), with a plan device's name
+    """The device a sweep plans for: the probed one (train/proc/probe.py), with a plan device's name
     and memory in its place when one is named; a plan device alone when nothing was probed."""
     if probed is None:
         return plan_device_facts(plan_device, cpu_count=cpu_count)
@@ -134,7 +134,7 @@ class PointClass:
     """Runnable points that share precision, compile mode and activation checkpointing."""
 
     knobs: dict[str, Any]  # "precision" (bf16 | fp16 | tf32 | fp32) and CLASS_KNOBS
-    floor_s: float | None  # step at 100% of the datasheet peak (train/flops.py)
+    floor_s: float | None  # step at 100% of the datasheet peak (train/measure/flops.py)
     step_s: float  # predicted step at ASSUMED_MFU
     timeout_s: float  # the largest hard limit in the class
     stall_timeout_s: float | None  # the largest stall limit (None: stall check off)
@@ -385,8 +385,8 @@ def build_plan(
     """The plan of a sweep of `space` on `device` with the sweeper's `settings` (n_trials,
     sampler, verify_top_k, verify_repeats, max_wall_s, cpu_max_wall_s, trial_timeout_s,
     stall_timeout_s, and names for the report)."""
-    from train.flops import flops_per_token, gpt2_num_params
-    from train.memory_model import ALLOCATOR_MARGIN
+    from train.measure.flops import flops_per_token, gpt2_num_params
+    from train.measure.memory_model import ALLOCATOR_MARGIN
 
     if found is None:
         found = scan(

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.spawn import ForkedProcess, start_trial_process
-from train.deathsig import die_with_parent, libc_prctl
+from train.proc.deathsig import die_with_parent, libc_prctl
 
 log = logging.getLogger(__name__)
 
 STATES = ("complete", "pruned", "oom", "nan", "timeout", "crash", "invalid_config")
-FAILURE_KINDS = ("invalid_config", "oom", "nan", "crash")  # train/result.py, schema v1
+FAILURE_KINDS = ("invalid_config", "oom", "nan", "crash")  # train/trial/result.py, schema v1
 POLL_S = 0.2  # how often the parent looks at the child; small next to any useful timeout
 TERM_GRACE_S = 5.0  # SIGTERM -> SIGKILL grace, time enough to flush a log line
 LOG_TAIL_LINES = 20  # lines of trial.log quoted in a crash reason
@@ -92,7 +92,7 @@ def trial_argv(
     *, python: str, config_file: Path, job_dir: Path, overrides: list[str]
 ) -> list[str]:
     """The child's command line: the trainer's trial entry point on a pinned config file
-    (`--pinned`: no Hydra composition, train/pinned.py), writing into `job_dir`."""
+    (`--pinned`: no Hydra composition, train/trial/pinned.py), writing into `job_dir`."""
     job_dir = Path(job_dir)
     return [
         python, "-m", "train.trial",
@@ -197,7 +197,7 @@ _PRCTL = libc_prctl()
 
 
 def _preexec_pdeathsig(parent_pid: int) -> Callable[[], None]:
-    """The child's parent-death signal (train/deathsig.py), set between fork and exec.
+    """The child's parent-death signal (train/proc/deathsig.py), set between fork and exec.
 
     Popen runs setsid() (start_new_session=True) before preexec_fn, so this runs in the new session.
     The death signal fires when the *thread* that forked exits, so call run_child from a thread
@@ -279,7 +279,7 @@ def _read_result(path: Path) -> tuple[dict | None, str | None]:
 
 
 def _from_result(doc: dict) -> tuple[str, str | None]:
-    """State and reason from a result JSON (train/result.py, schema v1)."""
+    """State and reason from a result JSON (train/trial/result.py, schema v1)."""
     status = doc.get("status")
     if status in ("complete", "pruned"):
         return status, None

@@ -370,7 +370,8 @@ def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContex
         if device_type == "cuda" and value == "bf16" and not ctx.bf16_supported:
             return "runtime.dtype=bf16 on a CUDA device without bf16 support"
     if key == "runtime.attention" and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
-        # PyTorch's CPU SDPA has only the flash and math kernels (train.attention probes this).
+        # PyTorch's CPU SDPA has only the flash and math kernels (train.model.attention probes
+        # this).
         return f"runtime.attention={value} has no CPU kernel"
     return None
 
@@ -629,7 +630,7 @@ def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict 
     params = {}
     for p in space.searched:
         value = base.get(p.key)
-        if p.key == "runtime.dtype" and value == "auto":  # as train.loop.resolve_dtype does
+        if p.key == "runtime.dtype" and value == "auto":  # as train.run.loop.resolve_dtype does
             value = "bf16" if device_type == "cuda" and bf16 else "fp32"
         if p.key == "checkpoint.every_steps" and value == 0 and p.kind == "categorical":
             value = p.choices[0]

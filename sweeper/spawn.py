@@ -1,8 +1,8 @@
 """How a trial process starts: forked from a preloaded zygote, or a fresh `exec`.
 
 `python -m train.trial` spends seconds importing torch and the trainer before its first step; a
-sweep of short trials pays that once per trial. `Zygote` starts `python -m train.zygote` once,
-which imports all of it and forks a trial per request (train/zygote.py), and hands back a
+sweep of short trials pays that once per trial. `Zygote` starts `python -m train.proc.zygote` once,
+which imports all of it and forks a trial per request (train/proc/zygote.py), and hands back a
 `ForkedProcess` that the runner drives exactly like a `subprocess.Popen`: `pid` (also the process
 group, since the child runs in its own session), `wait(timeout)`, `poll()`, `returncode`.
 
@@ -66,7 +66,7 @@ class ZygoteError(RuntimeError):
 
 
 class Zygote:
-    """One preloaded `python -m train.zygote` and the children it forked for us."""
+    """One preloaded `python -m train.proc.zygote` and the children it forked for us."""
 
     def __init__(self, *, python: str, env: dict[str, str], stderr_path: Path | None = None):
         self.python = python
@@ -79,7 +79,7 @@ class Zygote:
         self._started_cv = threading.Condition()
         self._stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
         self._proc = subprocess.Popen(
-            [python, "-m", "train.zygote"],
+            [python, "-m", "train.proc.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -100,7 +100,7 @@ class Zygote:
             raise ZygoteError(f"the trial zygote (pid {self.pid}) has exited")
         if not ready:
             raise ZygoteError(
-                f"train.zygote (pid {self.pid}) did not become ready in {timeout_s:.0f} s"
+                f"train.proc.zygote (pid {self.pid}) did not become ready in {timeout_s:.0f} s"
             )
 
     @property

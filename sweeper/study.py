@@ -26,7 +26,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from train.report import PRUNER_ATTR
+from train.trial.pruning import PRUNER_ATTR
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ FAST = (
 @pytest.fixture(scope="session")
 def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 200k-token embedded data set (nanoGPT uint16 files + meta.json), made once per session."""
-    from train.synthetic import generate
+    from train.data.synthetic import generate
 
     out = tmp_path_factory.mktemp("data") / "synthetic"
     generate(out, num_tokens=200_000)

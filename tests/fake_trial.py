@@ -1,8 +1,8 @@
 """A stand-in for `python -m train.trial` that misbehaves on request (no torch; for test_runner.py).
 
 Usage: fake_trial.py [--pinned FILE] key=value ...
-Keys: trial.out, trial.progress_file (as train.trial takes them, Hydra-quoted values allowed),
-fake.mode (or env FAKE_TRIAL_MODE), fake.steps (progress intervals written, default 3).
+Keys: trial.out, trial.progress_file (as train.trial.measurement takes them, Hydra-quoted values
+allowed), fake.mode (or env FAKE_TRIAL_MODE), fake.steps (progress intervals written, default 3).
 Modes: ok, pruned, oom_json, nan, invalid_config, crash, hang, busy, ignore_term,
 hang_after_result, sigkill, exit0_nojson, slow_setup (2.4 s of heartbeat lines only, then ok).
 Hanging modes write their pid to <out dir>/trial.pid
@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def parse_value(raw: str) -> str:
-    """Hydra-quoted values are read back exactly as train.trial would read them."""
+    """Hydra-quoted values are read back exactly as train.trial.measurement would read them."""
     if raw[:1] not in ("'", '"'):
         return raw
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -46,7 +46,7 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 def write_json(path: Path, doc: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)  # atomic, like train/result.py
+    os.replace(tmp, path)  # atomic, like train/trial/result.py
 
 
 def progress(path: Path, **event) -> None:

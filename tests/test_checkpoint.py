@@ -1,4 +1,4 @@
-"""Tests for train/checkpoint.py: schedule, file names, pruning, round trip, atomicity, async."""
+"""train/run/checkpoint.py: schedule, file names, pruning, round trip, atomicity, async."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-import train.checkpoint as ckpt_mod
-from train.checkpoint import (
+import train.run.checkpoint as ckpt_mod
+from train.run.checkpoint import (
     CheckpointConfig,
     Checkpointer,
     CheckpointWriteError,

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from train import loop
 from train.config import (
     Config,
     DataConfig,
@@ -17,6 +16,7 @@ from train.config import (
     attention_dtype_conflict,
     check_combinations,
 )
+from train.run import loop
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Tests for train.data (token files, batches, loaders, prefetch) and train.synthetic."""
+"""train.data.dataset (token files, batches, loaders, prefetch) and train.data.synthetic."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from train.data import (
+from train.data.dataset import (
     DataConfig,
     DevicePrefetcher,
     TokenBatches,
@@ -24,7 +24,7 @@ from train.data import (
     make_loader,
     open_tokens,
 )
-from train.synthetic import GENERATOR, ensure_dataset, generate, may_generate_into
+from train.data.synthetic import GENERATOR, ensure_dataset, generate, may_generate_into
 
 REPO = Path(__file__).resolve().parent.parent
 VOCAB = 50257
@@ -329,7 +329,7 @@ def test_synthetic_data_is_learnable(tmp_path):
 
 def test_ensure_dataset_generates_only_synthetic_dirs(tmp_path, caplog):
     root = tmp_path / "synthetic"
-    with caplog.at_level("INFO", logger="train.synthetic"):
+    with caplog.at_level("INFO", logger="train.data.synthetic"):
         assert ensure_dataset(DataConfig(dir=str(root))) == root.resolve()
     assert "generated synthetic dataset" in caplog.text
     assert json.loads((root / "meta.json").read_text())["generator"] == GENERATOR

@@ -1,5 +1,5 @@
-"""train/device.py and train/ceiling.py: device choice, autocast, TF32, scaler, memory, threads,
-matmul ceiling (on a CPU machine; GPU-only cases are marked)."""
+"""train/run/device.py and train/measure/ceiling.py: device choice, autocast, TF32, scaler, memory,
+threads, matmul ceiling (on a CPU machine; GPU-only cases are marked)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from train import ceiling
-from train import device as dev
+from train.measure import ceiling
+from train.run import device as dev
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -232,7 +232,7 @@ def test_set_threads_negative_raises() -> None:
         dev.set_threads(-1)
 
 
-# -- train/ceiling.py (the measured matmul ceiling lives in the device layer) ------------------
+# -- train/measure/ceiling.py (the measured matmul ceiling) ------------------------------------
 
 
 def _ceiling(path: Path, dtype: str = "fp32", **kwargs) -> ceiling.Ceiling:
@@ -271,7 +271,7 @@ def test_ceiling_corrupt_cache_is_ignored(
 ) -> None:
     path = tmp_path / "ceiling.json"
     path.write_text(content)
-    with caplog.at_level(logging.WARNING, logger="train.ceiling"):
+    with caplog.at_level(logging.WARNING, logger="train.measure.ceiling"):
         result = _ceiling(path)
     assert not result.cached and result.flops > 0
     assert any("ignoring" in r.getMessage() for r in caplog.records)

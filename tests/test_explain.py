@@ -11,9 +11,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from train.explain import main, pick_result
-from train.trial import run_trial
-from train.verdict import diagnose
+from train.explain.cli import main, pick_result
+from train.explain.diagnosis import diagnose
+from train.trial.measurement import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 ISSUE = ["--model", "gpt2-xl", "--micro-batch", "16", "--block", "1024", "--grad-accum", "64",

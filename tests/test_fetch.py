@@ -1,4 +1,4 @@
-"""Tests for train.fetch (the receiver of worker batches) and its use by the prefetcher."""
+"""Tests for train.data.fetch (the receiver of worker batches) and its use by the prefetcher."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.data import DataConfig, DevicePrefetcher, build_loader
-from train.fetch import ThreadedFetch
-from train.synthetic import generate
+from train.data.dataset import DataConfig, DevicePrefetcher, build_loader
+from train.data.fetch import ThreadedFetch
+from train.data.synthetic import generate
 
 VOCAB, B, T = 4096, 4, 16
 

@@ -1,4 +1,4 @@
-"""train/fingerprint.py: keys and types, git state, no environment variables leak."""
+"""train/measure/fingerprint.py: keys and types, git state, no environment variables leak."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from train import fingerprint as fp
+from train.measure import fingerprint as fp
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ pytestmark = [
 
 
 def test_event_clock_matches_a_synchronised_host_clock() -> None:
-    from train.meters import EventPhaseClock
+    from train.measure.meters import EventPhaseClock
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     clock = EventPhaseClock(new_event=lambda: torch.cuda.Event(enable_timing=True))
@@ -43,7 +43,7 @@ def test_event_clock_matches_a_synchronised_host_clock() -> None:
 
 
 def test_a_training_step_never_synchronizes_inside(make_config) -> None:
-    from train.loop import build_session, finish_step, make_phase_clock, train_step
+    from train.run.loop import build_session, finish_step, make_phase_clock, train_step
 
     cfg = make_config("runtime.device=cuda", "runtime.dtype=bf16", "data.num_workers=1")
     s = build_session(cfg)
@@ -64,7 +64,7 @@ def test_a_training_step_never_synchronizes_inside(make_config) -> None:
 
 
 def test_cuda_trial_splits_time_and_measures_memory(make_config, tmp_path: Path) -> None:
-    from train.trial import run_trial
+    from train.trial.measurement import run_trial
 
     cfg = make_config("runtime.device=cuda", "runtime.dtype=bf16", "trial.max_steps=6")
     result = run_trial(cfg, out_path=tmp_path / "r.json")
@@ -83,7 +83,7 @@ def test_projection_agrees_with_real_full_steps_on_the_gpu(make_config, tmp_path
     A GPU-bound size: gpt2 (124M) at micro-batch 4 is launch-bound on an H100 (~20 ms a
     micro-batch for ~8 ms of math), and its per-micro-batch time then wanders by 30% from one
     step to the next with the host (seen on the H100, 2026-11-23), projected or not."""
-    from train.trial import run_trial
+    from train.trial.measurement import run_trial
 
     common = (
         "model=gpt2-medium", "runtime.device=cuda", "runtime.dtype=bf16",

@@ -1,4 +1,4 @@
-"""The tensor-peak meter (train/memory_meter.py) and the trial result's `memory` entry."""
+"""The tensor-peak meter (train/measure/memory_meter.py) and the trial result's `memory` entry."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.memory_meter import CPU_METHOD, PeakMemory, measure_memory
-from train.trial import run_trial
+from train.measure.memory_meter import CPU_METHOD, PeakMemory, measure_memory
+from train.trial.measurement import run_trial
 
 MIB = 2**20
 
@@ -82,7 +82,7 @@ def test_failed_trial_keeps_the_prediction(make_config, tmp_path: Path) -> None:
 
 
 def test_compiled_cpu_model_is_not_measured(make_config) -> None:
-    from train.loop import build_session
+    from train.run.loop import build_session
 
     s = build_session(make_config("runtime.device=cpu"))
     try:

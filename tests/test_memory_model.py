@@ -1,7 +1,8 @@
-"""The memory model (train/memory_model.py): real measurements, its structure, its helpers.
+"""The memory model (train/measure/memory_model.py): real measurements, its structure, its helpers.
 
 The H100 table is the model's GPU calibration and check; the CPU test measures a real training
-step of the tiny preset with train/memory_meter.py (scripts/bench_memory.py does the larger ones).
+step of the tiny preset with train/measure/memory_meter.py (scripts/bench_memory.py does the larger
+ones).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import PROJECT_DIR
-from train.memory_model import (
+from train.measure.memory_model import (
     ALLOCATOR_MARGIN,
     DEVICE_MEMORY_GIB,
     GIB,
@@ -212,18 +213,18 @@ def test_inputs_are_hashable_for_caching() -> None:
 
 
 def test_importing_the_model_leaves_torch_unloaded() -> None:
-    code = "import sys, train.memory_model; sys.exit('torch' in sys.modules)"
+    code = "import sys, train.measure.memory_model; sys.exit('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, check=False)
-    assert done.returncode == 0, "train.memory_model imported torch"
+    assert done.returncode == 0, "train.measure.memory_model imported torch"
 
 
 # -- against a real CPU training step --------------------------------------------------------------
 
 
 def test_tiny_prediction_matches_the_measured_cpu_step(make_config) -> None:
-    from train.loop import build_session, train_step
-    from train.memory_meter import CPU_METHOD, measure_memory
-    from train.meters import PhaseClock
+    from train.measure.memory_meter import CPU_METHOD, measure_memory
+    from train.measure.meters import PhaseClock
+    from train.run.loop import build_session, train_step
 
     cfg = make_config("runtime.device=cpu", "runtime.dtype=fp32")
     s = build_session(cfg)

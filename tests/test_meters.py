@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.meters import (
+from train.measure.meters import (
     PHASES,
     EventPhaseClock,
     PhaseClock,

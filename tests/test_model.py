@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train.attention import BACKENDS, probe_backend, sdpa_context
-from train.flops import gpt2_num_params
-from train.model import GPT, ModelConfig, fused_adamw_supported, parse_activation_checkpointing
+from train.measure.flops import gpt2_num_params
+from train.model.attention import BACKENDS, probe_backend, sdpa_context
+from train.model.gpt import GPT, ModelConfig, fused_adamw_supported, parse_activation_checkpointing
 
 # Small vocab keeps these CPU tests in milliseconds; the 50304 default is tested where it matters.
 SMALL = dict(name="t", n_layer=4, n_head=2, n_embd=32, block_size=16, vocab_size=128)

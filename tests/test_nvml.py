@@ -1,4 +1,4 @@
-"""train/nvml.py: the sampler against a fake pynvml module, and against the real one (no GPU)."""
+"""train/measure/nvml.py: the sampler against a fake pynvml module and the real one (no GPU)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from train import nvml as nvml_mod
-from train.nvml import NvmlSampler, nvml_target
+from train.measure import nvml as nvml_mod
+from train.measure.nvml import NvmlSampler, nvml_target
 
 
 class FakeNVMLError(Exception):
@@ -110,7 +110,7 @@ def test_error_mid_sampling_stops_gracefully(caplog: pytest.LogCaptureFixture) -
     # The first value is consumed by the start-up probe; the thread then sees 20, 30, 40, error.
     fake = FakeNvml(util=[10, 20, 30, 40])
     with (
-        caplog.at_level(logging.INFO, logger="train.nvml"),
+        caplog.at_level(logging.INFO, logger="train.measure.nvml"),
         NvmlSampler(interval_s=0.001, nvml=fake) as sampler,
     ):
         _wait_for(lambda: not sampler.running)
@@ -123,10 +123,13 @@ def test_error_mid_sampling_stops_gracefully(caplog: pytest.LogCaptureFixture) -
 
 def test_nvml_error_at_init_gives_none_and_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeNvml(fail_init=True)
-    with caplog.at_level(logging.INFO, logger="train.nvml"), NvmlSampler(nvml=fake) as sampler:
+    with (
+        caplog.at_level(logging.INFO, logger="train.measure.nvml"),
+        NvmlSampler(nvml=fake) as sampler,
+    ):
         pass
     assert sampler.summary() is None
-    records = [r for r in caplog.records if r.name == "train.nvml"]
+    records = [r for r in caplog.records if r.name == "train.measure.nvml"]
     assert len(records) == 1 and records[0].levelno == logging.INFO
     assert "NVML Shared Library Not Found" in records[0].getMessage()
     assert "shutdown" not in fake.calls  # init failed, so nothing to release

@@ -1,4 +1,4 @@
-"""train/pinned.py: `python -m train.trial --pinned FILE`, the sweeper children's entry point."""
+"""train/trial/pinned.py: `python -m train.trial --pinned FILE`, the sweeper children's entry."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_a_pinned_file_measures_what_the_hydra_command_line_does(synthetic_dir, 
     for section in ("model", "batch", "runtime", "data", "optim", "checkpoint"):
         assert a["config"][section] == b["config"][section], section
     assert "trial complete" in pinned_run.stdout
-    assert "[train.model][INFO]" in pinned_run.stderr  # log lines in Hydra's job-log format
+    assert "[train.model.gpt][INFO]" in pinned_run.stderr  # log lines in Hydra's job-log format
     assert not (tmp_path / ".hydra").exists()  # nothing composed, no run dir made
 
 

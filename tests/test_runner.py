@@ -1,6 +1,6 @@
 """sweeper/runner.py: one trial in a child process, its limits, and how its end is named.
 
-The child is tests/fake_trial.py, which imitates train.trial's files and exit codes on request.
+The child is tests/fake_trial.py, which imitates the trial's files and exit codes on request.
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def test_steady_progress_is_not_a_stall(tmp_path):
 
 
 def test_heartbeat_lines_are_progress(tmp_path):
-    # train/trial.py sends {"event": "heartbeat"} lines during set-up, compile and warm-up: a
-    # set-up longer than the stall limit that sends them is not a hang
+    # train/trial/measurement.py sends {"event": "heartbeat"} lines during set-up, compile and
+    # warm-up: a set-up longer than the stall limit that sends them is not a hang
     out = run_child(
         fake_argv(tmp_path, "slow_setup"), job_dir=tmp_path, timeout_s=30, stall_timeout_s=1.0
     )

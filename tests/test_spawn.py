@@ -1,4 +1,4 @@
-"""sweeper/spawn.py + train/zygote.py: trials forked from a preloaded process are real trials.
+"""sweeper/spawn.py + train/proc/zygote.py: trials forked from a preloaded process are real trials.
 
 A forked trial must be indistinguishable from an exec'd one in what it measures and how it ends:
 same losses for the same config, its own process group, killable as a group, dead with the zygote.
@@ -105,7 +105,7 @@ def test_exit_codes_and_signals_come_back_as_popen_would(zygote, synthetic_dir, 
         cwd=tmp_path,
         log_path=tmp_path / "bad.log",
     )
-    assert invalid.wait(timeout=60) == 2  # train.trial's exit code for an invalid config
+    assert invalid.wait(timeout=60) == 2  # the trial's exit code for an invalid config
     killed = zygote.spawn(
         argv_for(tmp_path / "kill", synthetic_dir, "trial.fault=sigkill"),
         env=trial_env(),
@@ -211,7 +211,7 @@ def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) 
 
     import torch
 
-    from train import zygote
+    from train.proc import zygote
 
     # this test process may run other tests' threads; the zygote runs none
     monkeypatch.setattr(zygote.threading, "enumerate", lambda: [threading.main_thread()])

@@ -119,7 +119,7 @@ def test_invalid_space_fails_before_any_trial(tmp_path) -> None:
 
 
 def _trial_processes(marker: str) -> list[int]:
-    """Pids of live train.trial processes whose command line mentions `marker`."""
+    """Pids of live train.trial.measurement processes whose command line mentions `marker`."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import train.__main__ as main_mod
 from tests.conftest import compose_config, fast_overrides, run_cli
-from train.checkpoint import checkpoint_path, latest_checkpoint
+from train.run.checkpoint import checkpoint_path, latest_checkpoint
 
 
 class Killed(Exception):

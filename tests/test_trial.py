@@ -1,6 +1,6 @@
-"""Integration tests of the bounded trial (train/trial.py) on CPU: the JSON contract, honest timing
-(warm-up kept out of the window, the time budget), knobs that must move the numbers, failures that
-must become results, and the CLI's exit codes and files.
+"""Integration tests of the bounded trial (train/trial/measurement.py) on CPU: the JSON contract,
+honest timing (warm-up kept out of the window, the time budget), knobs that must move the numbers,
+failures that must become results, and the CLI's exit codes and files.
 
 Most trials run in-process on the tiny preset with 512 tokens a step (tests/conftest.py FAST); the
 machine is a shared 2-core CPU, so timing assertions only test large, planted effects.
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import train.trial as trial_mod
+import train.trial.measurement as trial_mod
 from tests.conftest import FAST, compose_config, fast_overrides, run_cli
-from train.flops import flops_per_token
-from train.trial import run_trial
+from train.measure.flops import flops_per_token
+from train.trial.measurement import run_trial
 
-# The result contract (train/result.py docstring, schema version 1): every key, always.
+# The result contract (train/trial/result.py docstring, schema version 1): every key, always.
 SCHEMA_KEYS = {
     "schema_version", "status", "failure", "tokens_per_s", "tokens_per_step", "step_time_s",
     "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",
@@ -393,8 +393,8 @@ def test_reporting_to_the_study_is_not_charged_to_the_steps(make_config) -> None
     """The pruner's database round trip happens between steps; a slow one must not show up as
     slow training (a search trial reports, a verification run does not: same config, same
     numbers)."""
-    from train.loop import build_session
-    from train.trial import ProgressFile, measure
+    from train.run.loop import build_session
+    from train.trial.measurement import ProgressFile, measure
 
     class SlowReporter:
         calls = 0

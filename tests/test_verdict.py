@@ -1,11 +1,11 @@
-"""The bottleneck verdict on hand-made trial results (train/verdict.py)."""
+"""The bottleneck verdict on hand-made trial results (train/explain/diagnosis.py)."""
 
 import copy
 import math
 
 import pytest
 
-from train.verdict import (
+from train.explain.diagnosis import (
     CHECKPOINT_BOUND_MIN_FRAC,
     DATA_BOUND_MIN_FRAC,
     VERDICTS,

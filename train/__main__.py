@@ -18,10 +18,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state
 from train.config import Config
-from train.flops import mfu
-from train.loop import (
+from train.measure.flops import mfu
+from train.run.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state
+from train.run.loop import (
     Session,
     build_session,
     cosine_lr,

@@ -98,7 +98,8 @@ class DataConfig:
     # "auto" (detect llm.c magic), "nanogpt" (headerless uint16) or "llmc" (256-int32 header)
     format: str = "auto"
     # make the embedded synthetic set if its files are missing; applies ONLY to a folder named
-    # "synthetic" that is absent, empty or holds our meta.json (train.synthetic.may_generate_into)
+    # "synthetic" that is absent, empty or holds our meta.json (may_generate_into in
+    # train/data/synthetic.py)
     generate_if_missing: bool = True
     # DataLoader worker processes; 0 = build batches in the main process
     num_workers: int = 1
@@ -371,7 +372,7 @@ def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
 
 def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool) -> str:
     """runtime.dtype as a run resolves it: `auto` is bf16 on a CUDA device that has it, else fp32
-    (bf16 is slower than fp32 on most CPUs). Torch-free: the trainer (train.loop.resolve_dtype),
+    (bf16 is slower than fp32 on most CPUs). Torch-free: the trainer (train.run.loop.resolve_dtype),
     the sweeper and the memory model all resolve through this one rule."""
     if requested in (None, "auto"):
         return "bf16" if device_type == "cuda" and bf16_supported else "fp32"
@@ -384,7 +385,7 @@ def attention_dtype_conflict(
     """Why SDPA backend `attention` cannot run at precision `dtype` on `device_type`, or None.
 
     `dtype` is runtime.dtype: "auto" counts as what it resolves to (bf16 on a CUDA device with
-    `bf16_supported`, else fp32, as train.loop.resolve_dtype does). Torch-free, so the sweeper
+    `bf16_supported`, else fp32, as train.run.loop.resolve_dtype does). Torch-free, so the sweeper
     drops these combinations before sampling with the same rule the trainer refuses them by; the
     trainer's SDPA probe still checks what a rule cannot see (head size, GPU generation).
     """

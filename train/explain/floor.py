@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from train.flops import (
+from train.measure.flops import (
     NANOGPT_PROMISED_FLOPS,
     flops_per_token,
     gpt2_num_params,

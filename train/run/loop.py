@@ -1,7 +1,7 @@
 """One process, one device: build everything a run needs, and take one optimizer step.
 
-The bounded trial (`train.trial`) and the production run (`python -m train`) share this code, so a
-configuration measured by the sweep is exactly the configuration that trains.
+The bounded trial (`train.trial.measurement`) and the production run (`python -m train`) share this
+code, so a configuration measured by the sweep is exactly the configuration that trains.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from train import device as dev
-from train.attention import probe_backend
-from train.ceiling import Ceiling, measure_matmul_ceiling
-from train.checkpoint import Checkpointer
 from train.config import Config, check_combinations, resolve_dtype_name
-from train.data import DevicePrefetcher, build_loader, open_tokens
-from train.flops import Peak, flops_per_token, lookup_peak
-from train.meters import EventPhaseClock, PhaseClock
-from train.model import GPT
-from train.synthetic import ensure_dataset
+from train.data.dataset import DevicePrefetcher, build_loader, open_tokens
+from train.data.synthetic import ensure_dataset
+from train.measure.ceiling import Ceiling, measure_matmul_ceiling
+from train.measure.flops import Peak, flops_per_token, lookup_peak
+from train.measure.meters import EventPhaseClock, PhaseClock
+from train.model.attention import probe_backend
+from train.model.gpt import GPT
+from train.run import device as dev
+from train.run.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +207,8 @@ def train_step(
     Phases are charged to `clock`: fetching the next batch (and, on CUDA, waiting for its copy)
     to data_wait, forward+backward to compute, clip+update to optimizer. Checkpointing is the
     caller's, since only it knows the step number. `micro_batches` < grad_accum takes a short step
-    of that many micro-batches (a trial's projection of a long step, train/trial.py); the loss is
-    still the mean over the micro-batches taken.
+    of that many micro-batches (a trial's projection of a long step, train/trial/measurement.py);
+    the loss is still the mean over the micro-batches taken.
     """
     accum = micro_batches or s.cfg.batch.grad_accum
     for group in s.optimizer.param_groups:
@@ -219,7 +219,7 @@ def train_step(
         with clock.phase("data_wait"):
             x, y, _ = s.batches.next_batch()
         with clock.phase("compute"):
-            with amp:  # the model applies its SDPA backend itself (train/model.py)
+            with amp:  # the model applies its SDPA backend itself (train/model/gpt.py)
                 _, loss = s.model(x, y)
                 loss = loss / accum  # the mean over the step, as one large batch would give
             s.scaler.scale(loss).backward()

@@ -34,7 +34,7 @@ def gpt2_num_params(
     bias: bool = True,
     exclude_position_embedding: bool = True,
 ) -> int:
-    """Parameter count of our GPT (train/model.py), computed analytically.
+    """Parameter count of our GPT (train/model/gpt.py), computed analytically.
 
     The token embedding is tied to lm_head, so it counts once. Per block (C = n_embd):
     c_attn 3C², attn.c_proj C², mlp.c_fc 4C², mlp.c_proj 4C² = 12C² weights, 2C LayerNorm gains,
@@ -162,7 +162,7 @@ def lookup_peak(device_name: str, dtype: str, *, tf32: bool = False) -> Peak | N
     if chip is None:
         log.warning(
             "no peak FLOP/s known for device %r; MFU will not be reported (add it to "
-            "train/flops.py PEAKS with a datasheet source)",
+            "train/measure/flops.py PEAKS with a datasheet source)",
             device_name,
         )
         return None

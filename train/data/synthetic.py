@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from train.data import DataConfig
+from train.data.dataset import DataConfig
 
 log = logging.getLogger(__name__)
 
-GENERATOR = "train.synthetic.markov_v2"
+GENERATOR = "train.data.synthetic.markov_v2"
 GPT2_VOCAB_SIZE = 50257  # GPT-2 BPE vocabulary (Radford et al. 2019; tiktoken "gpt2")
 DEFAULT_ID_SPACE = 4096  # token ids lie in [0, 4096); the last one separates documents
 DEFAULT_NUM_TOKENS = 4_000_000  # train + val; 8 MB of uint16
@@ -203,7 +203,7 @@ def ensure_dataset(cfg: DataConfig) -> Path:
         "data.generate_if_missing is false"
         if not cfg.generate_if_missing
         else f"only a folder named {SYNTHETIC_DIR_NAME!r} that is absent, empty or made by "
-        "train.synthetic is generated into"
+        "train.data.synthetic is generated into"
     )
     raise ValueError(
         f"token file(s) missing: {', '.join(map(str, missing))} ({why}); create them with "

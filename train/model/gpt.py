@@ -2,7 +2,7 @@
 
 Parameter names match the GPT-2 checkpoints (wte, wpe, h.N.attn.c_attn, ...). Attention is
 torch's fused scaled_dot_product_attention with a causal mask; which kernel it uses is governed
-by train/attention.py. Activation checkpointing trades recompute for memory, per block.
+by train/model/attention.py. Activation checkpointing trades recompute for memory, per block.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from train.attention import sdpa_context
 from train.config import ModelConfig, parse_activation_checkpointing
+from train.model.attention import sdpa_context
 
 log = logging.getLogger(__name__)
 

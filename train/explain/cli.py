@@ -25,20 +25,21 @@ from pathlib import Path
 
 import yaml
 
-from train.floor import FloorInputs, FloorReport, floor_report, format_floor
-from train.flops import DTYPES, lookup_peak
-from train.verdict import Diagnosis, diagnose
+from train.explain.diagnosis import Diagnosis, diagnose
+from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
+from train.measure.flops import DTYPES, lookup_peak
 
 log = logging.getLogger(__name__)
-MODEL_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
+MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size")
 
 
 def cached_ceiling(device_name: str, dtype: str, *, tf32: bool) -> tuple[float, str] | None:
-    """Newest matmul ceiling measured on a device of this name and dtype (train.ceiling's cache).
+    """Newest matmul ceiling measured on a device of this name and dtype (train.measure.ceiling's
+    cache).
 
-    Reads the JSON directly (same path rule as train.ceiling.default_cache_path) so the arithmetic
-    path stays torch-free.
+    Reads the JSON directly (same path rule as train.measure.ceiling.default_cache_path) so the
+    arithmetic path stays torch-free.
     """
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     path = Path(base) / "throughput-sweep" / "ceiling.json"
@@ -269,6 +270,3 @@ def _diagnosis_doc(d: Diagnosis) -> dict:
                     for f in d.fixes]
     return doc
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

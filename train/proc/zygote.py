@@ -1,4 +1,4 @@
-"""A preloaded process that forks trial processes: `python -m train.zygote`.
+"""A preloaded process that forks trial processes: `python -m train.proc.zygote`.
 
 Starting `python -m train.trial` costs seconds before the first step (the interpreter, torch,
 numpy, hydra and this package, then torch's dynamo on the first attention call: ~5 s on a 2-core
@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 
-from train.deathsig import die_with_parent, libc_prctl
+from train.proc.deathsig import die_with_parent, libc_prctl
 
 _PRCTL = libc_prctl()
 _REAP_POLL_S = 0.05  # how often a quiet zygote checks for exited children
@@ -37,8 +37,8 @@ _REAP_POLL_S = 0.05  # how often a quiet zygote checks for exited children
 
 # What a trial imports, heaviest first. The first scaled_dot_product_attention call imports
 # dynamo (~2.5 s on a 2-core CPU), eager or not; a compiled trial then imports inductor (~2 s); a
-# sweep's trial reports to its Optuna study through an RDB storage (train/report.py). None of these
-# imports starts a thread or touches CUDA.
+# sweep's trial reports to its Optuna study through an RDB storage (train/trial/pruning.py). None of
+# these imports starts a thread or touches CUDA.
 PRELOAD = (
     "numpy",
     "torch",
@@ -53,7 +53,7 @@ PRELOAD = (
     "alembic.config",
     "alembic.migration",
     "alembic.script",
-    "train.trial",  # hydra, omegaconf and the whole trainer
+    "train.trial.measurement",  # hydra, omegaconf and the whole trainer
 )
 
 
@@ -124,8 +124,7 @@ def _child(request: dict, *, zygote_pid: int, reply_fd: int, session_fd: int) ->
         sys.argv = [f"{sys.executable} -m train.trial", *request["argv"]]
         import runpy
 
-        # as under `python -m`: the module runs as __main__, not as the preloaded train.trial
-        sys.modules.pop("train.trial", None)
+        # as under `python -m`: the package's __main__ runs as __main__ (its imports are preloaded)
         runpy.run_module("train.trial", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:

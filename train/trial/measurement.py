@@ -4,7 +4,7 @@ Warm-up steps first (compilation and allocator warm-up happen there and are repo
 then a
 measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever comes
 first.
-The result is one JSON file (schema in `train/result.py`) that the sweeper, MLflow logging and
+The result is one JSON file (schema in `train/trial/result.py`) that the sweeper, MLflow logging and
 `explain`
 all read, plus a one-screen summary.
 """
@@ -17,29 +17,18 @@ import math
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from train import compile_stats
-from train import device as dev
 from train.config import Config
-from train.fingerprint import environment_fingerprint
-from train.loop import (
-    Session,
-    build_session,
-    device_peaks,
-    finish_step,
-    make_phase_clock,
-    train_step,
-)
-from train.memory_meter import measure_memory, predicted_gib
-from train.meters import (
+from train.measure import compile_stats
+from train.measure.fingerprint import environment_fingerprint
+from train.measure.memory_meter import measure_memory, predicted_gib
+from train.measure.meters import (
     micro_batch_times,
     project_step,
     projects,
@@ -48,12 +37,21 @@ from train.meters import (
     time_fractions,
     window_rate,
 )
-from train.nvml import NvmlSampler
-from train.report import Reporter
-from train.result import TrialFailure, build_result, classify, format_summary, write_result
+from train.measure.nvml import NvmlSampler
+from train.run import device as dev
+from train.run.loop import (
+    Session,
+    build_session,
+    device_peaks,
+    finish_step,
+    make_phase_clock,
+    train_step,
+)
+from train.trial.pruning import Reporter
+from train.trial.result import TrialFailure, build_result, classify, format_summary, write_result
 
 log = logging.getLogger(__name__)
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 HEARTBEAT_S = 10.0  # seconds between heartbeat lines during set-up, compile and warm-up
 
 
@@ -61,7 +59,7 @@ def make_reporter(cfg: Config) -> Reporter | None:
     t = cfg.trial
     if not t.study_storage:
         return None
-    from train.report import StudyReporter
+    from train.trial.pruning import StudyReporter
 
     return StudyReporter(storage=t.study_storage, study_name=t.study_name, trial_id=t.trial_id)
 
@@ -430,22 +428,3 @@ def run_composed(dcfg: DictConfig, *, base_dir: Path) -> int:
     result = run_trial(cfg, out_path=out)
     print(format_summary(result, out))
     return exit_code(result)
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(dcfg: DictConfig) -> int:
-    from hydra.core.hydra_config import HydraConfig
-
-    code = run_composed(dcfg, base_dir=Path(HydraConfig.get().runtime.output_dir))
-    if code:
-        raise SystemExit(code)
-    return code
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--pinned"]:
-        # the sweeper's children: a pinned config file, no Hydra composition (train/pinned.py)
-        from train.pinned import main_pinned
-
-        sys.exit(main_pinned(sys.argv[2:]))
-    main()

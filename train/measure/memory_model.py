@@ -4,8 +4,9 @@ The sweeper imports this to drop points that cannot fit before any trial runs, s
 torch-free (a test imports it in a fresh interpreter and checks that torch stays unloaded).
 
 What is counted is what `torch.cuda.max_memory_allocated` counts: bytes of live tensors, at the
-worst moment of an optimizer step of *our* trainer (train/model.py, train/loop.py train_step).
-C = n_embd, V = vocab_size, `a` = bytes of the compute dtype (2 under bf16/fp16 autocast, 4 fp32):
+worst moment of an optimizer step of *our* trainer (train/model/gpt.py, train/run/loop.py
+train_step). C = n_embd, V = vocab_size, `a` = bytes of the compute dtype (2 under bf16/fp16
+autocast, 4 fp32):
 
 * fp32 master weights (4 B/param, the tied wte/lm_head once), fp32 gradients (4 B/param; they
   exist from the second micro-batch on, since gradients accumulate into `.grad`), AdamW's
@@ -35,7 +36,7 @@ C = n_embd, V = vocab_size, `a` = bytes of the compute dtype (2 under bf16/fp16 
 The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown
 there and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for
 eager fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
-(scripts/bench_memory.py, train/memory_meter.py); on an H100 80GB to within 6% of
+(scripts/bench_memory.py, train/measure/memory_meter.py); on an H100 80GB to within 6% of
 max_memory_allocated (tests/test_memory_model.py).
 """
 
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from train.config import resolve_dtype_name
-from train.flops import gpt2_num_params
+from train.measure.flops import gpt2_num_params
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}

@@ -34,12 +34,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from train import device as dev
-from train.memory_model import GIB, MemoryInputs, predict_memory
-from train.meters import PhaseClock
+from train.measure.memory_model import GIB, MemoryInputs, predict_memory
+from train.measure.meters import PhaseClock
+from train.run import device as dev
 
 if TYPE_CHECKING:
-    from train.loop import Session
+    from train.run.loop import Session
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def measure_memory(s: Session) -> dict[str, float | str | None]:
         entry["measured_gib"] = torch.cuda.max_memory_allocated(s.device) / GIB
         entry["measured_by"] = CUDA_METHOD
     elif s.device.type == "cpu" and s.cfg.runtime.compile == "none":
-        from train.loop import train_step
+        from train.run.loop import train_step
 
         accum = s.cfg.batch.grad_accum
         meter = PeakMemory(s.device)
@@ -213,5 +213,5 @@ def measure_memory(s: Session) -> dict[str, float | str | None]:
         entry["measured_gib"] = meter.measured_gib
         entry["measured_by"] = meter.measured_by
     elif s.device.type == "cpu":
-        log.info("CPU memory is not measured under torch.compile (see train/memory_meter.py)")
+        log.info("CPU memory is not measured under torch.compile (train/measure/memory_meter.py)")
     return entry

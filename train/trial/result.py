@@ -14,12 +14,13 @@ Schema (version 2), every key always present; numbers are null where they could 
   full_step_estimate_s (a full step sized from the last warm-up step), projection (null when the
   window measured real full steps; else {micro_batches_per_step, grad_accum, short_step_s: the
   measured short steps' statistics}: then step_time_s, tokens_per_s and time_frac describe full
-  steps projected from the short ones, train/meters.py project_step),
-  memory {predicted_gib: the memory model's peak (train/memory_model.py), measured_gib: the peak of
-  live tensors in the real training step, measured_by: "cuda_max_memory_allocated" (the window's
-  steps) | "cpu_dispatch_counter" (one extra step after the window, train/memory_meter.py) | null
-  (not measured: CPU under torch.compile, or a failure)}; peak_memory_gib/memory_kind are the
-  older whole-allocator/host-RSS reading, kept for readers of earlier results.
+  steps projected from the short ones, train/measure/meters.py project_step),
+  memory {predicted_gib: the memory model's peak (train/measure/memory_model.py), measured_gib: the
+  peak of live tensors in the real training step, measured_by: "cuda_max_memory_allocated" (the
+  window's steps) | "cpu_dispatch_counter" (one extra step after the window,
+  train/measure/memory_meter.py) | null (not measured: CPU under torch.compile, or a failure)};
+  peak_memory_gib/memory_kind are the older whole-allocator/host-RSS reading, kept for readers of
+  earlier results.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from train.flops import mfu
-from train.meters import summarize, time_fractions
+from train.measure.flops import mfu
+from train.measure.meters import summarize, time_fractions
 
 SCHEMA_VERSION = 2  # 2: projection, full_step_estimate_s, memory
-# the `memory` entry before anything is known (train/memory_meter.py measure_memory fills it)
+# the `memory` entry before anything is known (measure_memory in train/measure/memory_meter.py
+# fills it)
 EMPTY_MEMORY: dict[str, Any] = {"predicted_gib": None, "measured_gib": None, "measured_by": None}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from train.device import DTYPES, device_name, sync, tf32_state
+from train.run.device import DTYPES, device_name, sync, tf32_state
 
 log = logging.getLogger(__name__)
 

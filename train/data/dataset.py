@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from train.config import DATA_FORMATS as _FORMATS
 from train.config import DataConfig
-from train.fetch import ThreadedFetch
+from train.data.fetch import ThreadedFetch
 
 _LLMC_HEADER_INTS = 256
 _LLMC_HEADER_BYTES = _LLMC_HEADER_INTS * 4
@@ -235,8 +235,8 @@ def build_loader(
     num_batches: int | None = None,
     device_type: str = "cpu",
 ) -> DataLoader:
-    """Validate `split`'s file (train.synthetic.ensure_dataset makes the default one) and return a
-    loader over batches start_index .. start_index + num_batches (None = endless)."""
+    """Validate `split`'s file (train.data.synthetic.ensure_dataset makes the default one) and
+    return a loader over batches start_index .. start_index + num_batches (None = endless)."""
     token_file = open_tokens(
         cfg.split_path(split), format=cfg.format, block_size=block_size, vocab_size=vocab_size
     )
@@ -267,7 +267,7 @@ class DevicePrefetcher:
     ):
         self.device = torch.device(device)
         self.non_blocking = non_blocking
-        # batches from worker processes are received on a thread (train/fetch.py explains why)
+        # batches from worker processes are received on a thread (train/data/fetch.py explains why)
         self._fetch = ThreadedFetch(loader) if loader.num_workers > 0 else None
         self._it: Iterator[tuple[torch.Tensor, torch.Tensor]] = (
             self._fetch if self._fetch is not None else iter(loader)

@@ -54,7 +54,7 @@ def main_pinned(argv: list[str]) -> int:
     if not argv:
         log.error("usage: python -m train.trial --pinned FILE [key=value ...]")
         return 2
-    from train.trial import invalid_config, resolve_out, run_composed
+    from train.trial.measurement import invalid_config, resolve_out, run_composed
 
     path = Path(argv[0]).expanduser().resolve()
     try:

@@ -1,4 +1,4 @@
-"""`python -m train.probe`: print what this machine offers as one JSON line.
+"""`python -m train.proc.probe`: print what this machine offers as one JSON line.
 
 The sweeper never imports torch (it stays light and its process never holds a CUDA context); it
 asks a child process instead, once per sweep, before any trial starts.

@@ -1,0 +1,2 @@
+"""The GPT-2 family (nanoGPT's architecture) and its attention kernels. Imports torch.
+"""

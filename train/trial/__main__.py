@@ -1,0 +1,32 @@
+"""`python -m train.trial <hydra overrides>` (composed by Hydra) or `python -m train.trial --pinned
+FILE [key=value ...]` (a fully resolved file, what the sweeper's children run:
+train/trial/pinned.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from train.trial.measurement import run_composed
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="train")
+def main(dcfg: DictConfig) -> int:
+    from hydra.core.hydra_config import HydraConfig
+
+    code = run_composed(dcfg, base_dir=Path(HydraConfig.get().runtime.output_dir))
+    if code:
+        raise SystemExit(code)
+    return code
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--pinned"]:
+        from train.trial.pinned import main_pinned
+
+        sys.exit(main_pinned(sys.argv[2:]))
+    main()
