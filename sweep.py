@@ -3,7 +3,7 @@ configuration.
 
 Thin on purpose: Hydra composes conf/sweep.yaml, our sweeper (hydra/sweeper=throughput) drives
 Optuna,
-and each Hydra job is one trial, run in its own child process by `sweeper.job.run_job`.
+and each Hydra job is one trial, run in its own child process by `sweeper.launch.job.run_job`.
 """
 
 import hydra
@@ -14,7 +14,7 @@ import train.config  # noqa: F401  (registers the trainer schema, `train_schema`
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="sweep")
 def main(cfg: DictConfig) -> dict:
-    from sweeper.job import run_job
+    from sweeper.launch.job import run_job
 
     return run_job(cfg)
 

@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 from sweeper import report
 from sweeper.design import latin_design
 from sweeper.export import best_config_document, train_command, write_best_yaml
-from sweeper.job import prestart_zygote
+from sweeper.launch.job import prestart_zygote
 from sweeper.limits import TrialTime, limit_overrides
 from sweeper.memory import OutOfMemory, past_ooms
 from sweeper.objective import (

@@ -268,7 +268,7 @@ def trial_limits(
 
 
 def limit_overrides(limits: TrialLimits) -> list[str]:
-    """The limits as the overrides of a trial's Hydra job (sweeper/job.py reads them back); a
+    """The limits as the overrides of a trial's Hydra job (sweeper/launch/job.py reads them back); a
     stall check that is off travels as -1."""
     stall = -1.0 if limits.stall_timeout_s is None else limits.stall_timeout_s
     return [

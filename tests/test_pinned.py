@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.job import pin_config, write_trial_config
+from sweeper.launch.job import pin_config, write_trial_config
 from tests.conftest import compose_dictconfig, fast_overrides, run_cli
 
 

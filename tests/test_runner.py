@@ -1,4 +1,4 @@
-"""sweeper/runner.py: one trial in a child process, its limits, and how its end is named.
+"""sweeper/launch/runner.py: one trial in a child process, its limits, and how its end is named.
 
 The child is tests/fake_trial.py, which imitates the trial's files and exit codes on request.
 """
@@ -21,8 +21,8 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from sweeper import runner
-from sweeper.runner import (
+from sweeper.launch import runner
+from sweeper.launch.runner import (
     TrialOutcome,
     hydra_quote,
     kill_all_children,
@@ -195,7 +195,7 @@ def test_heartbeat_lines_are_progress(tmp_path):
     ],
 )
 def test_a_job_reads_its_limits_from_its_overrides(settings, expected):
-    from sweeper.job import job_limits
+    from sweeper.launch.job import job_limits
     from sweeper.limits import TrialLimits, limit_overrides, trial_limits
 
     assert job_limits(OmegaConf.create(settings)) == expected
@@ -277,7 +277,7 @@ def start_sweep(job_dir: Path) -> subprocess.Popen:
         import sys
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from sweeper.runner import run_child
+        from sweeper.launch.runner import run_child
         run_child({fake_argv(job_dir, "hang")!r}, job_dir=Path({str(job_dir)!r}), timeout_s=60)
     """)
     return subprocess.Popen([sys.executable, "-c", sweep])
@@ -372,5 +372,5 @@ def test_outcome_rejects_an_unknown_state(tmp_path):
 
 
 def test_runner_does_not_import_torch():
-    code = "import sys, sweeper.runner; sys.exit('torch' in sys.modules)"
+    code = "import sys, sweeper.launch.runner; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

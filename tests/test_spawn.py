@@ -1,4 +1,5 @@
-"""sweeper/spawn.py + train/proc/zygote.py: trials forked from a preloaded process are real trials.
+"""sweeper/launch/spawn.py + train/proc/zygote.py: trials forked from a preloaded process are real
+trials.
 
 A forked trial must be indistinguishable from an exec'd one in what it measures and how it ends:
 same losses for the same config, its own process group, killable as a group, dead with the zygote.
@@ -15,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeper import spawn
-from sweeper.job import pin_config, write_trial_config
-from sweeper.runner import run_child, trial_argv
-from sweeper.spawn import ForkedProcess, Zygote
+from sweeper.launch import spawn
+from sweeper.launch.job import pin_config, write_trial_config
+from sweeper.launch.runner import run_child, trial_argv
+from sweeper.launch.spawn import ForkedProcess, Zygote
 from tests.conftest import compose_dictconfig
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,9 +1,9 @@
 """Run one trial from a pinned config file: `python -m train.trial --pinned FILE [key=value ...]`.
 
-What the sweeper's children run. FILE is a fully resolved trainer config (sweeper/job.py writes
-one per trial, `trial_config.yaml`), so there is nothing left to compose: Hydra's @hydra.main would
-compose it twice (once to learn the run mode, once to run) and set up a run dir, ~0.7 s a trial on
-a 2-core CPU, a tenth of a short trial. Validation is the same: the file is merged into the
+What the sweeper's children run. FILE is a fully resolved trainer config (sweeper/launch/job.py
+writes one per trial, `trial_config.yaml`), so there is nothing left to compose: Hydra's @hydra.main
+would compose it twice (once to learn the run mode, once to run) and set up a run dir, ~0.7 s a
+trial on a 2-core CPU, a tenth of a short trial. Validation is the same: the file is merged into the
 `Config` schema (types) and built into the dataclasses (`__post_init__` checks). Overrides use
 Hydra's override grammar (parsed by Hydra's own parser, so a value quoted for a Hydra command line
 reads back the same); only plain assignments are accepted. Relative paths (`trial.out`) are taken

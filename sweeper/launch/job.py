@@ -16,13 +16,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sweeper.launch.runner import run_child, trial_argv
 from sweeper.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
-from sweeper.runner import run_child, trial_argv
 
 log = logging.getLogger(__name__)
 
 TRIAL_CONFIG_NAME = "trial_config"
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def pin_config(cfg: DictConfig) -> dict:
@@ -49,9 +49,10 @@ def trial_env() -> dict[str, str]:
 
 
 def prestart_zygote(sweep_dir: Path) -> None:
-    """Start the trial zygote (sweeper/spawn.py) with exactly the environment trials will get."""
-    from sweeper import spawn
-    from sweeper.runner import child_environment
+    """Start the trial zygote (sweeper/launch/spawn.py) with exactly the environment that trials
+    will get."""
+    from sweeper.launch import spawn
+    from sweeper.launch.runner import child_environment
 
     spawn.prestart(
         python=sys.executable,

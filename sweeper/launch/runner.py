@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeper.spawn import ForkedProcess, start_trial_process
+from sweeper.launch.spawn import ForkedProcess, start_trial_process
 from train.proc.deathsig import die_with_parent, libc_prctl
 
 log = logging.getLogger(__name__)
