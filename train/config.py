@@ -1,9 +1,13 @@
 """The trainer's typed configuration: one dataclass per part, composed and registered with Hydra.
 
 YAML under `conf/` selects presets and overrides fields; these dataclasses are the schema, so a
-typo or a
-wrong type fails at load time, and `validate` checks the rules that span fields before any step
-runs.
+typo or a wrong type fails at load time, and `check_combinations` checks the rules that span
+fields before any step runs.
+
+Torch-free (listed in `train.TORCH_FREE`): the rules below that a config obeys are stated once,
+here, and the sweeper refuses points with the very functions the trainer refuses configs with
+(`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`, `resolve_dtype_name`,
+`sequences_per_device`, `num_checkpointed_blocks`).
 """
 
 from __future__ import annotations
@@ -82,6 +86,19 @@ def parse_activation_checkpointing(s: str) -> int:
     )
 
 
+def num_checkpointed_blocks(n_layer: int, activation_checkpointing: str) -> int:
+    """Blocks recomputed in backward: block i is checkpointed when (i + 1) % k == 0 (the model's
+    rule, train.model.gpt), so n_layer // k of them."""
+    k = parse_activation_checkpointing(activation_checkpointing)
+    return n_layer // k if k else 0
+
+
+def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Refuse a value outside `allowed`, naming the field and the choices."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
 TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill")
 DATA_FORMATS = ("auto", "nanogpt", "llmc")
 CHECKPOINT_MODES = ("sync", "async")
@@ -119,8 +136,7 @@ class DataConfig:
                 raise ValueError(
                     f"data.{name} must be a non-empty path, got {getattr(self, name)!r}"
                 )
-        if self.format not in DATA_FORMATS:
-            raise ValueError(f"data.format must be one of {DATA_FORMATS}, got {self.format!r}")
+        one_of("data.format", self.format, DATA_FORMATS)
         if self.num_workers < 0:
             raise ValueError(
                 f"data.num_workers must be >= 0, got {self.num_workers}; "
@@ -167,10 +183,7 @@ class CheckpointConfig:
             )
         if not str(self.dir).strip():
             raise ValueError(f"checkpoint.dir must be a non-empty path, got {self.dir!r}")
-        if self.mode not in CHECKPOINT_MODES:
-            raise ValueError(
-                f"checkpoint.mode must be one of {CHECKPOINT_MODES}, got {self.mode!r}"
-            )
+        one_of("checkpoint.mode", self.mode, CHECKPOINT_MODES)
         if self.keep < 1:
             raise ValueError(
                 f"checkpoint.keep must be >= 1 (newest N checkpoints kept), got {self.keep}"
@@ -236,16 +249,9 @@ class RuntimeConfig:
     seed: int = 1337  # model init and data order
 
     def __post_init__(self) -> None:
-        if self.compile not in COMPILE_MODES:
-            raise ValueError(
-                f"runtime.compile must be one of {COMPILE_MODES}, got {self.compile!r}"
-            )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"runtime.dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.attention not in ATTENTION_BACKENDS:
-            raise ValueError(
-                f"runtime.attention must be one of {ATTENTION_BACKENDS}, got {self.attention!r}"
-            )
+        one_of("runtime.compile", self.compile, COMPILE_MODES)
+        one_of("runtime.dtype", self.dtype, DTYPES)
+        one_of("runtime.attention", self.attention, ATTENTION_BACKENDS)
         if self.threads < 0:
             raise ValueError(
                 f"runtime.threads must be >= 0 (0 = torch default), got {self.threads}"
@@ -290,8 +296,7 @@ class TrialConfig:
                 f"trial.max_steps and trial.min_steps must be >= 2 with min <= max (a spread needs "
                 f"two steps), got min_steps={self.min_steps}, max_steps={self.max_steps}"
             )
-        if self.fault not in TRIAL_FAULTS:
-            raise ValueError(f"trial.fault must be one of {TRIAL_FAULTS}, got {self.fault!r}")
+        one_of("trial.fault", self.fault, TRIAL_FAULTS)
         if self.project_above_s < 0 or self.project_micro_steps < 1:
             raise ValueError(
                 f"trial.project_above_s must be >= 0 (0 = never project) and "
@@ -342,13 +347,34 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def sequences_per_device(*, tokens_per_step: int, block_size: int, world: int = 1) -> int | None:
+    """Sequences one device runs per optimizer step (micro_batch x grad_accum), or None when the
+    tokens per step do not divide evenly into sequences on `world` devices."""
+    n, rem = divmod(tokens_per_step, block_size * world)
+    return n if n > 0 and rem == 0 else None
+
+
 def valid_splits(*, tokens_per_step: int, block_size: int, world: int = 1) -> list[tuple[int, int]]:
     """Every (micro_batch, grad_accum) with micro_batch x grad_accum x block_size x world ==
     tokens_per_step."""
-    per_device, rem = divmod(tokens_per_step, block_size * world)
-    if rem or per_device == 0:
+    per_device = sequences_per_device(
+        tokens_per_step=tokens_per_step, block_size=block_size, world=world
+    )
+    if per_device is None:
         return []
     return [(mb, per_device // mb) for mb in range(1, per_device + 1) if per_device % mb == 0]
+
+
+def grad_accum_for(
+    micro_batch: Any, *, tokens_per_step: int, block_size: int, world: int = 1
+) -> int | None:
+    """The grad_accum that keeps the tokens per step at this micro_batch, or None if none does."""
+    per_device = sequences_per_device(
+        tokens_per_step=tokens_per_step, block_size=block_size, world=world
+    )
+    if per_device is None or not isinstance(micro_batch, int) or micro_batch < 1:
+        return None
+    return per_device // micro_batch if per_device % micro_batch == 0 else None
 
 
 def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
@@ -377,6 +403,29 @@ def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool
     if requested in (None, "auto"):
         return "bf16" if device_type == "cuda" and bf16_supported else "fp32"
     return str(requested)
+
+
+def dtype_unsupported(dtype: str, *, device_type: str, bf16_supported: bool = True) -> str | None:
+    """Why a device of `device_type` cannot compute in the resolved `dtype`, or None. CPU fp16
+    kernels are slow or missing for many ops, so a result there would mean nothing; a CUDA device
+    without native bf16 would emulate it and make the throughput numbers lie."""
+    if device_type == "cpu" and dtype == "fp16":
+        return "runtime.dtype=fp16 is not supported on CPU"
+    if device_type == "cuda" and dtype == "bf16" and not bf16_supported:
+        return "runtime.dtype=bf16 on a CUDA device without bf16 support"
+    return None
+
+
+def cudagraph_conflict(compile_mode: Any, grad_accum: Any, *, device_type: str) -> str | None:
+    """Why torch.compile mode `compile_mode` cannot run with `grad_accum` micro-batches per step
+    on `device_type`, or None. The CUDAGRAPH_MODES capture CUDA graphs, which with gradient
+    accumulation error or silently corrupt gradients (pytorch/pytorch#169545, #96693)."""
+    if device_type != "cuda" or compile_mode not in CUDAGRAPH_MODES or (grad_accum or 1) <= 1:
+        return None
+    return (
+        f"runtime.compile={compile_mode} captures CUDA graphs, unsafe with "
+        f"batch.grad_accum={grad_accum} > 1 (pytorch/pytorch#169545, #96693)"
+    )
 
 
 def attention_dtype_conflict(
@@ -415,15 +464,16 @@ def check_combinations(cfg: Config, *, device_type: str, dtype: str | None = Non
             f"{conflict}. Use runtime.dtype=bf16 (a GPU with bf16) or fp16, or "
             f"runtime.attention=efficient, math or auto"
         )
-    if rt.compile in CUDAGRAPH_MODES and cfg.batch.grad_accum > 1 and device_type == "cuda":
+    conflict = cudagraph_conflict(rt.compile, cfg.batch.grad_accum, device_type=device_type)
+    if conflict:
         raise ValueError(
-            f"runtime.compile={rt.compile} captures CUDA graphs, which with batch.grad_accum="
-            f"{cfg.batch.grad_accum} > 1 error or silently corrupt gradients "
-            f"(pytorch/pytorch#169545, #96693). Use runtime.compile=max-autotune-no-cudagraphs "
-            f"or default, or grad_accum=1"
+            f"{conflict}: CUDA graphs with gradient accumulation error or silently corrupt "
+            f"gradients. Use runtime.compile=max-autotune-no-cudagraphs or default, or "
+            f"grad_accum=1"
         )
-    if rt.dtype == "fp16" and device_type == "cpu":
-        raise ValueError("runtime.dtype=fp16 is not supported on CPU; use bf16 or fp32")
+    unsupported = dtype_unsupported(rt.dtype, device_type=device_type)
+    if unsupported:
+        raise ValueError(f"{unsupported}; use bf16 or fp32")
     cpus = len(os.sched_getaffinity(0))
     if cfg.data.num_workers + max(rt.threads, 1) > 2 * cpus:
         log.warning(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,32 +26,13 @@ import yaml
 
 from train.explain.diagnosis import Diagnosis, diagnose
 from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
+from train.measure.ceiling_cache import newest_ceiling
 from train.measure.flops import DTYPES, lookup_peak
+from train.trial.result import load_result, read_result
 
 log = logging.getLogger(__name__)
 MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size")
-
-
-def cached_ceiling(device_name: str, dtype: str, *, tf32: bool) -> tuple[float, str] | None:
-    """Newest matmul ceiling measured on a device of this name and dtype (train.measure.ceiling's
-    cache).
-
-    Reads the JSON directly (same path rule as train.measure.ceiling.default_cache_path) so the
-    arithmetic path stays torch-free.
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    path = Path(base) / "throughput-sweep" / "ceiling.json"
-    try:
-        entries = json.loads(path.read_text()).get("entries", {})
-    except (OSError, ValueError, AttributeError):
-        return None
-    prefix = f"{device_name}|{dtype}|" + (f"tf32={tf32}|" if dtype == "fp32" else "")
-    hits = [v for k, v in entries.items() if k.startswith(prefix) and isinstance(v, dict)]
-    if not hits:
-        return None
-    best = max(hits, key=lambda v: v.get("measured_at", 0))
-    return float(best["flops"]), f"cached measurement: {best.get('source')}"
 
 
 def arithmetic_inputs(args: argparse.Namespace) -> FloorInputs:
@@ -77,7 +57,7 @@ def arithmetic_inputs(args: argparse.Namespace) -> FloorInputs:
     if args.ceiling_tflops is not None:
         ceiling = (args.ceiling_tflops * 1e12, "given with --ceiling-tflops")
     else:
-        ceiling = cached_ceiling(args.device, args.dtype, tf32=args.tf32)
+        ceiling = newest_ceiling(args.device, args.dtype, tf32=args.tf32)
     return FloorInputs(
         model=name, n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"],
         vocab_size=shape["vocab_size"], block_size=shape["block_size"],
@@ -123,11 +103,8 @@ def pick_result(path: Path) -> Path:
         return path
     found = []
     for p in sorted(path.rglob("*.json")):
-        try:
-            r = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(r, dict) and "schema_version" in r and r.get("status") == "complete":
+        r = read_result(p)  # None for the other JSON files under a sweep dir
+        if r is not None and r["status"] == "complete":
             found.append((p, r))
     if not found:
         raise ValueError(f"no complete trial result (*.json with schema_version) under {path}")
@@ -241,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             path = pick_result(args.result)
         else:  # kept afterwards: the printed result path stays readable
             path = run_fresh_trial(args.run, Path(tempfile.mkdtemp(prefix="explain-")))
-        result = json.loads(path.read_text())
+        result = load_result(path)
         d = diagnose(result, planned_steps=args.planned_steps)
         floor = None if d.verdict == "failed" else result_floor(
             result, target_step_time_s=args.target_step_time_s)

@@ -3,26 +3,25 @@
 Spec-sheet peaks are the MFU denominator for known GPUs; this number is the honest fallback
 for unknown devices (and CPUs), and a sanity check that the spec peak is reachable at all.
 Measurements are cached per (device, dtype, TF32, torch, threads, size) because the 8192-cube
-matmul on a GPU is cheap but the warm-up and repeats add up over a sweep of many trials.
+matmul on a GPU is cheap but the warm-up and repeats add up over a sweep of many trials. The
+cache's path, key and layout are train.measure.ceiling_cache's (torch-free, so the explain CLI
+reads the same file).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from train.measure.ceiling_cache import cache_key, default_cache_path, load_entries, save_entries
 from train.run.device import DTYPES, device_name, sync, tf32_state
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 1
 # Largest square sizes: 8192 keeps an H100 busy ~1-2 ms per bf16 matmul (2 * 8192**3 = 1.1 TFLOP),
 # enough to hide launch overhead; 1024 on CPU is ~2 GFLOP, ~25 ms fp32 on 2 EPYC cores.
 _DEFAULT_SIZE = {"cuda": 8192, "cpu": 1024}
@@ -35,18 +34,9 @@ _NUM_REPEATS = 5
 class Ceiling:
     """Best measured dense-matmul throughput."""
 
-    # FLOP/s of the best repeat (2 * n**3 FLOPs per n x n matmul).
-    flops: float
-    # What was timed, e.g. "matmul 8192^3 bf16 on NVIDIA H100, best of 5 x 20".
-    source: str
-    # True when read from the cache file instead of measured now.
-    cached: bool
-
-
-def default_cache_path() -> Path:
-    """$XDG_CACHE_HOME/throughput-sweep/ceiling.json (~/.cache when XDG_CACHE_HOME is unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "throughput-sweep" / "ceiling.json"
+    flops: float  # FLOP/s of the best repeat (2 * n**3 FLOPs per n x n matmul)
+    source: str  # what was timed, e.g. "linear 8192^3 bf16 on NVIDIA H100, best of 5 x 20"
+    cached: bool  # True when read from the cache file instead of measured now
 
 
 def measure_matmul_ceiling(
@@ -77,7 +67,7 @@ def measure_matmul_ceiling(
     key = _cache_key(name=name, dtype=dtype, size=size)
     path = cache_path if cache_path is not None else default_cache_path()
     if use_cache:
-        hit = _load_cache(path).get(key)
+        hit = load_entries(path).get(key)
         if isinstance(hit, dict) and isinstance(hit.get("flops"), int | float):
             return Ceiling(flops=float(hit["flops"]), source=str(hit.get("source")), cached=True)
 
@@ -86,9 +76,9 @@ def measure_matmul_ceiling(
     )
     log.info("matmul ceiling: %.3g FLOP/s (%s)", flops, source)
     if use_cache:
-        entries = _load_cache(path)  # re-read: another process may have written meanwhile
+        entries = load_entries(path)  # re-read: another process may have written meanwhile
         entries[key] = {"flops": flops, "source": source, "measured_at": time.time()}
-        _save_cache(path, entries)
+        save_entries(path, entries)
     return Ceiling(flops=flops, source=source, cached=False)
 
 
@@ -166,47 +156,7 @@ def _operands(
 
 
 def _cache_key(*, name: str, dtype: str, size: int | None) -> str:
-    # TF32 changes fp32 matmul speed ~ several x on Ampere+; threads change CPU speed ~linearly.
-    tf32 = tf32_state().matmul
-    parts = [name, dtype, "op=linear", f"tf32={tf32}", f"torch={torch.__version__}"]
-    parts += [f"threads={torch.get_num_threads()}", f"n={size or 'auto'}"]
-    return "|".join(parts)
-
-
-def _load_cache(path: Path) -> dict[str, object]:
-    """Cache entries, or {} when the file is missing, unreadable or not ours."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        log.warning("ignoring unreadable matmul-ceiling cache %s: %s", path, err)
-        return {}
-    if (
-        not isinstance(data, dict)
-        or data.get("version") != _CACHE_VERSION
-        or not isinstance(data.get("entries"), dict)
-    ):
-        log.warning("ignoring matmul-ceiling cache %s: unexpected layout", path)
-        return {}
-    return data["entries"]
-
-
-def _save_cache(path: Path, entries: dict[str, object]) -> None:
-    """Write atomically (temp file + os.replace) so a reader never sees half a file.
-
-    Two processes measuring at once may each drop the other's new entry; that only
-    costs a re-measurement later, so no file lock.
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": _CACHE_VERSION, "entries": entries}, f, indent=1)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as err:
-        log.warning("could not write matmul-ceiling cache %s: %s", path, err)
+    return cache_key(
+        name=name, dtype=dtype, tf32=tf32_state().matmul, torch_version=torch.__version__,
+        threads=torch.get_num_threads(), size=size,
+    )  # fmt: skip

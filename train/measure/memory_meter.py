@@ -34,7 +34,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from train.measure.memory_model import GIB, MemoryInputs, predict_memory
+from train.measure.memory_model import GIB, MODEL_SHAPE, MemoryInputs, predict_memory
 from train.measure.meters import PhaseClock
 from train.run import device as dev
 
@@ -159,12 +159,7 @@ def session_inputs(s: Session) -> MemoryInputs:
     mc, rt = s.cfg.model, s.cfg.runtime
     kernel = s.attention_backend if s.attention_backend in (*FUSED_ATTENTION, "math") else "auto"
     return MemoryInputs(
-        n_layer=mc.n_layer,
-        n_head=mc.n_head,
-        n_embd=mc.n_embd,
-        block_size=mc.block_size,
-        vocab_size=mc.vocab_size,
-        bias=mc.bias,
+        **{name: getattr(mc, name) for name in MODEL_SHAPE},
         micro_batch=s.cfg.batch.micro_batch,
         dtype=s.dtype,
         attention=kernel,

@@ -1,7 +1,8 @@
 """Predicted peak device memory of one training step: pure arithmetic, no torch.
 
 The sweeper imports this to drop points that cannot fit before any trial runs, so it stays
-torch-free (a test imports it in a fresh interpreter and checks that torch stays unloaded).
+torch-free (listed in `train.TORCH_FREE`; tests/test_torch_free.py imports it in a fresh
+interpreter and checks that torch stays unloaded).
 
 What is counted is what `torch.cuda.max_memory_allocated` counts: bytes of live tensors, at the
 worst moment of an optimizer step of *our* trainer (train/model/gpt.py, train/run/loop.py
@@ -47,15 +48,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from train.config import resolve_dtype_name
+from train.config import (
+    ATTENTION_BACKENDS,
+    COMPILE_MODES,
+    num_checkpointed_blocks,
+    parse_activation_checkpointing,
+    resolve_dtype_name,
+)
 from train.measure.flops import gpt2_num_params
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-ATTENTION = ("auto", "flash", "efficient", "cudnn", "math")
 MATH_BYTES = 4  # the math SDPA kernel computes in fp32 whatever the autocast dtype
-COMPILE = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEVICE_TYPES = ("cuda", "cpu")
+# MemoryInputs' fields that are the model's shape (train.config.ModelConfig's names).
+MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
 
 # Fraction of the device's memory (as torch reports it) that the predicted tensor peak must leave
 # free, for what is on the card but is not a tensor: the CUDA context and kernel images (~0.5 GiB
@@ -135,10 +142,10 @@ class MemoryInputs:
                 f"memory model: n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
         _check_choice("dtype", self.dtype, tuple(DTYPE_BYTES), "use a resolved dtype, not auto")
-        _check_choice("attention", self.attention, ATTENTION)
-        _check_choice("compile", self.compile, COMPILE)
+        _check_choice("attention", self.attention, ATTENTION_BACKENDS)
+        _check_choice("compile", self.compile, COMPILE_MODES)
         _check_choice("device_type", self.device_type, DEVICE_TYPES)
-        checkpoint_every(self.activation_checkpointing)
+        parse_activation_checkpointing(self.activation_checkpointing)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,28 +161,6 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...], hint: str = "
     if value not in allowed:
         extra = f"; {hint}" if hint else ""
         raise ValueError(f"memory model: {name} must be one of {allowed}, got {value!r}{extra}")
-
-
-def checkpoint_every(setting: str) -> int:
-    """ "none" -> 0, "every" -> 1, "every_<k>" -> k (as train.config.parse_activation_checkpointing,
-    which imports Hydra and so cannot be imported here)."""
-    if setting == "none":
-        return 0
-    if setting == "every":
-        return 1
-    m = re.fullmatch(r"every_([0-9]+)", setting)
-    if m and int(m.group(1)) >= 1:
-        return int(m.group(1))
-    raise ValueError(
-        f"activation_checkpointing must be 'none', 'every' or 'every_<k>' with k >= 1, "
-        f"got {setting!r}"
-    )
-
-
-def num_checkpointed(n_layer: int, setting: str) -> int:
-    """Blocks recomputed in backward: block i is checkpointed when (i + 1) % k == 0."""
-    k = checkpoint_every(setting)
-    return n_layer // k if k else 0
 
 
 def num_params(inp: MemoryInputs) -> int:
@@ -252,7 +237,7 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     amp = inp.dtype != "fp32"
     compiled = inp.compile != "none"
     n_params = num_params(inp)
-    n_ckpt = num_checkpointed(inp.n_layer, inp.activation_checkpointing)
+    n_ckpt = num_checkpointed_blocks(inp.n_layer, inp.activation_checkpointing)
     n_full = inp.n_layer - n_ckpt
     accumulating = inp.grad_accum > 1
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from train.config import dtype_unsupported
+
 log = logging.getLogger(__name__)
 
 # Precision names used across the config (runtime.dtype) mapped to torch dtypes.
@@ -98,9 +100,9 @@ def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextMana
         raise ValueError(f"runtime.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if dtype == "fp32":
         return contextlib.nullcontext()
-    if device.type == "cpu" and dtype == "fp16":
-        # CPU fp16 kernels are slow or missing for many ops; results would not mean anything.
-        raise ValueError("runtime.dtype='fp16' is not supported on CPU; use bf16 or fp32")
+    unsupported = dtype_unsupported(dtype, device_type=device.type)  # fp16 on a CPU
+    if unsupported:
+        raise ValueError(f"{unsupported}; use bf16 or fp32")
     if device.type == "cuda" and dtype == "bf16" and not _cuda_bf16_supported(device):
         raise ValueError(
             f"runtime.dtype='bf16' but {torch.cuda.get_device_name(device)} has no native bf16 "
