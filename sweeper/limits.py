@@ -25,8 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from train.config import resolve_dtype_name as resolve_dtype
-from train.measure.flops import chip_for_device_name, flops_per_token, gpt2_num_params, lookup_peak
+from train.config import TrialConfig, num_checkpointed_blocks, resolve_dtype_name
+from train.measure.flops import (
+    chip_for_device_name,
+    floor_step_time_s,
+    flops_per_token,
+    gpt2_num_params,
+    lookup_peak,
+)
 from train.measure.meters import projects, short_step
 
 # gpt2-xl bf16 eager, micro-batch 4, on an H100 SXM (torch 2.11): 30,976 tokens/s x 1.028e10
@@ -57,6 +63,8 @@ AUTOTUNE_FACTOR = 3.0
 # A checkpoint holds the fp32 weights and AdamW's two fp32 moments: 12 bytes per parameter.
 CHECKPOINT_BYTES_PER_PARAM = 12
 WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are faster)
+# The trainer's defaults, for a config that leaves a trial.* key out.
+TRIAL_DEFAULTS = TrialConfig()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,14 +109,11 @@ class TrialLimits:
 
 
 def recompute_factor(activation_checkpointing: Any, n_layer: int) -> float:
-    """Extra compute of activation checkpointing: each checkpointed block runs its forward twice,
-    and a forward is a third of forward + backward."""
-    mode = str(activation_checkpointing or "none")
-    if mode == "none":
-        return 1.0
-    every = 1 if mode == "every" else int(mode.removeprefix("every_"))
-    checkpointed = math.ceil(n_layer / every) / n_layer
-    return 1.0 + checkpointed / 3.0
+    """Extra compute of activation checkpointing: each checkpointed block (the model's rule,
+    train.config.num_checkpointed_blocks) runs its forward twice, and a forward is a third of
+    forward + backward."""
+    checkpointed = num_checkpointed_blocks(n_layer, str(activation_checkpointing or "none"))
+    return 1.0 + checkpointed / n_layer / 3.0
 
 
 def predict_step(
@@ -124,8 +129,9 @@ def predict_step(
         n_layer=n_layer, n_head=int(cfg["model.n_head"]), n_embd=int(cfg["model.n_embd"]),
         seq_len=block, vocab_size=int(cfg["model.vocab_size"]), num_params=n_params,
     )  # fmt: skip
-    flops = per_token * int(cfg["batch.tokens_per_step"])
-    dtype = resolve_dtype(
+    tokens = int(cfg["batch.tokens_per_step"])
+    flops = per_token * tokens
+    dtype = resolve_dtype_name(
         cfg.get("runtime.dtype"), device_type=device_type, bf16_supported=bf16_supported
     )
     tf32 = bool(cfg.get("runtime.tf32", False))
@@ -147,7 +153,8 @@ def predict_step(
         dtype="tf32" if dtype == "fp32" and tf32 and device_type == "cuda" else dtype,
         peak_flops=peak,
         peak_source=source,
-        floor_s=flops / peak if peak else None,
+        floor_s=floor_step_time_s(tokens_per_step=tokens, flops_per_token=per_token,
+                                  peak_flops=peak) if peak else None,
         predicted_s=flops * slow / (rate * ASSUMED_MFU),
     )
 
@@ -177,12 +184,12 @@ def _trial_time(cfg: Mapping[str, Any], full_step_s: float, *, device_type: str,
         above_s=float(cfg.get("trial.project_above_s") or 0.0), full_step_s=full_step_s,
     )  # fmt: skip
     step_s = short_s if projected else full_step_s
-    warmup_steps = int(cfg.get("trial.warmup_steps") or 1)
+    warmup_steps = int(cfg.get("trial.warmup_steps") or TRIAL_DEFAULTS.warmup_steps)
     n = window_steps(
         step_s,
-        min_steps=int(cfg.get("trial.min_steps") or 2),
-        max_steps=int(cfg.get("trial.max_steps") or 20),
-        max_seconds=float(cfg.get("trial.max_seconds") or 30.0),
+        min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
+        max_steps=int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps),
+        max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
     )
     extra = int(cfg.get("trial.profile_steps") or 0) if cfg.get("trial.profile") else 0
     every = int(cfg.get("checkpoint.every_steps") or 0)
@@ -237,9 +244,9 @@ def trial_limits(
     if bound.projected:
         unprojected = window_steps(
             above,
-            min_steps=int(cfg.get("trial.min_steps") or 2),
-            max_steps=int(cfg.get("trial.max_steps") or 20),
-            max_seconds=float(cfg.get("trial.max_seconds") or 30.0),
+            min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
+            max_steps=int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps),
+            max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
         ) * above
         bound_total = bound.total_s + max(0.0, unprojected - bound.window_s)
     else:
@@ -252,7 +259,7 @@ def trial_limits(
     else:
         # The longest quiet gap of a healthy trial: report_every measured steps and the saves
         # among them (set-up, compile and warm-up send heartbeats every ~10 s).
-        report_every = int(cfg.get("trial.report_every") or 5)
+        report_every = int(cfg.get("trial.report_every") or TRIAL_DEFAULTS.report_every)
         every = int(cfg.get("checkpoint.every_steps") or 0)
         per_step = max(bound.window_s / max(bound.window_steps, 1), min(slow_step_s, above or 0))
         saves = math.ceil(report_every / every) if every > 0 else 0

@@ -7,8 +7,8 @@ Two sources, both pure and torch-free:
   memory and a micro-batch at least as large would too (activations grow with the micro-batch,
   nothing else shrinks), so it is refused naming that trial.
 
-Both are rules of `sweeper.space.check_point`, so the grid, the startup design and the search all
-respect them.
+Both are rules of `sweeper.constraints.check_point`, so the grid, the startup design and the
+search all respect them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.limits import resolve_dtype
+from train.config import resolve_dtype_name
 
 MICRO_BATCH, GRAD_ACCUM = "batch.micro_batch", "batch.grad_accum"
 # Knobs that live in host memory only (the DataLoader, the checkpoint writer's host snapshot):
@@ -64,7 +64,7 @@ def predict(
 ) -> MemoryVerdict:
     """Predicted peak memory of a flat config on a device with `device_gib` GiB."""
     mm = _model()
-    dtype = resolve_dtype(
+    dtype = resolve_dtype_name(
         config.get("runtime.dtype"), device_type=device_type, bf16_supported=bf16_supported
     )
     inputs = mm.inputs_from_config(dict(config), dtype=dtype, device_type=device_type)

@@ -82,7 +82,7 @@ def test_xl_floor_matches_the_worked_example() -> None:
 @pytest.mark.parametrize(
     ("mode", "n_layer", "factor"),
     [("none", 48, 1.0), ("every", 48, 4 / 3), ("every_2", 48, 1 + 0.5 / 3),
-     ("every_4", 6, 1 + (2 / 6) / 3)],
+     ("every_4", 6, 1 + (1 / 6) / 3)],  # of 6 blocks only the 4th: (i + 1) % 4 == 0, as the model
 )  # fmt: skip
 def test_recompute_factor(mode, n_layer, factor) -> None:
     assert recompute_factor(mode, n_layer) == pytest.approx(factor)

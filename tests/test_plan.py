@@ -11,19 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.plan import (
-    SWEEP_OVERHEAD_S,
-    DeviceFacts,
-    build_plan,
-    device_facts,
-    drop_dead_values,
-    format_plan,
-    known_plan_devices,
-    plan_device_facts,
-    scan,
-    startup_lines,
-)
-from sweeper.space import SpaceContext, parse_space
+from sweeper.constraints import SpaceContext
+from sweeper.devices import DeviceFacts, device_facts, known_plan_devices, plan_device_facts
+from sweeper.plan import SWEEP_OVERHEAD_S, build_plan, format_plan, startup_lines
+from sweeper.scan import drop_dead_values, scan
+from sweeper.space import parse_space
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -278,7 +270,8 @@ def test_an_unknown_plan_device_is_a_clear_error(tmp_path: Path) -> None:
 def test_planning_never_imports_torch() -> None:
     code = (
         "import sys\n"
-        "from sweeper.plan import plan_device_facts, known_plan_devices\n"
+        "from sweeper.plan import format_plan\n"
+        "from sweeper.devices import plan_device_facts, known_plan_devices\n"
         "import sweeper.limits, sweeper.memory\n"
         "plan_device_facts('NVIDIA H200', cpu_count=2); known_plan_devices()\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"

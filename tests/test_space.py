@@ -9,16 +9,10 @@ import sys
 
 import optuna
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from sweeper.space import (
-    SAMPLE_POINTS,
-    SpaceContext,
-    check_point,
-    format_override,
-    parse_space,
-)
+from sweeper.constraints import SpaceContext, check_point
+from sweeper.space import SAMPLE_POINTS, parse_space
 
 
 def make_ctx(**kw) -> SpaceContext:
@@ -190,7 +184,7 @@ def test_plain_micro_batch_choice_flags_invalid_split():
     ],
 )
 def test_workers_are_clamped_to_cpu_count(spec, cpus, values, caplog):
-    with caplog.at_level(logging.INFO, logger="sweeper.space"):
+    with caplog.at_level(logging.INFO, logger="sweeper.params"):
         space = parse_space({"data.num_workers": spec}, make_ctx(cpu_count=cpus))
     assert space.grid() == {"data.num_workers": values}
     clamped = len(values) < len(parse_space(
@@ -347,34 +341,6 @@ def test_empty_params_is_one_point():
     assert space.feasible_count() == 1 and space.to_overrides({}) == []
 
 
-# ---- overrides formatting ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [
-        (4, "k.x=4"), (-1, "k.x=-1"), (0.001, "k.x=0.001"), (1e-05, "k.x=1e-05"),
-        (True, "k.x=true"), (False, "k.x=false"), (None, "k.x=null"),
-        ("default", "k.x=default"), ("none", "k.x=none"),
-        ("max-autotune-no-cudagraphs", "k.x=max-autotune-no-cudagraphs"),
-        ("/data/tiny", "k.x=/data/tiny"),
-        ("true", "k.x='true'"), ("3", "k.x='3'"), ("null", "k.x='null'"), ("1e-4", "k.x='1e-4'"),
-        ("a,b", "k.x='a,b'"), ("choice(a)", "k.x='choice(a)'"), (" pad", "k.x=' pad'"),
-        ("it's", "k.x='it\\'s'"), ("a=b", "k.x='a=b'"),
-    ],
-)
-def test_format_override(value, text):
-    assert format_override("k.x", value) == text
-    parsed = OverridesParser.create().parse_overrides([text])[0]
-    assert not parsed.is_sweep_override()
-    assert parsed.value() == value and type(parsed.value()) is type(value)
-
-
-def test_format_override_refuses_containers():
-    with pytest.raises(ValueError, match=r"k.x: overrides take scalars, got list"):
-        format_override("k.x", [1, 2])
-
-
 # ---- errors --------------------------------------------------------------------------------------
 
 ERRORS = [
@@ -473,7 +439,7 @@ def test_sweeper_space_does_not_import_torch():
 )
 def test_choices_the_device_cannot_run_are_dropped_before_sampling(spec, ctx_kw, kept, caplog):
     key = "runtime.attention" if "flash" in spec else "runtime.dtype"
-    with caplog.at_level(logging.WARNING, logger="sweeper.space"):
+    with caplog.at_level(logging.WARNING, logger="sweeper.params"):
         (param,) = parse_space({key: spec}, make_ctx(base=BASE, **ctx_kw)).params
     assert param.choices == kept
     assert ("dropped" in caplog.text) == (len(kept) < spec.count(",") + 1)
@@ -586,7 +552,7 @@ def test_a_sweep_context_learns_from_its_out_of_memory_trials():
 def test_checkpoint_targets_this_machine_lacks_are_dropped(tmp_path, caplog):
     here, missing = tmp_path / "ckpt", tmp_path / "no" / "such"
     spec = [str(here), str(missing), "checkpoints"]
-    with caplog.at_level(logging.WARNING, logger="sweeper.space"):
+    with caplog.at_level(logging.WARNING, logger="sweeper.params"):
         (param,) = parse_space({"checkpoint.dir": spec}, make_ctx()).params
     assert param.choices == (str(here), "checkpoints")
     assert f"dropped ['{missing}']" in caplog.text

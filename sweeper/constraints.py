@@ -1,0 +1,155 @@
+"""Which points of a space are safe to run: the rules a trial's config must obey, checked before
+it launches.
+
+`check_point` refuses a point (merged over the sweep's base config) with a reason naming the
+knob: a batch split that changes the tokens per step, a device this machine lacks, a precision
+or kernel the device cannot run, CUDA graphs with gradient accumulation, more data workers than
+CPUs, a checkpoint interval the measured window may never reach, and the memory rules
+(sweeper/memory.py). The rules the trainer also enforces are the trainer's own torch-free
+functions (train.config), never copies of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from train.config import (
+    attention_dtype_conflict,
+    cudagraph_conflict,
+    dtype_unsupported,
+    grad_accum_for,
+)
+
+if TYPE_CHECKING:
+    from sweeper.memory import OutOfMemory
+
+# PyTorch's CPU SDPA has only the flash and math kernels (train.model.attention probes this).
+CUDA_ONLY_ATTENTION = ("efficient", "cudnn")
+MICRO_BATCH, GRAD_ACCUM, WORKERS = "batch.micro_batch", "batch.grad_accum", "data.num_workers"
+CHECKPOINT_EVERY, CHECKPOINT_DIR = "checkpoint.every_steps", "checkpoint.dir"
+DEVICE_BOUND = ("runtime.dtype", "runtime.attention")  # keys whose values the device may lack
+
+
+def cpus_here() -> int:
+    """CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(kw_only=True)
+class SpaceContext:
+    """What the constraints depend on: the pinned batch, the machine and the composed config."""
+
+    tokens_per_step: int  # tokens per optimizer step, all processes together (pinned)
+    block_size: int  # sequence length of the model being swept
+    world_size: int = 1  # processes taking part in one optimizer step
+    # CPUs this process may use (bounds data workers)
+    cpu_count: int = field(default_factory=cpus_here)
+    device_type: str = "cpu"  # the resolved device: cpu | cuda
+    bf16_supported: bool = False  # whether the CUDA device has bf16
+    base: dict[str, Any] = field(default_factory=dict)  # flat dotted key -> trainer config value
+    device_name: str = ""  # as torch names it (or a plan device); for messages and peaks
+    # total device memory; None = no memory-model refusals (a CPU, unless a plan device is named)
+    device_memory_gib: float | None = None
+    # trials of this sweep that ran out of memory (sweeper/memory.py), appended as they happen
+    ooms: list[OutOfMemory] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("tokens_per_step", "block_size", "world_size", "cpu_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"SpaceContext.{name} must be a positive integer, got {value!r}")
+        if self.device_type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"SpaceContext.device_type must be cpu or cuda, got {self.device_type!r}"
+            )
+
+
+def derive_grad_accum(micro_batch: Any, point: dict[str, Any], ctx: SpaceContext) -> int | None:
+    """grad_accum that keeps the tokens per step for this micro_batch, or None if none does."""
+    return grad_accum_for(
+        micro_batch,
+        tokens_per_step=point.get("batch.tokens_per_step", ctx.tokens_per_step),
+        block_size=point.get("model.block_size", ctx.block_size),
+        world=ctx.world_size,
+    )
+
+
+def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContext) -> str | None:
+    """Why `key=value` cannot run on this device whatever the other knobs are, or None."""
+    if key == "runtime.dtype":
+        return dtype_unsupported(value, device_type=device_type, bf16_supported=ctx.bf16_supported)
+    if key == "runtime.attention" and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
+        return f"runtime.attention={value} has no CPU kernel"
+    return None
+
+
+def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
+    """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine.
+
+    memory=False leaves out the memory rules (the memory model and this sweep's out-of-memory
+    trials), to count what they drop among the otherwise feasible points.
+    """
+    full = {**ctx.base, **point}
+    if MICRO_BATCH in point and GRAD_ACCUM not in point:
+        full[GRAD_ACCUM] = derive_grad_accum(point[MICRO_BATCH], point, ctx)
+    mb, accum = full.get(MICRO_BATCH), full.get(GRAD_ACCUM)
+    # The context is the authority for the pinned batch unless the point itself changes it.
+    tokens = point.get("batch.tokens_per_step", ctx.tokens_per_step)
+    block = point.get("model.block_size", ctx.block_size)
+    ints = isinstance(mb, int) and isinstance(accum, int)
+    if MICRO_BATCH in full and (not ints or mb * accum * block * ctx.world_size != tokens):
+        return (f"invalid split: batch.micro_batch={mb} x batch.grad_accum={accum} x "
+                f"model.block_size={block} x world={ctx.world_size} != "
+                f"batch.tokens_per_step={tokens}")
+    device = str(full.get("runtime.device", "auto"))
+    if device.startswith("cuda") and ctx.device_type != "cuda":
+        return f"runtime.device={device} but this machine has no CUDA device"
+    device_type = "cpu" if device == "cpu" else ctx.device_type
+    reason = cudagraph_conflict(full.get("runtime.compile"), accum, device_type=device_type)
+    if reason is not None:
+        return reason
+    for key in DEVICE_BOUND:
+        reason = unsupported_here(key, full.get(key), device_type=device_type, ctx=ctx)
+        if reason is not None:
+            return reason
+    reason = attention_dtype_conflict(
+        str(full.get("runtime.attention", "auto")),
+        str(full.get("runtime.dtype", "auto")),
+        device_type=device_type,
+        bf16_supported=ctx.bf16_supported,
+    )
+    if reason is not None:
+        return reason
+    workers = full.get(WORKERS)
+    if isinstance(workers, int) and workers > ctx.cpu_count:
+        return f"data.num_workers={workers} exceeds the {ctx.cpu_count} CPUs here"
+    every, min_steps = full.get(CHECKPOINT_EVERY), full.get("trial.min_steps")
+    if isinstance(every, int) and isinstance(min_steps, int) and every > min_steps:
+        # the window may stop at min_steps: a longer interval leaves the save unmeasured
+        return (f"checkpoint.every_steps={every} > trial.min_steps={min_steps}: the measured "
+                f"window may end before the first save; use an interval <= {min_steps} "
+                "(hydra.sweeper.planned_checkpoint_every prices saves at the production interval)")
+    if memory and device_type == ctx.device_type:
+        return _memory_refusal(full, ctx)
+    return None
+
+
+def _memory_refusal(full: dict[str, Any], ctx: SpaceContext) -> str | None:
+    """The memory rules (sweeper/memory.py): an earlier out-of-memory trial, the memory model."""
+    from sweeper.memory import memory_reason, oom_reason
+
+    if ctx.ooms:
+        reason = oom_reason(full, ctx.ooms, device_type=ctx.device_type)
+        if reason is not None:
+            return reason
+    if ctx.device_memory_gib is None:
+        return None
+    return memory_reason(
+        full,
+        device_type=ctx.device_type,
+        bf16_supported=ctx.bf16_supported,
+        device_gib=ctx.device_memory_gib,
+        device_name=ctx.device_name,
+    )

@@ -1,0 +1,63 @@
+"""The device a sweep plans for: probed where trials run, or a named plan device taken from the
+memory and peak tables (train/measure/memory_model.py, train/measure/flops.py), so a plan can be
+made for a GPU this machine lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from train.measure.flops import chip_for_device_name
+from train.measure.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceFacts:
+    """What planning needs of a device, probed where trials run or taken from a plan device."""
+
+    name: str  # as torch names it, or "cpu"
+    device_type: str  # cuda | cpu
+    memory_gib: float | None  # total device memory; None = no memory-model refusals
+    bf16_supported: bool
+    cpu_count: int  # CPUs for data workers
+    source: str  # "probed" | "plan device"
+
+
+def known_plan_devices() -> list[str]:
+    """Device names plan_device accepts: a memory size (train/measure/memory_model.py) and a peak
+    (train/measure/flops.py) are both known for them."""
+    return sorted(n for n in DEVICE_MEMORY_GIB if chip_for_device_name(n) is not None)
+
+
+def plan_device_facts(name: str, *, cpu_count: int) -> DeviceFacts:
+    """The facts of a named device, for planning without it; ValueError for an unknown name."""
+    memory = device_memory_gib(name)
+    if memory is None or chip_for_device_name(name) is None:
+        raise ValueError(
+            f"hydra.sweeper.plan_device={name!r} is not a known device; use one of "
+            f"{known_plan_devices()} (names as torch.cuda.get_device_name spells them)"
+        )
+    # every device with a known memory and peak (Ampere and newer) computes in bf16
+    return DeviceFacts(
+        name=name, device_type="cuda", memory_gib=memory, bf16_supported=True,
+        cpu_count=cpu_count, source="plan device",
+    )  # fmt: skip
+
+
+def device_facts(probed: dict | None, *, plan_device: str, cpu_count: int) -> DeviceFacts:
+    """The device a sweep plans for: the probed one (train/proc/probe.py), with a plan device's name
+    and memory in its place when one is named; a plan device alone when nothing was probed."""
+    if probed is None:
+        return plan_device_facts(plan_device, cpu_count=cpu_count)
+    facts = DeviceFacts(
+        name=probed.get("device_name") or "cpu",
+        device_type=probed["device_type"],
+        memory_gib=probed.get("device_memory_gib"),
+        bf16_supported=bool(probed.get("bf16_supported")),
+        cpu_count=int(probed.get("cpu_count") or cpu_count),
+        source="probed",
+    )
+    if not plan_device:
+        return facts
+    named = plan_device_facts(plan_device, cpu_count=facts.cpu_count)
+    return replace(facts, name=named.name, memory_gib=named.memory_gib, source="plan device")
