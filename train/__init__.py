@@ -1,0 +1,45 @@
+"""The trainer: GPT-2 training, and the bounded trial the sweeper measures a configuration with.
+
+Rooms: `model/` (the network), `data/` (token files and the loader), `run/` (one training process:
+the session, the step, the device, checkpoints), `measure/` (clocks, FLOPs, peaks, memory),
+`trial/` (one honest measurement, its result schema, the pruning link), `explain/` (the floor and
+the bottleneck diagnosis), `proc/` (the processes the sweeper starts); `config.py` is the schema
+and the rules a config obeys.
+
+The sweeper must never import torch (it would load a CUDA context into a process that only plans
+and launches), yet it should obey the trainer's rules rather than copies of them. TORCH_FREE names
+the modules that import no torch when imported, so the sweeper may import them;
+tests/test_torch_free.py imports each in a fresh interpreter and checks that torch stays
+unloaded, and checks that every `train.*` import in sweeper/ names one of them. Some import torch
+inside a function meant to run in a child process (`proc.probe`, `proc.zygote`,
+`measure.compile_stats`, the run path of `trial.pinned`); the sweeper imports none of those
+functions.
+"""
+
+TORCH_FREE: tuple[str, ...] = (
+    "train",
+    "train.config",
+    "train.data",
+    "train.data.fetch",
+    "train.explain",
+    "train.explain.cli",
+    "train.explain.diagnosis",
+    "train.explain.floor",
+    "train.measure",
+    "train.measure.ceiling_cache",
+    "train.measure.compile_stats",
+    "train.measure.flops",
+    "train.measure.memory_model",
+    "train.measure.meters",
+    "train.model",
+    "train.proc",
+    "train.proc.deathsig",
+    "train.proc.probe",
+    "train.proc.zygote",
+    "train.run",
+    "train.trial",
+    "train.trial.pinned",
+    "train.trial.progress",
+    "train.trial.pruning",
+    "train.trial.result",
+)
