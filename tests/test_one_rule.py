@@ -1,0 +1,119 @@
+"""No rule is defined twice: the sweeper refuses and predicts with the trainer's own torch-free
+functions (train.config, train.measure), never with copies of them."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import pytest
+
+import sweeper.constraints
+import sweeper.limits
+import sweeper.memory
+import sweeper.params
+import sweeper.scan
+import sweeper.space
+import train.config
+import train.measure.flops
+import train.measure.memory_model
+import train.measure.meters
+from sweeper.constraints import SpaceContext, check_point
+from train.config import BatchConfig, Config, RuntimeConfig, check_combinations
+
+REPO = Path(__file__).resolve().parents[1]
+# The trainer's rules, by the module that states them. The sweeper may import these; it may not
+# define a function or constant of the same name.
+RULES = {
+    train.config: (
+        "attention_dtype_conflict", "cudagraph_conflict", "dtype_unsupported", "grad_accum_for",
+        "num_checkpointed_blocks", "parse_activation_checkpointing", "resolve_dtype_name",
+        "sequences_per_device", "valid_splits", "CUDAGRAPH_MODES", "HALF_ONLY_CUDA_ATTENTION",
+        "COMPILE_MODES", "ATTENTION_BACKENDS",
+    ),
+    train.measure.flops: ("floor_step_time_s", "flops_per_token", "gpt2_num_params", "mfu"),
+    train.measure.meters: ("projects", "short_step"),
+}
+
+
+@pytest.mark.parametrize(
+    ("user", "name", "owner"),
+    [
+        (sweeper.constraints, "cudagraph_conflict", train.config),
+        (sweeper.constraints, "dtype_unsupported", train.config),
+        (sweeper.constraints, "attention_dtype_conflict", train.config),
+        (sweeper.constraints, "grad_accum_for", train.config),
+        (sweeper.params, "valid_splits", train.config),
+        (sweeper.space, "resolve_dtype_name", train.config),
+        (sweeper.scan, "resolve_dtype_name", train.config),
+        (sweeper.memory, "resolve_dtype_name", train.config),
+        (sweeper.limits, "resolve_dtype_name", train.config),
+        (sweeper.limits, "num_checkpointed_blocks", train.config),
+        (sweeper.limits, "floor_step_time_s", train.measure.flops),
+        (sweeper.limits, "projects", train.measure.meters),
+        (sweeper.limits, "short_step", train.measure.meters),
+        (train.measure.memory_model, "num_checkpointed_blocks", train.config),
+        (train.measure.memory_model, "resolve_dtype_name", train.config),
+    ],
+)  # fmt: skip
+def test_the_sweeper_uses_the_trainers_function(user, name, owner) -> None:
+    assert getattr(user, name) is getattr(owner, name)
+
+
+def _defined_names(path: Path) -> set[str]:
+    """Functions, classes and module-level constants a file defines."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = {
+        n.name for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }  # fmt: skip
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "sweeper").rglob("*.py")), ids=str)
+def test_the_sweeper_defines_no_rule_of_the_trainer(path: Path) -> None:
+    rules = {name for names in RULES.values() for name in names}
+    assert not _defined_names(path) & rules
+
+
+def _trainer_refusal(compile_mode: str, dtype: str, accum: int, device_type: str) -> str | None:
+    cfg = Config(
+        batch=BatchConfig(tokens_per_step=4096, micro_batch=64 // accum, grad_accum=accum),
+        runtime=RuntimeConfig(compile=compile_mode, dtype=dtype),
+    )
+    try:
+        check_combinations(cfg, device_type=device_type)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("compile_mode", "dtype", "accum", "device_type"),
+    list(itertools.product(
+        train.config.COMPILE_MODES, ("auto", "fp32", "fp16"), (1, 8), ("cpu", "cuda")
+    )),
+)  # fmt: skip
+def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, device_type):
+    """CUDA graphs with grad_accum > 1 and fp16 on a CPU: refused by both, with one reason."""
+    ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=64, device_type=device_type,
+                       bf16_supported=True)  # fmt: skip
+    point = {
+        "batch.micro_batch": 64 // accum, "batch.grad_accum": accum,
+        "runtime.compile": compile_mode, "runtime.dtype": dtype,
+    }  # fmt: skip
+    swept = check_point(point, ctx, memory=False)
+    trained = _trainer_refusal(compile_mode, dtype, accum, device_type)
+    assert (swept is None) == (trained is None)
+    if swept is not None:
+        assert trained.startswith(swept)
+
+
+def test_trial_limits_fall_back_to_the_trainers_trial_defaults() -> None:
+    assert train.config.TrialConfig() == sweeper.limits.TRIAL_DEFAULTS
