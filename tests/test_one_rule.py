@@ -16,6 +16,9 @@ import sweeper.params
 import sweeper.scan
 import sweeper.space
 import train.config
+import train.explain.cli
+import train.explain.floor
+import train.measure.ceiling_cache
 import train.measure.flops
 import train.measure.memory_model
 import train.measure.meters
@@ -55,6 +58,8 @@ RULES = {
         (sweeper.limits, "short_step", train.measure.meters),
         (train.measure.memory_model, "num_checkpointed_blocks", train.config),
         (train.measure.memory_model, "resolve_dtype_name", train.config),
+        (train.explain.floor, "floor_step_time_s", train.measure.flops),
+        (train.explain.cli, "newest_ceiling", train.measure.ceiling_cache),
     ],
 )  # fmt: skip
 def test_the_sweeper_uses_the_trainers_function(user, name, owner) -> None:
@@ -117,3 +122,10 @@ def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, 
 
 def test_trial_limits_fall_back_to_the_trainers_trial_defaults() -> None:
     assert train.config.TrialConfig() == sweeper.limits.TRIAL_DEFAULTS
+
+
+def test_the_ceiling_cache_has_one_path_rule() -> None:
+    """The trainer writes the matmul-ceiling cache where the explain CLI reads it."""
+    from train.measure import ceiling  # imports torch: the writer
+
+    assert ceiling.default_cache_path is train.measure.ceiling_cache.default_cache_path

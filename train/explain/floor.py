@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from train.measure.flops import (
     NANOGPT_PROMISED_FLOPS,
+    floor_step_time_s,
     flops_per_token,
     gpt2_num_params,
     nanogpt_reported_mfu,
@@ -123,8 +124,15 @@ def floor_report(inp: FloorInputs) -> FloorReport:
     )
     tokens_dev = inp.micro_batch * inp.grad_accum * inp.block_size
     flops_dev = fpt * tokens_dev
-    floor_s = flops_dev / inp.peak_flops if inp.peak_flops else None
-    ceiling_floor_s = flops_dev / inp.ceiling_flops if inp.ceiling_flops else None
+    floor_s = ceiling_floor_s = None
+    if inp.peak_flops:
+        floor_s = floor_step_time_s(
+            tokens_per_step=tokens_dev, flops_per_token=fpt, peak_flops=inp.peak_flops
+        )
+    if inp.ceiling_flops:  # the same floor at the rate a matmul was measured to reach
+        ceiling_floor_s = floor_step_time_s(
+            tokens_per_step=tokens_dev, flops_per_token=fpt, peak_flops=inp.ceiling_flops
+        )
 
     tokens_per_s = achieved = mfu_spec = mfu_ceiling = nano = nano_ratio = None
     if inp.step_time_s is not None:

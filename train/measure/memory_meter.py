@@ -184,8 +184,8 @@ def measure_memory(s: Session) -> dict[str, float | str | None]:
 
     Call it right after the measured window. CUDA: the allocator's peak since the reset after
     warm-up (the window's steps). CPU, eager: one extra optimizer step under the counter (of two
-    micro-batches at most).
-    Otherwise (CPU with torch.compile, other devices) measured_gib and measured_by are None.
+    micro-batches at most). Otherwise (CPU with torch.compile, other devices) measured_gib and
+    measured_by are None.
     """
     entry: dict[str, float | str | None] = {
         "predicted_gib": predicted_gib(s),
