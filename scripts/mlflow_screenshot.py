@@ -228,7 +228,7 @@ def tracking_server(uri: str | None, tracking_dir: Path | None) -> Iterator[str]
         return
     assert tracking_dir is not None  # argparse requires one of the two
     # --workers 1, its own process group, waits for /health, kills the group on exit.
-    from sweeper.mlflow_server import running_mlflow_server
+    from tests.servers import running_mlflow_server
 
     log.info("starting mlflow server over %s", tracking_dir / "mlflow.db")
     with running_mlflow_server(tracking_dir) as started:

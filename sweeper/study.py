@@ -1,20 +1,15 @@
 """The Optuna study: storage, sampler, pruner, and resuming a sweep that was killed.
 
 The study is the source of truth. A sweep killed mid-trial leaves that trial RUNNING; on restart it
-is
-marked FAIL ("interrupted") and its parameters are queued again, so no finished trial is lost and
-none
-is repeated. A trial is known to be orphaned when the sweep process that owned it (recorded as host
-and
-pid) is gone, or, for workers on other hosts, when its heartbeat went stale.
+is marked FAIL ("interrupted") and its parameters are queued again, so no finished trial is lost and
+none is repeated. A trial is known to be orphaned when the sweep process that owned it (recorded as
+host and pid) is gone, or, for workers on other hosts, when its heartbeat went stale.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import threading
 import time
 import warnings
@@ -26,6 +21,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.masking import mask_secrets
+from sweeper.owner import owner_alive, owner_tag
 from train.trial.pruning import PRUNER_ATTR
 
 log = logging.getLogger(__name__)
@@ -130,7 +127,7 @@ def open_study(spec: StudySpec, *, grid: dict | None = None) -> optuna.Study:
     )
     if study.direction.name.lower() != spec.direction:
         raise ValueError(
-            f"study {spec.study_name!r} in {mask_url(spec.storage)} optimizes "
+            f"study {spec.study_name!r} in {mask_secrets(spec.storage)} optimizes "
             f"{study.direction.name.lower()}, but the objective asks to {spec.direction}; "
             f"use another hydra.sweeper.study_name"
         )
@@ -138,41 +135,56 @@ def open_study(spec: StudySpec, *, grid: dict | None = None) -> optuna.Study:
     return study
 
 
-def owner_tag() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+# -- Optuna's private storage API, in one place ---------------------------------------------------
+# Checked against optuna 5.0.0. Optuna keeps heartbeats to optimize() and does not surface a trial's
+# storage id; an ask/tell sweep whose trials run in other processes needs both: the trial process
+# reports intermediate values to the storage by id, the sweep records heartbeats for the trials it
+# runs, reads which heartbeats went stale, and sets the failure attributes of a trial that another
+# (dead) process asked for, for which no public `Trial` object exists here.
 
 
-def _owner_alive(owner: str | None) -> bool | None:
-    """True/False for an owner on this host; None when it ran elsewhere (then heartbeats decide)."""
-    if not owner or ":" not in owner:
-        return None
-    host, pid = owner.rsplit(":", 1)
-    if host != socket.gethostname():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return int(pid) != os.getpid() or None
+def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
+    """The trial's id in the storage (unique across studies, unlike its number)."""
+    return trial._trial_id
+
+
+def stale_trial_ids(study: optuna.Study) -> set[int]:
+    """Storage ids of RUNNING trials whose heartbeat went stale (RDBStorage's heartbeat API)."""
+    return set(study._storage._get_stale_trial_ids(study._study_id))
+
+
+def set_trial_user_attr(study: optuna.Study, trial: FrozenTrial, key: str, value: object) -> None:
+    """Set a user attribute on a trial this process holds no `Trial` object for."""
+    study._storage.set_trial_user_attr(trial._trial_id, key, value)
+
+
+def _record_heartbeat(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> None:
+    study._storage.record_heartbeat(trial._trial_id)
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+def running_trials(study: optuna.Study) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+    """The RUNNING trials as (live, orphaned). An orphan's owner process on this host is gone, or,
+    when this host cannot tell (another host, or a pid that may be reused), its heartbeat is
+    stale."""
+    stale_ids = stale_trial_ids(study)
+    live, orphaned = [], []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        alive = owner_alive(t.user_attrs.get(OWNER_ATTR))
+        holds = alive is True or (alive is None and trial_id(t) not in stale_ids)
+        (live if holds else orphaned).append(t)
+    return live, orphaned
 
 
 def recover_interrupted(study: optuna.Study) -> list[int]:
-    """Fail orphaned RUNNING trials and queue their parameters again. Returns the requeued
-    numbers."""
-    # Optuna exposes heartbeats publicly only through optimize(); an ask/tell sweep reads them
-    # through
-    # the storage (RDBStorage's heartbeat API) and trial ids, which the public API does not surface.
-    stale_ids = set(study._storage._get_stale_trial_ids(study._study_id))
+    """Fail orphaned RUNNING trials, queue their parameters again, and return their numbers."""
     requeued = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        alive = _owner_alive(t.user_attrs.get(OWNER_ATTR))
-        if alive is True or (alive is None and t._trial_id not in stale_ids):
-            continue
-        study._storage.set_trial_user_attr(t._trial_id, "failure_kind", "interrupted")
-        study._storage.set_trial_user_attr(
-            t._trial_id, "failure_reason", "the sweep process stopped while this trial ran"
+    for t in running_trials(study)[1]:
+        set_trial_user_attr(study, t, "failure_kind", "interrupted")
+        set_trial_user_attr(
+            study, t, "failure_reason", "the sweep process stopped while this trial ran"
         )
         study.tell(t.number, state=TrialState.FAIL)
         study.enqueue_trial(t.params, user_attrs={REQUEUED_ATTR: t.number})
@@ -185,14 +197,13 @@ def recover_interrupted(study: optuna.Study) -> list[int]:
 def heartbeats(study: optuna.Study, trials: list, *, interval_s: float) -> Iterator[None]:
     """Record a heartbeat for each running trial while its job runs, so workers on other hosts can
     tell a live trial from one whose sweep died (RDBStorage's heartbeat, as optimize() keeps it)."""
-    storage = study._storage
     stop = threading.Event()
 
     def beat() -> None:
         while True:
             for t in trials:
                 with contextlib.suppress(Exception):  # a missed beat only delays recovery
-                    storage.record_heartbeat(t._trial_id)
+                    _record_heartbeat(study, t)
             if stop.wait(interval_s):
                 return
 
@@ -233,13 +244,3 @@ def find_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial 
     re-propose points in small discrete spaces, and a re-run would spend a trial's time to learn
     what the study already knows (verification re-measures the contenders anyway)."""
     return next((t for t in own_outcomes(study) if t.number != number and t.params == params), None)
-
-
-def mask_url(url: str) -> str:
-    """A storage/tracking URL with any password replaced, for logs and reports."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"

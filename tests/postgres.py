@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.mlflow_server import free_port
+from tests.servers import free_port
 
 PG_USER = "postgres"  # the OS user that owns the cluster when tests run as root; also the DB role
 # Debian/Ubuntu put the server binaries here (`apt-get install postgresql`); $PG_BIN overrides.

@@ -16,7 +16,6 @@ from sweeper.export import (
     TRAINER_SECTIONS,
     best_config_document,
     best_header,
-    mask_password,
     train_command,
     write_best_yaml,
 )
@@ -140,19 +139,6 @@ def test_bad_trainer_config(mutate, match: str) -> None:
     mutate(cfg)
     with pytest.raises(ValueError, match=match):
         _doc(trainer_config=cfg)
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("sqlite:////tmp/s.db", "sqlite:////tmp/s.db"),
-        ("postgresql://bob:hunter2@db.lan:5432/optuna", "postgresql://bob:***@db.lan:5432/optuna"),
-        ("postgresql://bob@db.lan/optuna", "postgresql://bob@db.lan/optuna"),
-        ("", ""),
-    ],
-)
-def test_mask_password(url: str, expected: str) -> None:
-    assert mask_password(url) == expected
 
 
 def test_storage_password_masked_and_when_filled() -> None:

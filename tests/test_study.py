@@ -74,7 +74,7 @@ def test_count_finished(study, trials, expected):
 def test_tried_in_study_finds_the_evidence_for_a_suggestion(suggestion, expected):
     from optuna.distributions import CategoricalDistribution as Cat
 
-    from sweeper.core import tried_in_study
+    from sweeper.narrative import tried_in_study
 
     dists = {"runtime.dtype": Cat(["fp32", "bf16"]), "batch.micro_batch": Cat([8, 16]),
              "runtime.compile": Cat(["none", "default"])}
@@ -89,3 +89,28 @@ def test_tried_in_study_finds_the_evidence_for_a_suggestion(suggestion, expected
         study.tell(trial, tps if state == TrialState.COMPLETE else None, state=state)
     got = tried_in_study(study, suggestion)
     assert got == expected
+
+
+def test_recover_interrupted_fails_and_requeues_only_orphans(tmp_path):
+    """A RUNNING trial whose owner on this host exited is an orphan; a live owner's, or one on
+    another host whose heartbeat is fresh, is kept."""
+    import os
+    import socket
+
+    from sweeper.study import OWNER_ATTR, REQUEUED_ATTR, StudySpec, open_study, recover_interrupted
+    from tests.servers import dead_pid
+
+    host = socket.gethostname()
+    spec = StudySpec(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="r", direction="maximize")
+    study = open_study(spec)
+    owners = [f"{host}:{dead_pid()}", f"{host}:{os.getppid()}", "another-host:123"]
+    for mb, owner in zip((4, 8, 16), owners, strict=True):
+        study.enqueue_trial({"mb": mb})
+        study.ask(DISTS).set_user_attr(OWNER_ATTR, owner)
+    assert recover_interrupted(study) == [0]
+    failed = study.trials[0]
+    assert failed.state == TrialState.FAIL and failed.user_attrs["failure_kind"] == "interrupted"
+    assert [t.state for t in study.trials[1:3]] == [TrialState.RUNNING] * 2
+    queued = study.trials[3]
+    assert queued.state == TrialState.WAITING and queued.user_attrs[REQUEUED_ATTR] == 0
+    assert queued.system_attrs["fixed_params"] == {"mb": 4}

@@ -1,5 +1,5 @@
 """SweepTracker against a real `mlflow server` (read back through REST), a dead and a silent server,
-and the SQLite default; plus the pure helpers (secret masking, metric names, run names)."""
+and the SQLite default; plus the pure helpers (metric names, run names)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.mlflow_server import free_port, running_mlflow_server
 from sweeper.tracking import (
     HTTP_RETRIES_ENV,
     HTTP_TIMEOUT_ENV,
@@ -22,44 +21,14 @@ from sweeper.tracking import (
     SweepTracker,
     default_tracking_uri,
     final_metrics,
-    mask_secrets,
-    owner_is_gone,
     trial_run_name,
 )
+from tests.servers import dead_pid, free_port, running_mlflow_server
 
 TRACKER_LOGGER = "sweeper.tracking"
 
 
 # -- pure helpers ---------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
-        ("https://alice:s3cret@mlflow.example.com", "https://alice:***@mlflow.example.com"),
-        (
-            "postgresql://optuna:pw%40x@db:5432/optuna?sslmode=require",
-            "postgresql://optuna:***@db:5432/optuna?sslmode=require",
-        ),
-        ("sqlite:////tmp/sweeps/optuna.db", "sqlite:////tmp/sweeps/optuna.db"),
-        ("https://host/api?token=abc123&x=1", "https://host/api?token=***&x=1"),
-        (
-            "https://host/?access_token=abc&password=hunter2",
-            "https://host/?access_token=***&password=***",
-        ),
-        (
-            "s3://b/k?X-Amz-Credential=AKIA/x&X-Amz-Signature=deadbeef",
-            "s3://b/k?X-Amz-Credential=***&X-Amz-Signature=***",
-        ),
-        ("api_key=sk-live-123 and more", "api_key=*** and more"),
-        ("Authorization: Bearer eyJhbGciOi.x.y", "Authorization: Bearer ***"),
-        ("error at http://u:p@h:5000/api (x)", "error at http://u:***@h:5000/api (x)"),
-        ("keyboard=qwerty tokens_per_s=1000", "keyboard=qwerty tokens_per_s=1000"),
-    ],
-)
-def test_mask_secrets(text: str, expected: str) -> None:
-    assert mask_secrets(text) == expected
-
-
 @pytest.mark.parametrize(
     ("number", "kind", "repeat", "name"),
     [
@@ -395,23 +364,6 @@ def test_sqlite_default_in_cwd(tmp_path: Path, monkeypatch, caplog) -> None:
     assert (art / tracker.parent_run_id / "artifacts" / "best.yaml").is_file()
     history = client.get_metric_history(ids["trial-000"], "interval/step_s")
     assert [m.step for m in sorted(history, key=lambda m: m.step)] == [10, 20, 30]
-
-
-def dead_pid() -> int:
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def test_owner_is_gone() -> None:
-    host = socket.gethostname()
-    assert owner_is_gone(f"{host}:{dead_pid()}")
-    assert not owner_is_gone(f"{host}:{os.getpid()}")  # alive
-    assert not owner_is_gone(f"another-host:{dead_pid()}")  # cannot tell: alive
-    assert not owner_is_gone("")
 
 
 def test_a_resumed_sweep_continues_the_interrupted_parent_run(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
-"""A real `mlflow server` subprocess (SQLite backend, artifacts proxied by the server): the tests
-that check the UI and REST path, and `scripts/mlflow_screenshot.py`, start one with this.
+"""Processes the tests start: a real `mlflow server` (SQLite backend, artifacts proxied by the
+server) for the tests that check the UI and REST path and for `scripts/mlflow_screenshot.py`, a free
+port, and the pid of a process that has exited.
 
-Use it from a test module as a module-scoped fixture, so one server start (~15 s on 2 cores) serves
+Use the server from a test module as a module-scoped fixture, so one start (~15 s on 2 cores) serves
 the module:
 
     @pytest.fixture(scope="module")
@@ -33,6 +34,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def dead_pid() -> int:
+    """The pid of a child that has exited and been reaped: no process has it (until the OS reuses
+    it, which takes a full cycle of pids)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
 
 
 def server_argv(root: Path, port: int) -> list[str]:
