@@ -19,7 +19,7 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def run_script(name: str, args: list[str], *, tmp_path: Path, timeout: float = 900):
-    # a private matmul-ceiling cache: measured fresh, never read from (or left in) the user's
+    # A private matmul-ceiling cache: measured fresh, never read from (or left in) the user's own.
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     return subprocess.run(
         [sys.executable, f"scripts/{name}.py", *args],
@@ -124,23 +124,19 @@ def test_gpu_check_skips_without_cuda(tmp_path: Path) -> None:
     assert "skipping" in proc.stdout
 
 
+def gpu_check_on_cpu(*args: str, data_dir: Path, tmp_path: Path):
+    """scripts/gpu_check.py on the CPU: the tiny preset, no compile, one micro-batch a step."""
+    argv = ["--device=cpu", "--models=tiny", "--compile=none", "--grad-accum=1", *args]
+    return run_script(
+        "gpu_check", [*argv, f"--data-dir={data_dir}"], tmp_path=tmp_path, timeout=300
+    )
+
+
 def test_gpu_check_pipeline_on_cpu(synthetic_dir: Path, tmp_path: Path) -> None:
     """The GPU path's subprocess -> JSON -> table code, run on the CPU with the tiny preset."""
-    proc = run_script(
-        "gpu_check",
-        [
-            "--device=cpu",
-            "--dtype=fp32",
-            "--models=tiny",
-            "--compile=none",
-            "--grad-accum=1",
-            "--warmup-steps=1",
-            "--steps=3",
-            f"--data-dir={synthetic_dir}",
-            f"--out-dir={tmp_path / 'out'}",
-        ],
-        tmp_path=tmp_path,
-        timeout=300,
+    proc = gpu_check_on_cpu(
+        "--dtype=fp32", "--warmup-steps=1", "--steps=3", f"--out-dir={tmp_path / 'out'}",
+        data_dir=synthetic_dir, tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (row,) = table_rows(proc.stdout, "tiny")
@@ -153,19 +149,7 @@ def test_gpu_check_pipeline_on_cpu(synthetic_dir: Path, tmp_path: Path) -> None:
 
 
 def test_gpu_check_prints_a_failed_trial_as_a_row(synthetic_dir: Path, tmp_path: Path) -> None:
-    proc = run_script(
-        "gpu_check",
-        [
-            "--device=cpu",
-            "--dtype=fp16",
-            "--models=tiny",
-            "--compile=none",
-            "--grad-accum=1",
-            f"--data-dir={synthetic_dir}",
-        ],
-        tmp_path=tmp_path,
-        timeout=300,
-    )
+    proc = gpu_check_on_cpu("--dtype=fp16", data_dir=synthetic_dir, tmp_path=tmp_path)
     assert proc.returncode == 1
     (row,) = table_rows(proc.stdout, "tiny")
     assert row[2] == "FAILED (invalid_config)"

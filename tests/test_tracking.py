@@ -139,41 +139,20 @@ def log_fake_sweep(tracker: SweepTracker, root: Path) -> dict[str, str | None]:
     oom = fake_result(
         tokens_per_s=None, status="failed", failure={"kind": "oom", "message": "CUDA out of memory"}
     )
+    def log(job: str, number: int, state: str, workers: int, mb: int, result: dict, *,
+            reason: str | None = None, trace: bool = False, **kw) -> str | None:
+        """One trial logged from the fake job dir `root/job`, with these two params."""
+        return tracker.log_trial(
+            number=number, state=state, reason=reason,
+            params={"data.num_workers": workers, "batch.micro_batch": mb},
+            result=result, job_dir=fake_job_dir(root, job, result, trace=trace), **kw,
+        )
+
     ids = {
-        "trial-000": tracker.log_trial(
-            number=0,
-            state="complete",
-            reason=None,
-            params={"data.num_workers": 2, "batch.micro_batch": 4},
-            result=ok,
-            job_dir=fake_job_dir(root, "0", ok, trace=True),
-        ),
-        "trial-001": tracker.log_trial(
-            number=1,
-            state="pruned",
-            reason=None,
-            params={"data.num_workers": 0, "batch.micro_batch": 8},
-            result=pruned,
-            job_dir=fake_job_dir(root, "1", pruned),
-        ),
-        "trial-002": tracker.log_trial(
-            number=2,
-            state="oom",
-            reason="CUDA out of memory",
-            params={"data.num_workers": 4, "batch.micro_batch": 16},
-            result=oom,
-            job_dir=fake_job_dir(root, "2", oom),
-        ),
-        "verify-000-r1": tracker.log_trial(
-            number=0,
-            state="complete",
-            reason=None,
-            kind="verify",
-            repeat=1,
-            params={"data.num_workers": 2, "batch.micro_batch": 4},
-            result=ok,
-            job_dir=fake_job_dir(root, "3", ok),
-        ),
+        "trial-000": log("0", 0, "complete", 2, 4, ok, trace=True),
+        "trial-001": log("1", 1, "pruned", 0, 8, pruned),
+        "trial-002": log("2", 2, "oom", 4, 16, oom, reason="CUDA out of memory"),
+        "verify-000-r1": log("3", 0, "complete", 2, 4, ok, kind="verify", repeat=1),
     }
     best = root / "best.yaml"
     best.write_text("data:\n  num_workers: 2\n")
