@@ -1,18 +1,15 @@
-"""How good and how cheap is the TPE + pruning sweep? Compare it with the exhaustive grid on one
-space.
+"""How good and how cheap is the TPE + pruning sweep? Compared with the full grid on one space.
 
     python scripts/bench_sweep.py [--workdir DIR] [--tpe-trials 8] [--search grid]
 
 Runs `sweep.py -m search=<space>` twice in one work dir: once as the full grid (every feasible
-point,
-no pruning), once with TPE + the median pruner and a smaller trial budget. Prints, from the two
-Optuna studies and the trials' result files:
+point, no pruning), once with TPE + the median pruner and a smaller trial budget. Prints, from the
+two Optuna studies and the trials' result files:
   (a) the gap between the sweep's winner and the grid's best, both as measured by the grid, so
       measurement noise does not blur whether the search found the best configuration; then
       both configs re-measured `--remeasure` times interleaved, since one grid sample per point
       is a single draw of the machine's noise;
-  (b) the sweep's total trial time as a fraction of the grid's (search phase, and with
-  verification);
+  (b) the sweep's trial time as a fraction of the grid's, in the search and with verification;
   (c) orchestration overhead (process start, imports, model build, logging: wall time not spent in
       warm-up or measured steps) as a fraction of the sweep's wall time.
 """
@@ -34,6 +31,8 @@ sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
+
+from train.trial.result import TrialResult, read_result  # noqa: E402
 
 log = logging.getLogger("bench_sweep")
 GOALS = {"gap": 0.03, "trial_time_frac": 0.30, "overhead_frac": 0.10}
@@ -68,12 +67,12 @@ def key(params: dict) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def trial_result(trial) -> dict | None:
-    path = Path(trial.user_attrs.get("job_dir", "/nonexistent")) / "result.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+def trial_result(trial) -> TrialResult | None:
+    job_dir = trial.user_attrs.get("job_dir")
+    return read_result(Path(job_dir) / "result.json" if job_dir else None)
 
 
-def measured_s(result: dict | None) -> float:
+def measured_s(result: TrialResult | None) -> float:
     """Seconds a trial spent on the work it exists for: warm-up plus measured steps."""
     if not result or not result.get("step_time_s"):
         return 0.0
@@ -113,11 +112,7 @@ def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> 
     # search jobs = trials that ran a process (a duplicate or an excluded point runs none)
     n_search_jobs = sum(1 for t in tpe.trials if "job_dir" in t.user_attrs)
     for job in verification_dirs(sweep_dir, n_search_jobs):
-        res = (
-            json.loads((job / "result.json").read_text())
-            if (job / "result.json").is_file()
-            else None
-        )
+        res = read_result(job / "result.json")
         verify_measured += measured_s(res)
         verify_wall += res.get("wall_s", 0.0) if res else 0.0
     measured = sum(measured_s(trial_result(t)) for t in tpe.trials) + verify_measured
@@ -162,8 +157,9 @@ def remeasure(workdir: Path, job_dirs: dict[str, Path], repeats: int) -> dict[st
                 f"trial.out={res}", "trial.study_storage=", "trial.progress_file=",
             ]  # fmt: skip
             subprocess.run(argv, cwd=REPO, capture_output=True, check=False)
-            if res.is_file() and json.loads(res.read_text())["status"] == "complete":
-                out[name].append(json.loads(res.read_text())["tokens_per_s"])
+            result = read_result(res)
+            if result is not None and result["status"] == "complete":
+                out[name].append(result["tokens_per_s"])
             else:
                 log.warning("re-measuring %s (run %d) failed; see %s", name, i, res.parent)
     return out

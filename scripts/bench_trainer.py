@@ -5,9 +5,8 @@
 
 Every figure printed is measured now, never a constant:
 - tokens/s, step-time p50 and spread (CV = std/mean), data-wait share and MFU against the measured
-  matmul ceiling of the `tiny` preset, for eager vs torch.compile, fp32 vs bf16, num_workers 0 vs 1.
-  Each is a real bounded trial (`train.trial.measurement.run_trial`), exactly what the sweep
-  measures.
+  matmul ceiling of the `tiny` preset, for eager vs torch.compile, fp32 vs bf16 and num_workers 0 vs
+  1, each from a real bounded trial (`train.trial.measurement.run_trial`): what the sweep measures.
 - the instrumentation's cost: trial tokens/s over the tokens/s of a plain loop written below (same
   model init, optimizer, DataLoader, warm-up and step count; no phase clocks, one final sync),
   interleaved A B / B A to cancel drift, median over repeats.
@@ -38,10 +37,11 @@ from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
 from train.config import Config  # noqa: E402
-from train.model.gpt import GPT  # noqa: E402
+from train.data.dataset import make_loader  # noqa: E402
 from train.run import device as dev  # noqa: E402
-from train.run.loop import check_data, make_loader, resolve_dtype  # noqa: E402
+from train.run.loop import build_model, check_data, resolve_dtype  # noqa: E402
 from train.trial.measurement import run_trial  # noqa: E402
+from train.trial.result import TrialResult  # noqa: E402
 
 log = logging.getLogger("bench_trainer")
 
@@ -94,7 +94,7 @@ QUICK_VARIANTS = (HEADLINE, Variant(compile="none", dtype="fp32", num_workers=0)
 
 def run_variant(
     common: list[str], variant: Variant, out_dir: Path, tag: str, *, required: bool = True
-) -> dict:
+) -> TrialResult:
     """One bounded trial in this process; returns its result dict (schema: train/trial/result.py).
     A failed trial raises when `required`, else comes back as a failed result to print."""
     if variant.compile != "none":
@@ -136,21 +136,8 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
     dtype = resolve_dtype(rt.dtype, device)
     check_data(cfg)
     dev.set_threads(rt.threads)
-    torch.manual_seed(rt.seed)
-    model = GPT(
-        cfg.model, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention
-    ).to(device)
-    optimizer, _ = model.configure_optimizer(
-        lr=cfg.optim.lr,
-        weight_decay=cfg.optim.weight_decay,
-        betas=(cfg.optim.beta1, cfg.optim.beta2),
-        device_type=device.type,
-        fused=str(cfg.optim.fused).lower(),
-    )
-    compiled = model
-    if rt.compile != "none":
-        compiled = torch.compile(model, mode=None if rt.compile == "default" else rt.compile)
-    loader = make_loader(cfg, split="train", device=device)
+    model, compiled, optimizer, _ = build_model(cfg, device)
+    loader = make_loader(cfg, split="train", device_type=device.type)
     batches = iter(loader)
 
     def step(batches: Iterator[tuple[torch.Tensor, torch.Tensor]], accum: int) -> torch.Tensor:
@@ -190,7 +177,7 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
 @dataclass(kw_only=True)
 class Overhead:
     ratios: list[float]  # trial tokens/s / plain-loop tokens/s, one per A/B pair
-    trials: list[dict]  # the trial results (A runs)
+    trials: list[TrialResult]  # the trial results (A runs)
     plain: list[PlainRun]  # the plain-loop runs (B runs)
 
 

@@ -15,7 +15,6 @@ Exit code: 0 when every trial completed (or CUDA is absent), 1 when any failed.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import subprocess
@@ -25,9 +24,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from table import format_table  # a sibling in scripts/ (on sys.path when this runs)
-
 REPO = Path(__file__).resolve().parent.parent
+# allow `python scripts/gpu_check.py` from the repo root without installing the package
+sys.path.insert(0, str(REPO))
+
+from table import format_table  # noqa: E402  (a sibling in scripts/, on sys.path when this runs)
+
+from train.trial.result import read_result  # noqa: E402  (torch-free)
 
 log = logging.getLogger("gpu_check")
 
@@ -140,9 +143,8 @@ def run_check(check: Check, args: argparse.Namespace, work: Path) -> dict:
     except subprocess.TimeoutExpired:
         code = f"timeout after {args.timeout:.0f} s"
     wall = time.perf_counter() - started
-    if out.is_file():
-        result = json.loads(out.read_text())
-    else:  # killed before it could write (OS kill, timeout, segfault)
+    result = read_result(out)
+    if result is None:  # killed before it could write (OS kill, timeout, segfault)
         tail = log_path.read_text().strip().splitlines()[-3:] if log_path.is_file() else []
         result = {
             "status": "failed",

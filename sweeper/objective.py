@@ -1,6 +1,6 @@
 """What a trial is scored on: its tokens/s, or the wall time the production run would take.
 
-Pure arithmetic over a trial result dict (train/trial/result.py, schema 1); no torch, no I/O.
+Pure arithmetic over a trial result (train/trial/result.py `TrialResult`); no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -9,7 +9,10 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from train.trial.result import TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +21,9 @@ _DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
     "tokens_per_s": "maximize",
     "time_to_train": "minimize",
 }
-# Optional key in step_time_s: the median of the measured steps that carried no checkpoint save.
-# Used when the trial records it; otherwise it is estimated from p50 (see steady_step_time_s).
+# An optional key in step_time_s: the median of the measured steps that carried no checkpoint
+# save. The trial does not write it (it is not in train/trial/result.py StepTimes); a result that
+# carries it is scored on it, any other has it estimated from p50 (see steady_step_time_s).
 NO_CHECKPOINT_P50_KEY = "p50_no_checkpoint"
 
 
@@ -65,7 +69,7 @@ def direction(cfg: ObjectiveConfig) -> Literal["maximize", "minimize"]:
     return _DIRECTIONS[cfg.name]
 
 
-def objective_value(result: dict[str, Any], cfg: ObjectiveConfig) -> float:
+def objective_value(result: TrialResult, cfg: ObjectiveConfig) -> float:
     """Score one trial result.
 
     tokens_per_s:  result["tokens_per_s"] (higher is better).
@@ -110,7 +114,7 @@ def objective_value(result: dict[str, Any], cfg: ObjectiveConfig) -> float:
     return compile_s + cfg.planned_steps * steady_s + stall_s
 
 
-def save_stall_s(result: dict[str, Any], *, planned_every: int) -> float | None:
+def save_stall_s(result: TrialResult, *, planned_every: int) -> float | None:
     """Seconds one save blocks training when saves come every `planned_every` steps, from the
     stalls the trial measured (None when it measured none).
 
@@ -140,14 +144,15 @@ def save_stall_s(result: dict[str, Any], *, planned_every: int) -> float | None:
     return snapshot + max(0.0, write_s - planned_every * steady_s)
 
 
-def steady_step_time_s(result: dict[str, Any]) -> float:
+def steady_step_time_s(result: TrialResult) -> float:
     """Median seconds of a measured step that did not save a checkpoint.
 
-    Prefers step_time_s["p50_no_checkpoint"] when the trial recorded it. Otherwise p50 stands in:
-    with k = len(checkpoint_s) saves among n measured steps, the k stalled steps are the slowest, so
-    p50 (linear interpolation, train/meters.percentile) ignores them while k < n/2; from there on it
-    sits partly or wholly on a stalled step, and that share of the median stall is subtracted
-    (e.g. checkpoint.every_steps=1: every step stalled, the whole median stall comes off).
+    Prefers step_time_s["p50_no_checkpoint"] when the result carries it. Otherwise p50 stands
+    in: with k = len(checkpoint_s) saves among n measured steps, the k stalled steps are the
+    slowest, so p50 (linear interpolation, train/measure/meters.py percentile) ignores them while
+    k < n/2; from there on it sits partly or wholly on a stalled step, and that share of the
+    median stall is subtracted (e.g. checkpoint.every_steps=1: every step stalled, the whole
+    median stall comes off).
     """
     stats = result.get("step_time_s") or {}
     no_ckpt = stats.get(NO_CHECKPOINT_P50_KEY)
@@ -179,7 +184,7 @@ def _median_stalled_share(*, n_steps: int, n_stalled: int) -> float:
     return stalled(lo) + (stalled(hi) - stalled(lo)) * (pos - lo)
 
 
-def _trial_checkpoint_every(result: dict[str, Any]) -> int:
+def _trial_checkpoint_every(result: TrialResult) -> int:
     """checkpoint.every_steps of the trial's resolved config (0 when absent)."""
     checkpoint = (result.get("config") or {}).get("checkpoint") or {}
     return int(checkpoint.get("every_steps") or 0)

@@ -20,8 +20,8 @@ from train.data.dataset import (
     DataConfig,
     DevicePrefetcher,
     TokenBatches,
+    batch_loader,
     build_loader,
-    make_loader,
     open_tokens,
 )
 from train.data.synthetic import GENERATOR, ensure_dataset, generate, may_generate_into
@@ -242,7 +242,7 @@ class _PidBatches(TokenBatches):
 def test_two_workers_are_two_processes(data_dir):
     tf = open_tokens(data_dir / "train.bin", format="auto", block_size=T, vocab_size=VOCAB)
     ds = _PidBatches(tf, micro_batch=B, block_size=T, seed=0, inject_latency_s=0.05)
-    loader = make_loader(ds, cfg_for(data_dir, num_workers=2), num_batches=6)
+    loader = batch_loader(ds, cfg_for(data_dir, num_workers=2), num_batches=6)
     pids = {pid for _, _, pid in loader}
     assert len(pids) == 2
     assert os.getpid() not in pids

@@ -15,8 +15,11 @@ from train.measure.meters import (
     EventPhaseClock,
     PhaseClock,
     micro_batch_times,
+    percentile,
     project_step,
+    summarize,
     time_fractions,
+    window_rate,
 )
 
 
@@ -174,3 +177,69 @@ def test_clocks_keep_the_steps_spans_in_order() -> None:
     gpu.synced = True
     ec.take()
     assert micro_batch_times(ec.last_spans) == pytest.approx([0.032] * 3)
+
+
+# -- the statistics: exact numbers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([3.0], 50, 3.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),  # interpolated between the middle two
+        ([4.0, 1.0, 3.0, 2.0], 50, 2.5),  # order does not matter
+        ([1.0, 2.0, 3.0, 4.0, 5.0], 90, 4.6),  # pos = 4 x 0.9 = 3.6
+        ([1.0, 2.0, 3.0, 4.0, 5.0], 0, 1.0),
+        ([1.0, 2.0, 3.0, 4.0, 5.0], 100, 5.0),
+    ],
+)
+def test_percentile_interpolates_like_numpy(values, q, expected) -> None:
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+def test_summarize_a_window() -> None:
+    stats = summarize([0.1, 0.2, 0.3, 0.4])
+    assert stats == pytest.approx(
+        {"p50": 0.25, "p90": 0.37, "mean": 0.25, "std": 0.12909944487358058,
+         "cv": 0.5163977794943222, "min": 0.1, "max": 0.4, "n": 4}
+    )  # fmt: skip
+    assert summarize([2.0])["std"] == 0.0  # one step: no spread, not a division by zero
+    with pytest.raises(ValueError, match="no measured steps"):
+        summarize([])
+
+
+def test_fake_clocked_steps_give_exact_time_fractions() -> None:
+    """Two steps timed on a fake host clock: 0.1 s data wait, 0.6 s compute, 0.2 s optimizer and
+    0.1 s no phase claims (the sync, Python between phases) each; the second one also saves."""
+    clock = FakeClock()
+    pc = PhaseClock(clock=clock)
+    totals, walls = [], []
+    for save_s in (0.0, 0.5):
+        start = clock()
+        with pc.phase("data_wait"):
+            clock.t += 0.1
+        with pc.phase("compute"):
+            clock.t += 0.6
+        with pc.phase("optimizer"):
+            clock.t += 0.2
+        clock.t += 0.1 + save_s  # unclaimed time, and the save's stall
+        pc.add("checkpoint", save_s)
+        totals.append(pc.take())
+        walls.append(clock() - start)
+    assert walls == pytest.approx([1.0, 1.5])
+    assert time_fractions(totals, walls) == pytest.approx(
+        {"compute": 0.48, "data_wait": 0.08, "optimizer": 0.16, "checkpoint": 0.2, "other": 0.08}
+    )
+    assert window_rate(tokens=5_000, seconds=sum(walls)) == pytest.approx(2_000.0)
+    assert window_rate(tokens=5_000, seconds=0.0) == 0.0
+
+
+def test_time_fractions_rescale_an_overshoot_and_refuse_an_empty_window() -> None:
+    phases = [{"compute": 0.9, "data_wait": 0.2, "optimizer": 0.0, "checkpoint": 0.0}]
+    fracs = time_fractions(phases, [1.0])  # the phases claim 110% of the wall: clock granularity
+    assert fracs == pytest.approx(
+        {"compute": 0.9 / 1.1, "data_wait": 0.2 / 1.1, "optimizer": 0.0, "checkpoint": 0.0,
+         "other": 0.0}
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="must be positive"):
+        time_fractions(phases, [0.0])

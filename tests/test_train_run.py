@@ -61,7 +61,7 @@ def _resume_config(make_config, ckpt_dir: Path, *overrides: str):
 
 def _run_killed_before_step(cfg, step: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run to `train.max_steps` but die when optimizer step `step` (1-based) is about to start."""
-    real_step = main_mod.train_step
+    real_step = main_mod.run_step
     calls = 0
 
     def dying_step(session, **kwargs):
@@ -72,7 +72,7 @@ def _run_killed_before_step(cfg, step: int, monkeypatch: pytest.MonkeyPatch) -> 
         return real_step(session, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(main_mod, "train_step", dying_step)
+        m.setattr(main_mod, "run_step", dying_step)
         with pytest.raises(Killed):
             main_mod.run(cfg)
 

@@ -19,11 +19,12 @@ import pytest
 import torch
 
 import train.trial.measurement as trial_mod
+import train.trial.progress as progress_mod
 from tests.conftest import FAST, compose_config, fast_overrides, run_cli
 from train.measure.flops import flops_per_token
 from train.trial.measurement import run_trial
 
-# The result contract (train/trial/result.py docstring, schema version 1): every key, always.
+# The result contract (train/trial/result.py TrialResult, schema version 2): every key, always.
 SCHEMA_KEYS = {
     "schema_version", "status", "failure", "tokens_per_s", "tokens_per_step", "step_time_s",
     "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",
@@ -454,7 +455,7 @@ def test_project_above_zero_measures_real_full_steps(make_config, tmp_path: Path
 def test_heartbeats_come_during_warmup_and_stop_before_the_window(
     make_config, tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(trial_mod, "HEARTBEAT_S", 0.01)
+    monkeypatch.setattr(progress_mod, "HEARTBEAT_S", 0.01)
     progress = tmp_path / "progress.jsonl"
     cfg = make_config(
         f"trial.progress_file={progress}", "trial.warmup_steps=2", "trial.report_every=2",

@@ -1,5 +1,5 @@
-"""The production run: `python -m train <overrides>` or `python -m train --config-path DIR
---config-name best`.
+"""The production run: `python -m train <overrides>`, or `python -m train --config-path DIR
+--config-name best` for a sweep's pinned winner.
 
 Same session and step code as the trial, so a tuned configuration trains exactly as it was measured.
 Cosine LR with warm-up, periodic validation loss, checkpoints, and resume from the newest checkpoint
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import time
 from pathlib import Path
@@ -20,16 +19,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config
 from train.measure.flops import mfu
-from train.run.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state
+from train.run.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state
 from train.run.loop import (
     Session,
     build_session,
+    check_finite,
     cosine_lr,
     device_peaks,
     eval_loss,
-    finish_step,
     make_phase_clock,
-    train_step,
+    run_step,
 )
 
 log = logging.getLogger("train")
@@ -91,21 +90,17 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
             warmup_steps=cfg.optim.warmup_steps,
             max_steps=tc.max_steps,
         )
-        loss_t = train_step(s, lr=lr, clock=clock)
-        data_wait_s += finish_step(s, clock)["data_wait"]
-        step += 1
-        if s.checkpointer.due(step) or (step == tc.max_steps and cfg.checkpoint.every_steps > 0):
-            s.checkpointer.save(
-                step=step,
-                model=s.raw_model,
-                optimizer=s.optimizer,
-                extra={"step": step, "rng": rng_state(s.device)},
-            )
+        done = step + 1
+        save = s.checkpointer.due(done) or (done == tc.max_steps and cfg.checkpoint.every_steps > 0)
+        loss_t, phases, _ = run_step(
+            s, lr=lr, clock=clock, checkpoint_step=done if save else None, save_rng=True
+        )
+        data_wait_s += phases["data_wait"]
+        step = done
         if step % tc.log_every == 0 or step == tc.max_steps:
-            now = time.perf_counter()  # finish_step synchronised: the device's work is done
+            now = time.perf_counter()  # run_step synchronised: the device's work is done
             loss = loss_t.item()
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"loss is {loss} at step {step}; stopping")
+            check_finite(loss, step)
             tps = s.tokens_per_step * (step - mark_step) / (now - mark_time)
             wait_frac = data_wait_s / (now - mark_time)
             record = {

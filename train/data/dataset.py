@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from train.config import DATA_FORMATS as _FORMATS
-from train.config import DataConfig
+from train.config import Config, DataConfig
 from train.data.fetch import ThreadedFetch
 
 _LLMC_HEADER_INTS = 256
@@ -195,7 +195,7 @@ def _init_worker(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def make_loader(
+def batch_loader(
     dataset: Dataset,
     cfg: DataConfig,
     *,
@@ -248,8 +248,32 @@ def build_loader(
         split=split,
         inject_latency_s=cfg.inject_latency_s,
     )
-    return make_loader(
+    return batch_loader(
         dataset, cfg, start_index=start_index, num_batches=num_batches, device_type=device_type
+    )
+
+
+def make_loader(
+    cfg: Config,
+    *,
+    split: str,
+    device_type: str = "cpu",
+    start_index: int = 0,
+    num_batches: int | None = None,
+) -> DataLoader:
+    """`build_loader` for a run's config: the data settings, the micro-batch shape and the seed
+    all come from `cfg`, so the trial, the production run and the benchmarks read the same batches.
+    """
+    return build_loader(
+        cfg.data,
+        split=split,
+        micro_batch=cfg.batch.micro_batch,
+        block_size=cfg.model.block_size,
+        vocab_size=cfg.model.vocab_size,
+        seed=cfg.runtime.seed,
+        start_index=start_index,
+        num_batches=num_batches,
+        device_type=device_type,
     )
 
 

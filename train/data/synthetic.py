@@ -1,12 +1,10 @@
-"""The embedded default dataset: a seeded sparse Markov chain over a small token-id space, made
-offline.
+"""The embedded default dataset, made offline: a seeded sparse Markov chain over few token ids.
 
 Why synthetic: the tool measures throughput, so it must run anywhere with no download, yet the loss
 must fall like a real run's (a model that learns nothing hides bugs). The chain:
 - `num_active` distinct token ids drawn from [0, id_space - 1); id `id_space - 1` separates
-documents
-  of `doc_len` tokens. The default id space (4096) keeps every id valid for the CPU presets, whose
-  4096-entry vocabulary keeps the lm_head from dominating a CPU step, and for every GPT-2 preset.
+  documents of `doc_len` tokens. The default id space (4096) keeps every id valid for the GPT-2
+  presets and for the CPU ones, whose 4096-entry vocabulary stops the lm_head dominating a step.
 - every active token has `branching` distinct successors with fixed Zipf weights w_r ∝ 1/r; with
   probability `jump_prob` the next token is instead uniform over the active set (keeps the chain
   ergodic, so no small cycle takes over).

@@ -1,5 +1,4 @@
-"""What torch.compile did: compile wall time, frames compiled and graph breaks, read from Dynamo's
-counters.
+"""What torch.compile did: compile time, frames compiled and graph breaks, from Dynamo's counters.
 
 Snapshots before and after a window tell whether anything recompiled inside it; a trial that
 recompiles while being measured is timing the compiler, not the model, and is flagged.

@@ -6,8 +6,8 @@ kernels: `EventPhaseClock` records a CUDA event at each phase boundary on the co
 reads their elapsed times after the step's one synchronize, so measuring never adds a host sync
 inside a step (a sync per phase would serialise launch and execution and make launch-bound configs
 look slower than the production run, which never syncs mid-step). Both are tested with fake
-clocks and a fake event API (tests/test_meters.py). The statistics are pure functions over lists
-of floats.
+clocks and a fake event API, and the statistics, pure functions over lists of floats, with tables
+of exact numbers (tests/test_meters.py).
 """
 
 from __future__ import annotations
@@ -21,35 +21,63 @@ from typing import Any, Protocol
 PHASES = ("compute", "data_wait", "optimizer", "checkpoint")
 
 
-class PhaseClock:
+class _SpanClock:
+    """What both step clocks share: `phase()` marks a span's two ends, `add()` charges time
+    measured elsewhere, and `take()` reads the spans, sums them per phase and resets. A subclass
+    says what a mark is (`_mark`) and how long a span lasted (`_seconds`)."""
+
+    def __init__(self) -> None:
+        self._added: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._spans: list[tuple[str, Any, Any]] = []
+        self.last_spans: list[tuple[str, float]] = []  # (phase, seconds) in order, as of take()
+
+    def _mark(self) -> Any:
+        raise NotImplementedError
+
+    def _seconds(self, start: Any, end: Any) -> float:
+        raise NotImplementedError
+
+    def _release(self, start: Any, end: Any) -> None:
+        """Called once a span has been read (the event clock pools its events here)."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = self._mark()
+        try:
+            yield
+        finally:
+            self._spans.append((name, start, self._mark()))
+
+    def add(self, name: str, seconds: float) -> None:
+        """Charge time measured elsewhere (a checkpoint stall, already synchronised) to a phase."""
+        self._added[name] += seconds
+
+    def take(self) -> dict[str, float]:
+        """The phase totals since the last take, then reset (after a synchronize, on a device)."""
+        totals, self._added = self._added, dict.fromkeys(PHASES, 0.0)
+        self.last_spans = []
+        for name, start, end in self._spans:
+            seconds = self._seconds(start, end)
+            totals[name] += seconds
+            self.last_spans.append((name, seconds))
+            self._release(start, end)
+        self._spans = []
+        return totals
+
+
+class PhaseClock(_SpanClock):
     """Host wall time per phase inside a step (a synchronous device: the CPU); the rest of the
     step is reported as `other`."""
 
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
         self._clock = clock
-        self._totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
-        self._spans: list[tuple[str, float]] = []
-        self.last_spans: list[tuple[str, float]] = []  # (phase, seconds) in order, as of take()
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = self._clock()
-        try:
-            yield
-        finally:
-            seconds = self._clock() - start
-            self._totals[name] += seconds
-            self._spans.append((name, seconds))
+    def _mark(self) -> float:
+        return self._clock()
 
-    def add(self, name: str, seconds: float) -> None:
-        """Charge time measured elsewhere (a checkpoint stall) to a phase."""
-        self._totals[name] += seconds
-
-    def take(self) -> dict[str, float]:
-        """The phase totals since the last take, then reset."""
-        totals, self._totals = self._totals, dict.fromkeys(PHASES, 0.0)
-        self.last_spans, self._spans = self._spans, []
-        return totals
+    def _seconds(self, start: float, end: float) -> float:
+        return end - start
 
 
 class TimingEvent(Protocol):
@@ -60,7 +88,7 @@ class TimingEvent(Protocol):
     def elapsed_time(self, end: Any) -> float: ...  # milliseconds from self to end
 
 
-class EventPhaseClock:
+class EventPhaseClock(_SpanClock):
     """Device time per phase from CUDA events, read after the step's synchronize.
 
     `phase()` records one event when the phase starts and one when it ends, on the current
@@ -72,40 +100,20 @@ class EventPhaseClock:
     """
 
     def __init__(self, *, new_event: Callable[[], TimingEvent]) -> None:
+        super().__init__()
         self._new_event = new_event
         self._free: list[TimingEvent] = []
-        self._spans: list[tuple[str, TimingEvent, TimingEvent]] = []
-        self._host: dict[str, float] = dict.fromkeys(PHASES, 0.0)
-        self.last_spans: list[tuple[str, float]] = []  # (phase, seconds) in order, as of take()
 
-    def _event(self) -> TimingEvent:
+    def _mark(self) -> TimingEvent:
         event = self._free.pop() if self._free else self._new_event()
         event.record()
         return event
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = self._event()
-        try:
-            yield
-        finally:
-            self._spans.append((name, start, self._event()))
+    def _seconds(self, start: TimingEvent, end: TimingEvent) -> float:
+        return start.elapsed_time(end) / 1000.0
 
-    def add(self, name: str, seconds: float) -> None:
-        """Charge host-measured time (a checkpoint stall, already synchronised) to a phase."""
-        self._host[name] += seconds
-
-    def take(self) -> dict[str, float]:
-        """Phase totals since the last take (call after a synchronize), then reset."""
-        totals, self._host = self._host, dict.fromkeys(PHASES, 0.0)
-        self.last_spans = []
-        for name, start, end in self._spans:
-            seconds = start.elapsed_time(end) / 1000.0
-            totals[name] += seconds
-            self.last_spans.append((name, seconds))
-            self._free += (start, end)
-        self._spans = []
-        return totals
+    def _release(self, start: TimingEvent, end: TimingEvent) -> None:
+        self._free += (start, end)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

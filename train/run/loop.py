@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from train.config import Config, check_combinations, resolve_dtype_name
-from train.data.dataset import DevicePrefetcher, build_loader, open_tokens
+from train.data.dataset import DevicePrefetcher, make_loader, open_tokens
 from train.data.synthetic import ensure_dataset
 from train.measure.ceiling import Ceiling, measure_matmul_ceiling
 from train.measure.flops import Peak, flops_per_token, lookup_peak
@@ -23,7 +23,7 @@ from train.measure.meters import EventPhaseClock, PhaseClock
 from train.model.attention import probe_backend
 from train.model.gpt import GPT
 from train.run import device as dev
-from train.run.checkpoint import Checkpointer
+from train.run.checkpoint import Checkpointer, rng_state
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,7 @@ class Session:
 
 
 def resolve_dtype(requested: str, device: torch.device) -> str:
-    """`auto` is bf16 where the CUDA device has it, else fp32 (bf16 is slower than fp32 on most
-    CPUs)."""
+    """`auto` is bf16 where the CUDA device has it, else fp32 (bf16 is slower on most CPUs)."""
     bf16 = device.type == "cuda" and requested == "auto" and torch.cuda.is_bf16_supported()
     return resolve_dtype_name(requested, device_type=device.type, bf16_supported=bf16)
 
@@ -74,50 +73,17 @@ def check_data(cfg: Config) -> None:
         )
 
 
-def make_loader(
-    cfg: Config, *, split: str, device: torch.device, start_index: int = 0, num_batches=None
-):
-    return build_loader(
-        cfg.data,
-        split=split,
-        micro_batch=cfg.batch.micro_batch,
-        block_size=cfg.model.block_size,
-        vocab_size=cfg.model.vocab_size,
-        seed=cfg.runtime.seed,
-        start_index=start_index,
-        num_batches=num_batches,
-        device_type=device.type,
-    )
-
-
-def build_session(
-    cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None
-) -> Session:
-    """Validate, then build model, optimizer, data pipeline and checkpointer on the chosen
-    device."""
+def build_model(
+    cfg: Config, device: torch.device
+) -> tuple[GPT, nn.Module, torch.optim.Optimizer, bool]:
+    """The seeded model on `device`, its AdamW optimizer and, under runtime.compile, its compiled
+    wrapper: (raw model, model to call, optimizer, whether the optimizer is fused). The trainer and
+    the benchmark's plain loop (scripts/bench_trainer.py) build their weights here alike."""
     rt = cfg.runtime
-    device = dev.resolve_device(rt.device)
-    dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
-    dtype = resolve_dtype(rt.dtype, device)
-    check_combinations(cfg, device_type=device.type, dtype=dtype)
-    check_data(cfg)
-    threads = dev.set_threads(rt.threads)
-    dev.set_tf32(rt.tf32)
     torch.manual_seed(rt.seed)
-
-    mc = cfg.model
     raw_model = GPT(
-        mc, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention
+        cfg.model, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention
     ).to(device)
-    backend = probe_backend(
-        rt.attention,
-        device=device,
-        dtype=TORCH_DTYPES[dtype],
-        batch=cfg.batch.micro_batch,
-        n_head=mc.n_head,
-        seq_len=mc.block_size,
-        head_dim=mc.n_embd // mc.n_head,
-    )
     optimizer, fused = raw_model.configure_optimizer(
         lr=cfg.optim.lr,
         weight_decay=cfg.optim.weight_decay,
@@ -128,12 +94,39 @@ def build_session(
     model: nn.Module = raw_model
     if rt.compile != "none":
         model = torch.compile(raw_model, mode=None if rt.compile == "default" else rt.compile)
+    return raw_model, model, optimizer, fused
+
+
+def build_session(
+    cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None
+) -> Session:
+    """Validate, then build the model, optimizer, data pipeline and checkpointer on the device."""
+    rt = cfg.runtime
+    device = dev.resolve_device(rt.device)
+    dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
+    dtype = resolve_dtype(rt.dtype, device)
+    check_combinations(cfg, device_type=device.type, dtype=dtype)
+    check_data(cfg)
+    threads = dev.set_threads(rt.threads)
+    dev.set_tf32(rt.tf32)
+    raw_model, model, optimizer, fused = build_model(cfg, device)
+    mc = cfg.model
+    # probed after the optimizer is built: neither consumes the seeded RNG, so the order is free
+    backend = probe_backend(
+        rt.attention,
+        device=device,
+        dtype=TORCH_DTYPES[dtype],
+        batch=cfg.batch.micro_batch,
+        n_head=mc.n_head,
+        seq_len=mc.block_size,
+        head_dim=mc.n_embd // mc.n_head,
+    )
 
     ckpt_cfg = cfg.checkpoint
     if checkpoint_dir is not None:
         ckpt_cfg = type(ckpt_cfg)(**{**vars(ckpt_cfg), "dir": checkpoint_dir})
     loader = make_loader(
-        cfg, split="train", device=device, start_index=start_step * cfg.batch.grad_accum
+        cfg, split="train", device_type=device.type, start_index=start_step * cfg.batch.grad_accum
     )
     tokens_per_step = cfg.batch.micro_batch * cfg.batch.grad_accum * mc.block_size
     return Session(
@@ -195,6 +188,42 @@ def finish_step(s: Session, clock: PhaseClock | EventPhaseClock) -> dict[str, fl
     return clock.take()
 
 
+def check_finite(loss: float, step: int) -> None:
+    """Stop on a NaN or infinite loss: a diverged configuration is a failure, not a measurement."""
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} at step {step}")
+
+
+def run_step(
+    s: Session,
+    *,
+    lr: float,
+    clock: PhaseClock | EventPhaseClock,
+    micro_batches: int | None = None,
+    checkpoint_step: int | None = None,
+    save_rng: bool = False,
+) -> tuple[torch.Tensor, dict[str, float], float | None]:
+    """One optimizer step as the trial and the production run both take it.
+
+    `train_step`, then a checkpoint save when `checkpoint_step` (the completed steps it records)
+    is given, its stall charged to the clock's checkpoint phase, then the step's one synchronize
+    (`finish_step`). `save_rng` adds the RNG state, read after the step, so that a resumed run
+    draws what the uninterrupted one would have. Returns the mean loss (a device tensor), the
+    phase times and the save's stall in seconds (None without a save).
+    """
+    loss = train_step(s, lr=lr, clock=clock, micro_batches=micro_batches)
+    stall = None
+    if checkpoint_step is not None:
+        extra: dict = {"step": checkpoint_step}
+        if save_rng:
+            extra["rng"] = rng_state(s.device)
+        stall = s.checkpointer.save(
+            step=checkpoint_step, model=s.raw_model, optimizer=s.optimizer, extra=extra
+        )
+        clock.add("checkpoint", stall)
+    return loss, finish_step(s, clock), stall
+
+
 def train_step(
     s: Session,
     *,
@@ -238,7 +267,7 @@ def train_step(
 def eval_loss(s: Session, *, num_batches: int) -> float:
     """Mean validation loss over a fixed, seeded set of micro-batches (the same ones every time)."""
     s.model.eval()
-    loader = make_loader(s.cfg, split="val", device=s.device, num_batches=num_batches)
+    loader = make_loader(s.cfg, split="val", device_type=s.device.type, num_batches=num_batches)
     losses = []
     for x, y in loader:
         x = x.to(s.device, non_blocking=True)

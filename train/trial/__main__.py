@@ -1,6 +1,5 @@
-"""`python -m train.trial <hydra overrides>` (composed by Hydra) or `python -m train.trial --pinned
-FILE [key=value ...]` (a fully resolved file, what the sweeper's children run:
-train/trial/pinned.py).
+"""`python -m train.trial <hydra overrides>`, composed by Hydra, or `python -m train.trial --pinned
+FILE [key=value ...]`: a fully resolved file, what the sweeper's children run (pinned.py).
 """
 
 from __future__ import annotations

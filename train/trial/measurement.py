@@ -1,25 +1,18 @@
 """A bounded, honest measurement of one configuration: `python -m train.trial <hydra overrides>`.
 
 Warm-up steps first (compilation and allocator warm-up happen there and are reported separately),
-then a
-measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever comes
-first.
-The result is one JSON file (schema in `train/trial/result.py`) that the sweeper, MLflow logging and
-`explain`
-all read, plus a one-screen summary.
+then a measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever
+comes first. The result is one JSON file (the schema is `train/trial/result.py`) that the sweeper,
+MLflow logging and `explain` all read, plus a one-screen summary.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import os
 import shutil
-import signal
-import threading
 import time
 import uuid
+from contextlib import nullcontext
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -42,17 +35,26 @@ from train.run import device as dev
 from train.run.loop import (
     Session,
     build_session,
+    check_finite,
     device_peaks,
-    finish_step,
     make_phase_clock,
-    train_step,
+    run_step,
 )
+from train.trial.failure import classify, plant_fault
+from train.trial.progress import Heartbeat, ProgressFile
 from train.trial.pruning import Reporter
-from train.trial.result import TrialFailure, build_result, classify, format_summary, write_result
+from train.trial.result import (
+    Failure,
+    Interval,
+    Measurement,
+    TrialResult,
+    build_result,
+    format_summary,
+    write_result,
+)
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-HEARTBEAT_S = 10.0  # seconds between heartbeat lines during set-up, compile and warm-up
 
 
 def make_reporter(cfg: Config) -> Reporter | None:
@@ -64,86 +66,22 @@ def make_reporter(cfg: Config) -> Reporter | None:
     return StudyReporter(storage=t.study_storage, study_name=t.study_name, trial_id=t.trial_id)
 
 
-class ProgressFile:
-    """JSON lines a watching parent can tail (interval metrics, phase changes, heartbeats); a
-    no-op when unset. Safe to write from the heartbeat thread and the main thread alike."""
-
-    def __init__(self, path: str) -> None:
-        self._path = Path(path) if path else None
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self._path is not None
-
-    def write(self, **event) -> None:
-        if self._path is None:
-            return
-        line = json.dumps(event) + "\n"
-        with self._lock, self._path.open("a") as f:
-            f.write(line)
-
-
-class Heartbeat:
-    """A progress line every `interval_s` while set-up, compile and warm-up run, so a watching
-    parent tells a two-minute compile (progress) from a hang (silence).
-
-    It stops before the measured window: from there on the window's own interval lines are the
-    progress, and a main thread that hangs in the window goes quiet and is caught as a stall.
-    """
-
-    def __init__(self, progress: ProgressFile, *, interval_s: float | None = None) -> None:
-        self._progress = progress
-        self._interval_s = HEARTBEAT_S if interval_s is None else interval_s
-        self._phase = "setup"
-        self._started = time.monotonic()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Heartbeat:
-        if self._progress.enabled:
-            self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
-            self._thread.start()
-        return self
-
-    def phase(self, name: str) -> None:
-        self._phase = name
-        self._progress.write(event="phase", phase=name)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            elapsed = round(time.monotonic() - self._started, 1)
-            self._progress.write(event="heartbeat", phase=self._phase, elapsed_s=elapsed)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-
-def _check_finite(loss: float, step: int) -> None:
-    if not math.isfinite(loss):
-        raise FloatingPointError(f"loss is {loss} at step {step}")
-
-
 def measure(
     s: Session,
     *,
     reporter: Reporter | None,
     progress: ProgressFile,
     heartbeat: Heartbeat | None = None,
-) -> dict:
-    """Warm up, then measure. Returns the raw measurements that `build_result` turns into the
-    JSON.
+) -> Measurement:
+    """Warm up, then measure. Returns the raw measurements that `build_result` turns into the JSON.
 
-    Every step ends in `finish_step`: one synchronize, then the phase times (CUDA events on a
-    GPU), exactly as in the production run. Warm-up steps are short (at most
-    `trial.project_micro_steps` micro-batches: compile and allocator growth do not depend on the
-    accumulation count); the last one sizes a full step. When a full step would take longer than
-    `trial.project_above_s`, the window measures short steps too and projects each to the full
-    step (`project_step`): grad_accum x the measured micro-batch phases + the step's optimizer,
-    checkpoint and overhead, once.
+    Every step is `run_step`'s: the step, its checkpoint save when one is due, one synchronize,
+    then the phase times (CUDA events on a GPU), exactly as in the production run. Warm-up steps
+    are short (at most `trial.project_micro_steps` micro-batches: compile and allocator growth do
+    not depend on the accumulation count); the last one sizes a full step. When a full step would
+    take longer than `trial.project_above_s`, the window measures short steps too and projects
+    each to the full step (`project_step`): grad_accum x the measured micro-batch phases + the
+    step's optimizer, checkpoint and overhead, once.
     """
     cfg, t = s.cfg, s.cfg.trial
     accum = cfg.batch.grad_accum
@@ -160,11 +98,10 @@ def measure(
     wall_s, phases = 0.0, clock.take()
     for i in range(t.warmup_steps):
         step_start = time.perf_counter()
-        loss_t = train_step(s, lr=lr, clock=clock, micro_batches=short)
-        phases = finish_step(s, clock)
+        loss_t, phases, _ = run_step(s, lr=lr, clock=clock, micro_batches=short)
         wall_s = time.perf_counter() - step_start
         loss = loss_t.item()
-        _check_finite(loss, i)
+        check_finite(loss, i)
         if i == 0:
             first_loss = loss
     warmup_s = time.perf_counter() - warm_start
@@ -199,25 +136,26 @@ def measure(
     short_times: list[float] = []  # the short steps a projection was made from
     all_phases: list[dict[str, float]] = []
     checkpoint_s: list[float] = []
-    intervals: list[dict] = []
+    intervals: list[Interval] = []
     pruned = False
     last_loss = first_loss
     sampler = NvmlSampler(device_index=s.device.index or 0) if s.device.type == "cuda" else None
-    with sampler if sampler is not None else _Null():
+    with sampler if sampler is not None else nullcontext():
         window_start = time.perf_counter()
         prev = window_start
         while len(step_times) < t.max_steps:
             step = len(step_times) + 1
             if step == 1 and t.fault != "none":
                 plant_fault(t.fault)
-            loss_t = train_step(s, lr=lr, clock=clock, micro_batches=micro)
-            if s.checkpointer.due(step):
-                stall = s.checkpointer.save(
-                    step=step, model=s.raw_model, optimizer=s.optimizer, extra={"step": step}
-                )
-                clock.add("checkpoint", stall)
+            loss_t, phases, stall = run_step(
+                s,
+                lr=lr,
+                clock=clock,
+                micro_batches=micro,
+                checkpoint_step=step if s.checkpointer.due(step) else None,
+            )
+            if stall is not None:
                 checkpoint_s.append(stall)
-            phases = finish_step(s, clock)
             now = time.perf_counter()
             if projected:
                 short_times.append(now - prev)
@@ -233,12 +171,12 @@ def measure(
             all_phases.append(phases)
             prev = now
             last_loss = loss_t.item()
-            _check_finite(last_loss, t.warmup_steps + step)
+            check_finite(last_loss, t.warmup_steps + step)
             if step % t.report_every == 0:
                 report_start = time.perf_counter()
                 recent = step_times[-t.report_every :]
                 fracs = time_fractions(all_phases[-t.report_every :], recent)
-                interval = {
+                interval: Interval = {
                     "step": step,
                     "tokens_per_s": window_rate(s.tokens_per_step * len(recent), sum(recent)),
                     "step_time_s": sorted(recent)[len(recent) // 2],
@@ -282,34 +220,8 @@ def measure(
     }
 
 
-def plant_fault(kind: str) -> None:
-    """The trial.fault test hook: fail the way real trials fail, so the sweep's handling is tested
-    on real processes (a crash, a NaN loss, an out-of-memory error, a hang, a kill by the OS)."""
-    log.warning("trial.fault=%s: planting a failure (test hook)", kind)
-    if kind == "crash":
-        raise RuntimeError("planted crash (trial.fault=crash)")
-    if kind == "nan":
-        _check_finite(float("nan"), 0)
-    if kind == "oom":
-        raise MemoryError("planted out of memory (trial.fault=oom)")
-    if kind == "hang":
-        while True:
-            time.sleep(3600)
-    if kind == "sigkill":
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
 def profile_steps(s: Session, out_dir: Path) -> Path:
-    """A torch.profiler trace of a few extra steps (after the window, so it never skews the
-    numbers)."""
+    """A torch.profiler trace of a few extra steps, taken after the window so it never skews it."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -318,14 +230,13 @@ def profile_steps(s: Session, out_dir: Path) -> Path:
     clock = make_phase_clock(s.device)
     with profile(activities=activities, record_shapes=False) as prof:
         for _ in range(s.cfg.trial.profile_steps):
-            train_step(s, lr=s.cfg.optim.lr, clock=clock)
-            finish_step(s, clock)
+            run_step(s, lr=s.cfg.optim.lr, clock=clock)
     path = out_dir / "trace.json"
     prof.export_chrome_trace(str(path))
     return path
 
 
-def run_trial(cfg: Config, *, out_path: Path) -> dict:
+def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
     """Run one bounded trial and write its result; failures are results too, never lost."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -361,8 +272,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> dict:
             wall_s=time.time() - started,
         )
     except Exception as exc:
-        failure: TrialFailure = classify(exc, during_setup=s is None)
-        log.error("trial failed (%s): %s", failure.kind, failure.message)
+        failure: Failure = classify(exc, during_setup=s is None)
+        log.error("trial failed (%s): %s", failure["kind"], failure["message"])
         result = build_result(
             cfg=cfg,
             session=None,
@@ -392,9 +303,8 @@ def resolve_out(out_setting: str, base_dir: Path) -> Path:
     return out if out.is_absolute() else base_dir / out
 
 
-def exit_code(result: dict) -> int:
-    """0 complete/pruned, 2 invalid config, 3 any other recorded failure (the JSON exists in
-    all)."""
+def exit_code(result: TrialResult) -> int:
+    """0 complete or pruned, 2 invalid config, 3 any other failure (the JSON exists in all)."""
     if result["status"] != "failed":
         return 0
     return 2 if result["failure"]["kind"] == "invalid_config" else 3
@@ -406,7 +316,7 @@ def invalid_config(message: str, *, out: Path, resolved: dict | None) -> int:
         cfg=None,
         session=None,
         raw=None,
-        failure=TrialFailure(kind="invalid_config", message=message),
+        failure=Failure(kind="invalid_config", message=message),
         fingerprint={},
         wall_s=0.0,
         resolved_config=resolved,

@@ -1,5 +1,4 @@
-"""The one place `train/` talks to Optuna: report a trial's running tokens/s and ask whether to
-stop.
+"""The one place `train/` talks to Optuna: report a trial's running rate, ask whether to stop.
 
 The sweep process owns the study and stores its pruner's settings and its objective as study
 attributes; this child process reattaches to its trial by id through the shared storage (SQLite or

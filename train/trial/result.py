@@ -1,84 +1,221 @@
 """The trial result: the one versioned contract between `train/` and everything that reads a trial.
 
-Schema (version 2), every key always present; numbers are null where they could not be measured:
-  schema_version, status ("complete" | "pruned" | "failed"), failure ({kind, message} or null;
-  kinds:
-  invalid_config, oom, nan, crash), tokens_per_s, tokens_per_step, step_time_s {p50, p90, mean,
-  std, cv,
-  min, max, n}, warmup_s, compile_s, compile {mode, frames_compiled_window, graph_breaks_window,
-  recompiled_in_window, graph_breaks_total}, time_frac {compute, data_wait, optimizer, checkpoint,
-  other} (sums to 1), checkpoint_s [stall per save], checkpoint_bytes, flops_per_token, mfu {spec,
-  ceiling}, peak_memory_gib, memory_kind, loss {first, last}, device {type, name, dtype, peak_flops,
-  peak_source, ceiling_flops, ceiling_source}, attention_backend, fused_optimizer, device_samples,
-  intervals [{step, tokens_per_s, step_time_s, data_wait_frac}], trace, wall_s, fingerprint, config,
-  full_step_estimate_s (a full step sized from the last warm-up step), projection (null when the
-  window measured real full steps; else {micro_batches_per_step, grad_accum, short_step_s: the
-  measured short steps' statistics}: then step_time_s, tokens_per_s and time_frac describe full
-  steps projected from the short ones, train/measure/meters.py project_step),
-  memory {predicted_gib: the memory model's peak (train/measure/memory_model.py), measured_gib: the
-  peak of live tensors in the real training step, measured_by: "cuda_max_memory_allocated" (the
-  window's steps) | "cpu_dispatch_counter" (one extra step after the window,
-  train/measure/memory_meter.py) | null (not measured: CPU under torch.compile, or a failure)};
-  peak_memory_gib/memory_kind are the older whole-allocator/host-RSS reading, kept for readers of
-  earlier results.
+A trial writes one JSON object, `TrialResult` below; the sweeper, MLflow logging, `explain` and the
+benchmark scripts read it back with `read_result` or `load_result`. Every key is always present;
+numbers are null where they could not be measured (a failed trial has a `failure` and little
+else). The TypedDicts are the schema: each field's comment says what it holds and in what unit.
+
+Version history: 1 was the first schema; 2 added `projection`, `full_step_estimate_s` and
+`memory`. Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with
+`.get()`.
+
+Two names are kept as they are for compatibility with results already on disk, although they are
+not what a newcomer would guess. `step_time_s` is the measured window's statistics (`StepTimes`)
+at the top level, but one interval's median step in seconds (a float) inside `intervals`.
+`peak_memory_gib` and `memory_kind` are the older whole-allocator / host-RSS reading; `memory`
+holds the tensor peak measured like the memory model predicts it.
+
+This module imports no torch (it is listed in `train.TORCH_FREE`): the sweeper reads results with
+it. The writer's inputs (the session, the device peaks) are read by attribute only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import traceback
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from train.measure.flops import mfu
 from train.measure.meters import summarize, time_fractions
 
+if TYPE_CHECKING:
+    from train.config import Config
+
 SCHEMA_VERSION = 2  # 2: projection, full_step_estimate_s, memory
-# the `memory` entry before anything is known (measure_memory in train/measure/memory_meter.py
-# fills it)
-EMPTY_MEMORY: dict[str, Any] = {"predicted_gib": None, "measured_gib": None, "measured_by": None}
+
+Status = Literal["complete", "pruned", "failed"]
+FailureKind = Literal["invalid_config", "oom", "nan", "crash"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("invalid_config", "oom", "nan", "crash")
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrialFailure:
-    kind: str  # invalid_config | oom | nan | crash
-    message: str
+class Failure(TypedDict):
+    """Why a trial failed, as a reason the sweeper can record rather than a stack trace."""
+
+    kind: FailureKind
+    message: str  # the exception's text; for a crash, the last frames of its traceback too
 
 
-def classify(exc: BaseException, *, during_setup: bool) -> TrialFailure:
-    """Name what went wrong so the sweeper can record it as a reason, not a stack trace."""
-    text = f"{type(exc).__name__}: {exc}"
-    oom_types = tuple(t for t in (MemoryError, _torch_oom_type()) if t is not None)
-    if isinstance(exc, oom_types) or "out of memory" in str(exc).lower():
-        return TrialFailure(kind="oom", message=text)
-    if isinstance(exc, FloatingPointError):
-        return TrialFailure(kind="nan", message=text)
-    if isinstance(exc, ValueError) and during_setup:
-        return TrialFailure(kind="invalid_config", message=str(exc))
-    tail = "".join(traceback.format_exception(exc)[-6:])
-    return TrialFailure(kind="crash", message=f"{text}\n{tail}")
+class StepTimes(TypedDict):
+    """Statistics of the measured window's optimizer steps in seconds (meters.py `summarize`)."""
+
+    p50: float
+    p90: float
+    mean: float
+    std: float  # the sample standard deviation
+    cv: float  # std / mean
+    min: float
+    max: float
+    n: int  # the number of measured steps
 
 
-def _torch_oom_type() -> type | None:
-    import torch
+class CompileStats(TypedDict):
+    """What torch.compile did: frames compiled and graph breaks inside the measured window, and
+    graph breaks over the whole trial (train/measure/compile_stats.py)."""
 
-    return getattr(torch.cuda, "OutOfMemoryError", None)
+    mode: str  # runtime.compile
+    frames_compiled_window: int
+    graph_breaks_window: int
+    recompiled_in_window: bool  # a frame compiled inside the window: its steps include compiling
+    graph_breaks_total: int
 
 
-def _config_dict(cfg) -> dict:
+class TimeFractions(TypedDict):
+    """The share of the measured wall time each phase took; the five sum to 1."""
+
+    compute: float
+    data_wait: float
+    optimizer: float
+    checkpoint: float
+    other: float  # what no phase claimed: the step's sync, the lr update, Python between phases
+
+
+class Mfu(TypedDict):
+    """Model FLOPs utilisation against the spec peak (null off a GPU or for an unknown one) and
+    against the measured matmul ceiling."""
+
+    spec: float | None
+    ceiling: float | None
+
+
+class Memory(TypedDict):
+    """The tensor peak, predicted and measured."""
+
+    predicted_gib: float | None  # the memory model's peak (train/measure/memory_model.py)
+    measured_gib: float | None  # the peak of live tensors in the real training step
+    # "cuda_max_memory_allocated" (the window's steps), "cpu_dispatch_counter" (one extra step
+    # after the window, train/measure/memory_meter.py), or None: not measured (a CPU under
+    # torch.compile, or a failure)
+    measured_by: str | None
+
+
+class Loss(TypedDict):
+    first: float | None  # the first warm-up step's mean loss
+    last: float | None  # the last measured step's mean loss
+
+
+class DeviceInfo(TypedDict):
+    """The device the trial ran on and the peaks its MFU is measured against."""
+
+    type: str  # cuda | cpu | mps
+    name: str | None
+    dtype: str  # the resolved precision: fp32 | bf16 | fp16
+    peak_flops: float | None  # from the cited table in train/measure/flops.py
+    peak_source: str | None
+    ceiling_flops: float | None  # the measured matmul ceiling (train/measure/ceiling.py)
+    ceiling_source: str | None
+
+
+class Interval(TypedDict):
+    """One reporting interval of the window (every `trial.report_every` steps)."""
+
+    step: int  # the measured step the interval ends at
+    tokens_per_s: float
+    step_time_s: float  # the interval's median step in seconds: a float here, unlike StepTimes
+    data_wait_frac: float
+
+
+class Projection(TypedDict):
+    """Present when the window measured short steps and projected full ones from them
+    (train/measure/meters.py project_step); `step_time_s`, `tokens_per_s` and `time_frac` of the
+    result then describe the projected full steps."""
+
+    micro_batches_per_step: int  # micro-batches in each measured short step
+    grad_accum: int  # micro-batches in a full step
+    short_step_s: StepTimes  # the measured short steps
+
+
+class TrialResult(TypedDict):
+    """The JSON a trial writes (schema version `SCHEMA_VERSION`)."""
+
+    schema_version: int
+    status: Status
+    failure: Failure | None
+    tokens_per_s: float | None
+    tokens_per_step: int | None
+    step_time_s: StepTimes | None
+    warmup_s: float | None  # the warm-up steps, compile included
+    compile_s: float | None  # torch.compile's share of the warm-up
+    compile: CompileStats | None
+    time_frac: TimeFractions | None
+    checkpoint_s: list[float]  # the stall of each save in the window
+    checkpoint_bytes: int | None
+    flops_per_token: float | None
+    mfu: Mfu
+    peak_memory_gib: float | None  # the older reading: see the module docstring
+    memory_kind: str | None
+    memory: Memory
+    loss: Loss
+    device: DeviceInfo | None
+    attention_backend: str | None
+    fused_optimizer: bool | None
+    device_samples: dict[str, Any] | None  # NVML's utilisation summary (train/measure/nvml.py)
+    intervals: list[Interval]
+    trace: str | None  # the torch.profiler trace's path, when trial.profile
+    projection: Projection | None
+    full_step_estimate_s: float | None  # a full step sized from the last warm-up step
+    wall_s: float  # the trial's whole wall time, set-up included
+    fingerprint: dict[str, Any]  # the environment (train/measure/fingerprint.py)
+    config: dict[str, Any]  # the resolved trainer config
+
+
+class CompileDelta(TypedDict):
+    """What torch.compile did between two snapshots (train/measure/compile_stats.py delta)."""
+
+    frames_compiled: int
+    graph_breaks: int
+    compile_s: float
+
+
+class Measurement(TypedDict):
+    """The raw measurements of a trial (train/trial/measurement.py measure), `build_result`'s
+    input; not written as they are."""
+
+    step_times: list[float]  # full optimizer steps: measured, or projected from short ones
+    phases: list[dict[str, float]]  # each step's phase times
+    checkpoint_s: list[float]
+    intervals: list[Interval]
+    warmup_s: float
+    warmup_compile: CompileDelta
+    window_compile: CompileDelta
+    loss_first: float
+    loss_last: float
+    pruned: bool
+    device_samples: dict[str, Any] | None
+    checkpoint_bytes: int | None
+    projection: Projection | None
+    full_step_estimate_s: float
+
+
+def empty_memory() -> Memory:
+    """The `memory` entry before anything is known (train/measure/memory_meter.py fills it)."""
+    return {"predicted_gib": None, "measured_gib": None, "measured_by": None}
+
+
+def _config_dict(cfg: Config | None) -> dict[str, Any]:
+    from dataclasses import asdict
+
     return asdict(cfg) if cfg is not None else {}
 
 
 def build_result(
     *,
-    cfg,
+    cfg: Config | None,
     session,
-    raw: dict | None,
+    raw: Measurement | None,
     fingerprint: dict,
     wall_s: float,
-    failure: TrialFailure | None = None,
+    failure: Failure | None = None,
     device_name: str | None = None,
     peak=None,
     ceiling=None,
@@ -86,12 +223,14 @@ def build_result(
     memory_report: dict[str, Any] | None = None,
     trace: Path | None = None,
     resolved_config: dict | None = None,
-) -> dict[str, Any]:
-    """Assemble the result dict from raw measurements (or a failure)."""
-    result: dict[str, Any] = {
+) -> TrialResult:
+    """The result of a trial from its raw measurements, or a failed one when `raw` or `session`
+    is None. `session` is the run's `train.run.loop.Session`; `peak`, `ceiling` and `memory` are
+    the device's spec peak, measured ceiling and allocator reading (each None when unknown)."""
+    result: TrialResult = {
         "schema_version": SCHEMA_VERSION,
         "status": "failed",
-        "failure": asdict(failure) if failure else None,
+        "failure": Failure(kind=failure["kind"], message=failure["message"]) if failure else None,
         "tokens_per_s": None,
         "tokens_per_step": None,
         "step_time_s": None,
@@ -105,7 +244,7 @@ def build_result(
         "mfu": {"spec": None, "ceiling": None},
         "peak_memory_gib": None,
         "memory_kind": None,
-        "memory": {**EMPTY_MEMORY, **(memory_report or {})},
+        "memory": cast(Memory, {**empty_memory(), **(memory_report or {})}),
         "loss": {"first": None, "last": None},
         "device": None,
         "attention_backend": None,
@@ -119,11 +258,10 @@ def build_result(
         "fingerprint": fingerprint,
         "config": resolved_config if resolved_config is not None else _config_dict(cfg),
     }
-    if raw is None or session is None:
+    if raw is None or session is None or cfg is None:
         return result
 
     steps = raw["step_times"]
-    stats = summarize(steps)
     tokens_per_s = session.tokens_per_step * len(steps) / sum(steps)
     fpt = session.flops_per_token
     window = raw["window_compile"]
@@ -131,7 +269,7 @@ def build_result(
         status="pruned" if raw["pruned"] else "complete",
         tokens_per_s=tokens_per_s,
         tokens_per_step=session.tokens_per_step,
-        step_time_s=stats,
+        step_time_s=cast(StepTimes, summarize(steps)),
         warmup_s=raw["warmup_s"],
         compile_s=raw["warmup_compile"]["compile_s"],
         compile={
@@ -141,7 +279,7 @@ def build_result(
             "recompiled_in_window": window["frames_compiled"] > 0,
             "graph_breaks_total": raw["warmup_compile"]["graph_breaks"] + window["graph_breaks"],
         },
-        time_frac=time_fractions(raw["phases"], steps),
+        time_frac=cast(TimeFractions, time_fractions(raw["phases"], steps)),
         checkpoint_s=raw["checkpoint_s"],
         checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
         flops_per_token=fpt,
@@ -176,7 +314,7 @@ def build_result(
     return result
 
 
-def write_result(result: dict, path: Path) -> None:
+def write_result(result: TrialResult, path: Path) -> None:
     """Atomic write: a reader never sees half a result."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -184,16 +322,52 @@ def write_result(result: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+class ResultError(ValueError):
+    """A file that should hold a trial result does not: it is unreadable, not JSON, not an
+    object, or of a schema version this code does not know."""
+
+
+def load_result(path: Path) -> TrialResult:
+    """The trial result in `path`; raises ResultError naming the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # a JSONDecodeError is a ValueError
+        raise ResultError(f"unreadable {path.name}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ResultError(f"{path.name} is not a JSON object")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+        raise ResultError(
+            f"{path.name} has schema_version {version!r}, not a trial result this code reads "
+            f"(1..{SCHEMA_VERSION}); re-run the trial with this checkout"
+        )
+    return cast(TrialResult, doc)
+
+
+def read_result(path: Path | None) -> TrialResult | None:
+    """The trial result in `path`, or None when there is none: no path, no file yet, or a file
+    that is not a readable result (`load_result` says why, for a caller that reports it)."""
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return load_result(path)
+    except ResultError:
+        return None
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def format_summary(result: dict, path: Path) -> str:
+def format_summary(result: TrialResult, path: Path) -> str:
     """The one-screen human summary printed at the end of a trial."""
     if result["status"] == "failed":
         f = result["failure"]
+        assert f is not None  # a failed result always carries its failure
         return f"trial FAILED ({f['kind']}): {f['message'].splitlines()[0]}\nresult: {path}"
     st, fr, d = result["step_time_s"], result["time_frac"], result["device"]
+    assert st is not None and fr is not None and d is not None and result["compile"] is not None
     lines = [
         f"trial {result['status']}: {result['tokens_per_s']:,.0f} tokens/s on {d['name']} "
         f"({d['type']}, {d['dtype']}, attention={result['attention_backend']})",

@@ -1,0 +1,89 @@
+"""The trial result schema (train/trial/result.py): its keys, its writer and its one reader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from train.trial.result import (
+    SCHEMA_VERSION,
+    Failure,
+    ResultError,
+    TrialResult,
+    build_result,
+    format_summary,
+    load_result,
+    read_result,
+    write_result,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _failed() -> TrialResult:
+    return build_result(
+        cfg=None,
+        session=None,
+        raw=None,
+        failure=Failure(kind="oom", message="MemoryError: planted\nmore"),
+        fingerprint={"python": "3"},
+        wall_s=1.5,
+        resolved_config={"model": {"name": "tiny"}},
+    )
+
+
+def test_a_failed_result_has_every_key_of_the_schema() -> None:
+    result = _failed()
+    assert list(result) == list(TrialResult.__annotations__)  # the TypedDict is the key order
+    assert result["schema_version"] == SCHEMA_VERSION
+    assert result["status"] == "failed"
+    assert result["failure"] == {"kind": "oom", "message": "MemoryError: planted\nmore"}
+    assert result["memory"] == {"predicted_gib": None, "measured_gib": None, "measured_by": None}
+    assert result["config"] == {"model": {"name": "tiny"}}
+
+
+def test_written_results_read_back_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "job" / "result.json"
+    write_result(_failed(), path)
+    assert json.loads(path.read_text()) == _failed()
+    assert load_result(path) == read_result(path) == _failed()
+    assert not path.with_suffix(".json.tmp").exists()  # written atomically, through a rename
+    text = format_summary(load_result(path), path)
+    assert text == f"trial FAILED (oom): MemoryError: planted\nresult: {path}"
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("{not json", "unreadable result.json"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"status": "complete"}', "schema_version None"),
+        (json.dumps({"schema_version": 99}), "schema_version 99"),
+    ],
+)
+def test_what_is_not_a_result_is_refused_by_load_and_none_to_read(
+    tmp_path: Path, content: str, error: str
+) -> None:
+    path = tmp_path / "result.json"
+    path.write_text(content)
+    with pytest.raises(ResultError, match=error):
+        load_result(path)
+    assert read_result(path) is None
+
+
+def test_read_result_tolerates_no_file_and_older_schemas(tmp_path: Path) -> None:
+    assert read_result(None) is None
+    assert read_result(tmp_path / "missing.json") is None
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps({"schema_version": 1, "status": "complete", "tokens_per_s": 5.0}))
+    assert read_result(old) == {"schema_version": 1, "status": "complete", "tokens_per_s": 5.0}
+
+
+def test_the_schema_imports_no_torch() -> None:
+    """The sweeper reads results with this module, and the sweeper process never imports torch."""
+    code = "import sys, train.trial.result; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
