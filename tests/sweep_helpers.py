@@ -32,6 +32,15 @@ def run_sweep(cwd: Path, *overrides: str, timeout: float = 600) -> subprocess.Co
     )
 
 
+def finished_sweep(
+    cwd: Path, study: str, *overrides: str
+) -> tuple[subprocess.CompletedProcess, optuna.Study]:
+    """Run a sweep of study `study` that must exit 0; return its process and the study it left."""
+    proc = run_sweep(cwd, *overrides, f"hydra.sweeper.study_name={study}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, load_study(cwd, study)
+
+
 def load_study(cwd: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{cwd / 'sweeps' / 'optuna.db'}")
 

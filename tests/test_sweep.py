@@ -14,21 +14,19 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR
-from tests.sweep_helpers import load_study, run_sweep, sweep_argv, sweep_dirs
+from tests.sweep_helpers import finished_sweep, load_study, run_sweep, sweep_argv, sweep_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
-    proc = run_sweep(
+    proc, study = finished_sweep(
         tmp_path,
+        "smoke",
         "search=smoke",
-        "hydra.sweeper.study_name=smoke",
         "hydra.sweeper.n_trials=3",
         "hydra.sweeper.verify_repeats=2",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    study = load_study(tmp_path, "smoke")
     # a point the random sampler proposes again is recorded, not run again, and costs no budget
     finished = [
         t for t in study.trials if t.state.is_finished() and DUPLICATE_ATTR not in t.user_attrs
@@ -73,10 +71,10 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
 
 
 def test_failing_trials_are_recorded_with_reasons_and_the_sweep_finishes(tmp_path) -> None:
-    proc = run_sweep(
+    _, study = finished_sweep(
         tmp_path,
+        "faults",
         "search=smoke",
-        "hydra.sweeper.study_name=faults",
         "hydra.sweeper.sampler=grid",
         "hydra.sweeper.n_trials=0",
         "hydra.sweeper.max_failure_rate=1.0",
@@ -89,8 +87,6 @@ def test_failing_trials_are_recorded_with_reasons_and_the_sweep_finishes(tmp_pat
         # a sweep override on the command line joins the search space
         "trial.fault=none,crash,'nan',oom,hang,sigkill",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    study = load_study(tmp_path, "faults")
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 6  # the whole grid, once
     by_fault = {t.params["trial.fault"]: t for t in finished}
@@ -220,15 +216,13 @@ def test_a_search_preset_sets_the_sweeper_settings_it_names(search, top_k, repea
 def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -> None:
     """smoke has 4 points; asked for 6 trials, the sweep measures each point once, records the
     sampler's re-proposals as duplicates of the first measurement, and stops."""
-    proc = run_sweep(
+    proc, study = finished_sweep(
         tmp_path,
+        "exhaust",
         "search=smoke",
-        "hydra.sweeper.study_name=exhaust",
         "hydra.sweeper.n_trials=6",
         "hydra.sweeper.verify_top_k=1",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    study = load_study(tmp_path, "exhaust")
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
     dups = [t for t in study.trials if DUPLICATE_ATTR in t.user_attrs]
     assert len(ran) == 4
@@ -251,10 +245,10 @@ def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches
     """A planted OOM at micro-batch 4: the same knobs at 8 are excluded naming that trial, not
     launched; and the OOM does not count toward the failure rate (a zero tolerance would have
     stopped the search after it)."""
-    proc = run_sweep(
+    _, study = finished_sweep(
         tmp_path,
+        "oom",
         "search=smoke",
-        "hydra.sweeper.study_name=oom",
         "hydra.sweeper.sampler=grid",
         "hydra.sweeper.n_trials=0",
         "hydra.sweeper.max_failure_rate=0.0",
@@ -265,8 +259,6 @@ def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches
         "hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', data.num_workers: 0}",
         "trial.fault=oom,none",
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    study = load_study(tmp_path, "oom")
     by_point = {
         (t.params["batch.micro_batch"], t.params["trial.fault"]): t
         for t in study.trials if t.state.is_finished()
