@@ -17,7 +17,7 @@ from pathlib import Path
 # allow `python scripts/prepare_data.py` from the repo root without installing the package
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train.data.dataset import synthetic
+from train.data import synthetic
 
 
 def main(argv: list[str] | None = None) -> None:
