@@ -18,13 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from sweeper.launch import runner
 from sweeper.launch.runner import (
     TrialOutcome,
-    hydra_quote,
     kill_all_children,
     live_children,
     run_child,
@@ -329,30 +327,6 @@ def test_trial_argv_layout(tmp_path):
         f"trial.progress_file={tmp_path}/progress.jsonl",
         "runtime.compile=default", "batch.micro_batch=4",
     ]
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        "/tmp/plain/job-1.0",
-        "rel/dir",
-        "/tmp/my jobs/lr=3e-4/trial",
-        "/tmp/a:b,c/[x]{y}",
-        "/tmp/it's/here",
-        "/tmp/back\\slash\\",
-        "/tmp/quote\\'s",
-        "/tmp/${oc.env:HOME}/x",
-        "/tmp/\\${x}",
-        "/tmp/ünï cödé #!~&*?|",
-        "123",
-        "null",
-        "true",
-    ],
-)
-def test_hydra_quote_round_trips_through_hydra_and_omegaconf(value):
-    override = OverridesParser.create().parse_override(f"trial.out={hydra_quote(value)}")
-    assert override.key_or_group == "trial.out"
-    assert OmegaConf.create({"v": override.value()}).v == value
 
 
 def test_path_with_spaces_and_equals_reaches_the_child_intact(tmp_path):
