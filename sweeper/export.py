@@ -15,8 +15,12 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
+
+from sweeper.masking import mask_secrets
+
+if TYPE_CHECKING:
+    from sweeper.verification import Winner
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ def best_config_document(
 
     sweep_doc = _plain(sweep)
     if "storage" in sweep_doc:
-        sweep_doc["storage"] = mask_password(str(sweep_doc["storage"]))
+        sweep_doc["storage"] = mask_secrets(str(sweep_doc["storage"]))
     sweep_doc.setdefault("when", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     doc["provenance"] = {
         "metrics": _plain(metrics),
@@ -127,17 +131,6 @@ def train_command(best_path: Path) -> str:
     )
 
 
-def mask_password(url: str) -> str:
-    """`postgresql://u:secret@host/db` → `postgresql://u:***@host/db`; other text unchanged."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _plain(value: Any) -> Any:
     """A deep copy made of dict/list/str/int/float/bool/None only, which YAML round-trips."""
     if isinstance(value, Mapping):
@@ -158,3 +151,47 @@ def _escape_interpolations(value: Any) -> Any:
     if isinstance(value, str):
         return value.replace("${", "\\${")
     return value
+
+
+def export_winner(
+    winner: Winner,
+    rows: list[dict],
+    *,
+    sweep_dir: Path,
+    study_name: str,
+    storage: str,
+    planned_checkpoint_every: int,
+) -> Path:
+    """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path."""
+    from omegaconf import OmegaConf  # light, but only needed here
+
+    job_dir = Path(winner.trial.user_attrs["job_dir"])
+    pinned = OmegaConf.to_container(OmegaConf.load(job_dir / "trial_config.yaml"))
+    pinned.pop("defaults", None)
+    planned, measured = planned_checkpoint_every, pinned["checkpoint"]["every_steps"]
+    if planned > 0 and measured != planned:
+        # the trial saved often to measure a save; production saves at the planned interval
+        log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
+                 "the trial saved every %d)", planned, measured)
+        pinned["checkpoint"]["every_steps"] = planned
+    row = next(r for r in rows if r["trial"] == winner.number)
+    path = sweep_dir / "best.yaml"
+    doc = best_config_document(
+        trainer_config=pinned,
+        metrics={k: v for k, v in row.items() if k not in ("params",)},
+        fingerprint=winner.results[-1].get("fingerprint", {}),
+        command=train_command(path),
+        sweep={
+            "study": study_name,
+            "storage": mask_secrets(storage),
+            "trial": winner.number,
+            "verdict": winner.verdict.reason,
+            "decisive": winner.verdict.decisive,
+        },
+    )
+    header = (
+        f"Tuned by the throughput sweep (study {study_name}, trial {winner.number}): "
+        f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs, "
+        f"CV {100 * row['cv']:.1f}%.\nTrain with it: {train_command(path)}"
+    )
+    return write_best_yaml(path, doc, header=header)

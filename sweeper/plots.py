@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from train.measure.flops import floor_step_time_s
+
 log = logging.getLogger(__name__)
 
 # The time-breakdown segments, in stacking order, with fixed colours so every plot reads alike.
@@ -188,3 +190,50 @@ def summary_png(rows: list[dict], trials: list[dict], out_path: Path) -> Path:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     summary_figure(rows, trials).savefig(out_path, dpi=110)
     return out_path
+
+
+def plot_rows(rows: list[dict], results: dict[int, list[dict]]) -> list[dict]:
+    """Each verified config's step-time breakdown and its 100%-MFU floor, for the summary PNG."""
+    out = []
+    for r in rows:
+        res = results[r["trial"]][-1]
+        peak = (res.get("device") or {}).get("peak_flops")
+        out.append(
+            {
+                "label": f"#{r['trial']}" + (" (winner)" if r["winner"] else ""),
+                "step_time_s": r["step_time_s"],
+                "time_frac": res["time_frac"],
+                "floor_step_s": floor_step_time_s(
+                    tokens_per_step=res["tokens_per_step"],
+                    flops_per_token=res["flops_per_token"],
+                    peak_flops=peak,
+                )
+                if peak
+                else None,
+            }
+        )
+    return out
+
+
+def sweep_plots(
+    study: Any, sweep_dir: Path, rows: list[dict], results: dict[int, list[dict]]
+) -> list[Path]:
+    """Optuna's HTML views and the PNG summary under <sweep_dir>/plots; the files drawn. A plot
+    that cannot be drawn is a warning, never a failed sweep."""
+    artifacts: list[Path] = []
+    try:
+        artifacts += optuna_html(study, sweep_dir / "plots")
+        trials = [
+            {
+                "params": t.params,
+                "tokens_per_s": (t.user_attrs.get("metrics") or {}).get("tokens_per_s"),
+                "state": t.state.name.lower(),
+            }
+            for t in study.get_trials(deepcopy=False)
+        ]
+        artifacts.append(
+            summary_png(plot_rows(rows, results), trials, sweep_dir / "plots" / "summary.png")
+        )
+    except Exception as exc:
+        log.warning("could not draw the sweep plots: %s", exc)
+    return artifacts

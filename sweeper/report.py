@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from sweeper.export import train_command
+from sweeper.metrics import BY_ROW_KEY, column
 
 # Logs and CI have no terminal width: keep the final table readable there too.
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -52,8 +58,8 @@ def trial_line(
     best: float | None,
     eta_s: float | None,
 ) -> None:
-    """One line per finished trial: knobs, tokens/s, MFU, state; then the progress with
-    best-so-far."""
+    """One line per finished trial (knobs, tokens/s, MFU, state), then the progress line with
+    the best value so far and the ETA."""
     if result and result.get("tokens_per_s"):
         mfu = result.get("mfu") or {}
         measured = (
@@ -76,35 +82,59 @@ def search_run_text(row: dict) -> str:
     return f"{tps:,.0f}{' (projected)' if row.get('search_projected') else ''}"
 
 
+def _cell(row: dict, key: str) -> str:
+    """A verified row's number as the final table prints it (by its unit in sweeper/metrics.py)."""
+    unit = BY_ROW_KEY[key].unit
+    if unit == "tokens/s":
+        return f"{row[key]:,.0f}"
+    if unit == "s":
+        return f"{1e3 * row[key]:.1f} ms"
+    return fmt_pct(row.get(key))
+
+
+# The final table's columns: a verified row's number by its key, or a column of its own.
+_METRIC_KEYS = ("tokens_per_s", "step_time_s", "mfu_spec", "mfu_ceiling", "data_wait_frac", "cv")
+
+
 def final_table(rows: list[dict], *, title: str) -> Table:
     """The verified configurations (real full steps): median tokens/s beside the search run's
     (projected or real), step time, MFU, data wait, CV; `*` marks the winner, `start` the
     starting config."""
     table = Table(title=title)
-    for col in (
-        "rank",
-        "tokens/s",
-        "search run",
-        "step p50",
-        "MFU spec",
-        "MFU ceiling",
-        "data wait",
-        "CV",
-        "n",
-        "knobs",
-    ):
+    before, after = ("tokens_per_s",), _METRIC_KEYS[1:]
+    for col in ("rank", *map(column, before), "search run", *map(column, after), "n", "knobs"):
         table.add_column(col, justify="right" if col not in ("knobs",) else "left")
     for i, r in enumerate(rows, 1):
         table.add_row(
             f"{i}{' *' if r.get('winner') else ''}{' start' if r.get('start') else ''}",
-            f"{r['tokens_per_s']:,.0f}",
+            *(_cell(r, key) for key in before),
             search_run_text(r),
-            f"{1e3 * r['step_time_s']:.1f} ms",
-            fmt_pct(r.get("mfu_spec")),
-            fmt_pct(r.get("mfu_ceiling")),
-            fmt_pct(r.get("data_wait_frac")),
-            fmt_pct(r.get("cv")),
+            *(_cell(r, key) for key in after),
             str(r.get("n", "")),
             knobs_text(r["params"]),
         )
     return table
+
+
+def trial_states(trials: Iterable[Any], duplicate_attr: str) -> str:
+    """How the study's trials ended, counted by state (a re-proposed point is a duplicate)."""
+    states: dict[str, int] = {}
+    for t in trials:
+        if duplicate_attr in t.user_attrs:
+            name = "duplicate (not re-run)"
+        else:
+            name = t.user_attrs.get("failure_kind") or t.state.name.lower()
+        states[name] = states.get(name, 0) + 1
+    return "trials: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items()))
+
+
+def final_report(
+    *, trials: Iterable[Any], duplicate_attr: str, rows: list[dict], best_path: Path | None
+) -> None:
+    """The end of a sweep: how its trials ended, the verified table, and how to train the best."""
+    console.print(trial_states(trials, duplicate_attr))
+    if rows:
+        console.print(final_table(rows, title="Verified top configurations"))
+    if best_path is not None:
+        console.print(f"best config: {best_path}")
+        console.print(f"train with:  {train_command(best_path)}")

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sweeper.metrics import dig, mlflow_paths
+
 log = logging.getLogger(__name__)
 
 # MLflow 3.x limits (mlflow/utils/validation.py): param values <= 6000 chars, tag values <= 8000,
@@ -37,25 +39,8 @@ HTTP_BACKOFF_ENV = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
 # set_terminated otherwise re-reads the run (one more request) to print "View run" to stdout.
 QUIET_URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
-# result.json -> metric name (units in the name); each entry is a path into the result dict.
-FINAL_METRICS: dict[str, tuple[str, ...]] = {
-    "throughput/tokens_per_s": ("tokens_per_s",),
-    "time/step_s_p50": ("step_time_s", "p50"),
-    "time/step_s_p90": ("step_time_s", "p90"),
-    "time/step_cv": ("step_time_s", "cv"),
-    "time/warmup_s": ("warmup_s",),
-    "time/compile_s": ("compile_s",),
-    "time/data_wait_frac": ("time_frac", "data_wait"),
-    "time/compute_frac": ("time_frac", "compute"),
-    "time/optimizer_frac": ("time_frac", "optimizer"),
-    "time/checkpoint_frac": ("time_frac", "checkpoint"),
-    "time/other_frac": ("time_frac", "other"),
-    "mfu/spec": ("mfu", "spec"),
-    "mfu/ceiling": ("mfu", "ceiling"),
-    "memory/peak_gib": ("peak_memory_gib",),
-    "loss/first": ("loss", "first"),
-    "loss/last": ("loss", "last"),
-}
+# MLflow metric name (units in the name) -> path into result.json (sweeper/metrics.py).
+FINAL_METRICS: dict[str, tuple[str, ...]] = mlflow_paths()
 # result["intervals"][i] key -> metric name, logged at step=interval["step"].
 INTERVAL_METRICS = {
     "tokens_per_s": "interval/tokens_per_s",
@@ -132,14 +117,6 @@ def is_remote(uri: str) -> bool:
 def truncate(value: Any, limit: int) -> str:
     text = mask_secrets(str(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def dig(doc: dict, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(key)
-    return doc
 
 
 def final_metrics(result: dict) -> dict[str, float]:

@@ -74,20 +74,22 @@ def test_the_design_is_reproducible_per_seed():
 def test_a_fresh_tpe_study_queues_the_design_once(baseline, n_trials, queued):
     import optuna
 
-    from sweeper.core import DESIGN_ATTR, SweepEngine
-    from sweeper.space import SpaceContext, parse_space
+    from sweeper.constraints import SpaceContext
+    from sweeper.settings import SweepSettings
+    from sweeper.space import parse_space
+    from sweeper.start import DESIGN_ATTR, queue_design
 
     ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, device_type="cpu")
     space = parse_space(
         {"batch.micro_batch": {"split": True, "max": 32}, "runtime.threads": "choice(1, 2)"}, ctx
     )
-    engine = SweepEngine({"n_startup_trials": 4, "n_trials": n_trials, "seed": 3})
+    settings = SweepSettings.from_config({"n_startup_trials": 4, "n_trials": n_trials, "seed": 3})
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
     if baseline is not None:
         study.enqueue_trial(baseline, user_attrs={"baseline": True})
-    engine._queue_design(study, space, baseline)
-    engine._queue_design(study, space, baseline)  # a second start (or worker) adds nothing
+    queue_design(study, space, baseline, settings)
+    queue_design(study, space, baseline, settings)  # a second start (or worker) adds nothing
     # queued (WAITING) trials hold their point as Optuna's fixed params until asked
     design = [t.system_attrs["fixed_params"] for t in study.trials if t.user_attrs.get(DESIGN_ATTR)]
     assert len(design) == queued

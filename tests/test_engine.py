@@ -1,5 +1,5 @@
-"""SweepEngine's bookkeeping on a real (SQLite) study: what the budget and the failure rate
-count, and which point is the starting config."""
+"""The sweep's bookkeeping on a real (SQLite) study: what the budget and the failure rate count
+(sweeper/budget.py), and which point is the starting config."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.core import SweepEngine
-from sweeper.space import SpaceContext, baseline_params, parse_space
+from sweeper.budget import Budget
+from sweeper.constraints import SpaceContext
+from sweeper.settings import SweepSettings
+from sweeper.space import baseline_params, parse_space
 from sweeper.study import StudySpec, open_study
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
@@ -39,8 +41,8 @@ def study(tmp_path) -> optuna.Study:
 def test_excluded_points_cost_no_budget_except_in_a_grid(study, sampler, left) -> None:
     # 5 trials: 1 complete and 1 out of memory count; the 2 excluded ran nothing (a grid's
     # budget is its list of points, refused ones included)
-    engine = SweepEngine({"n_trials": 5, "max_wall_s": 0, "sampler": sampler})
-    assert engine._budget_left(study, verify_estimate_s=0.0) == left
+    budget = Budget(SweepSettings.from_config({"n_trials": 5, "max_wall_s": 0, "sampler": sampler}))
+    assert budget.trials_left(study, verify_estimate_s=0.0) == left
 
 
 @pytest.mark.parametrize(
@@ -55,10 +57,10 @@ def test_excluded_points_cost_no_budget_except_in_a_grid(study, sampler, left) -
 def test_out_of_memory_does_not_count_toward_the_failure_rate(study, extra, exceeded) -> None:
     for (kind,) in extra:
         told(study, TrialState.FAIL, kind)
-    engine = SweepEngine(
+    settings = SweepSettings.from_config(
         {"max_failure_rate": 0.5, "min_trials_for_failure_rate": 1, "n_trials": 0}
     )
-    assert engine._failure_rate_exceeded(study) is exceeded
+    assert Budget(settings).failure_rate_exceeded(study) is exceeded
 
 
 BASE = {"batch.micro_batch": 8, "batch.grad_accum": 8, "runtime.dtype": "auto",

@@ -22,8 +22,9 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from sweeper.core import SweepEngine
+from sweeper.budget import Budget
 from sweeper.mlflow_server import free_port
+from sweeper.settings import SweepSettings
 from sweeper.study import OWNER_ATTR, StudySpec, count_finished, open_study
 from tests.postgres import require_postgres, running_postgres
 from tests.sweep_helpers import sweep_argv
@@ -66,8 +67,8 @@ def test_budget_counts_trials_other_workers_are_running(tmp_path: Path, owner, l
     study = open_study(spec)
     study.tell(study.ask(), 1.0)
     study.ask().set_user_attr(OWNER_ATTR, owner())
-    engine = SweepEngine({"n_trials": 3, "max_wall_s": 0})
-    assert engine._budget_left(study, verify_estimate_s=0.0) == left
+    budget = Budget(SweepSettings.from_config({"n_trials": 3, "max_wall_s": 0}))
+    assert budget.trials_left(study, verify_estimate_s=0.0) == left
 
 
 def _worker_overrides(pg_url: str, worker: int) -> list[str]:
@@ -121,7 +122,7 @@ def test_two_workers_share_one_postgres_study(pg_url: str, tmp_path: Path) -> No
     study = optuna.load_study(study_name=STUDY, storage=pg_url)
     trials = study.get_trials(deepcopy=False)
     # The budget is the study's, not each worker's: exactly n_trials, not n_trials per worker.
-    # Trials running elsewhere count against it (SweepEngine._budget_left); without that the
+    # Trials running elsewhere count against it (Budget.trials_left); without that the
     # workers ran 7. What remains is a race Optuna cannot close (no atomic "ask if under budget"):
     # workers that read the count within the same few milliseconds may both ask, at most
     # workers - 1 extra trials; it needs two trials to end at the same instant.

@@ -1,6 +1,5 @@
-"""The class Hydra discovers. Thin on purpose: Hydra imports every plugin module at every start, so
-the
-real work (and Optuna) is imported only when a sweep actually runs."""
+"""The class Hydra discovers. Thin on purpose: Hydra imports every plugin module at every start,
+so the real work (sweeper/engine.py, and Optuna) is imported only when a sweep actually runs."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ register()
 
 class ThroughputSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
-        from sweeper.core import SweepEngine
+        from sweeper.engine import SweepEngine
 
         self._engine = SweepEngine(settings)
 

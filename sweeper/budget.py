@@ -1,0 +1,142 @@
+"""The sweep's budget: trials left, wall time left, the verification reserve, the ETA and the
+failure-rate stop.
+
+Two limits end a search: `n_trials` finished trials (excluded points and duplicates ran nothing and
+cost none, except in a grid, whose budget is its list of points) and the wall budget `max_wall_s`,
+which includes verification, so the search stops early enough to leave room for it. The clock is
+injectable, so the arithmetic is tested with a fake one (tests/test_budget.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.settings import SweepSettings
+from sweeper.study import count_finished, own_outcomes, running_trials
+
+log = logging.getLogger(__name__)
+
+VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
+UNLIMITED = 10**9  # trials left when n_trials is 0
+
+
+class Budget:
+    """What is left of a sweep's trials and wall time, measured from `started` on `clock`."""
+
+    def __init__(
+        self,
+        settings: SweepSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        started: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.started = clock() if started is None else started
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.started
+
+    def wall_left_s(self) -> float | None:
+        """Seconds left of the wall budget; None without one."""
+        if self.settings.max_wall_s <= 0:
+            return None
+        return max(0.0, self.settings.max_wall_s - self.elapsed_s())
+
+    def spent(self, study: optuna.Study) -> int:
+        """Trials charged to n_trials: excluded points ran nothing and cost none, except in a
+        grid, whose budget is its list of points."""
+        done = count_finished(study)
+        if self.settings.sampler == "grid":
+            return done
+        excluded = sum(t.user_attrs.get("failure_kind") == "excluded" for t in own_outcomes(study))
+        return done - excluded
+
+    @staticmethod
+    def median_trial_s(study: optuna.Study) -> float | None:
+        """The median wall time of the study's trials that recorded one."""
+        walls = [
+            t.user_attrs["wall_s"]
+            for t in study.get_trials(deepcopy=False)
+            if "wall_s" in t.user_attrs
+        ]
+        return statistics.median(walls) if walls else None
+
+    def verify_reserve_s(self, study: optuna.Study, real_trial_s: float) -> float:
+        """Room kept for verification: its planned cost, but never more than VERIFY_SHARE of a
+        wall budget (verification rounds themselves stop at the budget). `real_trial_s` is a
+        verification run's predicted wall when search trials are projected, else 0."""
+        s = self.settings
+        run_s = max(self.median_trial_s(study) or 0.0, real_trial_s)
+        reserve = run_s * (s.verify_top_k + 1) * s.verify_repeats
+        if s.max_wall_s > 0:
+            reserve = min(reserve, VERIFY_SHARE * s.max_wall_s)
+        return reserve
+
+    def trials_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
+        """How many more trials the search may launch; 0 once the wall budget, less the
+        verification estimate, is spent."""
+        s = self.settings
+        # Trials that other workers sharing the study are running count too (this loop has told
+        # all of its own by now), so N workers stop at n_trials, not up to n_trials + N - 1. An
+        # orphan (owner gone, or on another host with a stale heartbeat: recover_interrupted's
+        # rule) holds no budget; the next start requeues it.
+        if s.n_trials > 0:
+            running = len(running_trials(study)[0])
+            left = s.n_trials - self.spent(study) - running
+        else:
+            left = UNLIMITED
+        if s.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.max_wall_s:
+            return 0
+        return left
+
+    def eta_s(self, study: optuna.Study) -> float | None:
+        """The sweep's remaining time: the trials left and the verification runs at the median
+        trial's wall time, capped by the wall budget when that ends the sweep first."""
+        s = self.settings
+        median_s = self.median_trial_s(study)
+        eta = None
+        if median_s is not None and s.n_trials > 0:
+            remaining = max(0, s.n_trials - self.spent(study))
+            eta = median_s * (remaining + s.verify_top_k * s.verify_repeats)
+        left_s = self.wall_left_s()
+        if left_s is not None:
+            eta = left_s if eta is None else min(eta, left_s)
+        return eta
+
+    def verify_round_fits(self, study: optuna.Study, n_runs: int) -> bool:
+        """Whether one more verification round of `n_runs` runs fits in the wall budget."""
+        if self.settings.max_wall_s <= 0:
+            return True
+        median_s = self.median_trial_s(study) or 0.0
+        return self.elapsed_s() + median_s * n_runs <= self.settings.max_wall_s
+
+    def failure_rate_exceeded(self, study: optuna.Study) -> bool:
+        """Whether more than max_failure_rate of this worker's counted trials failed (judged
+        after min_trials_for_failure_rate of them)."""
+        s = self.settings
+        # A duplicate or an excluded point ran nothing; an out-of-memory trial is the search
+        # learning where memory ends (larger micro-batches are refused after it), not a fault.
+        trials = [
+            t for t in own_outcomes(study)
+            if t.user_attrs.get("failure_kind") not in ("excluded", "oom")
+        ]  # fmt: skip
+        if len(trials) < s.min_trials_for_failure_rate:
+            return False
+        failed = sum(1 for t in trials if t.state == TrialState.FAIL)
+        if failed / len(trials) > s.max_failure_rate:
+            log.error(
+                "%d of %d trials failed (> hydra.sweeper.max_failure_rate=%.2f): stopping the "
+                "search; see each trial's failure_reason",
+                failed,
+                len(trials),
+                s.max_failure_rate,
+            )
+            return True
+        return False

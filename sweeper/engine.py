@@ -1,0 +1,129 @@
+"""The sweep, start to end: plan -> search -> verify -> export -> explain.
+
+prepare the request (probe the device in a child process, parse and check the space; a plan stops
+here) -> open or resume the study and the parent MLflow run -> search: ask -> refuse unsafe points
+-> launch -> tell (complete | pruned | failed + reason) -> verify the top-k in fresh processes ->
+noise-aware winner -> best.yaml and plots -> the final table -> the starting config against the
+winner. Each step lives in its own module; this one only tells the story.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hydra.core.plugins import Plugins
+from omegaconf import DictConfig
+
+from sweeper import report
+from sweeper.budget import Budget
+from sweeper.export import export_winner
+from sweeper.launch.batch import JobLauncher
+from sweeper.metrics import best_metrics
+from sweeper.narrative import explain
+from sweeper.prepare import Prepared, prepare, print_plan
+from sweeper.search import Search
+from sweeper.settings import SweepSettings
+from sweeper.start import Started, open_sweep_study, start_tracker
+from sweeper.study import DUPLICATE_ATTR
+from sweeper.verification import Verification, verify
+
+log = logging.getLogger(__name__)
+
+
+class SweepEngine:
+    """Hydra's sweeper protocol (setup, sweep) around one sweep."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = SweepSettings.from_config(settings)
+        self.started = time.monotonic()  # the wall budget counts from here
+        self.hydra_context: Any = None
+        self.config: DictConfig | None = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> dict:
+        sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
+        prepared = prepare(
+            self.settings,
+            arguments,
+            hydra_context=self.hydra_context,
+            config=self.config,
+            sweep_dir=sweep_dir,
+            fork_trials=type(self.launcher).__name__ == "BasicLauncher",
+        )
+        if prepared.settings.plan:
+            return print_plan(prepared)
+        started = open_sweep_study(prepared, sweep_dir)
+        tracker = start_tracker(prepared, started, sweep_dir)
+        try:
+            best_path = self._run(prepared, started, tracker, sweep_dir)
+        except BaseException:
+            tracker.finish("FAILED")
+            raise
+        tracker.finish()
+        return {"best_yaml": str(best_path) if best_path else None, "study": started.study_name}
+
+    def _run(
+        self, prepared: Prepared, started: Started, tracker: Any, sweep_dir: Path
+    ) -> Path | None:
+        """Search, verify, export, report and explain; the exported best.yaml, if any."""
+        settings, study = started.settings, started.study
+        budget = Budget(settings, started=self.started)
+        jobs = JobLauncher(self.launcher)
+        common = dict(study=study, space=prepared.space, settings=settings, budget=budget,
+                      tracker=tracker, jobs=jobs, fixed=prepared.fixed,
+                      objective=prepared.objective)  # fmt: skip
+        Search(**common, storage=started.storage).run()
+        verification = verify(**common, baseline=started.baseline)
+        best_path = None
+        if verification.winner is not None:
+            best_path = self._export(started, verification, tracker, sweep_dir)
+        report.final_report(
+            trials=study.get_trials(deepcopy=False),
+            duplicate_attr=DUPLICATE_ATTR,
+            rows=verification.rows,
+            best_path=best_path,
+        )
+        if verification.winner is not None:
+            explain(study, verification, baseline=started.baseline,
+                    planned_steps=settings.planned_steps, tracker=tracker)  # fmt: skip
+        return best_path
+
+    @staticmethod
+    def _export(
+        started: Started, verification: Verification, tracker: Any, sweep_dir: Path
+    ) -> Path:
+        """best.yaml, the plots, and both on the parent MLflow run with the winner's numbers."""
+        from sweeper.plots import sweep_plots
+
+        winner, rows = verification.winner, verification.rows
+        best_path = export_winner(
+            winner,
+            rows,
+            sweep_dir=sweep_dir,
+            study_name=started.study_name,
+            storage=started.storage,
+            planned_checkpoint_every=started.settings.planned_checkpoint_every,
+        )
+        artifacts = sweep_plots(started.study, sweep_dir, rows, verification.results)
+        tracker.log_best(
+            best_yaml=best_path,
+            extra_artifacts=artifacts,
+            metrics=best_metrics(next(r for r in rows if r["winner"])),
+            tags={
+                "verdict": winner.verdict.reason,
+                "decisive": winner.verdict.decisive,
+                "winner_trial": winner.number,
+            },
+        )
+        return best_path

@@ -1,0 +1,155 @@
+"""The sweep's request, checked before any trial starts: the trainer's base config, the device, the
+settings it implies, and the search space after the constraints and the memory model.
+
+Everything that can be wrong with a request is found here: an unknown objective, an infeasible
+space, a choice no runnable point has. The plan (`hydra.sweeper.plan=true`) prints what this finds
+and stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from sweeper import report
+from sweeper.constraints import SpaceContext, cpus_here
+from sweeper.device_probe import probe_device
+from sweeper.devices import DeviceFacts, device_facts
+from sweeper.launch.job import prestart_zygote
+from sweeper.objective import ObjectiveConfig
+from sweeper.plan import build_plan, format_plan, startup_lines
+from sweeper.scan import Scan, drop_dead_values, scan
+from sweeper.settings import SweepSettings
+from sweeper.space import SearchSpace, parse_space
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A checked request: what the rest of the sweep starts from."""
+
+    settings: SweepSettings  # with the CPU wall cap applied
+    objective: ObjectiveConfig
+    fixed: list[str] = field(hash=False)  # command-line overrides every trial gets
+    base: dict[str, Any] = field(hash=False)  # the flat trainer config (dotted keys)
+    facts: dict | None = field(hash=False)  # what the device probe said, if it ran
+    device: DeviceFacts
+    ctx: SpaceContext
+    space: SearchSpace
+    found: Scan
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as one level of dotted keys."""
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            flat.update(flatten(v, key + "."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def split_arguments(arguments: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Command-line overrides: fixed ones go to every trial; sweep ones (a,b / choice() /
+    range()) join the search space."""
+    parser = OverridesParser.create()
+    fixed, sweeps = [], {}
+    for ov in parser.parse_overrides(arguments):
+        if ov.is_sweep_override():
+            sweeps[ov.get_key_element()] = ov.input_line.split("=", 1)[1]
+        else:
+            fixed.append(ov.input_line)
+    return fixed, sweeps
+
+
+def prepare(
+    settings: SweepSettings,
+    arguments: list[str],
+    *,
+    hydra_context: Any,
+    config: DictConfig,
+    sweep_dir: Path,
+    fork_trials: bool,
+) -> Prepared:
+    """Check the request: the base config, the device (probed in a child process), the space.
+    `fork_trials` starts the trial zygote first, so its imports overlap the probe."""
+    s = settings
+    fixed, cli_space = split_arguments(arguments)
+    objective = ObjectiveConfig(
+        name=s.objective,
+        planned_steps=s.planned_steps,
+        planned_checkpoint_every=s.planned_checkpoint_every,
+    )
+    base_cfg = hydra_context.config_loader.load_sweep_config(
+        master_config=config, sweep_overrides=fixed
+    )
+    trainer = OmegaConf.to_container(base_cfg, resolve=False)
+    trainer.pop("hydra", None)
+    base = flatten(trainer)
+    if fork_trials and not s.plan:
+        # trials run in this process's main thread: fork them from a preloaded zygote, whose
+        # imports overlap the probe below
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        prestart_zygote(sweep_dir)
+    # a plan for a named device needs no probe (and no torch) here
+    facts = None if s.plan and s.plan_device else probe_device()
+    device = device_facts(facts, plan_device=s.plan_device, cpu_count=cpus_here())
+    s = _device_settings(s, device, model=base["model.name"])
+    ctx = SpaceContext(
+        tokens_per_step=base["batch.tokens_per_step"],
+        block_size=base["model.block_size"],
+        world_size=1,
+        cpu_count=device.cpu_count,
+        device_type=device.device_type,
+        bf16_supported=device.bf16_supported,
+        base=base,
+        device_name=device.name,
+        device_memory_gib=device.memory_gib,
+    )
+    space = parse_space({**s.space, **cli_space}, ctx)
+    space.require_feasible(ctx)
+    # the memory model's drops, choices no runnable point has, the trials' limits
+    found = scan(space, ctx, timeout_s=s.trial_timeout_s, stall_timeout_s=s.stall_timeout_s)
+    space = drop_dead_values(space, found)
+    for line in startup_lines(found, ctx):
+        log.info(line)
+    return Prepared(settings=s, objective=objective, fixed=fixed, base=base, facts=facts,
+                    device=device, ctx=ctx, space=space, found=found)  # fmt: skip
+
+
+def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> SweepSettings:
+    """The settings for this device: a CPU sweep without a wall budget gets cpu_max_wall_s."""
+    if device.device_type != "cpu":
+        log.info("sweeping on %s (%s) with model=%s", device.name, device.source, model)
+        return s
+    log.warning(
+        "no CUDA device found: sweeping on the CPU (%d cores) with model=%s",
+        device.cpu_count,
+        model,
+    )
+    if s.max_wall_s <= 0 and s.cpu_max_wall_s > 0:
+        log.warning(
+            "CPU sweep capped at %.0f s, verification included "
+            "(hydra.sweeper.cpu_max_wall_s; set hydra.sweeper.max_wall_s to change it)",
+            s.cpu_max_wall_s,
+        )
+        return dataclasses.replace(s, max_wall_s=s.cpu_max_wall_s)
+    return s
+
+
+def print_plan(prepared: Prepared) -> dict:
+    """Print the plan of the prepared sweep (nothing starts); what the sweep call returns."""
+    p = prepared
+    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings.as_dict(),
+                      found=p.found)  # fmt: skip
+    report.console.print(format_plan(plan), markup=False)
+    return {"plan": True, "kept": p.found.kept, "dropped": p.found.dropped_points}

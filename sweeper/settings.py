@@ -1,0 +1,99 @@
+"""The sweeper's settings, typed, validated once and frozen.
+
+Hydra hands the sweeper its `hydra.sweeper` node (the schema is `ThroughputSweeperConf` in
+hydra_plugins/throughput_sweeper/config.py, which documents every field and holds the defaults).
+`SweepSettings.from_config` turns that node into a frozen, keyword-only dataclass: a value the sweep
+derives later (the CPU wall cap, a grid's trial count) is a `dataclasses.replace`, never a mutation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings:
+    """`hydra.sweeper.*`, field for field (see ThroughputSweeperConf for what each one means)."""
+
+    search_name: str
+    space: dict[str, Any] = field(hash=False)
+    sampler: str
+    pruner: str
+    n_startup_trials: int
+    pruner_warmup_steps: int
+    pruner_startup_trials: int
+    n_trials: int
+    max_wall_s: float
+    cpu_max_wall_s: float
+    n_jobs: int
+    max_failure_rate: float
+    min_trials_for_failure_rate: int
+    trial_timeout_s: float
+    stall_timeout_s: float
+    plan: bool
+    plan_device: str
+    storage: str
+    study_name: str
+    seed: int
+    objective: str
+    planned_steps: int
+    planned_checkpoint_every: int
+    verify_top_k: int
+    verify_repeats: int
+    noise_floor: float
+    mlflow: bool
+    mlflow_tracking_uri: str
+    mlflow_artifact_location: str
+    mlflow_experiment: str
+
+    def __post_init__(self) -> None:
+        # Bounds a sweep cannot run without; the sampler, pruner, objective and noise floor are
+        # checked where they are used (sweeper/study.py, sweeper/objective.py, sweeper/verify.py).
+        for name in ("n_jobs", "verify_top_k", "verify_repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"hydra.sweeper.{name} must be at least 1, got {getattr(self, name)}"
+                )
+        for name in ("n_trials", "max_wall_s", "cpu_max_wall_s", "min_trials_for_failure_rate"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"hydra.sweeper.{name} must be 0 (no limit) or positive, got "
+                    f"{getattr(self, name)}"
+                )
+        if not 0 <= self.max_failure_rate <= 1:
+            raise ValueError(
+                f"hydra.sweeper.max_failure_rate must be a share in [0, 1], got "
+                f"{self.max_failure_rate}"
+            )
+
+    @classmethod
+    def from_config(cls, settings: Mapping[str, Any] | DictConfig) -> SweepSettings:
+        """Settings from Hydra's sweeper node (or a plain mapping of some fields, as tests pass);
+        a missing field takes the schema's default, an unknown one is refused."""
+        if isinstance(settings, DictConfig):
+            settings = OmegaConf.to_container(settings, resolve=True)
+        given = {k: v for k, v in settings.items() if k != "_target_"}
+        defaults = dataclasses.asdict(ThroughputSweeperConf())
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            raise ValueError(
+                f"unknown hydra.sweeper setting(s) {unknown}; the fields are "
+                f"{sorted(k for k in defaults if k != '_target_')}"
+            )
+        values = {k: v for k, v in {**defaults, **given}.items() if k != "_target_"}
+        space = values["space"]
+        if isinstance(space, DictConfig):
+            space = OmegaConf.to_container(space)
+        values["space"] = dict(space or {})
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (the plan's report reads them by name)."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,173 @@
+"""The start of a sweep: the Optuna study opened (or resumed) with its first points queued, and the
+parent MLflow run.
+
+Queued first, once per study: the starting config (so the report can say what changed and why),
+then TPE's startup points as a Latin-hypercube design (sweeper/design.py), or every point of a grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from sweeper.design import latin_design
+from sweeper.device_probe import git_commit
+from sweeper.masking import mask_secrets
+from sweeper.memory import past_ooms
+from sweeper.objective import direction, searched_interval_warning
+from sweeper.prepare import Prepared
+from sweeper.settings import SweepSettings
+from sweeper.space import SearchSpace, baseline_params
+from sweeper.study import StudySpec, open_study, own_outcomes, recover_interrupted, sampler_seed
+from train.trial.pruning import OBJECTIVE_ATTR
+
+log = logging.getLogger(__name__)
+
+DESIGN_ATTR = "design"  # a queued startup point of the Latin-hypercube design
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started:
+    """The opened study and what the rest of the sweep needs to know about it."""
+
+    study: optuna.Study
+    study_name: str
+    storage: str
+    settings: SweepSettings  # a grid's n_trials is its number of points
+    baseline: dict | None  # the starting config's point, when the space holds it
+
+
+def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
+    """Open or resume the study, queue its first points, and requeue interrupted trials."""
+    p, s = prepared, prepared.settings
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    warning = searched_interval_warning(p.objective, {q.key for q in p.space.searched})
+    if warning:
+        log.warning(warning)
+    storage = s.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
+    study_name = s.study_name or (
+        f"throughput-{p.base['model.name']}-{s.search_name}-{p.device.device_type}"
+    )
+    spec = StudySpec(
+        storage=storage,
+        study_name=study_name,
+        direction=direction(p.objective),
+        sampler=s.sampler,
+        pruner=s.pruner,
+        n_startup_trials=s.n_startup_trials,
+        pruner_warmup_steps=s.pruner_warmup_steps,
+        pruner_startup_trials=s.pruner_startup_trials,
+        seed=s.seed,
+    )
+    # A grid is every feasible point queued once in the study (Optuna's GridSampler stops the
+    # study from inside tell(), which an ask/tell loop cannot take; queued points also resume).
+    grid_points = p.space.grid_points(p.ctx) if s.sampler == "grid" else None
+    if grid_points is not None:
+        spec = dataclasses.replace(spec, sampler="random")
+        if s.n_trials <= 0:
+            s = dataclasses.replace(s, n_trials=len(grid_points))
+    study = open_study(spec)
+    if grid_points is not None:
+        queue_grid(study, grid_points)
+    # the child reports running tokens/s in these units (train/trial/pruning.py)
+    study.set_user_attr(OBJECTIVE_ATTR, {
+        "name": p.objective.name,
+        "planned_tokens": p.objective.planned_steps * p.ctx.tokens_per_step,
+    })  # fmt: skip
+    p.ctx.ooms.extend(past_ooms(own_outcomes(study), p.space))
+    baseline = baseline_params(
+        p.space, p.base, device_type=p.device.device_type, bf16=p.device.bf16_supported
+    )
+    if grid_points is None and baseline is not None and not any(
+        t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)
+    ):
+        # The starting config is measured first, so the report can say what changed and why.
+        study.enqueue_trial(baseline, user_attrs={"baseline": True})
+    if s.sampler == "tpe":
+        queue_design(study, p.space, baseline, s)
+    study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
+    recover_interrupted(study)
+    log.info("study %r in %s; sweep dir %s", study_name, mask_secrets(storage), sweep_dir)
+    return Started(study=study, study_name=study_name, storage=storage, settings=s,
+                   baseline=baseline)  # fmt: skip
+
+
+def queue_grid(study: optuna.Study, points: list[dict]) -> int:
+    """Queue each grid point the study has not seen yet (a resumed grid queues only the rest)."""
+    seen = {json.dumps(t.params, sort_keys=True, default=str) for t in study.get_trials()}
+    fresh = [p for p in points if json.dumps(p, sort_keys=True, default=str) not in seen]
+    for p in fresh:
+        study.enqueue_trial(p)
+    return len(fresh)
+
+
+def queue_design(
+    study: optuna.Study, space: SearchSpace, baseline: dict | None, settings: SweepSettings
+) -> None:
+    """TPE's startup trials as a Latin-hypercube design (sweeper/design.py), queued once per
+    study, after the starting config (which is one of them)."""
+    s = settings
+    trials = study.get_trials(deepcopy=False)
+    if any(t.user_attrs.get(DESIGN_ATTR) for t in trials) or len(trials) > 1:
+        return  # queued already, or a resumed study that is past its start
+    n = s.n_startup_trials - (baseline is not None)
+    if s.n_trials > 0:
+        n = min(n, s.n_trials - (baseline is not None))
+    points = latin_design(
+        space.distributions(),
+        max(0, n),
+        seed=sampler_seed(s.seed),
+        accept=lambda p: p != baseline and space.check(p) is None,
+    )
+    for point in points:
+        study.enqueue_trial(point, user_attrs={DESIGN_ATTR: True})
+    if points:
+        log.info("TPE starts from %d spread-out points (a Latin-hypercube design)", len(points))
+
+
+def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Any:
+    """The MLflow tracker (a no-op one when hydra.sweeper.mlflow=false) with the sweep's parent
+    run open: the settings as params, the device and the checkout as tags."""
+    from sweeper.tracking import NullTracker, SweepTracker
+
+    p, s, device = prepared, started.settings, prepared.device
+    if not s.mlflow:
+        tracker = NullTracker()
+    else:
+        tracker = SweepTracker(
+            tracking_uri=s.mlflow_tracking_uri or None,
+            experiment=s.mlflow_experiment or started.study_name,
+            artifact_location=s.mlflow_artifact_location or None,
+        )
+    tracker.start_sweep(
+        run_name=f"sweep-{sweep_dir.parent.name}-{sweep_dir.name}",
+        params={
+            "search_space": json.dumps(s.space),
+            "search_name": s.search_name,
+            "sampler": s.sampler,
+            "pruner": s.pruner,
+            "objective": s.objective,
+            "n_trials": s.n_trials,
+            "verify_top_k": s.verify_top_k,
+            "verify_repeats": s.verify_repeats,
+            **{f"fixed.{o.split('=', 1)[0]}": o.split("=", 1)[1] for o in p.fixed},
+        },
+        tags={
+            "study": started.study_name,
+            "storage": mask_secrets(started.storage),
+            "device": device.name if device.device_type == "cuda"
+            else f"cpu ({device.cpu_count} cores)",
+            "device_type": device.device_type,
+            "torch": (p.facts or {}).get("torch", ""),
+            "model": p.base["model.name"],
+            "git_commit": git_commit(),
+            "sweep_dir": str(sweep_dir),
+        },
+    )
+    return tracker

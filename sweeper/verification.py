@@ -1,0 +1,261 @@
+"""Verification: the search's contenders re-measured in fresh processes, and a typed winner.
+
+The top-k distinct configs within VERIFY_WITHIN of the best objective value, plus the starting
+config, each run `verify_repeats` times in interleaved rounds with real full optimizer steps (never
+projected); the noise-aware verdict (sweeper/verify.py) names the winner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.budget import Budget
+from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, JobLauncher, trial_limits
+from sweeper.objective import ObjectiveConfig, direction, objective_value
+from sweeper.settings import SweepSettings
+from sweeper.space import SearchSpace
+from sweeper.verify import Candidate, Verdict, pick_winner
+from train.trial.result import read_result
+
+log = logging.getLogger(__name__)
+
+VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Winner:
+    """The verified winner: its trial, its candidate, the verdict and its fresh runs' results."""
+
+    number: int  # the search trial that first measured the config
+    trial: FrozenTrial
+    candidate: Candidate
+    verdict: Verdict
+    results: list[dict] = field(hash=False)  # its verification runs' results, in round order
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verification:
+    """What verification measured: a row per verified config (best tokens/s first), each
+    candidate's results by trial number, and the winner (None when nothing could be verified)."""
+
+    rows: list[dict]
+    results: dict[int, list[dict]]
+    winner: Winner | None
+
+
+NOTHING_VERIFIED = Verification(rows=[], results={}, winner=None)
+
+
+def trial_result(trial: FrozenTrial) -> dict | None:
+    """The search run's result.json of `trial`, if its job left one."""
+    job_dir = trial.user_attrs.get("job_dir")
+    return read_result(Path(job_dir) / "result.json") if job_dir else None
+
+
+def find_baseline(study: optuna.Study, params: dict | None) -> FrozenTrial | None:
+    """The completed trial that measured the starting config, if any."""
+    if params is None:
+        return None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("baseline") or t.params == params:
+            return t
+    return None
+
+
+def contenders(study: optuna.Study, top_k: int, *, maximize: bool) -> list[FrozenTrial]:
+    """The best `top_k` distinct configs that could still win on noise (within VERIFY_WITHIN
+    of the best objective value), best first."""
+    complete = list(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    complete.sort(key=lambda t: t.value, reverse=maximize)
+    best = complete[0].value
+    top, seen = [], set()
+    for t in complete:
+        if not (t.value >= VERIFY_WITHIN * best if maximize else t.value * VERIFY_WITHIN <= best):
+            continue
+        key = json.dumps(t.params, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            top.append(t)
+        if len(top) == top_k:
+            break
+    return top
+
+
+def verify(
+    *,
+    study: optuna.Study,
+    space: SearchSpace,
+    settings: SweepSettings,
+    budget: Budget,
+    jobs: JobLauncher,
+    tracker: Any,
+    fixed: list[str],
+    objective: ObjectiveConfig,
+    baseline: dict | None,
+) -> Verification:
+    """Re-measure the contenders and the starting config; the rows and the noise-aware winner."""
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        log.error("no trial completed: nothing to verify or export")
+        return NOTHING_VERIFIED
+    top = contenders(study, settings.verify_top_k, maximize=direction(objective) == "maximize")
+    # The starting config is always re-measured beside the finalists, so the report compares
+    # like with like (the same rounds, the same real full steps), whatever its search rank.
+    base_trial = find_baseline(study, baseline)
+    start_added = base_trial is not None and all(t.number != base_trial.number for t in top)
+    if start_added:
+        top.append(base_trial)
+    cands = {
+        t.number: Candidate(
+            key=json.dumps(t.params, sort_keys=True, default=str),
+            params=dict(t.params),
+            overrides=[
+                *fixed,
+                *space.to_overrides(t.params),
+                *REAL_STEPS,
+                *trial_limits(space, settings, t.params, dict(REAL_STEP_KEYS)),
+            ],
+            values=[],
+            simplicity=space.defaults_distance(t.params, space.ctx.base),
+        )
+        for t in top
+    }
+    if start_added:
+        which = f"the top {len(cands) - 1} and the starting config"
+    elif base_trial is not None:
+        which = f"the top {len(cands)}, the starting config among them"
+    else:
+        which = f"the top {len(cands)}"
+    log.info(
+        "verifying %d configs (%s), %d fresh runs each, with real full optimizer steps (never "
+        "projected)",
+        len(cands),
+        which,
+        settings.verify_repeats,
+    )
+    results = _rounds(cands, study=study, space=space, settings=settings, budget=budget,
+                      jobs=jobs, tracker=tracker, objective=objective)  # fmt: skip
+    measured = [c for c in cands.values() if c.values]
+    if not measured:
+        log.error("every verification run failed: no winner is exported")
+        return Verification(rows=[], results=results, winner=None)
+    verdict = pick_winner(
+        measured, direction=direction(objective), noise_floor=settings.noise_floor
+    )
+    log.info("verdict: %s", verdict.reason)
+    rows = []
+    for number, c in cands.items():
+        if not results[number]:
+            continue
+        row = verified_row(number, c, results[number], winner=c is verdict.winner)
+        row.update(search_basis(study.trials[number]))
+        row["start"] = base_trial is not None and number == base_trial.number
+        rows.append(row)
+    rows.sort(key=lambda r: r["tokens_per_s"], reverse=True)
+    number = next(n for n, c in cands.items() if c is verdict.winner)
+    run_id = study.trials[number].user_attrs.get("mlflow_run_id")
+    if run_id:
+        tracker.tag_winner(run_id)
+    study.set_user_attr(
+        "verdict", {"winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive}
+    )
+    winner = Winner(
+        number=number,
+        trial=study.trials[number],
+        candidate=verdict.winner,
+        verdict=verdict,
+        results=results[number],
+    )
+    return Verification(rows=rows, results=results, winner=winner)
+
+
+def _rounds(
+    cands: dict[int, Candidate],
+    *,
+    study: optuna.Study,
+    space: SearchSpace,
+    settings: SweepSettings,
+    budget: Budget,
+    jobs: JobLauncher,
+    tracker: Any,
+    objective: ObjectiveConfig,
+) -> dict[int, list[dict]]:
+    """Run the verification rounds; each candidate's complete results by trial number (its
+    objective values are appended to the candidate)."""
+    results: dict[int, list[dict]] = {n: [] for n in cands}
+    # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate alike.
+    for repeat in range(settings.verify_repeats):
+        if repeat > 0 and not budget.verify_round_fits(study, len(cands)):
+            log.warning(
+                "wall budget (%.0f s): verification stops after %d fresh round(s)",
+                settings.max_wall_s,
+                repeat,
+            )
+            break
+        outs = jobs.launch([c.overrides for c in cands.values()])
+        for number, out in zip(cands, outs, strict=True):
+            tracker.log_trial(
+                number=number,
+                state=out["state"],
+                reason=out.get("reason"),
+                params=space.point(cands[number].params),
+                result=out.get("result"),
+                job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
+                kind="verify",
+                repeat=repeat + 1,
+            )
+            if out["state"] == "complete":
+                cands[number].values.append(objective_value(out["result"], objective))
+                results[number].append(out["result"])
+            else:
+                log.warning(
+                    "verification run of trial %d: %s (%s)",
+                    number,
+                    out["state"],
+                    out.get("reason"),
+                )
+    return results
+
+
+def search_basis(trial: FrozenTrial) -> dict:
+    """What the search measured for a trial: its tokens/s and whether it was projected from
+    short steps (train/trial/measurement.py), to print beside the verified real full steps."""
+    result = trial_result(trial) or {}
+    return {
+        "search_tokens_per_s": result.get("tokens_per_s"),
+        "search_projected": result.get("projection") is not None,
+    }
+
+
+def verified_row(number: int, cand: Candidate, results: list[dict], *, winner: bool) -> dict:
+    """Medians over a candidate's fresh runs, and the spread of its tokens/s."""
+    tps = [r["tokens_per_s"] for r in results]
+    mean = statistics.fmean(tps)
+    cv = statistics.stdev(tps) / mean if len(tps) > 1 and mean > 0 else 0.0
+
+    def med(fn):
+        vals = [v for v in (fn(r) for r in results) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    return {
+        "trial": number,
+        "winner": winner,
+        "params": cand.params,
+        "tokens_per_s": statistics.median(tps),
+        "tokens_per_s_runs": tps,
+        "cv": cv if math.isfinite(cv) else None,
+        "n": len(tps),
+        "step_time_s": med(lambda r: r["step_time_s"]["p50"]),
+        "mfu_spec": med(lambda r: r["mfu"]["spec"]),
+        "mfu_ceiling": med(lambda r: r["mfu"]["ceiling"]),
+        "data_wait_frac": med(lambda r: r["time_frac"]["data_wait"]),
+        "objective_median": statistics.median(cand.values),
+    }
