@@ -15,14 +15,18 @@ import functools
 import logging
 import os
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from sweeper.masking import mask_secrets
 from sweeper.metrics import dig, mlflow_paths
+from sweeper.owner import owner_alive, owner_tag
+
+if TYPE_CHECKING:
+    from train.trial.result import TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -51,49 +55,10 @@ JOB_ARTIFACTS = ("trial_config.yaml", "trial.log", "result.json")
 # Trial states that are a normal ending of a run (everything else is shown as FAILED in the UI).
 FINISHED_STATES = ("complete", "pruned")
 
-_SECRET_KEYS = (
-    r"[A-Za-z0-9_]*(?:token|password|passwd|pwd|secret|api_?key|sig|signature|credential)s?"
-)
-_SECRET_PATTERNS = [
-    # scheme://user:password@host -> scheme://user:***@host
-    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@"), r"\1:***@"),
-    # ?token=..., &password=..., X-Amz-Signature=..., plain "api_key=..." in text
-    (re.compile(rf"(?i)(?<![A-Za-z0-9])({_SECRET_KEYS})=[^&\s#;,'\"]+"), r"\1=***"),
-    # Authorization: Bearer <token>
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
-]
-
 T = TypeVar("T")
 
 
 SWEEP_OWNER_TAG = "sweep_owner"  # host:pid of the sweep process that holds the parent run
-
-
-def sweep_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def owner_is_gone(owner: str) -> bool:
-    """Whether `owner` (host:pid) names a process on this host that has exited. Another host's
-    process cannot be checked from here, so it counts as alive (a new parent run is the safe
-    side: nothing is merged into a run a live sweep still holds)."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
-
-
-def mask_secrets(text: str) -> str:
-    """`text` with URL passwords, secret-looking key=value pairs and bearer tokens masked."""
-    for pattern, repl in _SECRET_PATTERNS:
-        text = pattern.sub(repl, text)
-    return text
 
 
 def default_tracking_uri(cwd: Path) -> str:
@@ -119,7 +84,7 @@ def truncate(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def final_metrics(result: dict) -> dict[str, float]:
+def final_metrics(result: TrialResult) -> dict[str, float]:
     """The trial's headline numbers under slash-namespaced names; missing/non-numeric skipped."""
     out = {}
     for name, path in FINAL_METRICS.items():
@@ -265,7 +230,7 @@ class SweepTracker:
             self.experiment_id = exp.experiment_id
             if exp.lifecycle_stage == "deleted":  # deleted in the UI: runs cannot be created in it
                 self._client.restore_experiment(self.experiment_id)
-        owner = sweep_owner()
+        owner = owner_tag()
         resumed = self._interrupted_sweep_run(tags.get("study"))
         if resumed is not None:
             # the same study, left RUNNING by a sweep process on this host that no longer exists:
@@ -302,7 +267,7 @@ class SweepTracker:
             max_results=20,
         )
         for run in runs:
-            if owner_is_gone(run.data.tags.get(SWEEP_OWNER_TAG, "")):
+            if owner_alive(run.data.tags.get(SWEEP_OWNER_TAG)) is False:
                 return run
         return None
 
@@ -314,7 +279,7 @@ class SweepTracker:
         state: str,
         reason: str | None,
         params: dict,
-        result: dict | None,
+        result: TrialResult | None,
         job_dir: Path | None,
         kind: str = "search",
         repeat: int | None = None,

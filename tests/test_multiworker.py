@@ -23,10 +23,10 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from sweeper.budget import Budget
-from sweeper.mlflow_server import free_port
 from sweeper.settings import SweepSettings
 from sweeper.study import OWNER_ATTR, StudySpec, count_finished, open_study
 from tests.postgres import require_postgres, running_postgres
+from tests.servers import dead_pid, free_port
 from tests.sweep_helpers import sweep_argv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,17 +47,11 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
-def _dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
-
-
 @pytest.mark.parametrize(
     ("owner", "left"),
     [
         (lambda: f"{socket.gethostname()}:{os.getppid()}", 1),  # another live worker: counted
-        (lambda: f"{socket.gethostname()}:{_dead_pid()}", 2),  # its worker died: an orphan
+        (lambda: f"{socket.gethostname()}:{dead_pid()}", 2),  # its worker died: an orphan
         (lambda: "elsewhere:123", 1),  # another host, heartbeat not stale: counted
     ],
     ids=["live-worker", "dead-worker", "other-host"],

@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -27,12 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.launch.spawn import ForkedProcess, start_trial_process
+from sweeper.overrides import hydra_quote
 from train.proc.deathsig import die_with_parent, libc_prctl
+from train.trial.result import FAILURE_KINDS, ResultError, TrialResult, load_result
 
 log = logging.getLogger(__name__)
 
 STATES = ("complete", "pruned", "oom", "nan", "timeout", "crash", "invalid_config")
-FAILURE_KINDS = ("invalid_config", "oom", "nan", "crash")  # train/trial/result.py, schema v1
 POLL_S = 0.2  # how often the parent looks at the child; small next to any useful timeout
 TERM_GRACE_S = 5.0  # SIGTERM -> SIGKILL grace, time enough to flush a log line
 LOG_TAIL_LINES = 20  # lines of trial.log quoted in a crash reason
@@ -46,7 +46,7 @@ class TrialOutcome:
     # human-readable why (None for a clean complete/pruned)
     reason: str | None = None
     # the parsed trial result JSON, when the child wrote one
-    result: dict | None = None
+    result: TrialResult | None = None
     # the child's exit status; negative = killed by that signal (None if never reaped)
     returncode: int | None = None
     # seconds from start to the child being reaped
@@ -66,26 +66,6 @@ class TrialOutcome:
 
 # ---------------------------------------------------------------------------------------------
 # argv
-
-# Characters that are safe bare in a Hydra override value (OverrideLexer.g4: ID chars and
-# UNQUOTED_CHAR minus `$`, which starts an interpolation, and `\`, which escapes).
-_BARE_VALUE = re.compile(r"[A-Za-z0-9_/.+@%-]+")
-
-
-def hydra_quote(value: str) -> str:
-    """Write `value` so Hydra's override parser (and then OmegaConf) reads back exactly `value`.
-
-    Bare when it is plainly a path-like string (contains '/', so it can never parse as a number,
-    bool or null); otherwise single-quoted. Inside quotes Hydra un-escapes only backslashes that run
-    into a quote (`_unescape_quoted_string` in overrides_visitor.py), so those runs are doubled and
-    the quote escaped; `${` is escaped for OmegaConf, which would otherwise interpolate it.
-    """
-    if "/" in value and _BARE_VALUE.fullmatch(value):
-        return value
-    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
-    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
-    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
-    return f"'{text}'"
 
 
 def trial_argv(
@@ -265,21 +245,18 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-def _read_result(path: Path) -> tuple[dict | None, str | None]:
+def _read_result(path: Path) -> tuple[TrialResult | None, str | None]:
     """The trial JSON (written atomically by the child), or why it could not be read."""
     if not path.exists():
         return None, None
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return None, f"unreadable {path.name}: {exc}"
-    if not isinstance(doc, dict):
-        return None, f"{path.name} is not a JSON object"
-    return doc, None
+        return load_result(path), None
+    except ResultError as exc:
+        return None, str(exc)
 
 
-def _from_result(doc: dict) -> tuple[str, str | None]:
-    """State and reason from a result JSON (train/trial/result.py, schema v1)."""
+def _from_result(doc: TrialResult) -> tuple[str, str | None]:
+    """State and reason from a result JSON (train/trial/result.py)."""
     status = doc.get("status")
     if status in ("complete", "pruned"):
         return status, None
