@@ -157,7 +157,8 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
                 states = [t.state for t in load_study(tmp_path, "resume").trials]
             except KeyError:  # study not created yet
                 continue
-            except sqlalchemy.exc.OperationalError:  # the sweep is creating the tables right now
+            # the sweep is creating the tables (or stamping their alembic version) right now
+            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
                 continue
             if TrialState.COMPLETE in states and states[-1] == TrialState.RUNNING:
                 break
