@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from sweeper import report
 from sweeper.budget import Budget
+from sweeper.context import SweepContext
 from sweeper.export import export_winner
 from sweeper.launch.batch import JobLauncher
 from sweeper.metrics import best_metrics
@@ -80,11 +81,11 @@ class SweepEngine:
         settings, study = started.settings, started.study
         budget = Budget(settings, started=self.started)
         jobs = JobLauncher(self.launcher)
-        common = dict(study=study, space=prepared.space, settings=settings, budget=budget,
-                      tracker=tracker, jobs=jobs, fixed=prepared.fixed,
-                      objective=prepared.objective)  # fmt: skip
-        Search(**common, storage=started.storage).run()
-        verification = verify(**common, baseline=started.baseline)
+        ctx = SweepContext(study=study, space=prepared.space, settings=settings, budget=budget,
+                           tracker=tracker, jobs=jobs, fixed=prepared.fixed,
+                           objective=prepared.objective)  # fmt: skip
+        Search(ctx, storage=started.storage).run()
+        verification = verify(ctx, baseline=started.baseline)
         best_path = None
         if verification.winner is not None:
             best_path = self._export(started, verification, tracker, sweep_dir)

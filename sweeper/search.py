@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from sweeper import report
-from sweeper.budget import Budget
-from sweeper.launch.batch import JobLauncher, real_trial_s, trial_limits
+from sweeper.context import SweepContext
+from sweeper.launch.batch import real_trial_s, trial_limits
 from sweeper.memory import OutOfMemory
 from sweeper.metrics import summary_metrics
-from sweeper.objective import ObjectiveConfig, objective_value
+from sweeper.objective import objective_value
 from sweeper.owner import owner_tag
-from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace
 from sweeper.study import DUPLICATE_ATTR, OWNER_ATTR, find_twin, heartbeats, trial_id
 
 log = logging.getLogger(__name__)
@@ -36,32 +33,13 @@ HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.hear
 class Search:
     """One worker's search over `space` in `study`, until its budget is spent."""
 
-    def __init__(
-        self,
-        *,
-        study: optuna.Study,
-        space: SearchSpace,
-        settings: SweepSettings,
-        budget: Budget,
-        tracker: Any,
-        jobs: JobLauncher,
-        fixed: list[str],
-        objective: ObjectiveConfig,
-        storage: str,
-    ) -> None:
-        self.study = study
-        self.space = space
-        self.settings = settings
-        self.budget = budget
-        self.tracker = tracker
-        self.jobs = jobs
-        self.fixed = fixed
-        self.objective = objective
+    def __init__(self, ctx: SweepContext, *, storage: str) -> None:
+        self.ctx = ctx
         self.storage = storage
         self.streak = 0  # points in a row that ran nothing (excluded or duplicates)
 
     def run(self) -> None:
-        real_s = real_trial_s(self.space, self.settings)
+        real_s = real_trial_s(self.ctx.space, self.ctx.settings)
         while True:
             if self.streak >= MAX_DUPLICATE_STREAK:
                 log.warning(
@@ -70,15 +48,15 @@ class Search:
                     self.streak,
                 )
                 return
-            reserve_s = self.budget.verify_reserve_s(self.study, real_s)
-            left = self.budget.trials_left(self.study, reserve_s)
-            if left <= 0 or self.budget.failure_rate_exceeded(self.study):
+            reserve_s = self.ctx.budget.verify_reserve_s(self.ctx.study, real_s)
+            left = self.ctx.budget.trials_left(self.ctx.study, reserve_s)
+            if left <= 0 or self.ctx.budget.failure_rate_exceeded(self.ctx.study):
                 return
-            batch, asked = self._ask(min(self.settings.n_jobs, left))
+            batch, asked = self._ask(min(self.ctx.settings.n_jobs, left))
             if not batch:
                 continue
-            with heartbeats(self.study, asked, interval_s=HEARTBEAT_S):
-                outs = self.jobs.launch(batch)
+            with heartbeats(self.ctx.study, asked, interval_s=HEARTBEAT_S):
+                outs = self.ctx.jobs.launch(batch)
             for trial, out in zip(asked, outs, strict=True):
                 self._tell(trial, out)
 
@@ -86,25 +64,25 @@ class Search:
         """Up to `n` new points to run, as job overrides and their trials; refused and
         re-proposed points are told at once and run nothing."""
         batch, asked = [], []
-        dists = self.space.distributions()
+        dists = self.ctx.space.distributions()
         for _ in range(n):
-            trial = self.study.ask(dists)
+            trial = self.ctx.study.ask(dists)
             trial.set_user_attr(OWNER_ATTR, owner_tag())
-            reason = self.space.check(trial.params)
+            reason = self.ctx.space.check(trial.params)
             if reason is not None:
                 self._refuse(trial, reason)
                 continue
-            twin = find_twin(self.study, trial.params, number=trial.number)
+            twin = find_twin(self.ctx.study, trial.params, number=trial.number)
             if twin is not None:
                 self._tell_duplicate(trial, twin)
                 continue
             self.streak = 0
             batch.append([
-                *self.fixed,
-                *self.space.to_overrides(trial.params),
-                *trial_limits(self.space, self.settings, trial.params),
+                *self.ctx.fixed,
+                *self.ctx.space.to_overrides(trial.params),
+                *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
                 f"trial.study_storage={self.storage}",
-                f"trial.study_name={self.study.study_name}",
+                f"trial.study_name={self.ctx.study.study_name}",
                 f"trial.trial_id={trial_id(trial)}",
             ])  # fmt: skip
             asked.append(trial)
@@ -114,7 +92,7 @@ class Search:
         """A point the constraints exclude: it runs nothing and costs no budget (Budget.spent)."""
         trial.set_user_attr("failure_kind", "excluded")
         trial.set_user_attr("failure_reason", reason)
-        self.tracker.log_trial(
+        self.ctx.tracker.log_trial(
             number=trial.number,
             state="excluded",
             reason=reason,
@@ -122,7 +100,7 @@ class Search:
             result=None,
             job_dir=None,
         )
-        self.study.tell(trial, state=TrialState.FAIL)
+        self.ctx.study.tell(trial, state=TrialState.FAIL)
         self._line(trial.number, "excluded", trial.params, None, reason)
         self.streak += 1
 
@@ -131,17 +109,17 @@ class Search:
         the budget is not charged (study.count_finished)."""
         trial.set_user_attr(DUPLICATE_ATTR, twin.number)
         if twin.state == TrialState.COMPLETE:
-            self.study.tell(trial, twin.value)
+            self.ctx.study.tell(trial, twin.value)
             state = "complete"
         elif twin.state == TrialState.PRUNED:
-            self.study.tell(trial, state=TrialState.PRUNED)
+            self.ctx.study.tell(trial, state=TrialState.PRUNED)
             state = "pruned"
         else:
             state = twin.user_attrs.get("failure_kind", "crash")
             trial.set_user_attr("failure_kind", state)
             reason = f"same point as trial {twin.number}, which failed"
             trial.set_user_attr("failure_reason", reason)
-            self.study.tell(trial, state=TrialState.FAIL)
+            self.ctx.study.tell(trial, state=TrialState.FAIL)
         log.info("trial %d re-proposes trial %d's point (%s): not run again", trial.number,
                  twin.number, state)
         self.streak += 1
@@ -158,31 +136,31 @@ class Search:
             trial.set_user_attr("failure_kind", state)
             trial.set_user_attr("failure_reason", (out.get("reason") or "")[-2000:])
         if state == "oom":  # larger micro-batches with these knobs are refused from now on
-            config = {**self.space.ctx.base, **self.space.point(trial.params)}
-            self.space.ctx.ooms.append(OutOfMemory(trial=trial.number, config=config))
-        run_id = self.tracker.log_trial(
+            config = {**self.ctx.space.ctx.base, **self.ctx.space.point(trial.params)}
+            self.ctx.space.ctx.ooms.append(OutOfMemory(trial=trial.number, config=config))
+        run_id = self.ctx.tracker.log_trial(
             number=trial.number,
             state=state,
             reason=out.get("reason"),
-            params=self.space.point(trial.params),
+            params=self.ctx.space.point(trial.params),
             result=result,
             job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
         )
         if run_id:
             trial.set_user_attr("mlflow_run_id", run_id)
         if state == "complete":
-            self.study.tell(trial, objective_value(result, self.objective))
+            self.ctx.study.tell(trial, objective_value(result, self.ctx.objective))
         elif state == "pruned":
-            self.study.tell(trial, state=TrialState.PRUNED)
+            self.ctx.study.tell(trial, state=TrialState.PRUNED)
         else:
-            self.study.tell(trial, state=TrialState.FAIL)
+            self.ctx.study.tell(trial, state=TrialState.FAIL)
         self._line(trial.number, state, trial.params, result, out.get("reason"))
 
     def _line(self, number: int, state: str, params: dict, result: dict | None,
               reason: str | None) -> None:
         """The trial's progress line: its numbers, then the budget spent, the best and the ETA."""
         try:
-            best = self.study.best_value
+            best = self.ctx.study.best_value
         except ValueError:
             best = None
         report.trial_line(
@@ -191,8 +169,8 @@ class Search:
             params=params,
             result=result,
             reason=reason,
-            done=self.budget.spent(self.study),
-            total=self.settings.n_trials,
+            done=self.ctx.budget.spent(self.ctx.study),
+            total=self.ctx.settings.n_trials,
             best=best,
-            eta_s=self.budget.eta_s(self.study),
+            eta_s=self.ctx.budget.eta_s(self.ctx.study),
         )

@@ -13,16 +13,13 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.budget import Budget
-from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, JobLauncher, trial_limits
-from sweeper.objective import ObjectiveConfig, direction, objective_value
-from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace
+from sweeper.context import SweepContext
+from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
+from sweeper.objective import direction, objective_value
 from sweeper.verify import Candidate, Verdict, pick_winner
 from train.trial.result import read_result
 
@@ -90,19 +87,9 @@ def contenders(study: optuna.Study, top_k: int, *, maximize: bool) -> list[Froze
     return top
 
 
-def verify(
-    *,
-    study: optuna.Study,
-    space: SearchSpace,
-    settings: SweepSettings,
-    budget: Budget,
-    jobs: JobLauncher,
-    tracker: Any,
-    fixed: list[str],
-    objective: ObjectiveConfig,
-    baseline: dict | None,
-) -> Verification:
+def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
     """Re-measure the contenders and the starting config; the rows and the noise-aware winner."""
+    study, space, settings, objective = ctx.study, ctx.space, ctx.settings, ctx.objective
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         log.error("no trial completed: nothing to verify or export")
         return NOTHING_VERIFIED
@@ -118,7 +105,7 @@ def verify(
             key=json.dumps(t.params, sort_keys=True, default=str),
             params=dict(t.params),
             overrides=[
-                *fixed,
+                *ctx.fixed,
                 *space.to_overrides(t.params),
                 *REAL_STEPS,
                 *trial_limits(space, settings, t.params, dict(REAL_STEP_KEYS)),
@@ -141,8 +128,7 @@ def verify(
         which,
         settings.verify_repeats,
     )
-    results = _rounds(cands, study=study, space=space, settings=settings, budget=budget,
-                      jobs=jobs, tracker=tracker, objective=objective)  # fmt: skip
+    results = _rounds(cands, ctx)
     measured = [c for c in cands.values() if c.values]
     if not measured:
         log.error("every verification run failed: no winner is exported")
@@ -163,7 +149,7 @@ def verify(
     number = next(n for n, c in cands.items() if c is verdict.winner)
     run_id = study.trials[number].user_attrs.get("mlflow_run_id")
     if run_id:
-        tracker.tag_winner(run_id)
+        ctx.tracker.tag_winner(run_id)
     study.set_user_attr(
         "verdict", {"winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive}
     )
@@ -177,43 +163,34 @@ def verify(
     return Verification(rows=rows, results=results, winner=winner)
 
 
-def _rounds(
-    cands: dict[int, Candidate],
-    *,
-    study: optuna.Study,
-    space: SearchSpace,
-    settings: SweepSettings,
-    budget: Budget,
-    jobs: JobLauncher,
-    tracker: Any,
-    objective: ObjectiveConfig,
-) -> dict[int, list[dict]]:
+def _rounds(cands: dict[int, Candidate], ctx: SweepContext) -> dict[int, list[dict]]:
     """Run the verification rounds; each candidate's complete results by trial number (its
     objective values are appended to the candidate)."""
+    settings = ctx.settings
     results: dict[int, list[dict]] = {n: [] for n in cands}
     # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate alike.
     for repeat in range(settings.verify_repeats):
-        if repeat > 0 and not budget.verify_round_fits(study, len(cands)):
+        if repeat > 0 and not ctx.budget.verify_round_fits(ctx.study, len(cands)):
             log.warning(
                 "wall budget (%.0f s): verification stops after %d fresh round(s)",
                 settings.max_wall_s,
                 repeat,
             )
             break
-        outs = jobs.launch([c.overrides for c in cands.values()])
+        outs = ctx.jobs.launch([c.overrides for c in cands.values()])
         for number, out in zip(cands, outs, strict=True):
-            tracker.log_trial(
+            ctx.tracker.log_trial(
                 number=number,
                 state=out["state"],
                 reason=out.get("reason"),
-                params=space.point(cands[number].params),
+                params=ctx.space.point(cands[number].params),
                 result=out.get("result"),
                 job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
                 kind="verify",
                 repeat=repeat + 1,
             )
             if out["state"] == "complete":
-                cands[number].values.append(objective_value(out["result"], objective))
+                cands[number].values.append(objective_value(out["result"], ctx.objective))
                 results[number].append(out["result"])
             else:
                 log.warning(

@@ -1,0 +1,26 @@
+"""What the search and the verification of one sweep share, built once by the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from sweeper.budget import Budget
+from sweeper.launch.batch import JobLauncher
+from sweeper.objective import ObjectiveConfig
+from sweeper.settings import SweepSettings
+from sweeper.space import SearchSpace
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepContext:
+    study: optuna.Study
+    space: SearchSpace
+    settings: SweepSettings
+    budget: Budget
+    jobs: JobLauncher  # launches a batch of trial jobs through Hydra's launcher
+    tracker: Any  # sweeper.tracking.SweepTracker, or its no-op stand-in when MLflow is off
+    fixed: list[str]  # overrides every trial carries (the non-searched part of the request)
+    objective: ObjectiveConfig
