@@ -19,5 +19,18 @@ def main(cfg: DictConfig) -> dict:
     return run_job(cfg)
 
 
+def check_command_line() -> None:
+    """A mistyped key is refused in one line with the nearest schema key, before Hydra starts."""
+    import dataclasses
+    import sys
+
+    from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+    from train.keys import exit_on_mistyped_keys
+
+    fields = [f.name for f in dataclasses.fields(ThroughputSweeperConf)]
+    exit_on_mistyped_keys(sys.argv[1:], sweeper_fields=fields)
+
+
 if __name__ == "__main__":
+    check_command_line()
     main()

@@ -12,6 +12,7 @@ import copy
 import datetime as dt
 import logging
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,6 +48,7 @@ def best_config_document(
     command: str,
     sweep: Mapping[str, Any],
     base_dir: Path | None = None,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
     """A plain dict ready for YAML: defaults, the eight trainer sections, then provenance.
 
@@ -55,7 +57,8 @@ def best_config_document(
     data.dir is made absolute (relative paths against `base_dir`, default the current dir, the
     same rule the trainer uses) so the file trains the same data from any folder. `sweep` holds
     {study, storage, trials, when}; a password in the storage URL is masked and a missing `when`
-    is set to now (UTC, ISO 8601).
+    is set to now (UTC, ISO 8601). `checkpoint_dir`, when given, replaces checkpoint.dir (the
+    run's own folder, `own_checkpoint_dir`).
     """
     missing = [s for s in TRAINER_SECTIONS if s not in trainer_config]
     if missing:
@@ -79,6 +82,8 @@ def best_config_document(
         if not data_dir.is_absolute():
             data_dir = (base_dir or Path.cwd()) / data_dir
         data["dir"] = str(data_dir.resolve())
+    if checkpoint_dir is not None:
+        doc["checkpoint"]["dir"] = checkpoint_dir
     trial = doc["trial"]
     for key, default in SWEEP_ONLY_TRIAL_DEFAULTS.items():
         if key in trial:
@@ -95,6 +100,21 @@ def best_config_document(
         "sweep": sweep_doc,
     }
     return doc
+
+
+def own_checkpoint_dir(measured_dir: str, *, study: str, trial: int, base_dir: Path) -> str:
+    """The winner's own checkpoint folder: `<measured dir>/<study>/trial-<n>`, absolute.
+
+    The trial measured its saves on `measured_dir` (a searched disk, or the shared default
+    `checkpoints`), so production keeps that disk; the sub-folder is this study's winner's alone,
+    so training another sweep's best.yaml never resumes this one's weights (and the trainer
+    refuses a checkpoint of another identity anyway, train/run/identity.py).
+    """
+    root = Path(measured_dir).expanduser()
+    if not root.is_absolute():
+        root = base_dir / root
+    safe_study = re.sub(r"[^\w.-]+", "_", study) or "study"
+    return str((root / safe_study / f"trial-{trial}").resolve())
 
 
 def best_header(*, best_path: Path, median_tokens_per_s: float, cv: float | None, n: int) -> str:
@@ -161,8 +181,10 @@ def export_winner(
     study_name: str,
     storage: str,
     planned_checkpoint_every: int,
+    cost: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path."""
+    """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path.
+    `cost` (sweeper/cost_report.py sweep_costs) becomes provenance.cost when given."""
     from omegaconf import OmegaConf  # light, but only needed here
 
     job_dir = Path(winner.trial.user_attrs["job_dir"])
@@ -176,8 +198,12 @@ def export_winner(
         pinned["checkpoint"]["every_steps"] = planned
     row = next(r for r in rows if r["trial"] == winner.number)
     path = sweep_dir / "best.yaml"
+    ckpt_dir = own_checkpoint_dir(
+        str(pinned["checkpoint"]["dir"]), study=study_name, trial=winner.number, base_dir=Path.cwd()
+    )
     doc = best_config_document(
         trainer_config=pinned,
+        checkpoint_dir=ckpt_dir,
         metrics={k: v for k, v in row.items() if k not in ("params",)},
         fingerprint=winner.results[-1].get("fingerprint", {}),
         command=train_command(path),
@@ -189,6 +215,8 @@ def export_winner(
             "decisive": winner.verdict.decisive,
         },
     )
+    if cost is not None:  # time to train the planned tokens and $ per 1B, start and winner
+        doc["provenance"]["cost"] = _plain(cost)
     header = (
         f"Tuned by the throughput sweep (study {study_name}, trial {winner.number}): "
         f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs, "

@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from train.measure.cost import TrainTime, train_time
+
 if TYPE_CHECKING:
     from train.trial.result import TrialResult
 
@@ -53,8 +55,10 @@ class ObjectiveConfig:
 def searched_interval_warning(cfg: ObjectiveConfig, searched: set[str]) -> str | None:
     """A warning when time_to_train would price each trial's saves at its own searched interval:
     then the rarest interval wins by arithmetic, not by measurement."""
-    if cfg.name != "time_to_train" or cfg.planned_checkpoint_every or (
-        "checkpoint.every_steps" not in searched
+    if (
+        cfg.name != "time_to_train"
+        or cfg.planned_checkpoint_every
+        or ("checkpoint.every_steps" not in searched)
     ):
         return None
     return (
@@ -97,21 +101,32 @@ def objective_value(result: TrialResult, cfg: ObjectiveConfig) -> float:
             )
         return float(value)
 
-    compile_s = float(result.get("compile_s") or 0.0)
-    steady_s = steady_step_time_s(result)
+    return result_train_time(result, cfg).total_s
+
+
+def result_train_time(result: TrialResult, cfg: ObjectiveConfig) -> TrainTime:
+    """The production run's wall time predicted from one trial result, split into steps, compile
+    and checkpoint stalls: the time_to_train objective and the sweep's cost report
+    (sweeper/cost_report.py) both read it, through train.measure.cost.train_time."""
     interval = cfg.planned_checkpoint_every or _trial_checkpoint_every(result)
-    stall_s = 0.0
+    per_save = 0.0
     if interval > 0:
-        per_save = save_stall_s(result, planned_every=interval)
-        if per_save is not None:
-            stall_s = (cfg.planned_steps // interval) * per_save
+        measured = save_stall_s(result, planned_every=interval)
+        if measured is not None:
+            per_save = measured
         else:
             log.warning(
                 "checkpoint interval %d but the trial measured no checkpoint save; "
                 "time_to_train leaves checkpoint stalls out",
                 interval,
             )
-    return compile_s + cfg.planned_steps * steady_s + stall_s
+    return train_time(
+        planned_steps=cfg.planned_steps,
+        step_s=steady_step_time_s(result),
+        compile_s=float(result.get("compile_s") or 0.0),
+        save_every=interval,
+        save_stall_s=per_save,
+    )
 
 
 def save_stall_s(result: TrialResult, *, planned_every: int) -> float | None:

@@ -24,9 +24,11 @@ from sweeper.devices import DeviceFacts, device_facts
 from sweeper.launch.job import prestart_zygote
 from sweeper.objective import ObjectiveConfig
 from sweeper.plan import build_plan, format_plan, startup_lines
+from sweeper.preflight import check_micro_batches, check_trainer_keys
 from sweeper.scan import Scan, drop_dead_values, scan
 from sweeper.settings import SweepSettings
 from sweeper.space import SearchSpace, parse_space
+from train.measure.cost import resolve_planned_steps
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +86,23 @@ def prepare(
     `fork_trials` starts the trial zygote first, so its imports overlap the probe."""
     s = settings
     fixed, cli_space = split_arguments(arguments)
-    objective = ObjectiveConfig(
-        name=s.objective,
-        planned_steps=s.planned_steps,
-        planned_checkpoint_every=s.planned_checkpoint_every,
-    )
     base_cfg = hydra_context.config_loader.load_sweep_config(
         master_config=config, sweep_overrides=fixed
     )
     trainer = OmegaConf.to_container(base_cfg, resolve=False)
     trainer.pop("hydra", None)
     base = flatten(trainer)
+    check_trainer_keys(base, list({**s.space, **cli_space}))
+    check_micro_batches({**s.space, **cli_space}, base)
+    # one run length: planned_steps, else planned_tokens over the config's tokens per step
+    s = dataclasses.replace(s, planned_steps=resolve_planned_steps(
+        planned_steps=s.planned_steps, planned_tokens=s.planned_tokens,
+        tokens_per_step=base["batch.tokens_per_step"]))  # fmt: skip
+    objective = ObjectiveConfig(
+        name=s.objective,
+        planned_steps=s.planned_steps,
+        planned_checkpoint_every=s.planned_checkpoint_every,
+    )
     if fork_trials and not s.plan:
         # trials run in this process's main thread: fork them from a preloaded zygote, whose
         # imports overlap the probe below

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+from train.measure.cost import validate_prices
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +45,10 @@ class SweepSettings:
     seed: int
     objective: str
     planned_steps: int
+    planned_tokens: int
     planned_checkpoint_every: int
+    usd_per_hour: float
+    prices: dict[str, float] = field(hash=False)
     verify_top_k: int
     verify_repeats: int
     noise_floor: float
@@ -67,6 +71,7 @@ class SweepSettings:
                     f"hydra.sweeper.{name} must be 0 (no limit) or positive, got "
                     f"{getattr(self, name)}"
                 )
+        _check_cost(self)
         if not 0 <= self.max_failure_rate <= 1:
             raise ValueError(
                 f"hydra.sweeper.max_failure_rate must be a share in [0, 1], got "
@@ -92,8 +97,33 @@ class SweepSettings:
         if isinstance(space, DictConfig):
             space = OmegaConf.to_container(space)
         values["space"] = dict(space or {})
+        values["prices"] = dict(values.get("prices") or {})
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (the plan's report reads them by name)."""
         return dataclasses.asdict(self)
+
+
+def _check_cost(s: SweepSettings) -> None:
+    """The run length and the price the time-to-train report uses (train/measure/cost.py)."""
+
+    def whole(value: Any, low: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+    if not whole(s.planned_steps, 0):
+        raise ValueError(
+            f"hydra.sweeper.planned_steps must be 0 (derive from planned_tokens) or a positive "
+            f"integer, got {s.planned_steps!r}"
+        )
+    if not whole(s.planned_tokens, 1):
+        raise ValueError(
+            f"hydra.sweeper.planned_tokens must be a positive integer (tokens of the production "
+            f"run, e.g. 10_000_000_000), got {s.planned_tokens!r}"
+        )
+    if not s.usd_per_hour >= 0:
+        raise ValueError(
+            f"hydra.sweeper.usd_per_hour must be >= 0 (0 = unknown: hours only), got "
+            f"{s.usd_per_hour!r}"
+        )
+    validate_prices(s.prices, field="hydra.sweeper.prices")

@@ -93,6 +93,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         queue_design(study, p.space, baseline, s)
     study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
     recover_interrupted(study)
+    note_sweep_dir(study, sweep_dir)
     log.info("study %r in %s; sweep dir %s", study_name, mask_secrets(storage), sweep_dir)
     return Started(study=study, study_name=study_name, storage=storage, settings=s,
                    baseline=baseline)  # fmt: skip
@@ -171,3 +172,20 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Any:
         },
     )
     return tracker
+
+
+SWEEP_DIR_ATTR = "sweep_dir"
+
+
+def note_sweep_dir(study: optuna.Study, sweep_dir: Path) -> None:
+    """Record the study's first sweep dir; a resume into another folder says where the earlier
+    outputs are and how to keep one folder (hydra.sweep.dir=<that dir>)."""
+    first = study.user_attrs.get(SWEEP_DIR_ATTR)
+    if first is None:
+        study.set_user_attr(SWEEP_DIR_ATTR, str(sweep_dir))
+    elif Path(first) != sweep_dir:
+        log.warning(
+            "study %r has earlier outputs in %s; this run writes to %s (run with "
+            "hydra.sweep.dir=%s to keep one study in one folder)",
+            study.study_name, first, sweep_dir, first,
+        )  # fmt: skip

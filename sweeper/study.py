@@ -182,12 +182,7 @@ def recover_interrupted(study: optuna.Study) -> list[int]:
     """Fail orphaned RUNNING trials, queue their parameters again, and return their numbers."""
     requeued = []
     for t in running_trials(study)[1]:
-        set_trial_user_attr(study, t, "failure_kind", "interrupted")
-        set_trial_user_attr(
-            study, t, "failure_reason", "the sweep process stopped while this trial ran"
-        )
-        study.tell(t.number, state=TrialState.FAIL)
-        study.enqueue_trial(t.params, user_attrs={REQUEUED_ATTR: t.number})
+        fail_and_requeue(study, t, reason="the sweep process stopped while this trial ran")
         requeued.append(t.number)
         log.warning("trial %d was interrupted by a stopped sweep; queued again", t.number)
     return requeued
@@ -244,3 +239,24 @@ def find_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial 
     re-propose points in small discrete spaces, and a re-run would spend a trial's time to learn
     what the study already knows (verification re-measures the contenders anyway)."""
     return next((t for t in own_outcomes(study) if t.number != number and t.params == params), None)
+
+
+def fail_own_running(study: optuna.Study, *, reason: str) -> list[int]:
+    """Fail this process's RUNNING trials as interrupted (Ctrl-C or SIGTERM stopped the sweep);
+    a resumed sweep asks their points again."""
+    mine, stopped = owner_tag(), []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get(OWNER_ATTR) != mine:
+            continue
+        with contextlib.suppress(Exception):  # already told by a racing thread
+            fail_and_requeue(study, t, reason=reason)
+            stopped.append(t.number)
+    return stopped
+
+
+def fail_and_requeue(study: optuna.Study, t: FrozenTrial, *, reason: str) -> None:
+    """Record `t` as an interrupted FAIL and queue its point again, so no asked point is lost."""
+    set_trial_user_attr(study, t, "failure_kind", "interrupted")
+    set_trial_user_attr(study, t, "failure_reason", reason)
+    study.tell(t.number, state=TrialState.FAIL)
+    study.enqueue_trial(t.params, user_attrs={REQUEUED_ATTR: t.number})

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -92,6 +92,20 @@ def final_metrics(result: TrialResult) -> dict[str, float]:
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = float(value)
     return out
+
+
+def cost_metrics(cost: Mapping[str, Any]) -> dict[str, float]:
+    """The parent run's price metrics from the cost document (sweeper/cost_report.py
+    `sweep_costs`): hours to train the planned tokens and $ per 1B tokens, for the starting config
+    and the winner; a role or price that is unknown is left out, never logged as 0."""
+    metrics = {}
+    for role in ("start", "winner"):
+        c = cost.get(role) or {}
+        if c.get("time_to_train_h") is not None:
+            metrics[f"cost/time_to_train_h_{role}"] = float(c["time_to_train_h"])
+        if c.get("usd_per_1b_tokens") is not None:
+            metrics[f"cost/usd_per_1b_tokens_{role}"] = float(c["usd_per_1b_tokens"])
+    return metrics
 
 
 def trial_run_name(number: int, kind: str, repeat: int | None) -> str:
@@ -359,6 +373,10 @@ class SweepTracker:
             else:
                 log.warning("MLflow: artifact %s does not exist; not logged", path)
 
+    def log_cost(self, cost: Mapping[str, Any]) -> None:
+        """Time to train and $ per 1B tokens (start and winner) on the sweep run."""
+        self.log_best(best_yaml=None, extra_artifacts=[], metrics=cost_metrics(cost), tags={})
+
     def finish(self, status: str = "FINISHED") -> None:
         """Close the sweep run; FAILED when the sweep itself failed."""
         if status not in ("FINISHED", "FAILED", "KILLED"):
@@ -388,6 +406,9 @@ class NullTracker:
         return None
 
     def log_best(self, **_: Any) -> None:
+        return None
+
+    def log_cost(self, cost: Mapping[str, Any]) -> None:
         return None
 
     def finish(self, status: str = "FINISHED") -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import os
+import re
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -12,15 +16,21 @@ import torch
 from torch import nn
 
 import train.run.checkpoint as ckpt_mod
+from train.run import disk_full
 from train.run.checkpoint import (
     CheckpointConfig,
+    CheckpointDiskFull,
     Checkpointer,
     CheckpointWriteError,
+    checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
+    payload_bytes,
     restore_rng_state,
     rng_state,
 )
+from train.run.disk_full import DISK_FULL_ERRNOS, disk_full_errno
+from train.trial.failure import classify
 
 
 def _model_and_opt(seed: int = 0, device: str = "cpu") -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -527,3 +537,95 @@ def test_cuda_resume_restores_both_generators_from_a_gpu_mapped_load(tmp_path: P
     restore_rng_state(rest["extra"]["rng"], device)
     assert torch.equal(torch.rand(5), expected_cpu)
     assert torch.equal(torch.rand(5, device=device), expected_cuda)
+
+
+# --- disk full ----------------------------------------------------------------------------------
+
+
+class _FullDisk(io.RawIOBase):
+    """A file whose writes fail with `code` once `room` bytes are written, as a full disk does."""
+
+    def __init__(self, room: int, code: int = errno.ENOSPC) -> None:
+        self.room, self.code = room, code
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # type: ignore[override]
+        if len(b) > self.room:
+            raise OSError(self.code, os.strerror(self.code))
+        self.room -= len(b)
+        return len(b)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
+def test_torch_save_into_a_full_file_is_recognised_through_torchs_wrapper(code: int) -> None:
+    """torch.save's real error is its zip writer's "unexpected pos" RuntimeError; the OSError is
+    only its __context__. The chain is searched, and the trial's classifier names disk_full."""
+    with pytest.raises(RuntimeError) as info:
+        torch.save({"w": torch.randn(10_000)}, _FullDisk(room=1000, code=code))
+    exc = info.value
+    assert "unexpected pos" in str(exc) and not isinstance(exc, OSError)  # what torch hides
+    assert disk_full_errno(exc) == code
+    failure = classify(exc, during_setup=False)
+    assert failure["kind"] == "disk_full"
+    assert DISK_FULL_ERRNOS[code] in failure["message"] and "\n" not in failure["message"]
+    assert classify(RuntimeError("unexpected pos 1 vs 2"), during_setup=False)["kind"] == "crash"
+
+
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+
+
+@needs_dev_full
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_checkpoint_into_a_full_disk_fails_in_one_line_and_keeps_the_earlier_ones(
+    tmp_path: Path, mode: str
+) -> None:
+    """The write of step 4 meets the kernel's ENOSPC (its temporary file links to /dev/full):
+    CheckpointDiskFull names the path, the free space and the fix in one line; the checkpoint of
+    step 2 is intact and latest, and no temporary file is left."""
+    model, opt = _model_and_opt()
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path), mode=mode, keep=3))
+    ckpt.save(step=2, model=model, optimizer=opt, extra={})
+    ckpt.wait()
+    before = checkpoint_path(tmp_path, 2).read_bytes()
+    (tmp_path / "ckpt_00000004.pt.tmp").symlink_to("/dev/full")
+    with pytest.raises(CheckpointDiskFull) as info:
+        ckpt.save(step=4, model=model, optimizer=opt, extra={})
+        ckpt.wait()
+    ckpt.close()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "no space left on device" in message and "ckpt_00000004.pt" in message
+    assert re.search(r"[\d,.]+ [MG]B free there, the checkpoint needs ~[\d,.]+ MB", message)
+    assert "checkpoint.dir=<a disk with room> or checkpoint.keep=2" in message
+    assert classify(info.value, during_setup=False) == {"kind": "disk_full", "message": message}
+    assert _ckpt_names(tmp_path) == ["ckpt_00000002.pt"]
+    assert checkpoint_path(tmp_path, 2).read_bytes() == before
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 2)
+
+
+@pytest.mark.parametrize(("free", "full"), [(10, True), (10**12, False)])
+def test_torchs_bare_writer_error_is_disk_full_only_when_the_disk_has_no_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, full: bool
+) -> None:
+    """When torch's C++ writer hides the errno entirely, the target's free space decides."""
+    model, opt = _model_and_opt()
+
+    def short_write(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 32")
+
+    monkeypatch.setattr(torch, "save", short_write)
+    usage = shutil.disk_usage(tmp_path)._replace(free=free)
+    monkeypatch.setattr(disk_full.shutil, "disk_usage", lambda _: usage)
+    with pytest.raises(CheckpointWriteError) as info:
+        Checkpointer(CheckpointConfig(dir=str(tmp_path))).save(
+            step=1, model=model, optimizer=opt, extra={}
+        )
+    assert isinstance(info.value, CheckpointDiskFull) is full
+    assert ("0.0 MB free there" in str(info.value)) is full
+
+
+def test_payload_bytes_counts_shared_storage_once() -> None:
+    w = torch.zeros(100, 10)
+    assert payload_bytes({"a": w, "b": [w, w.t()], "c": 3, "d": torch.zeros(5)}) == 4000 + 20

@@ -200,3 +200,17 @@ def test_cli_run_launches_a_fresh_trial(workdir) -> None:
     assert Path(doc["result"]).exists()
     assert doc["diagnosis"]["verdict"] in ("compute-bound", "host-bound", "data-bound")
     assert doc["diagnosis"]["evidence"]["time_frac"]["compute"] > 0
+
+
+def test_seed_prints_time_to_train_and_price(capsys) -> None:
+    from train.explain.cli import main
+
+    argv = ["--model", "gpt2-xl", "--micro-batch", "16", "--grad-accum", "64", "--device",
+            "NVIDIA H200", "--step-time-s", "21", "--usd-per-hour", "3"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "10,000,000,000 tokens: 55.6 h at the measured step of 21 s" in out
+    assert "28.9 h at the 100%-MFU floor of 10.9 s" in out
+    assert "$16.69 per 1B tokens at $3.00/h" in out
+    assert main([*argv[:-2], "--planned-tokens", "1048576"]) == 0
+    assert "1,048,576 tokens: 0.0 h" in capsys.readouterr().out

@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
@@ -16,6 +17,8 @@ from sweeper.export import (
     TRAINER_SECTIONS,
     best_config_document,
     best_header,
+    export_winner,
+    own_checkpoint_dir,
     train_command,
     write_best_yaml,
 )
@@ -206,10 +209,11 @@ def test_header() -> None:
 
 
 def test_modules_stay_light() -> None:
-    # the sweeper must never pull in torch (nor train/, which imports it)
+    # the sweeper must never pull in torch; it may import train's torch-free modules
+    # (train.TORCH_FREE, guarded by tests/test_torch_free.py), e.g. train.measure.cost
     code = (
         "import sys, sweeper.export, sweeper.objective, sweeper.verify; "
-        "print(sorted(m for m in ('torch', 'train') if m in sys.modules))"
+        "print(sorted(m for m in ('torch',) if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -219,3 +223,48 @@ def test_modules_stay_light() -> None:
         cwd=Path(__file__).resolve().parents[1],
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("measured", "study", "trial", "expected"),
+    [
+        ("checkpoints", "s1", 3, "/work/run/checkpoints/s1/trial-3"),
+        ("/fast/nvme/ck", "s1", 3, "/fast/nvme/ck/s1/trial-3"),
+        ("checkpoints", "s2", 3, "/work/run/checkpoints/s2/trial-3"),
+        ("checkpoints", "my study/x", 12, "/work/run/checkpoints/my_study_x/trial-12"),
+    ],
+)
+def test_own_checkpoint_dir(measured: str, study: str, trial: int, expected: str) -> None:
+    got = own_checkpoint_dir(measured, study=study, trial=trial, base_dir=Path("/work/run"))
+    assert got == expected
+
+
+def test_document_takes_the_runs_own_checkpoint_dir() -> None:
+    assert _doc()["checkpoint"]["dir"] == "checkpoints"  # as given, when none is named
+    doc = _doc(checkpoint_dir="/work/run/checkpoints/s1/trial-3")
+    assert doc["checkpoint"] == {**_trainer_config()["checkpoint"],
+                                 "dir": "/work/run/checkpoints/s1/trial-3"}  # fmt: skip
+
+
+def test_exported_winner_never_pins_the_shared_checkpoint_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sweeps' best.yaml files (two studies) train into two folders of their own, under
+    the checkpoint disk the trials measured, never the shared `checkpoints/`."""
+    monkeypatch.chdir(tmp_path)
+    dirs = []
+    for study in ("first", "second"):
+        job_dir = tmp_path / study / "job7"
+        job_dir.mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(_trainer_config()), job_dir / "trial_config.yaml")
+        winner = SimpleNamespace(
+            number=7,
+            trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
+            results=[{"fingerprint": {"torch": "2.13.0"}}],
+            verdict=SimpleNamespace(reason="fastest", decisive=True),
+        )
+        row = {"trial": 7, "tokens_per_s": 1000.0, "n": 3, "cv": 0.01, "params": {}}
+        path = export_winner(winner, [row], sweep_dir=tmp_path / study, study_name=study,
+                             storage="sqlite:///x.db", planned_checkpoint_every=0)  # fmt: skip
+        dirs.append(OmegaConf.load(path).checkpoint.dir)
+    assert dirs == [str(tmp_path / "checkpoints" / s / "trial-7") for s in ("first", "second")]

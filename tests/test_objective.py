@@ -187,3 +187,20 @@ def test_save_stall_at_the_planned_interval(saves, mode, trial_every, planned_ev
 def test_searching_the_interval_without_a_plan_warns(name, planned_every, searched, warns):
     cfg = ObjectiveConfig(name=name, planned_checkpoint_every=planned_every)
     assert (searched_interval_warning(cfg, searched) is not None) == warns
+
+
+def test_time_to_train_is_the_cost_arithmetic() -> None:
+    """One function prices a run: the objective is train.measure.cost.train_time's total."""
+    from sweeper.objective import result_train_time
+    from train.measure.cost import train_time
+
+    cfg = ObjectiveConfig(name="time_to_train", planned_steps=1000, planned_checkpoint_every=100)
+    result = _result(p50=0.5, compile_s=30.0, checkpoint_s=(2.0, 2.0, 4.0), every_steps=5)
+    t = result_train_time(result, cfg)
+    assert (t.planned_steps, t.num_saves, t.compile_s) == (1000, 10, 30.0)
+    assert t.checkpoint_s == pytest.approx(10 * 2.0)  # the median sync save, 10 times
+    expected = train_time(
+        planned_steps=1000, step_s=0.5, compile_s=30.0, save_every=100, save_stall_s=2.0
+    )
+    assert objective_value(result, cfg) == pytest.approx(expected.total_s) == t.total_s
+    assert t.total_s == pytest.approx(30.0 + 500.0 + 20.0)

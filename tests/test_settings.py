@@ -41,3 +41,30 @@ def test_a_hydra_node_becomes_plain_values() -> None:
 def test_values_no_sweep_can_run_with_are_refused(settings, match) -> None:
     with pytest.raises(ValueError, match=match):
         SweepSettings.from_config(settings)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"planned_steps": -1}, r"hydra.sweeper.planned_steps must be 0 \(derive from"),
+        ({"planned_steps": 2.5}, "hydra.sweeper.planned_steps must be 0"),
+        ({"planned_tokens": 0}, "hydra.sweeper.planned_tokens must be a positive integer"),
+        ({"usd_per_hour": -2.0}, r"hydra.sweeper.usd_per_hour must be >= 0 \(0 = unknown"),
+        ({"prices": {"H100": -1.0}}, r"hydra.sweeper.prices\['H100'\] must be a price"),
+    ],
+)
+def test_run_length_and_price_are_checked(settings, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        SweepSettings.from_config(settings)
+
+
+def test_cost_defaults_plan_ten_billion_tokens_and_no_price() -> None:
+    s = SweepSettings.from_config({})
+    assert (s.planned_steps, s.planned_tokens, s.usd_per_hour, s.prices) == (
+        0,
+        10_000_000_000,
+        0.0,
+        {},
+    )
+    node = OmegaConf.structured(ThroughputSweeperConf(prices={"H100": 2.5}))
+    assert SweepSettings.from_config(node).prices == {"H100": 2.5}

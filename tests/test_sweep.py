@@ -110,7 +110,8 @@ def test_invalid_space_fails_before_any_trial(tmp_path) -> None:
         "hydra.sweeper.space={batch.micro_batch: 'choice(3, 5)'}",
     )
     assert proc.returncode != 0
-    assert "batch.micro_batch" in proc.stderr
+    assert "batch.micro_batch" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
     assert not list(tmp_path.glob("multirun/*/*/0"))  # no trial ran
 
 

@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 import train.__main__ as main_mod
 from tests.conftest import compose_config, fast_overrides, run_cli
-from train.run.checkpoint import checkpoint_path, latest_checkpoint
+from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
+from train.run.identity import run_identity
 
 
 class Killed(Exception):
@@ -141,3 +142,71 @@ def test_pinned_config_file_runs(synthetic_dir: Path, tmp_path: Path) -> None:
     # log_every=1 came from the file (conf/train.yaml's default is 10): one record per step
     assert [h["step"] for h in summary["history"]] == [1, 2, 3]
     assert not (tmp_path / "ckpt").exists()  # checkpoint.every_steps=0 in the file: no files
+
+
+# --- whose checkpoint: the run identity on resume (train/run/identity.py) ---------------------
+
+
+def _short(make_config, ckpt_dir: Path, *overrides: str):
+    """5 steps of 256 tokens, a checkpoint every 5: one checkpoint, ckpt_00000005.pt."""
+    return _resume_config(make_config, ckpt_dir, "train.max_steps=5", *overrides)
+
+
+def test_every_checkpoint_records_the_runs_identity(make_config, tmp_path: Path) -> None:
+    cfg = _short(make_config, tmp_path / "ck")
+    main_mod.run(cfg)
+    header = read_header(checkpoint_path(tmp_path / "ck", 5))
+    assert header == {"step": 5, "identity": run_identity(cfg)}
+
+
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [
+        (("runtime.seed=7",), "runtime.seed 1337 -> 7"),
+        (("batch.micro_batch=1", "batch.grad_accum=4"), "batch.grad_accum 2 -> 4"),
+    ],
+)
+def test_a_checkpoint_of_another_run_is_refused_unless_forced(
+    make_config, tmp_path: Path, changed: tuple[str, ...], expected: str
+) -> None:
+    main_mod.run(_short(make_config, tmp_path / "ck"))
+    other = _resume_config(make_config, tmp_path / "ck", "train.max_steps=10", *changed)
+    with pytest.raises(ValueError, match="belongs to another run") as info:
+        main_mod.run(other)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+    forced = _resume_config(
+        make_config, tmp_path / "ck", "train.max_steps=10", "train.resume=force", *changed
+    )
+    assert main_mod.run(forced)["start_step"] == 5
+    never = _resume_config(make_config, tmp_path / "fresh", "train.max_steps=5",
+                           "train.resume=never", *changed)  # fmt: skip
+    assert main_mod.run(never)["start_step"] == 0
+
+
+def test_a_forced_resume_into_another_shape_is_a_clean_error(make_config, tmp_path: Path) -> None:
+    main_mod.run(_short(make_config, tmp_path / "ck"))
+    wider = ("model.n_embd=128", "train.resume=force", "train.max_steps=10")
+    with pytest.raises(ValueError, match=r"does not fit this model \(size mismatch for") as info:
+        main_mod.run(_resume_config(make_config, tmp_path / "ck", *wider))
+    assert "\n" not in str(info.value) and "fresh checkpoint.dir" in str(info.value)
+
+
+def test_a_checkpoint_from_before_identities_resumes_with_a_warning(
+    make_config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    main_mod.run(_short(make_config, tmp_path / "ck"))
+    path = checkpoint_path(tmp_path / "ck", 5)
+    payload = torch.load(path, weights_only=True)
+    del payload["identity"]
+    torch.save(payload, path)
+    with caplog.at_level("WARNING"):
+        summary = main_mod.run(_resume_config(make_config, tmp_path / "ck", "train.max_steps=10"))
+    assert summary["start_step"] == 5
+    assert "records no run identity" in caplog.text
+
+
+def test_a_launch_under_torchrun_is_refused_until_ddp_exists(make_config, monkeypatch) -> None:
+    """Without DDP every rank would train its own copy on the same batches: refused, not run."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="WORLD_SIZE=2: data-parallel training is not implemented"):
+        main_mod.run(make_config())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -18,8 +19,17 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config
+from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
-from train.run.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state
+from train.run.checkpoint import (
+    CheckpointDiskFull,
+    CheckpointReadError,
+    checkpoints_newest_first,
+    load_checkpoint,
+    read_header,
+    restore_rng_state,
+)
+from train.run.identity import check_resume, run_identity
 from train.run.loop import (
     Session,
     build_session,
@@ -42,12 +52,35 @@ def checkpoint_step(path: Path) -> int:
     return int(match.group(1))
 
 
+def resume_from(cfg: Config) -> Path | None:
+    """The checkpoint this run continues from, or None for a fresh start (train.resume=never,
+    or no readable checkpoint in checkpoint.dir). The newest readable one is taken (an
+    unreadable file is skipped with a warning) and must be this run's: another identity is
+    refused with the keys that differ (ValueError) unless train.resume=force."""
+    if cfg.train.resume == "never":
+        return None
+    current = run_identity(cfg)
+    for path in checkpoints_newest_first(cfg.checkpoint.dir):
+        try:
+            header = read_header(path)
+        except CheckpointReadError as exc:
+            log.warning("skipping %s", exc)
+            continue
+        warning = check_resume(
+            saved=header["identity"], current=current, path=path, mode=cfg.train.resume
+        )
+        if warning:
+            log.warning("%s", warning)
+        return path
+    return None
+
+
 def run(cfg: Config) -> dict:
     """Train to `train.max_steps`; returns a summary (also written as train_summary.json)."""
-    tc = cfg.train
-    latest = latest_checkpoint(Path(cfg.checkpoint.dir).expanduser()) if tc.resume else None
+    latest = resume_from(cfg)
     start = checkpoint_step(latest) if latest is not None else 0
     s = build_session(cfg, start_step=start)
+    s.checkpointer.identity = run_identity(cfg)  # each checkpoint says whose it is
     try:
         return _train(cfg, s, latest=latest, start=start)
     finally:
@@ -58,9 +91,15 @@ def run(cfg: Config) -> dict:
 def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
     tc = cfg.train
     if latest is not None:
-        state = load_checkpoint(
-            latest, model=s.raw_model, optimizer=s.optimizer, map_location=s.device
-        )
+        try:
+            state = load_checkpoint(
+                latest, model=s.raw_model, optimizer=s.optimizer, map_location=s.device
+            )
+        except RuntimeError as exc:  # load_state_dict: shapes or keys do not fit this model
+            raise ValueError(
+                f"checkpoint {latest} does not fit this model ({_first_mismatch(exc)}); "
+                f"use a fresh checkpoint.dir for this run"
+            ) from exc
         log.info("resumed from %s at step %d", latest, start)
         if "rng" in state["extra"]:
             restore_rng_state(state["extra"]["rng"], s.device)
@@ -139,9 +178,17 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
     return {"start_step": start, "end_step": step, "history": history}
 
 
+def _first_mismatch(exc: RuntimeError) -> str:
+    """The first size-mismatch or missing-key line of load_state_dict's many-line error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    picked = [line for line in lines if line.startswith(("size mismatch", "Missing key"))]
+    return (picked or lines or ["no detail"])[0].rstrip(".")
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(dcfg: DictConfig) -> None:
     try:
+        check_trainer_keys(flat_keys(OmegaConf.to_container(dcfg, resolve=False)))
         cfg: Config = OmegaConf.to_object(dcfg)
     except ValueError as exc:
         log.error("invalid config: %s", exc)
@@ -153,10 +200,14 @@ def main(dcfg: DictConfig) -> None:
     except ValueError as exc:  # a user error found while building: say it, no traceback
         log.error("%s", exc)
         raise SystemExit(2) from exc
+    except CheckpointDiskFull as exc:  # one line: the path, the free space, the fix
+        log.error("%s", exc)
+        raise SystemExit(1) from exc
     out = Path(HydraConfig.get().runtime.output_dir) / "train_summary.json"
     out.write_text(json.dumps(summary, indent=2))
     log.info("summary written to %s", out)
 
 
 if __name__ == "__main__":
+    exit_on_mistyped_keys(sys.argv[1:])  # one line with the nearest schema key, before Hydra
     main()

@@ -99,7 +99,7 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
-TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill")
+TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill", "disk_full")
 DATA_FORMATS = ("auto", "nanogpt", "llmc")
 CHECKPOINT_MODES = ("sync", "async")
 
@@ -282,7 +282,7 @@ class TrialConfig:
     project_above_s: float = 5.0
     project_micro_steps: int = 4  # micro-batches per measured step when projecting (and warm-up)
     # test hook, off by default: plant a failure at the first measured step to exercise the
-    # sweep's fault handling: none | crash | nan | oom | hang | sigkill
+    # sweep's fault handling: none | crash | nan | oom | hang | sigkill | disk_full
     fault: str = "none"
 
     def __post_init__(self) -> None:
@@ -317,9 +317,12 @@ class TrainConfig:
     log_every: int = 10  # steps between log lines (tokens/s, MFU, loss)
     eval_every: int = 50  # steps between validation-loss evaluations; 0 disables
     eval_batches: int = 8  # micro-batches per validation-loss estimate
-    resume: bool = True  # continue from the newest checkpoint in checkpoint.dir if there is one
+    # auto: continue from the newest checkpoint in checkpoint.dir if it is this run's (same
+    # train/run/identity.py identity) | force: even another run's | never: start fresh
+    resume: str = "auto"
 
     def __post_init__(self) -> None:
+        one_of("train.resume", self.resume, ("auto", "force", "never"))
         if self.max_steps < 1 or self.log_every < 1 or self.eval_every < 0 or self.eval_batches < 1:
             raise ValueError(
                 "train.max_steps, train.log_every and train.eval_batches must be >= 1, "

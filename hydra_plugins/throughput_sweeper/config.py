@@ -45,10 +45,17 @@ class ThroughputSweeperConf:
     # different points (a fixed seed makes one worker's search reproducible)
     seed: int = -1
     objective: str = "tokens_per_s"  # tokens_per_s (maximize) | time_to_train (minimize)
-    planned_steps: int = 10000  # production-run length for the time_to_train objective
+    # production-run length in optimizer steps (time_to_train objective, time-to-train report);
+    # 0 = derived from planned_tokens / batch.tokens_per_step; > 0 overrides planned_tokens
+    planned_steps: int = 0
+    planned_tokens: int = 10_000_000_000  # production-run length in tokens (the seed's 10B)
     # checkpoint interval of that run: time_to_train prices each measured save at it, and
     # best.yaml saves at it; 0 = each trial's own checkpoint.every_steps
     planned_checkpoint_every: int = 0
+    usd_per_hour: float = 0.0  # device price, USD per hour; 0 = unknown: show hours only
+    # device name (or a part of it, e.g. "H100") -> USD per hour, used when usd_per_hour is 0;
+    # there are no default prices: give the rate you pay
+    prices: dict[str, float] = field(default_factory=dict)
     verify_top_k: int = 3  # configurations re-measured in fresh processes before a winner is named
     verify_repeats: int = 3  # fresh runs of each
     noise_floor: float = 0.01  # leads smaller than this share of the median are never decisive

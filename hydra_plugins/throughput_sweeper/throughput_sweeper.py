@@ -3,6 +3,8 @@ so the real work (sweeper/engine.py, and Optuna) is imported only when a sweep a
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
@@ -12,6 +14,7 @@ from omegaconf import DictConfig
 from hydra_plugins.throughput_sweeper.config import register
 
 register()
+log = logging.getLogger(__name__)
 
 
 class ThroughputSweeper(Sweeper):
@@ -26,4 +29,8 @@ class ThroughputSweeper(Sweeper):
         self._engine.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> Any:
-        return self._engine.sweep(arguments)
+        try:
+            return self._engine.sweep(arguments)
+        except ValueError as e:  # a user error: one line, no traceback (a bug keeps its own)
+            log.error("%s", e)
+            sys.exit(2)

@@ -7,6 +7,7 @@ verification rounds share to start jobs and read their endings.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -59,12 +60,19 @@ def job_output(ret: JobReturn) -> dict[str, Any]:
     return {"state": "crash", "reason": f"job failed: {err!r}", "result": None, "wall_s": None}
 
 
+def first_free_job(sweep_dir: Path) -> int:
+    """The first job number with no folder in `sweep_dir`: a sweep resumed into its original folder
+    numbers its jobs after the ones already there, never over them."""
+    taken = [int(p.name) for p in sweep_dir.glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(taken, default=-1) + 1
+
+
 class JobLauncher:
     """Hydra's launcher with the sweep's running job index (each job's number and folder)."""
 
-    def __init__(self, launcher: Any) -> None:
+    def __init__(self, launcher: Any, *, sweep_dir: Path | None = None) -> None:
         self.launcher = launcher
-        self.job_idx = 0
+        self.job_idx = first_free_job(sweep_dir) if sweep_dir is not None else 0
 
     def launch(self, batch: list[list[str]]) -> list[dict[str, Any]]:
         """Run one batch of jobs (one list of overrides each); their outcomes, in order."""

@@ -32,7 +32,7 @@ from train.trial.result import FAILURE_KINDS, ResultError, TrialResult, load_res
 
 log = logging.getLogger(__name__)
 
-STATES = ("complete", "pruned", "oom", "nan", "timeout", "crash", "invalid_config")
+STATES = ("complete", "pruned", "oom", "nan", "disk_full", "timeout", "crash", "invalid_config")
 POLL_S = 0.2  # how often the parent looks at the child; small next to any useful timeout
 TERM_GRACE_S = 5.0  # SIGTERM -> SIGKILL grace, time enough to flush a log line
 LOG_TAIL_LINES = 20  # lines of trial.log quoted in a crash reason

@@ -27,6 +27,12 @@ import yaml
 from train.explain.diagnosis import Diagnosis, diagnose
 from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
 from train.measure.ceiling_cache import newest_ceiling
+from train.measure.cost import (
+    DEFAULT_PLANNED_TOKENS,
+    planned_steps_for,
+    train_time,
+    usd_per_1b_tokens,
+)
 from train.measure.flops import DTYPES, lookup_peak
 from train.trial.result import load_result, read_result
 
@@ -197,6 +203,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ar.add_argument("--ceiling-tflops", type=float, help="a measured matmul ceiling, TFLOP/s")
     p.add_argument("--step-time-s", type=float, help="a measured optimizer-step time")
     p.add_argument("--target-step-time-s", type=float, help="the step time you hope for")
+    p.add_argument("--planned-tokens", type=int, default=DEFAULT_PLANNED_TOKENS,
+                   help="tokens of the planned run, for the time to train (default 10B)")
+    p.add_argument("--usd-per-hour", type=float, default=0.0,
+                   help="device price in USD per hour, for $ per 1B tokens (0 = hours only)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     args = p.parse_args(argv)
     if args.result is None and args.run is None and (args.micro_batch is None or not args.device):
@@ -211,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.result is None and args.run is None:
             report = floor_report(arithmetic_inputs(args))
             out = (json.dumps(_floor_doc(report), indent=2) if args.format == "json"
-                   else format_floor(report))
+                   else "\n".join([format_floor(report), *cost_lines(report, args)]))
             print(out)
             return 0
         if args.result is not None:
@@ -233,6 +243,24 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def cost_lines(r: FloorReport, args: argparse.Namespace) -> list[str]:
+    """Time to train the planned tokens at the measured step and at the floor, and $ per 1B."""
+    steps = planned_steps_for(planned_tokens=args.planned_tokens, tokens_per_step=r.tokens_per_step)
+    lines = []
+    for label, step_s in (("measured step", r.inputs.step_time_s), ("100%-MFU floor", r.floor_s)):
+        if step_s is None:
+            continue
+        t = train_time(planned_steps=steps, step_s=step_s)
+        text = (f"  time to train       {args.planned_tokens:,} tokens: {t.total_h:,.1f} h at the "
+                f"{label} of {step_s:.3g} s ({steps:,} steps; no compile or checkpoint given)")
+        if args.usd_per_hour > 0:
+            usd = usd_per_1b_tokens(total_s=t.total_s, planned_tokens=args.planned_tokens,
+                                    usd_per_hour=args.usd_per_hour)
+            text += f", ${usd:,.2f} per 1B tokens at ${args.usd_per_hour:,.2f}/h"
+        lines.append(text)
+    return lines
 
 
 def _floor_doc(r: FloorReport) -> dict:

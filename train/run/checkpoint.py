@@ -14,7 +14,11 @@ Two modes:
 
 Every write goes to `ckpt_<step>.pt.tmp`, is fsync'ed, then `os.replace`d onto its final name, so
 a kill mid-write never leaves a truncated file under a completed name; `latest_checkpoint` ignores
-`.tmp` files.
+`.tmp` files. A write that fails because the target is full, over quota or read-only raises
+`CheckpointDiskFull`, whose one-line message names the path, the free space and the fix.
+
+Each checkpoint may record the run's identity (train/run/identity.py: the config values that
+determine the weights and the batches), so a production run can refuse to resume someone else's.
 
 We use a thread rather than `torch.distributed.checkpoint.async_save`: DCP does work without a
 process group on CPU (checked on torch 2.13: it warns and assumes one process), but it writes a
@@ -39,6 +43,7 @@ import torch
 from torch import nn
 
 from train.config import CheckpointConfig
+from train.run.disk_full import recognise
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,35 @@ _CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint write failed; the message names the target file."""
+
+
+class CheckpointReadError(RuntimeError):
+    """A file under a completed checkpoint name could not be read back."""
+
+
+class CheckpointDiskFull(CheckpointWriteError):
+    """A checkpoint write failed for want of room: the disk is full, the quota is spent, or the
+    target is read-only. The message is one line: the path, the free space and the fix."""
+
+
+def payload_bytes(obj: Any) -> int:
+    """Bytes of tensor data in a checkpoint payload (a storage shared by tensors counted once):
+    what a write needs, give or take the zip headers."""
+    storages: dict[tuple[str, int], int] = {}
+
+    def walk(o: Any) -> None:
+        if isinstance(o, torch.Tensor):
+            st = o.untyped_storage()
+            storages[(str(o.device), st.data_ptr())] = st.nbytes()
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list | tuple):
+            for v in o:
+                walk(v)
+
+    walk(obj)
+    return sum(storages.values())
 
 
 def checkpoint_path(dir: str | os.PathLike[str], step: int) -> Path:
@@ -70,6 +104,26 @@ def latest_checkpoint(dir: str | os.PathLike[str]) -> Path | None:
     """Highest-step completed `ckpt_*.pt` in `dir` (leftover `.tmp` files ignored), or None."""
     found = _completed_checkpoints(Path(dir).expanduser())
     return found[-1][1] if found else None
+
+
+def checkpoints_newest_first(dir: str | os.PathLike[str]) -> list[Path]:
+    """Every completed `ckpt_*.pt` in `dir`, highest step first (`.tmp` files ignored)."""
+    return [p for _, p in reversed(_completed_checkpoints(Path(dir).expanduser()))]
+
+
+def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint's step and identity without reading its tensors (memory-mapped, CPU).
+
+    Raises CheckpointReadError when the file is not a readable checkpoint (truncated, corrupt,
+    not ours). `identity` is None for checkpoints written before identities were recorded.
+    """
+    try:
+        payload = torch.load(Path(path).expanduser(), map_location="cpu", mmap=True,
+                             weights_only=True)  # fmt: skip
+        step = payload["step"]
+    except Exception as exc:  # zip, unpickler and key errors alike: the file is not usable
+        raise CheckpointReadError(f"unreadable checkpoint {path}: {exc}") from exc
+    return {"step": step, "identity": payload.get("identity")}
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -167,6 +221,8 @@ class Checkpointer:
         # the state for the checkpointer's lifetime; saves a pinned re-allocation per save on CUDA.
         self._staging: dict[str, torch.Tensor] = {}
         self._closed = False
+        # the run's identity (train/run/identity.py), recorded in every checkpoint when set
+        self.identity: dict[str, Any] | None = None
 
     def due(self, step: int) -> bool:
         """True when `step` (counted from 1 after the optimizer step) should be checkpointed."""
@@ -190,6 +246,8 @@ class Checkpointer:
             "step": step,
             "extra": extra,
         }
+        if self.identity is not None:
+            payload["identity"] = dict(self.identity)
         path = checkpoint_path(self.dir, step)
         if self.cfg.mode == "sync":
             self._write(payload, path)
@@ -311,7 +369,7 @@ class Checkpointer:
         except Exception as e:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-            raise CheckpointWriteError(f"checkpoint write to {path} failed: {e}") from e
+            raise self._write_error(e, path, payload) from e
         self.last_write_s = time.perf_counter() - t0
         self.bytes_written = path.stat().st_size
         log.info(
@@ -322,6 +380,14 @@ class Checkpointer:
             self.cfg.mode,
         )
         self._prune()
+
+    def _write_error(self, e: Exception, path: Path, payload: Any) -> CheckpointWriteError:
+        """CheckpointDiskFull (one line: path, free space, fix) when the disk had no room
+        (train/run/disk_full.py), else the plain CheckpointWriteError naming the file."""
+        message = recognise(e, path=path, needed=payload_bytes(payload), keep=self.cfg.keep)
+        if message is None:
+            return CheckpointWriteError(f"checkpoint write to {path} failed: {e}")
+        return CheckpointDiskFull(message)
 
     def _prune(self) -> None:
         """Delete all but the newest `keep` completed checkpoints in our dir."""

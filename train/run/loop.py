@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from train.config import Config, check_combinations, resolve_dtype_name
+from train.config import Config, check_combinations, resolve_dtype_name, world_size
 from train.data.dataset import DevicePrefetcher, make_loader, open_tokens
 from train.data.synthetic import ensure_dataset
 from train.measure.ceiling import Ceiling, measure_matmul_ceiling
@@ -97,11 +97,23 @@ def build_model(
     return raw_model, model, optimizer, fused
 
 
+def check_single_process() -> None:
+    """Refuse a launch under torchrun: data-parallel (DDP) training is not built yet, and without it
+    every rank would train its own unsynchronised copy on the same batches (a wrong result)."""
+    world = world_size()
+    if world > 1:
+        raise ValueError(
+            f"WORLD_SIZE={world}: data-parallel training is not implemented yet (each rank would "
+            f"train its own unsynchronised copy); run one process, without torchrun"
+        )
+
+
 def build_session(
     cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None
 ) -> Session:
     """Validate, then build the model, optimizer, data pipeline and checkpointer on the device."""
     rt = cfg.runtime
+    check_single_process()
     device = dev.resolve_device(rt.device)
     dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
     dtype = resolve_dtype(rt.dtype, device)

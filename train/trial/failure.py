@@ -6,21 +6,32 @@ reason a configuration was refused, never a stack trace.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 import time
 import traceback
+from typing import TYPE_CHECKING
 
+from train.run.checkpoint import CheckpointDiskFull, checkpoint_path
+from train.run.disk_full import DISK_FULL_ERRNOS, disk_full_errno
 from train.run.loop import check_finite
 from train.trial.result import Failure
+
+if TYPE_CHECKING:
+    from train.run.loop import Session
 
 log = logging.getLogger(__name__)
 
 
 def classify(exc: BaseException, *, during_setup: bool) -> Failure:
-    """The failure's kind: oom, nan, invalid_config (a ValueError before anything ran) or crash."""
+    """The failure's kind: disk_full, oom, nan, invalid_config (a ValueError before anything
+    ran) or crash. A disk_full message is one line: the path, the free space and the fix."""
     text = f"{type(exc).__name__}: {exc}"
+    full = _disk_full(exc)
+    if full is not None:
+        return Failure(kind="disk_full", message=full)
     oom_types = tuple(t for t in (MemoryError, _torch_oom_type()) if t is not None)
     if isinstance(exc, oom_types) or "out of memory" in str(exc).lower():
         return Failure(kind="oom", message=text)
@@ -32,16 +43,34 @@ def classify(exc: BaseException, *, during_setup: bool) -> Failure:
     return Failure(kind="crash", message=f"{text}\n{tail}")
 
 
+def _disk_full(exc: BaseException) -> str | None:
+    """The one-line reason when `exc` (or a cause) is a write that found no room, else None."""
+    e: BaseException | None = exc
+    while e is not None:
+        if isinstance(e, CheckpointDiskFull):
+            return str(e)
+        e = e.__cause__ or e.__context__
+    code = disk_full_errno(exc)
+    if code is None:
+        return None
+    return f"disk full: {DISK_FULL_ERRNOS[code]} ({exc}); free space there or write elsewhere"
+
+
 def _torch_oom_type() -> type | None:
     import torch
 
     return getattr(torch.cuda, "OutOfMemoryError", None)
 
 
-def plant_fault(kind: str) -> None:
+def plant_fault(kind: str, session: Session | None = None) -> None:
     """The trial.fault test hook: fail the way real trials fail, so the sweep's handling is tested
-    on real processes (a crash, a NaN loss, an out-of-memory error, a hang, a kill by the OS)."""
+    on real processes (a crash, a NaN loss, an out-of-memory error, a hang, a kill by the OS, a
+    checkpoint written to a full disk)."""
     log.warning("trial.fault=%s: planting a failure (test hook)", kind)
+    if kind == "disk_full":
+        if session is None:
+            raise ValueError("trial.fault=disk_full needs the trial's session")
+        save_to_full_disk(session)
     if kind == "crash":
         raise RuntimeError("planted crash (trial.fault=crash)")
     if kind == "nan":
@@ -53,3 +82,21 @@ def plant_fault(kind: str) -> None:
             time.sleep(3600)
     if kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+FULL_DEVICE = "/dev/full"  # Linux: every write fails with ENOSPC, as on a disk that is full
+
+
+def save_to_full_disk(s: Session) -> None:
+    """Checkpoint the session now into a full disk: the checkpoint's temporary file is a link to
+    /dev/full, so the real writer (torch.save, flush, fsync) meets the kernel's real ENOSPC.
+    Without /dev/full (not Linux), the ENOSPC is raised here instead."""
+    ckpt = s.checkpointer
+    tmp = checkpoint_path(ckpt.dir, 0).with_name(checkpoint_path(ckpt.dir, 0).name + ".tmp")
+    if not os.path.exists(FULL_DEVICE):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+    ckpt.dir.mkdir(parents=True, exist_ok=True)
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(FULL_DEVICE)
+    ckpt.save(step=0, model=s.raw_model, optimizer=s.optimizer, extra={})
+    ckpt.wait()  # an async write fails in the background; surface it now

@@ -146,7 +146,7 @@ def measure(
         while len(step_times) < t.max_steps:
             step = len(step_times) + 1
             if step == 1 and t.fault != "none":
-                plant_fault(t.fault)
+                plant_fault(t.fault, s)
             loss_t, phases, stall = run_step(
                 s,
                 lr=lr,

@@ -35,15 +35,17 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2  # 2: projection, full_step_estimate_s, memory
 
 Status = Literal["complete", "pruned", "failed"]
-FailureKind = Literal["invalid_config", "oom", "nan", "crash"]
-FAILURE_KINDS: tuple[FailureKind, ...] = ("invalid_config", "oom", "nan", "crash")
+FailureKind = Literal["invalid_config", "oom", "nan", "disk_full", "crash"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("invalid_config", "oom", "nan", "disk_full", "crash")
 
 
 class Failure(TypedDict):
     """Why a trial failed, as a reason the sweeper can record rather than a stack trace."""
 
     kind: FailureKind
-    message: str  # the exception's text; for a crash, the last frames of its traceback too
+    # the exception's text; for a crash, the last frames of its traceback too; for disk_full one
+    # line: the path, the free space and the fix
+    message: str
 
 
 class StepTimes(TypedDict):

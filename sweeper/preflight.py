@@ -1,0 +1,121 @@
+"""Sweep settings checked before anything starts: no zygote, no sweep dir content, no trial.
+
+Each check raises ValueError with one line naming the setting, the bad value (secrets masked) and
+the fix; the sweeper's entry shows that line without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sweeper.masking import mask_secrets
+from sweeper.study import PRUNERS, SAMPLERS
+from train import keys
+
+
+def check_sweep(settings: Any, sweep_dir: Path) -> None:
+    """The sweep-level settings, before the study, the zygote or the sweep dir exist."""
+    check_names(sampler=settings.sampler, pruner=settings.pruner)
+    check_sweep_dir(sweep_dir)
+    check_storage(settings.storage)
+
+
+def check_names(*, sampler: str, pruner: str) -> None:
+    """The sampler and pruner are ones the study can build."""
+    for name, value, allowed in (("sampler", sampler, SAMPLERS), ("pruner", pruner, PRUNERS)):
+        if value not in allowed:
+            raise ValueError(
+                f"hydra.sweeper.{name}={value!r} is not known: use one of {', '.join(allowed)}"
+            )
+
+
+def check_storage(url: str) -> None:
+    """The Optuna storage URL parses and its database opens (a SQLite file can be created)."""
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    if not url:  # the default: sweeps/optuna.db beside the sweep, made by sweeper/start.py
+        return
+    shown = mask_secrets(url)
+    fix = "give an Optuna storage URL such as sqlite:////abs/path/optuna.db or postgresql://..."
+    try:
+        parsed = make_url(url)
+    except Exception as e:  # sqlalchemy.exc.ArgumentError for text that is no URL
+        raise ValueError(
+            f"hydra.sweeper.storage={shown} is not a database URL ({e}): {fix}"
+        ) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        parent = Path(parsed.database).resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(
+                f"hydra.sweeper.storage={shown}: the folder {parent} does not exist or is not "
+                f"writable: point the database at a writable folder"
+            )
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as e:
+        reason = mask_secrets(str(e).splitlines()[0])
+        raise ValueError(
+            f"hydra.sweeper.storage={shown} cannot be opened ({reason}): {fix}"
+        ) from None
+
+
+def check_sweep_dir(sweep_dir: Path) -> None:
+    """The sweep dir is, or can be made, a writable folder (nothing is created here)."""
+    probe = sweep_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK) or str(probe).startswith("/proc"):
+        raise ValueError(
+            f"hydra.sweep.dir={sweep_dir} is not writable ({probe} is not a writable folder): "
+            f"set hydra.sweep.dir to a folder you can write"
+        )
+
+
+def check_trainer_keys(base: dict[str, Any], space_keys: list[str]) -> None:
+    """Every trainer key of the request (its fixed overrides, `+key=` ones too, and the space's)
+    is one the schema has."""
+    keys.check_trainer_keys([k for k in [*base, *space_keys] if "." in k])
+
+
+def listed_ints(spec: Any) -> list[int] | None:
+    """The integers of an explicit choice (`3,5`, `choice(3,5)`, a YAML list); None for ranges,
+    intervals and anything else (the space's own scan judges those)."""
+    if isinstance(spec, list | tuple):
+        items = list(spec)
+    elif isinstance(spec, str) and not spec.strip().startswith(("range", "interval")):
+        body = spec.strip()
+        if body.startswith("choice(") and body.endswith(")"):
+            body = body[len("choice(") : -1]
+        items = [x.strip() for x in body.split(",")]
+    else:
+        return None
+    try:
+        return [int(x) for x in items]
+    except (TypeError, ValueError):
+        return None
+
+
+def check_micro_batches(space: dict[str, Any], base: dict[str, Any]) -> None:
+    """A searched micro-batch list with no value that keeps the tokens per step is refused with
+    the valid micro_batch x grad_accum splits."""
+    from train.config import grad_accum_for, valid_splits
+
+    values = listed_ints(space.get("batch.micro_batch"))
+    if not values or "batch.grad_accum" in space:
+        return
+    tps, block = base["batch.tokens_per_step"], base["model.block_size"]
+    if any(grad_accum_for(mb, tokens_per_step=tps, block_size=block) for mb in values):
+        return
+    splits = valid_splits(tokens_per_step=tps, block_size=block)
+    listed = ", ".join(f"{mb}x{ga}" for mb, ga in splits) or "none"
+    raise ValueError(
+        f"batch.micro_batch={','.join(map(str, values))}: no value keeps batch.tokens_per_step="
+        f"{tps} at model.block_size={block}; valid micro_batch x grad_accum splits: {listed} "
+        f"(search micro-batches from {', '.join(str(mb) for mb, _ in splits)})"
+    )

@@ -1,0 +1,264 @@
+"""Every fault a long unattended run meets, injected into a real run and survived (issue 13).
+
+Each test runs the real thing on CPU with the tiny preset: the production run as
+`python -m train` in a subprocess (killed with SIGKILL, resumed, pointed at another run's
+checkpoints, given a corrupt newest checkpoint, a full disk), and one real sweep whose grid plants
+each trial fault (`trial.fault`: disk_full, crash, nan, oom, sigkill, hang) beside a healthy trial.
+
+A fault is survived when the run answers it as documented (the right failure kind, one line with
+the fix and no traceback, or a resume with nothing lost or repeated) and nothing completed before
+it is lost. The file ends by printing "faults injected N / survived M; trials or checkpoints
+lost K".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from tests.conftest import PROJECT_DIR, fast_overrides, run_cli
+from tests.sweep_helpers import finished_sweep, sweep_dirs
+from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
+
+TALLY = {"injected": 0, "survived": 0, "lost": 0}
+
+
+@contextmanager
+def fault(name: str) -> Iterator[dict]:
+    """Count one injected fault; it is survived when the block finishes (its asserts held).
+    The block adds what it lost (completed trials or checkpoints) to `lost`."""
+    TALLY["injected"] += 1
+    record = {"lost": 0}
+    try:
+        yield record
+    finally:
+        TALLY["lost"] += record["lost"]
+    TALLY["survived"] += 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    line = (
+        f"faults injected {TALLY['injected']} / survived {TALLY['survived']}; "
+        f"trials or checkpoints lost {TALLY['lost']}"
+    )
+    # printed past pytest's output capture, so a plain `pytest -q` run shows it
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n{line}")
+
+
+# ---- the production run -----------------------------------------------------------------------
+
+# 256 tokens a step (2 x 2 x 64): gradient accumulation exercised, a step takes milliseconds
+RUN = (
+    "batch.tokens_per_step=256",
+    "batch.micro_batch=2",
+    "batch.grad_accum=2",
+    "train.log_every=1",
+    "train.eval_every=0",
+    "checkpoint.every_steps=5",
+)
+
+
+def _argv(synthetic_dir: Path, ckpt: Path, out: Path, *overrides: str) -> list[str]:
+    return [*fast_overrides(synthetic_dir, ckpt), *RUN, f"hydra.run.dir={out}", *overrides]
+
+
+def train(synthetic_dir: Path, ckpt: Path, out: Path, *overrides: str):
+    """`python -m train` to completion; its process and summary (None when it failed)."""
+    proc = run_cli("train", _argv(synthetic_dir, ckpt, out, *overrides), cwd=out.parent)
+    summary = out / "train_summary.json"
+    return proc, json.loads(summary.read_text()) if summary.is_file() else None
+
+
+def losses(summary: dict) -> dict[int, float]:
+    return {h["step"]: h["loss"] for h in summary["history"] if "loss" in h}
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """The run failed with exactly one ERROR line holding every needle, and no traceback."""
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-2000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1, errors
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def straight(synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The uninterrupted run every fault is compared with: 40 steps, checkpoints every 5."""
+    root = tmp_path_factory.mktemp("straight")
+    proc, summary = train(synthetic_dir, root / "ck", root / "out", "train.max_steps=40")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"summary": summary, "ckpt": root / "ck"}
+
+
+def test_sigkill_mid_run_resumes_with_no_step_lost_or_repeated(
+    synthetic_dir: Path, tmp_path: Path, straight: dict
+) -> None:
+    with fault("production run killed by SIGKILL") as f:
+        ck = tmp_path / "ck"
+        # a slow disk stretches the run so the kill lands mid-run, after the step-10 save
+        argv = _argv(synthetic_dir, ck, tmp_path / "killed", "train.max_steps=40",
+                     "checkpoint.slow_write_s=0.4")  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+        proc = subprocess.Popen([sys.executable, "-m", "train", *argv], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not checkpoint_path(ck, 10).exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no step-10 checkpoint within 120 s"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        kept = latest_checkpoint(ck)
+        assert kept is not None
+        start = read_header(kept)["step"]
+        assert 10 <= start < 40
+
+        resumed, summary = train(synthetic_dir, ck, tmp_path / "resumed", "train.max_steps=40")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert (summary["start_step"], summary["end_step"]) == (start, 40)
+        got = losses(summary)
+        assert sorted(got) == list(range(start + 1, 41))  # each step once: none lost or repeated
+        want = {s: v for s, v in losses(straight["summary"]).items() if s > start}
+        assert got == want  # the uninterrupted run's losses, exactly
+        a = torch.load(checkpoint_path(straight["ckpt"], 40), weights_only=True)["model"]
+        b = torch.load(checkpoint_path(ck, 40), weights_only=True)["model"]
+        f["lost"] += sum(not torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [
+        (("runtime.seed=7",), "runtime.seed 1337 -> 7"),
+        (("batch.micro_batch=1", "batch.grad_accum=4"), "batch.micro_batch 2 -> 1"),
+        (("model.n_embd=128",), "model.n_embd 64 -> 128"),
+    ],
+    ids=["seed", "batch-split", "model-shape"],
+)
+def test_resume_from_another_runs_checkpoint_is_refused_in_one_line(
+    synthetic_dir: Path, tmp_path: Path, straight: dict, changed: tuple[str, ...], expected: str
+) -> None:
+    with fault(f"resume across identities ({expected})") as f:
+        before = sorted(p.name for p in straight["ckpt"].iterdir())
+        proc, _ = train(synthetic_dir, straight["ckpt"], tmp_path / "out", "train.max_steps=45",
+                        *changed)  # fmt: skip
+        assert_one_line_error(proc, "belongs to another run", expected, "fresh checkpoint.dir",
+                              "train.resume=force")  # fmt: skip
+        assert proc.returncode == 2
+        f["lost"] += len(set(before) - {p.name for p in straight["ckpt"].iterdir()})
+
+
+def test_forced_resume_is_allowed_and_a_forced_shape_change_is_a_clean_error(
+    synthetic_dir: Path, tmp_path: Path, straight: dict
+) -> None:
+    with fault("train.resume=force across identities"):
+        ck = tmp_path / "ck"
+        proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=10")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        proc, summary = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15",
+                              "runtime.seed=7", "train.resume=force")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (summary["start_step"], summary["end_step"]) == (10, 15)
+        assert "train.resume=force: resuming from" in proc.stdout + proc.stderr
+        proc, _ = train(synthetic_dir, ck, tmp_path / "c", "train.max_steps=20",
+                        "model.n_embd=128", "train.resume=force")  # fmt: skip
+        assert_one_line_error(proc, "does not fit this model", "size mismatch")
+
+
+def test_a_corrupt_newest_checkpoint_is_skipped(synthetic_dir: Path, tmp_path: Path) -> None:
+    with fault("corrupt newest checkpoint"):
+        ck = tmp_path / "ck"
+        proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=10")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        newest = checkpoint_path(ck, 10)
+        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a torn file
+        (ck / "ckpt_00000015.pt.tmp").write_bytes(b"half a write")  # a write cut off
+        proc, summary = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "skipping unreadable checkpoint" in proc.stdout + proc.stderr
+        assert (summary["start_step"], summary["end_step"]) == (5, 15)
+        assert read_header(checkpoint_path(ck, 15))["step"] == 15
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_at_checkpoint_stops_in_one_line_and_keeps_earlier_checkpoints(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    with fault("disk full at a production checkpoint") as f:
+        ck = tmp_path / "ck"
+        ck.mkdir()
+        # the step-10 save's temporary file is the kernel's always-full device: a real ENOSPC
+        (ck / "ckpt_00000010.pt.tmp").symlink_to("/dev/full")
+        proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=15")
+        assert_one_line_error(proc, "disk full: no space left on device", "ckpt_00000010.pt",
+                              "free there", "checkpoint.dir=<a disk with room>",
+                              "checkpoint.keep=1")  # fmt: skip
+        assert sorted(p.name for p in ck.iterdir()) == ["ckpt_00000005.pt"]  # no partial file
+        f["lost"] += read_header(checkpoint_path(ck, 5))["step"] != 5
+        # room again: the run resumes from the checkpoint the full disk left intact
+        proc, summary = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (summary["start_step"], summary["end_step"]) == (5, 15)
+
+
+# ---- the sweep: every planted trial fault ------------------------------------------------------
+
+TRIAL_FAULTS = {  # trial.fault -> the state the sweep records
+    "disk_full": "disk_full",
+    "crash": "crash",
+    "nan": "nan",
+    "oom": "oom",
+    "sigkill": "oom",  # an unexplained SIGKILL is the OOM killer's, as far as the sweep can tell
+    "hang": "timeout",
+}
+
+
+def test_every_planted_trial_fault_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    _, study = finished_sweep(
+        tmp_path,
+        "faults",
+        "search=smoke",
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.n_trials=0",
+        "hydra.sweeper.max_failure_rate=1.0",
+        "hydra.sweeper.verify_top_k=1",
+        "hydra.sweeper.verify_repeats=1",
+        "hydra.sweeper.stall_timeout_s=15",
+        "hydra.sweeper.trial_timeout_s=120",
+        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.space={batch.micro_batch: 8, data.num_workers: 0}",
+        "checkpoint.every_steps=1",
+        f"trial.fault=none,{','.join(repr(k) for k in TRIAL_FAULTS)}",
+    )
+    finished = {t.params["trial.fault"]: t for t in study.trials if t.state.is_finished()}
+    for name, state in TRIAL_FAULTS.items():
+        with fault(f"trial.fault={name}") as f:
+            t = finished.get(name)
+            f["lost"] += t is None
+            assert t is not None, f"no trial recorded for trial.fault={name}"
+            assert t.state == TrialState.FAIL
+            assert t.user_attrs["failure_kind"] == state, (name, t.user_attrs)
+    healthy = finished["none"]
+    assert healthy.state == TrialState.COMPLETE and healthy.value > 0  # the sweep went on
+    reason = finished["disk_full"].user_attrs["failure_reason"]
+    assert reason.startswith("disk full: no space left on device writing checkpoint")
+    assert "\n" not in reason and "checkpoint.dir=<a disk with room>" in reason
+    (sweep_dir,) = sweep_dirs(tmp_path)
+    assert (sweep_dir / "best.yaml").is_file()

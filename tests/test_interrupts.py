@@ -1,0 +1,115 @@
+"""Ctrl-C and SIGTERM during a real sweep: the running trial is recorded as interrupted and its
+point queued again, the MLflow sweep run is closed KILLED, and one line says how to resume; no
+traceback."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+
+import mlflow
+import pytest
+import sqlalchemy
+from optuna.trial import TrialState
+
+from sweeper.study import REQUEUED_ATTR
+from tests.sweep_helpers import load_study, sweep_argv
+
+OVERRIDES = [
+    "search=smoke",
+    "hydra.sweeper.study_name=stop",
+    "hydra.sweeper.n_trials=4",
+    "trial.max_steps=40",
+    "trial.max_seconds=8",
+]
+
+
+def _wait_for_a_running_trial(proc: subprocess.Popen, cwd) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if not (cwd / "sweeps" / "optuna.db").exists():
+            continue
+        try:
+            states = [t.state for t in load_study(cwd, "stop").trials]
+        except KeyError:  # the study is not created yet
+            continue
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+            continue  # the sweep is creating the tables right now
+        if states and states[-1] == TrialState.RUNNING:
+            return
+    pytest.fail("the sweep never reached a running trial")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_sweep_records_the_trial_closes_its_run_and_says_how_to_resume(
+    tmp_path, sig
+) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # its own session: a signal reaches the sweep as a terminal's Ctrl-C would, not a shell's job
+    proc = subprocess.Popen(
+        sweep_argv(*OVERRIDES),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_a_running_trial(proc, tmp_path)
+        time.sleep(2)  # inside the running trial
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    hints = [line for line in out.splitlines() if "resume with:" in line]
+    assert len(hints) == 1, out[-3000:]
+    sweep_dir = next((tmp_path / "multirun").glob("*/*"))
+    assert f"hydra.sweep.dir={sweep_dir.resolve()}" in hints[0]
+    assert "hydra.sweeper.study_name=stop" in hints[0]
+
+    study = load_study(tmp_path, "stop")
+    stopped = [t for t in study.trials if t.user_attrs.get("failure_kind") == "interrupted"]
+    assert len(stopped) == 1 and stopped[0].state == TrialState.FAIL
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    # its point is asked again when the sweep resumes: nothing the user started is lost
+    queued = [t for t in study.trials if t.user_attrs.get(REQUEUED_ATTR) == stopped[0].number]
+    assert len(queued) == 1 and queued[0].state == TrialState.WAITING
+    assert queued[0].system_attrs.get("fixed_params") == stopped[0].params
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.status for r in parents] == ["KILLED"]
+    assert not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
+    if sig == signal.SIGTERM:
+        _resume_keeps_one_folder(tmp_path, hints[0], sweep_dir, stopped[0].number)
+
+
+def _resume_keeps_one_folder(tmp_path, hint: str, sweep_dir, stopped: int) -> None:
+    """The hint's command finishes the study in the original folder; no earlier job is lost."""
+    before = {p.name: (p / "trial.log").read_bytes() for p in sweep_dir.iterdir() if p.is_dir()
+              and p.name.isdigit() and (p / "trial.log").exists()}  # fmt: skip
+    argv = shlex.split(hint.split("resume with: ", 1)[1])
+    proc = subprocess.run(
+        [*sweep_argv()[:2], *argv[2:]], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted((tmp_path / "multirun").glob("*/*")) == [sweep_dir]
+    for name, log in before.items():  # every earlier job's folder is as it was
+        assert (sweep_dir / name / "trial.log").read_bytes() == log
+    study = load_study(tmp_path, "stop")
+    (again,) = [t for t in study.trials if t.user_attrs.get(REQUEUED_ATTR) == stopped]
+    assert again.state != TrialState.WAITING
+    job_dirs = [t.user_attrs.get("job_dir") for t in study.trials if t.user_attrs.get("job_dir")]
+    assert len(job_dirs) == len(set(job_dirs))  # one folder per trial, none reused

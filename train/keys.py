@@ -1,0 +1,109 @@
+"""Unknown config keys answered with the nearest known one ("did you mean ...").
+
+Torch-free, so the sweep's preflight and the trainer refuse a mistyped key with the same words.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Iterable
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """' (did you mean X?)' for the closest known key, or '' when none is close."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_key_error(key: str, known: Iterable[str], *, prefix: str = "") -> str:
+    """One line for a key the schema does not have: the key, the nearest known one, the fix."""
+    known = list(known)
+    return (
+        f"unknown setting {prefix}{key}{did_you_mean(key, known)}: "
+        f"check the spelling against the schema ({len(known)} known keys)"
+    )
+
+
+def check_keys(keys: Iterable[str], known: Iterable[str], *, prefix: str = "") -> None:
+    """Refuse the first key not in `known` with ValueError naming it and the closest match."""
+    known = set(known)
+    for key in keys:
+        if key not in known:
+            raise ValueError(unknown_key_error(key, sorted(known), prefix=prefix))
+
+
+def flat_keys(d: dict, prefix: str = "") -> list[str]:
+    """The dotted leaf keys of a nested dict (an empty dict is a leaf)."""
+    out: list[str] = []
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.extend(flat_keys(v, f"{prefix}{k}."))
+        else:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def schema_keys() -> set[str]:
+    """Every dotted key of the trainer's schema (train/config.py Config)."""
+    from omegaconf import OmegaConf
+
+    from train.config import Config
+
+    return set(flat_keys(OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)))
+
+
+OPEN_GROUPS = ("provenance.",)  # free-form by design
+
+
+def check_trainer_keys(keys: Iterable[str]) -> None:
+    """Refuse a trainer key the schema does not have (a `+key=` addition included)."""
+    check_keys([k for k in keys if not k.startswith(OPEN_GROUPS)], schema_keys())
+
+
+CONFIG_GROUPS = ("model", "data", "search")  # `model=tiny` picks a preset file, not a key
+
+
+def override_key(arg: str) -> str | None:
+    """The key a plain `key=value` command-line override sets; None for flags, config-group
+    choices (`model=tiny`, `hydra/launcher=joblib`), `+key=` additions (the trainer and the sweep's
+    preflight check those against the schema) and `~key` deletions."""
+    if arg.startswith("-") or "=" not in arg:
+        return None
+    key = arg.split("=", 1)[0]
+    if key.startswith(("+", "~")) or "/" in key or key in CONFIG_GROUPS:
+        return None
+    return key
+
+
+def check_command_line(args: Iterable[str], *, sweeper_fields: Iterable[str] = ()) -> None:
+    """Refuse a mistyped override before Hydra composes anything, with did-you-mean from the
+    schema: trainer keys against train/config.py, `hydra.sweeper.<field>` against the sweeper's
+    settings (`sweeper_fields`; empty = not a sweep). Hydra's own `hydra.*` keys are left to it."""
+    trainer = schema_keys()
+    parents = {k.rsplit(".", i)[0] for k in trainer for i in range(1, k.count(".") + 1)}
+    fields = set(sweeper_fields)
+    for arg in args:
+        key = override_key(arg)
+        if key is None:
+            continue
+        if key.startswith("hydra."):
+            parts = key.split(".")
+            if fields and parts[1] == "sweeper" and len(parts) > 2 and parts[2] not in fields:
+                known = sorted(f"hydra.sweeper.{f}" for f in fields)
+                raise ValueError(unknown_key_error(".".join(parts[:3]), known))
+            continue
+        if key in trainer or key in parents or key.startswith(OPEN_GROUPS):
+            continue
+        raise ValueError(unknown_key_error(key, sorted(trainer)))
+
+
+def exit_on_mistyped_keys(args: Iterable[str], *, sweeper_fields: Iterable[str] = ()) -> None:
+    """An entry point's first step: a mistyped override ends the command with one error line and
+    exit 2, before Hydra composes anything."""
+    try:
+        check_command_line(args, sweeper_fields=sweeper_fields)
+    except ValueError as exc:
+        logging.basicConfig(format="[%(levelname)s] %(message)s")
+        logging.getLogger(__name__).error("%s", exc)
+        raise SystemExit(2) from None
