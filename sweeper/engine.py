@@ -133,7 +133,8 @@ class SweepEngine:
             tracker.log_cost(costs)
         if verification.winner is not None:
             explain(study, verification, baseline=started.baseline,
-                    planned_steps=settings.planned_steps, tracker=tracker)  # fmt: skip
+                    planned_steps=settings.planned_steps, tracker=tracker,
+                    noise_floor=settings.noise_floor)  # fmt: skip
         return best_path
 
     @staticmethod

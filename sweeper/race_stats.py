@@ -49,7 +49,8 @@ def compare(
     confidence: float = 0.95,
     margin: float = 0.02,
 ) -> Comparison:
-    """Decide faster / slower / equivalent within +-margin / open from paired rounds."""
+    """Decide from paired rounds: equivalent (the interval of the ratio lies within +-margin),
+    faster or slower (the interval excludes 1), or open."""
     if not 0.5 <= confidence < 1.0:
         raise ValueError(f"verify_confidence={confidence}: use a value in [0.5, 1), e.g. 0.95")
     diffs = log_ratios(contender, leader)
@@ -65,12 +66,14 @@ def compare(
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
     low, high = mean - half, mean + half
     bound = math.log1p(margin)
-    if low > 0:
+    # A whole interval inside +-margin is equivalent even when it excludes 1: a real but tiny
+    # difference is no reason to keep the more complex config (criterion's noise threshold)
+    if -bound < low and high < bound:
+        decision = EQUIVALENT
+    elif low > 0:
         decision = FASTER
     elif high < 0:
         decision = SLOWER
-    elif -bound < low and high < bound:
-        decision = EQUIVALENT
     else:
         decision = OPEN
     return Comparison(

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+from sweeper.race import rules_from
 from train.measure.cost import validate_prices
 
 
@@ -51,6 +52,9 @@ class SweepSettings:
     prices: dict[str, float] = field(hash=False)
     verify_top_k: int
     verify_repeats: int
+    verify_max_rounds: int
+    verify_confidence: float
+    verify_margin: float
     noise_floor: float
     mlflow: bool
     mlflow_tracking_uri: str
@@ -72,6 +76,12 @@ class SweepSettings:
                     f"{getattr(self, name)}"
                 )
         _check_cost(self)
+        if self.verify_max_rounds < 0:
+            raise ValueError(
+                f"hydra.sweeper.verify_max_rounds must be 0 (= verify_repeats) or positive, got "
+                f"{self.verify_max_rounds}"
+            )
+        rules_from(self)  # the race's own checks (confidence, margin, rounds), before anything runs
         if not 0 <= self.max_failure_rate <= 1:
             raise ValueError(
                 f"hydra.sweeper.max_failure_rate must be a share in [0, 1], got "

@@ -7,6 +7,7 @@ projected); the noise-aware verdict (sweeper/verify.py) names the winner.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -19,8 +20,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
-from sweeper.objective import direction, objective_value
-from sweeper.verify import Candidate, Verdict, pick_winner
+from sweeper.objective import direction
+from sweeper.race import interval_text, rules_from
+from sweeper.race_stats import Comparison
+from sweeper.racing import lead_over_start, run_race
+from sweeper.verify import Candidate, Verdict, race_verdict
 from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,9 @@ class Winner:
     candidate: Candidate
     verdict: Verdict
     results: list[dict] = field(hash=False)  # its verification runs' results, in round order
+    outcome: str = ""  # how the race ended: decided | equivalent | not significant
+    rounds: int = 0  # rounds the race ran
+    lead_over_start: Comparison | None = None  # its speed over the starting config's, paired
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,85 +128,57 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
         which = f"the top {len(cands)}, the starting config among them"
     else:
         which = f"the top {len(cands)}"
+    rules = rules_from(settings)
     log.info(
-        "verifying %d configs (%s), %d fresh runs each, with real full optimizer steps (never "
-        "projected)",
-        len(cands),
-        which,
-        settings.verify_repeats,
-    )
-    results = _rounds(cands, ctx)
-    measured = [c for c in cands.values() if c.values]
-    if not measured:
+        "verifying %d config%s (%s) in a race of %d to %d rounds: each round runs every survivor "
+        "once, in a shuffled order, with real full optimizer steps (never projected)",
+        len(cands), "s" if len(cands) != 1 else "", which, rules.min_rounds, rules.max_rounds,
+    )  # fmt: skip
+    record, standing = run_race(cands, ctx)
+    results = {n: [r for r in record.results[n] if r is not None] for n in cands}
+    if standing.outcome is None:
         log.error("every verification run failed: no winner is exported")
         return Verification(rows=[], results=results, winner=None)
-    verdict = pick_winner(
-        measured, direction=direction(objective), noise_floor=settings.noise_floor
-    )
-    log.info("verdict: %s", verdict.reason)
-    rows = []
-    for number, c in cands.items():
-        if not results[number]:
-            continue
-        row = verified_row(number, c, results[number], winner=c is verdict.winner)
-        row.update(search_basis(study.trials[number]))
-        row["start"] = base_trial is not None and number == base_trial.number
-        rows.append(row)
-    rows.sort(key=lambda r: r["tokens_per_s"], reverse=True)
+    start = base_trial.number if base_trial is not None else None
+    verdict = race_verdict(cands, standing, direction=direction(objective),
+                           noise_floor=settings.noise_floor)  # fmt: skip
     number = next(n for n, c in cands.items() if c is verdict.winner)
+    lead = lead_over_start(record, ctx, winner=number, start=start)
+    if lead is not None:
+        verdict.reason = (
+            f"{verdict.reason[:-1]}; lead over the starting config {interval_text(lead)}."
+        )
+    log.debug("verdict: %s", verdict.reason)  # printed with the report (sweeper/narrative.py)
+    rows = []
+    for n, c in cands.items():
+        if not results[n]:
+            continue
+        row = verified_row(n, c, results[n], winner=n == number)
+        row.update(search_basis(study.trials[n]))
+        row["start"] = n == start
+        row["dropped_after"] = standing.dropped.get(n)
+        rows.append(row)
+    # the winner is the first row; the rest by their verified median
+    rows.sort(key=lambda r: (not r["winner"], -r["tokens_per_s"]))
     run_id = study.trials[number].user_attrs.get("mlflow_run_id")
     if run_id:
         ctx.tracker.tag_winner(run_id)
-    study.set_user_attr(
-        "verdict", {"winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive}
-    )
+    study.set_user_attr("verdict", {
+        "winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive,
+        "outcome": standing.outcome, "rounds": standing.rounds,
+        "lead_over_start": None if lead is None else dataclasses.asdict(lead),
+    })  # fmt: skip
     winner = Winner(
         number=number,
         trial=study.trials[number],
         candidate=verdict.winner,
         verdict=verdict,
         results=results[number],
+        outcome=standing.outcome,
+        rounds=standing.rounds,
+        lead_over_start=lead,
     )
     return Verification(rows=rows, results=results, winner=winner)
-
-
-def _rounds(cands: dict[int, Candidate], ctx: SweepContext) -> dict[int, list[dict]]:
-    """Run the verification rounds; each candidate's complete results by trial number (its
-    objective values are appended to the candidate)."""
-    settings = ctx.settings
-    results: dict[int, list[dict]] = {n: [] for n in cands}
-    # Interleaved (A, B, C, A, B, C, ...) so slow drift of the machine hits every candidate alike.
-    for repeat in range(settings.verify_repeats):
-        if repeat > 0 and not ctx.budget.verify_round_fits(ctx.study, len(cands)):
-            log.warning(
-                "wall budget (%.0f s): verification stops after %d fresh round(s)",
-                settings.max_wall_s,
-                repeat,
-            )
-            break
-        outs = ctx.jobs.launch([c.overrides for c in cands.values()])
-        for number, out in zip(cands, outs, strict=True):
-            ctx.tracker.log_trial(
-                number=number,
-                state=out["state"],
-                reason=out.get("reason"),
-                params=ctx.space.point(cands[number].params),
-                result=out.get("result"),
-                job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
-                kind="verify",
-                repeat=repeat + 1,
-            )
-            if out["state"] == "complete":
-                cands[number].values.append(objective_value(out["result"], ctx.objective))
-                results[number].append(out["result"])
-            else:
-                log.warning(
-                    "verification run of trial %d: %s (%s)",
-                    number,
-                    out["state"],
-                    out.get("reason"),
-                )
-    return results
 
 
 def search_basis(trial: FrozenTrial) -> dict:

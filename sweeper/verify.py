@@ -13,6 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sweeper.race import DECIDED, TIED, Standing, interval_text, inverse
+
 log = logging.getLogger(__name__)
 
 # Relative compile cost (time to compile, memory for CUDA graphs); a tie-break among equally simple
@@ -244,3 +246,52 @@ def _cvs(*stats: _Stats) -> str:
     if all(s.n < 2 for s in stats):
         return "unknown"
     return "/".join(_pct(s.cv) if s.n >= 2 else "n/a" for s in stats)
+
+
+def race_verdict(
+    cands: dict[int, Candidate],
+    standing: Standing,
+    *,
+    direction: Literal["maximize", "minimize"],
+    noise_floor: float,
+) -> Verdict:
+    """The race's winner and a reason that says how the race ended (sweeper/race.py).
+
+    Decided: the one survivor. Equivalent: the simplest survivor (as `pick_winner` prefers among
+    tied configs). Not significant: the leader (the best estimate), and the reason gives its
+    interval and says what would separate them. `ranking` is `pick_winner`'s, by median."""
+    measured = [c for c in cands.values() if c.values]
+    ranked = pick_winner(measured, direction=direction, noise_floor=noise_floor)
+    survivors = [cands[n] for n in standing.alive]
+    name = {id(c): f"trial {n}" for n, c in cands.items()}
+    dropped = ", ".join(f"trial {n} after round {r}" for n, r in sorted(standing.dropped.items()))
+    rounds = f"{standing.rounds} round{'s' if standing.rounds != 1 else ''}"
+    if standing.outcome == DECIDED:
+        winner = survivors[0]
+        why = (
+            f"{name[id(winner)]} wins the race after {rounds}: every other contender was "
+            f"proved slower ({dropped})"
+        )
+    elif standing.outcome == TIED:
+        winner = min(survivors, key=lambda c: (_preference(_summarize(c)), c.key))
+        why = (
+            f"after {rounds} the {len(survivors)} survivors are equivalent (each within the "
+            f"margin of the leader); exporting the simplest, {name[id(winner)]}"
+        )
+    else:
+        # the best estimate, said to be no proven win (a tie would have gone to the simplest)
+        winner = cands[standing.leader]
+        open_pairs = "; ".join(
+            f"trial {standing.leader} over trial {n} {interval_text(inverse(c))}"
+            for n, c in standing.against_leader.items()
+        )
+        why = (
+            f"not significant after {rounds}: {open_pairs or 'one run each'}; exporting the "
+            f"leader, {name[id(winner)]}, the best estimate but not a proven win. More rounds "
+            f"(hydra.sweeper.verify_max_rounds), a quieter machine or a larger model (longer "
+            f"steps, less relative noise) would separate them"
+        )
+    if dropped and standing.outcome != DECIDED:
+        why += f" (dropped as slower: {dropped})"
+    return Verdict(winner=winner, ranking=ranked.ranking, decisive=standing.outcome == DECIDED,
+                   reason=why + ".")  # fmt: skip

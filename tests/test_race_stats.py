@@ -44,6 +44,9 @@ def test_median_is_fooled_by_drift_when_rounds_are_unbalanced() -> None:
         ([100.0, 101.0, 99.0, 100.5], [100.2, 100.8, 99.1, 100.4], EQUIVALENT),
         ([100.0, 130.0], [110.0, 100.0], OPEN),
         ([100.0], [90.0], OPEN),
+        # 0.5% slower in every round: significant, but within the margin, so equivalent
+        ([99.5, 99.49, 99.51, 99.5], [100.0, 100.0, 100.0, 100.0], EQUIVALENT),
+        ([95.0, 94.9, 95.1, 95.0], [100.0, 100.0, 100.0, 100.0], SLOWER),
     ],
 )
 def test_decisions(contender: list[float], leader: list[float], decision: str) -> None:

@@ -57,7 +57,13 @@ class ThroughputSweeperConf:
     # there are no default prices: give the rate you pay
     prices: dict[str, float] = field(default_factory=dict)
     verify_top_k: int = 3  # configurations re-measured in fresh processes before a winner is named
-    verify_repeats: int = 3  # fresh runs of each
+    # Verification is a race (sweeper/race.py): each round runs every surviving contender (the
+    # top k and the starting config) once, in a shuffled order; a paired test then drops those
+    # proved slower than the leader
+    verify_repeats: int = 3  # rounds every contender runs before any is dropped
+    verify_max_rounds: int = 0  # the race stops here at the latest; 0 = verify_repeats (fixed)
+    verify_confidence: float = 0.95  # confidence of each paired test
+    verify_margin: float = 0.02  # survivors within this share of the leader are equivalent
     noise_floor: float = 0.01  # leads smaller than this share of the median are never decisive
     mlflow: bool = True  # log the sweep (parent run) and every trial (nested runs) to MLflow
     # tracking URI; empty = $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
