@@ -29,7 +29,7 @@ from sweeper.export import export_winner
 from sweeper.launch.batch import JobLauncher
 from sweeper.launch.runner import kill_all_children
 from sweeper.masking import mask_secrets
-from sweeper.metrics import best_metrics
+from sweeper.metrics import best_metrics, lead_metrics
 from sweeper.narrative import explain
 from sweeper.preflight import check_sweep
 from sweeper.prepare import Prepared, prepare, print_plan
@@ -162,11 +162,14 @@ class SweepEngine:
         tracker.log_best(
             best_yaml=best_path,
             extra_artifacts=artifacts,
-            metrics=best_metrics(next(r for r in rows if r["winner"])),
+            metrics={**best_metrics(next(r for r in rows if r["winner"])),
+                     **lead_metrics(winner.lead_over_start)},
             tags={
                 "verdict": winner.verdict.reason,
                 "decisive": winner.verdict.decisive,
                 "winner_trial": winner.number,
+                "race.outcome": winner.outcome,
+                "race.rounds": winner.rounds,
             },
         )
         return best_path

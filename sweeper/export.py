@@ -9,6 +9,7 @@ command and the sweep it came from.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -213,6 +214,15 @@ def export_winner(
             "trial": winner.number,
             "verdict": winner.verdict.reason,
             "decisive": winner.verdict.decisive,
+            # how the verification race ended, and the paired lead over the starting config
+            "race": {
+                "outcome": winner.outcome,
+                "rounds": winner.rounds,
+                "lead_over_start": (
+                    None if winner.lead_over_start is None
+                    else _plain(dataclasses.asdict(winner.lead_over_start))
+                ),
+            },
         },
     )
     if cost is not None:  # time to train the planned tokens and $ per 1B, start and winner

@@ -89,3 +89,12 @@ def best_metrics(row: dict) -> dict[str, Any]:
 def column(row_key: str) -> str:
     """The final table's header for a verified row's number."""
     return BY_ROW_KEY[row_key].column
+
+
+def lead_metrics(lead: Any) -> dict[str, float]:
+    """The winner's paired lead over the starting config (sweeper/race_stats.py Comparison) as
+    the parent run's metrics: the ratio and its interval; none when there is no paired lead."""
+    if lead is None:
+        return {}
+    return {"best/lead_over_start": lead.ratio, "best/lead_over_start_low": lead.low,
+            "best/lead_over_start_high": lead.high}  # fmt: skip

@@ -262,6 +262,9 @@ def test_exported_winner_never_pins_the_shared_checkpoint_folder(
             trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
             results=[{"fingerprint": {"torch": "2.13.0"}}],
             verdict=SimpleNamespace(reason="fastest", decisive=True),
+            outcome="decided",
+            rounds=3,
+            lead_over_start=None,
         )
         row = {"trial": 7, "tokens_per_s": 1000.0, "n": 3, "cv": 0.01, "params": {}}
         path = export_winner(winner, [row], sweep_dir=tmp_path / study, study_name=study,

@@ -163,3 +163,13 @@ def test_an_undecided_verdict_says_what_would_separate() -> None:
     assert v.winner is cands[s.leader]  # the leader: the best estimate, said to be no proven win
     assert "95% CI" in v.reason and "hydra.sweeper.verify_max_rounds" in v.reason
     assert "quieter machine" in v.reason
+
+
+def test_the_lead_becomes_the_parent_runs_metrics() -> None:
+    from sweeper.metrics import lead_metrics
+    from sweeper.race_stats import Comparison
+
+    c = Comparison(ratio=1.12, low=1.05, high=1.19, rounds=6, confidence=0.95, decision="faster")
+    assert lead_metrics(c) == {"best/lead_over_start": 1.12, "best/lead_over_start_low": 1.05,
+                               "best/lead_over_start_high": 1.19}  # fmt: skip
+    assert lead_metrics(None) == {}
