@@ -266,12 +266,19 @@ def race_verdict(
     name = {id(c): f"trial {n}" for n, c in cands.items()}
     dropped = ", ".join(f"trial {n} after round {r}" for n, r in sorted(standing.dropped.items()))
     rounds = f"{standing.rounds} round{'s' if standing.rounds != 1 else ''}"
-    if standing.outcome == DECIDED:
+    failed = [f"trial {n}" for n, c in cands.items() if not c.values]
+    if standing.outcome == DECIDED and not standing.dropped:
+        winner = survivors[0]
+        others = f" ({', '.join(failed)} failed every run)" if failed else ""
+        why = f"only {name[id(winner)]} was measured, in {rounds}{others}: nothing to race"
+    elif standing.outcome == DECIDED:
         winner = survivors[0]
         why = (
             f"{name[id(winner)]} wins the race after {rounds}: every other contender was "
             f"proved slower ({dropped})"
         )
+        if failed:
+            why += f" or failed every run ({', '.join(failed)})"
     elif standing.outcome == TIED:
         winner = min(survivors, key=lambda c: (_preference(_summarize(c)), c.key))
         why = (

@@ -173,3 +173,14 @@ def test_the_lead_becomes_the_parent_runs_metrics() -> None:
     assert lead_metrics(c) == {"best/lead_over_start": 1.12, "best/lead_over_start_low": 1.05,
                                "best/lead_over_start_high": 1.19}  # fmt: skip
     assert lead_metrics(None) == {}
+
+
+def test_a_race_of_one_says_there_was_nothing_to_race() -> None:
+    cands = {0: _cand("start", [100.0, 101.0], 0), 3: _cand("x", [], 1)}  # trial 3 always failed
+    s = judge({0: [100.0, 101.0], 3: [None, None]}, alive=[0, 3], dropped={}, rules=RULES)
+    v = race_verdict(cands, s, direction="maximize", noise_floor=0.01)
+    assert v.winner is cands[0]
+    assert (
+        v.reason
+        == "only trial 0 was measured, in 2 rounds (trial 3 failed every run): nothing to race."
+    )
