@@ -255,7 +255,7 @@ def format_plan(plan: SweepPlan) -> str:
         f"trials: {search} of {_secs(mean)} on average (set-up and compile included) + "
         f"{plan.n_verify} verification runs ((top {s.get('verify_top_k')}"
         f"{' + the starting config' if plan.start_runs else ''}) x {s.get('verify_repeats')}) of "
-        f"~{_secs(plan.verify_trial_s)} (real full steps)"
+        f"~{_secs(plan.verify_trial_s)} (real full steps){_race_tail(s)}"
     )
     if plan.wall_s is None:
         lines.append("predicted sweep wall: unknown (no runnable point, or no trial limit)")
@@ -268,3 +268,11 @@ def format_plan(plan: SweepPlan) -> str:
             detail += f"; capped by the {_secs(plan.wall_cap_s)} wall budget"
         lines.append(f"predicted sweep wall: {_secs(plan.wall_s)} ({detail})")
     return "\n".join(lines)
+
+
+def _race_tail(s: dict) -> str:
+    """The race's first rounds are counted above; say how far an undecided race may go on."""
+    most, least = int(s.get("verify_max_rounds") or 0), int(s.get("verify_repeats") or 0)
+    if most <= least:
+        return ""
+    return f"; the race may go on to {most} rounds while undecided, within the wall budget"
