@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 # allow `python scripts/bench_race.py` from the repo root without installing the package
 REPO = Path(__file__).resolve().parent.parent
@@ -35,13 +34,9 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 
-from sweeper.budget import Budget  # noqa: E402
-from sweeper.context import SweepContext  # noqa: E402
-from sweeper.objective import ObjectiveConfig  # noqa: E402
 from sweeper.race import DECIDED, TIED  # noqa: E402
-from sweeper.racing import run_race  # noqa: E402
+from sweeper.racing import race_context, run_race  # noqa: E402
 from sweeper.settings import SweepSettings  # noqa: E402
-from sweeper.tracking import NullTracker  # noqa: E402
 from sweeper.verify import Candidate  # noqa: E402
 from train.trial.measurement import run_trial  # noqa: E402
 
@@ -92,16 +87,7 @@ def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int 
     """One race of the fast config against the planted-slow one; (winner, outcome, rounds)."""
     settings = SweepSettings.from_config({"verify_repeats": 3, "verify_max_rounds": 8,
                                           "seed": seed, "mlflow": False})  # fmt: skip
-    ctx = SweepContext(
-        study=optuna.create_study(direction="maximize"),
-        space=SimpleNamespace(point=dict),
-        settings=settings,
-        budget=Budget(settings),
-        tracker=NullTracker(),
-        jobs=jobs,
-        fixed=[],
-        objective=ObjectiveConfig(name="tokens_per_s"),
-    )
+    ctx = race_context(jobs=jobs, settings=settings)
     cands = {
         n: Candidate(key=str(n), params={"n": n}, overrides=ov, values=[], simplicity=0)
         for n, ov in ((FAST, []), (SLOW, [f"data.inject_latency_s={latency_s}"]))

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import optuna
 
 from sweeper.context import SweepContext
 from sweeper.objective import direction, objective_value
@@ -166,3 +169,22 @@ def lead_over_start(
         return [None if v is None else speed(v, maximize=maximize) for v in record.values[n]]
 
     return lead(speeds(winner), speeds(start), rules=rules_from(ctx.settings))
+
+
+def race_context(*, jobs: Any, settings: Any, study: optuna.Study | None = None) -> SweepContext:
+    """A race outside a sweep (scripts/bench_race.py, tests): the given launcher and settings,
+    tokens/s as the objective, no search space or tracking, a fresh in-memory study by default."""
+    from sweeper.budget import Budget
+    from sweeper.objective import ObjectiveConfig
+    from sweeper.tracking import NullTracker
+
+    return SweepContext(
+        study=study or optuna.create_study(direction="maximize"),
+        space=SimpleNamespace(point=dict),
+        settings=settings,
+        budget=Budget(settings),
+        tracker=NullTracker(),
+        jobs=jobs,
+        fixed=[],
+        objective=ObjectiveConfig(name="tokens_per_s"),
+    )

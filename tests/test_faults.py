@@ -255,8 +255,11 @@ def test_every_planted_trial_fault_is_recorded_and_the_sweep_goes_on(tmp_path: P
             assert t is not None, f"no trial recorded for trial.fault={name}"
             assert t.state == TrialState.FAIL
             assert t.user_attrs["failure_kind"] == state, (name, t.user_attrs)
+            assert t.user_attrs["failure_reason"], name
     healthy = finished["none"]
     assert healthy.state == TrialState.COMPLETE and healthy.value > 0  # the sweep went on
+    assert "planted crash" in finished["crash"].user_attrs["failure_reason"]
+    assert "SIGKILL" in finished["sigkill"].user_attrs["failure_reason"]
     reason = finished["disk_full"].user_attrs["failure_reason"]
     assert reason.startswith("disk full: no space left on device writing checkpoint")
     assert "\n" not in reason and "checkpoint.dir=<a disk with room>" in reason

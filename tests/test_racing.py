@@ -7,18 +7,14 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import optuna
 import pytest
 
-from sweeper.budget import Budget
 from sweeper.context import SweepContext
-from sweeper.objective import ObjectiveConfig
 from sweeper.race import DECIDED
-from sweeper.racing import RACE_ATTR, run_race
+from sweeper.racing import RACE_ATTR, race_context, run_race
 from sweeper.settings import SweepSettings
-from sweeper.tracking import NullTracker
 from sweeper.verify import Candidate
 
 
@@ -57,16 +53,7 @@ def _ctx(study: optuna.Study, jobs: Launcher) -> SweepContext:
     settings = SweepSettings.from_config(
         {"verify_repeats": 3, "verify_max_rounds": 6, "seed": 3, "mlflow": False}
     )
-    return SweepContext(
-        study=study,
-        space=SimpleNamespace(point=dict),
-        settings=settings,
-        budget=Budget(settings),
-        tracker=NullTracker(),
-        jobs=jobs,
-        fixed=[],
-        objective=ObjectiveConfig(name="tokens_per_s"),
-    )
+    return race_context(jobs=jobs, settings=settings, study=study)
 
 
 def _cands(speeds: dict[int, float]) -> dict[int, Candidate]:

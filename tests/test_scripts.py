@@ -108,6 +108,24 @@ def test_noise_floor_prints_a_measured_spread(tmp_path: Path) -> None:
     assert float(m.group(1)) > 0 and int(m.group(2)) >= 1
 
 
+def test_bench_race_prints_the_count_of_each_verdict(tmp_path: Path) -> None:
+    """One race of a config against itself plus a planted 30% data latency, on real trials: the
+    summary counts one race and its rounds; the planted-slower config is never declared faster."""
+    proc = run_script("bench_race", ["--gaps", "0.3", "--races", "1", "--steps", "4"],
+                      tmp_path=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert re.search(r"step p50 \d+\.\d ms \(median of 3 trials\)", proc.stdout)
+    m = re.search(
+        r"planted gap 30% \([\d.]+ ms per micro-batch\), 1 races: faster declared (\d), "
+        r"equivalent (\d), not significant (\d), slower declared (\d); median rounds ([\d.]+)",
+        proc.stdout,
+    )
+    assert m, proc.stdout
+    counts = [int(x) for x in m.groups()[:4]]
+    assert sum(counts) == 1 and counts[3] == 0
+    assert 3 <= float(m.group(5)) <= 8  # between the race's minimum and maximum rounds
+
+
 def test_bench_trainer_rejects_a_split_that_does_not_divide(tmp_path: Path) -> None:
     proc = run_script(
         "bench_trainer", ["--quick", "--tokens-per-step=1000"], tmp_path=tmp_path, timeout=120

@@ -70,39 +70,6 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
     assert "step 2 | loss" in train.stderr + train.stdout
 
 
-def test_failing_trials_are_recorded_with_reasons_and_the_sweep_finishes(tmp_path) -> None:
-    _, study = finished_sweep(
-        tmp_path,
-        "faults",
-        "search=smoke",
-        "hydra.sweeper.sampler=grid",
-        "hydra.sweeper.n_trials=0",
-        "hydra.sweeper.max_failure_rate=1.0",
-        "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
-        "hydra.sweeper.stall_timeout_s=20",
-        "hydra.sweeper.trial_timeout_s=120",
-        "hydra.sweeper.mlflow=false",
-        "hydra.sweeper.space={batch.micro_batch: 8, data.num_workers: 0}",
-        # a sweep override on the command line joins the search space
-        "trial.fault=none,crash,'nan',oom,hang,sigkill",
-    )
-    finished = [t for t in study.trials if t.state.is_finished()]
-    assert len(finished) == 6  # the whole grid, once
-    by_fault = {t.params["trial.fault"]: t for t in finished}
-    assert by_fault["none"].state == TrialState.COMPLETE
-    expected = {"crash": "crash", "nan": "nan", "oom": "oom", "hang": "timeout", "sigkill": "oom"}
-    for fault, kind in expected.items():
-        t = by_fault[fault]
-        assert t.state == TrialState.FAIL, fault
-        assert t.user_attrs["failure_kind"] == kind, (fault, t.user_attrs)
-        assert t.user_attrs["failure_reason"], fault
-    assert "planted crash" in by_fault["crash"].user_attrs["failure_reason"]
-    assert "SIGKILL" in by_fault["sigkill"].user_attrs["failure_reason"]
-    (sweep_dir,) = sweep_dirs(tmp_path)
-    assert (sweep_dir / "best.yaml").is_file()
-
-
 def test_invalid_space_fails_before_any_trial(tmp_path) -> None:
     proc = run_sweep(
         tmp_path,
