@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from configs import compose_config  # noqa: E402  (a sibling in scripts/)
+from configs import compose_config, cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
 
 from train.trial.measurement import run_trial  # noqa: E402
 
@@ -36,25 +36,14 @@ WALL_GOAL = 3.0  # real trial wall / projected trial wall
 
 
 def trial_config(args: argparse.Namespace, tmp: Path, *, projected: bool):
-    tokens = args.micro_batch * args.grad_accum * args.block_size
     overrides = [
-        f"model={args.model}",
-        f"batch.tokens_per_step={tokens}",
-        f"batch.micro_batch={args.micro_batch}",
-        f"batch.grad_accum={args.grad_accum}",
-        "data.num_workers=0",
-        f"data.dir={tmp / 'data' / 'synthetic'}",
-        f"checkpoint.dir={tmp / 'ckpt'}",
-        "runtime.device=cpu",
-        "runtime.compile=none",
-        f"trial.warmup_steps={args.warmup_steps}",
-        f"trial.max_steps={args.steps}",
-        f"trial.min_steps={args.steps}",
-        "trial.max_seconds=600",
+        *cpu_trial_overrides(tmp, model=args.model, micro_batch=args.micro_batch,
+                             grad_accum=args.grad_accum, block_size=args.block_size,
+                             warmup_steps=args.warmup_steps, steps=args.steps),
         f"trial.project_micro_steps={args.micro_steps}",
         # forced either way: projected whatever the step's length, or real full steps
         f"trial.project_above_s={1e-9 if projected else 0}",
-    ]
+    ]  # fmt: skip
     return compose_config(overrides)
 
 

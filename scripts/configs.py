@@ -21,3 +21,26 @@ def compose_config(overrides: list[str]) -> Config:
     cfg = OmegaConf.to_object(dcfg)
     assert isinstance(cfg, Config)
     return cfg
+
+
+def cpu_trial_overrides(
+    tmp: Path, *, model: str, micro_batch: int, grad_accum: int, block_size: int,
+    warmup_steps: int, steps: int,
+) -> list[str]:
+    """A bounded eager CPU trial of `steps` measured steps at micro_batch x grad_accum, its data
+    and checkpoints under `tmp`, no DataLoader worker (the benchmarks' common base)."""
+    return [
+        f"model={model}",
+        f"batch.tokens_per_step={micro_batch * grad_accum * block_size}",
+        f"batch.micro_batch={micro_batch}",
+        f"batch.grad_accum={grad_accum}",
+        "data.num_workers=0",
+        f"data.dir={tmp / 'data' / 'synthetic'}",
+        f"checkpoint.dir={tmp / 'ckpt'}",
+        "runtime.device=cpu",
+        "runtime.compile=none",
+        f"trial.warmup_steps={warmup_steps}",
+        f"trial.max_steps={steps}",
+        f"trial.min_steps={steps}",
+        "trial.max_seconds=600",
+    ]
