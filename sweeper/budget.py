@@ -110,12 +110,16 @@ class Budget:
             eta = left_s if eta is None else min(eta, left_s)
         return eta
 
-    def verify_round_fits(self, study: optuna.Study, n_runs: int) -> bool:
-        """Whether one more verification round of `n_runs` runs fits in the wall budget."""
+    def verify_round_fits(
+        self, study: optuna.Study, n_runs: int, *, run_s: float | None = None
+    ) -> bool:
+        """Whether one more verification round of `n_runs` runs fits in the wall budget. `run_s`
+        is a verification run's measured wall (the race's last round per run), a better guess
+        than the search trials' median, which compile-heavy or projected trials can inflate."""
         if self.settings.max_wall_s <= 0:
             return True
-        median_s = self.median_trial_s(study) or 0.0
-        return self.elapsed_s() + median_s * n_runs <= self.settings.max_wall_s
+        per_run = run_s if run_s is not None else self.median_trial_s(study) or 0.0
+        return self.elapsed_s() + per_run * n_runs <= self.settings.max_wall_s
 
     def failure_rate_exceeded(self, study: optuna.Study) -> bool:
         """Whether more than max_failure_rate of this worker's counted trials failed (judged

@@ -9,6 +9,7 @@ each round whether the race is over.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +38,7 @@ class RaceRecord:
     values: dict[int, list[float | None]]
     results: dict[int, list[dict | None]] = field(default_factory=dict)
     stored: list[dict[str, Any]] = field(default_factory=list)  # the attr's rounds, as saved
+    run_s: float | None = None  # wall seconds per run in the last round this process ran
 
     @property
     def rounds(self) -> int:
@@ -101,7 +103,8 @@ def run_race(cands: dict[int, Candidate], ctx: SweepContext) -> tuple[RaceRecord
             return record, current
         alive = list(current.alive) if current else contenders
         if record.rounds >= rules.max_rounds or (
-            record.rounds > 0 and not ctx.budget.verify_round_fits(ctx.study, len(alive))
+            record.rounds > 0
+            and not ctx.budget.verify_round_fits(ctx.study, len(alive), run_s=record.run_s)
         ):
             if record.rounds < rules.max_rounds:
                 log.warning("wall budget (%.0f s): the race stops after %d round(s)",
@@ -125,7 +128,9 @@ def _run_round(
     """One round: the survivors in `order`, each once in a fresh process; stored in the study."""
     r = record.rounds
     log.info("race round %d: %s", r + 1, ", ".join(f"trial {n}" for n in order))
+    started = time.monotonic()
     outs = dict(zip(order, ctx.jobs.launch([cands[n].overrides for n in order]), strict=True))
+    record.run_s = (time.monotonic() - started) / max(1, len(order))
     stored: dict[str, Any] = {}
     for n in record.contenders:
         out = outs.get(n)

@@ -119,6 +119,18 @@ def test_a_verification_round_fits_the_wall_budget(max_wall_s, elapsed, n_runs, 
     assert b.verify_round_fits(make_study([10.0]), n_runs) is fits
 
 
+def test_a_measured_verification_run_beats_the_search_median() -> None:
+    """The search's median trial (60 s: compile-heavy) says no; the race's own last round
+    (6 s a run) says 4 more runs fit."""
+    clock = FakeClock()
+    b = budget(clock, max_wall_s=100.0)
+    clock.now += 70.0
+    study = make_study([60.0, 60.0, 5.0])
+    assert not b.verify_round_fits(study, 4)
+    assert b.verify_round_fits(study, 4, run_s=6.0)
+    assert not b.verify_round_fits(study, 4, run_s=8.0)  # 70 + 32 > 100
+
+
 @pytest.mark.parametrize(
     ("sampler", "kinds", "spent"),
     [
