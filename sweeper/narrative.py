@@ -68,15 +68,15 @@ def explain(
         f"winner (trial {winner.number}): {win_median:,.0f} tokens/s (verified median, "
         f"real full steps; search run {search_text(win_search)}){gain}; {d.headline}"
     )
+    steps = []
     for fix in d.fixes:
         basis = measured_basis(study, fix.fix, winner=winner.trial.params, winner_tps=win_median,
                                noise_floor=noise_floor)  # fmt: skip
         if basis is None:
             continue  # measured at the winner's other settings and no faster: not a next step
         bound = "gain unknown" if fix.expected_gain is None else f"up to {fix.expected_gain:.2f}x"
-        lines.append(f"  next: {fix.fix}: {bound} ({fix.basis}; {basis})")
-        if sum(line.startswith("  next:") for line in lines) == 3:
-            break
+        steps.append(f"  next: {fix.fix}: {bound} ({fix.basis}; {basis})")
+    lines.extend(steps[:3])
     tags["verdict.winner"] = d.headline
     for line in lines:
         report.console.print(line)

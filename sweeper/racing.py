@@ -69,11 +69,7 @@ def load_record(ctx: SweepContext, contenders: list[int]) -> RaceRecord:
 
 def standing(record: RaceRecord, ctx: SweepContext, *, out_of_budget: bool = False) -> Standing:
     """The judge's view of the record: speeds (higher is better) and who was dropped when."""
-    maximize = direction(ctx.objective) == "maximize"
-    speeds = {
-        n: [None if v is None else speed(v, maximize=maximize) for v in vals]
-        for n, vals in record.values.items()
-    }
+    speeds = _speeds(record, ctx)
     rules = rules_from(ctx.settings)
     alive, dropped = list(record.contenders), {}
     # replay: a contender dropped after round r ran no later round
@@ -168,12 +164,17 @@ def lead_over_start(
     None when there is no start, the start won, or they share fewer than two rounds."""
     if start is None or start == winner or start not in record.values:
         return None
+    speeds = _speeds(record, ctx)
+    return lead(speeds[winner], speeds[start], rules=rules_from(ctx.settings))
+
+
+def _speeds(record: RaceRecord, ctx: SweepContext) -> dict[int, list[float | None]]:
+    """Each contender's runs as speeds, higher is better (a failed or skipped run is None)."""
     maximize = direction(ctx.objective) == "maximize"
-
-    def speeds(n: int) -> list[float | None]:
-        return [None if v is None else speed(v, maximize=maximize) for v in record.values[n]]
-
-    return lead(speeds(winner), speeds(start), rules=rules_from(ctx.settings))
+    return {
+        n: [None if v is None else speed(v, maximize=maximize) for v in vals]
+        for n, vals in record.values.items()
+    }
 
 
 def race_context(*, jobs: Any, settings: Any, study: optuna.Study | None = None) -> SweepContext:

@@ -1,8 +1,8 @@
 """Verification: the search's contenders re-measured in fresh processes, and a typed winner.
 
 The top-k distinct configs within VERIFY_WITHIN of the best objective value, plus the starting
-config, each run `verify_repeats` times in interleaved rounds with real full optimizer steps (never
-projected); the noise-aware verdict (sweeper/verify.py) names the winner.
+config, raced in shuffled rounds with real full optimizer steps, never projected
+(sweeper/racing.py); the race's verdict (sweeper/verify.py `race_verdict`) names the winner.
 """
 
 from __future__ import annotations
@@ -156,7 +156,6 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
         row = verified_row(n, c, results[n], winner=n == number)
         row.update(search_basis(study.trials[n]))
         row["start"] = n == start
-        row["dropped_after"] = standing.dropped.get(n)
         rows.append(row)
     # the winner is the first row; the rest by their verified median
     rows.sort(key=lambda r: (not r["winner"], -r["tokens_per_s"]))
