@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The trainer's sections in schema order (train/config.py: Config).
-TRAINER_SECTIONS = ("model", "data", "batch", "optim", "checkpoint", "runtime", "trial", "train")
+TRAINER_SECTIONS = (
+    "model", "data", "batch", "optim", "checkpoint", "runtime", "ddp", "trial", "train",
+)  # fmt: skip
 # Top-level keys of a composed config that are not trainer settings and are dropped on export.
 _DROPPED_KEYS = ("defaults", "hydra", "provenance")
 # trial.* keys that only make sense inside a sweep, reset to the TrialConfig defaults

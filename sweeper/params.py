@@ -28,7 +28,9 @@ from train.config import valid_splits
 
 log = logging.getLogger(__name__)
 
-PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.", "trial.")
+PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.", "ddp.", "trial.")
+# fixed for a whole sweep: the micro-batch splits and the GPU slots are sized from it
+NOT_SEARCHED = {"runtime.nproc": "set it once for the sweep: runtime.nproc=N on the command line"}
 _SCALARS = (str, int, float, bool, type(None))  # what Optuna's CategoricalDistribution accepts
 _CALL = re.compile(r"^\s*(\w+)\s*\(")
 _SPLIT = re.compile(r"^\s*split\s*\((.*)\)\s*$")
@@ -196,6 +198,8 @@ def _choice_param(key: str, spec: Any, items: list[Any]) -> Param:
 def parse_param(key: str, spec: Any, ctx: SpaceContext) -> Param:
     if not isinstance(key, str) or not key.startswith(PREFIXES):
         raise fail(str(key), spec, "unknown key", f"keys must start with one of {PREFIXES}")
+    if key in NOT_SEARCHED and not isinstance(spec, _SCALARS):
+        raise fail(key, spec, "cannot be searched", NOT_SEARCHED[key])
     if isinstance(spec, Mapping):  # a dict, or an OmegaConf DictConfig
         return _parse_split(key, dict(spec), ctx)
     if isinstance(spec, Sequence) and not isinstance(spec, str):

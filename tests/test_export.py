@@ -48,6 +48,7 @@ def _trainer_config() -> dict:
         "optim": {"lr": 6e-4, "min_lr": 6e-5, "fused": "auto"},
         "checkpoint": {"every_steps": 0, "dir": "checkpoints", "mode": "sync"},
         "runtime": {"device": "auto", "dtype": "auto", "compile": "default", "threads": 0},
+        "ddp": {"bucket_cap_mb": 25.0, "static_graph": False},
         "trial": {
             "warmup_steps": 3,
             "max_steps": 20,

@@ -39,7 +39,8 @@ def test_host_clock_charges_each_phase_its_wall_time() -> None:
     with pc.phase("compute"):
         clock.t += 1.0
     pc.add("checkpoint", 0.5)
-    assert pc.take() == {"compute": 1.0, "data_wait": 0.25, "optimizer": 0.0, "checkpoint": 0.5}
+    assert pc.take() == {"compute": 1.0, "data_wait": 0.25, "optimizer": 0.0, "checkpoint": 0.5,
+                         "comms": 0.0}  # fmt: skip
     assert pc.take() == dict.fromkeys(PHASES, 0.0)  # take() resets
 
 
@@ -91,8 +92,26 @@ def test_event_clock_reads_device_time_after_the_steps_one_sync() -> None:
     gpu.synced = True  # the trainer's finish_step: one synchronize, then take()
     totals = clock.take()
     assert totals == pytest.approx(
-        {"compute": 0.120, "data_wait": 0.008, "optimizer": 0.005, "checkpoint": 0.0}
+        {"compute": 0.120, "data_wait": 0.008, "optimizer": 0.005, "checkpoint": 0.0, "comms": 0.0}
     )
+
+
+def test_event_clock_carves_the_exposed_all_reduce_and_pools_each_event_once() -> None:
+    """A data-parallel micro-batch: 30 ms of backward, the last bucket ready (the comm hook's
+    event), then 12 ms more until the all-reduce is done; the shared event is pooled once."""
+    gpu = FakeGpu()
+    clock = EventPhaseClock(new_event=gpu.event)
+    for _ in range(2):
+        with clock.phase("compute"):
+            gpu.run(30.0)
+            ready = clock.mark()
+            gpu.run(12.0)
+        clock.carve(ready, into="comms")
+        gpu.synced = True
+        totals = clock.take()
+        gpu.synced = False
+        assert (totals["compute"], totals["comms"]) == pytest.approx((0.030, 0.012))
+    assert gpu.created == 3  # start, mark, end: reused in the second step, none twice
 
 
 def test_event_clock_never_reads_an_event_before_the_sync() -> None:
@@ -228,8 +247,9 @@ def test_fake_clocked_steps_give_exact_time_fractions() -> None:
         walls.append(clock() - start)
     assert walls == pytest.approx([1.0, 1.5])
     assert time_fractions(totals, walls) == pytest.approx(
-        {"compute": 0.48, "data_wait": 0.08, "optimizer": 0.16, "checkpoint": 0.2, "other": 0.08}
-    )
+        {"compute": 0.48, "data_wait": 0.08, "optimizer": 0.16, "checkpoint": 0.2, "comms": 0.0,
+         "other": 0.08}
+    )  # fmt: skip
     assert window_rate(tokens=5_000, seconds=sum(walls)) == pytest.approx(2_000.0)
     assert window_rate(tokens=5_000, seconds=0.0) == 0.0
 
@@ -239,7 +259,7 @@ def test_time_fractions_rescale_an_overshoot_and_refuse_an_empty_window() -> Non
     fracs = time_fractions(phases, [1.0])  # the phases claim 110% of the wall: clock granularity
     assert fracs == pytest.approx(
         {"compute": 0.9 / 1.1, "data_wait": 0.2 / 1.1, "optimizer": 0.0, "checkpoint": 0.0,
-         "other": 0.0}
+         "comms": 0.0, "other": 0.0}
     )  # fmt: skip
     with pytest.raises(ValueError, match="must be positive"):
         time_fractions(phases, [0.0])

@@ -203,10 +203,3 @@ def test_a_checkpoint_from_before_identities_resumes_with_a_warning(
         summary = main_mod.run(_resume_config(make_config, tmp_path / "ck", "train.max_steps=10"))
     assert summary["start_step"] == 5
     assert "records no run identity" in caplog.text
-
-
-def test_a_launch_under_torchrun_is_refused_until_ddp_exists(make_config, monkeypatch) -> None:
-    """Without DDP every rank would train its own copy on the same batches: refused, not run."""
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="WORLD_SIZE=2: data-parallel training is not implemented"):
-        main_mod.run(make_config())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,19 +30,24 @@ from train.run.checkpoint import (
     read_header,
     restore_rng_state,
 )
+from train.run.distributed import current_rank
 from train.run.identity import check_resume, run_identity
 from train.run.loop import (
     Session,
     build_session,
+    check_data,
     check_finite,
+    close_session,
     cosine_lr,
     device_peaks,
     eval_loss,
     make_phase_clock,
     run_step,
 )
+from train.run.torchrun import launch, needs_launch, root_failure
 
 log = logging.getLogger("train")
+LAUNCH_CONFIG = "launch_config"  # the composed config every rank of a data-parallel run loads
 
 
 def checkpoint_step(path: Path) -> int:
@@ -81,11 +87,12 @@ def run(cfg: Config) -> dict:
     start = checkpoint_step(latest) if latest is not None else 0
     s = build_session(cfg, start_step=start)
     s.checkpointer.identity = run_identity(cfg)  # each checkpoint says whose it is
+    if not s.rank.main:  # rank 0 says it; the others only warn
+        log.setLevel(logging.WARNING)
     try:
         return _train(cfg, s, latest=latest, start=start)
     finally:
-        s.batches.close()
-        s.checkpointer.close()  # also on a failed step: an in-flight async write completes
+        close_session(s)  # also on a failed step: an in-flight async write completes
 
 
 def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
@@ -105,10 +112,12 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
             restore_rng_state(state["extra"]["rng"], s.device)
 
     name, peak, ceiling = device_peaks(s)
+    world = s.rank.world  # MFU: the global rate against every process's device
     log.info(
-        "training %s on %s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
+        "training %s on %s%s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
         cfg.model.name,
         name,
+        f" x {world} processes" if world > 1 else "",
         s.dtype,
         s.tokens_per_step,
         s.flops_per_token,
@@ -150,12 +159,18 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
                 "data_wait_frac": wait_frac,
             }
             record["mfu_spec"] = (
-                mfu(tokens_per_s=tps, flops_per_token=s.flops_per_token, peak_flops=peak.flops)
+                mfu(
+                    tokens_per_s=tps,
+                    flops_per_token=s.flops_per_token,
+                    peak_flops=peak.flops * world,
+                )
                 if peak
                 else None
             )
             record["mfu_ceiling"] = mfu(
-                tokens_per_s=tps, flops_per_token=s.flops_per_token, peak_flops=ceiling.flops
+                tokens_per_s=tps,
+                flops_per_token=s.flops_per_token,
+                peak_flops=ceiling.flops * world,
             )
             log.info(
                 "step %d | loss %.4f | lr %.2e | %.0f tokens/s | data wait %.1f%% | mfu spec %s "
@@ -195,6 +210,9 @@ def main(dcfg: DictConfig) -> None:
         raise SystemExit(2) from exc
     from hydra.core.hydra_config import HydraConfig
 
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    if needs_launch(cfg.runtime.nproc):
+        raise SystemExit(run_ranks(cfg, dcfg, out_dir))
     try:
         summary = run(cfg)
     except ValueError as exc:  # a user error found while building: say it, no traceback
@@ -203,9 +221,34 @@ def main(dcfg: DictConfig) -> None:
     except CheckpointDiskFull as exc:  # one line: the path, the free space, the fix
         log.error("%s", exc)
         raise SystemExit(1) from exc
-    out = Path(HydraConfig.get().runtime.output_dir) / "train_summary.json"
+    if not current_rank().main:
+        return
+    out = out_dir / "train_summary.json"
     out.write_text(json.dumps(summary, indent=2))
     log.info("summary written to %s", out)
+
+
+def run_ranks(cfg: Config, dcfg: DictConfig, out_dir: Path) -> int:
+    """runtime.nproc > 1: train as that many DDP ranks under torch's launcher; each rank writes
+    its Hydra folder under `out_dir` (rank_0, rank_1, ...), and rank 0's summary is copied up.
+    Returns the exit code: 0, or the failed rank's."""
+    check_data(cfg)  # made once here, not by every rank at once
+    doc = OmegaConf.to_container(dcfg, resolve=True)
+    config = out_dir / f"{LAUNCH_CONFIG}.yaml"
+    OmegaConf.save(OmegaConf.create({"defaults": ["train_schema", "_self_"], **doc}), config)
+    argv = ["-m", "train", "--config-path", str(out_dir), "--config-name", LAUNCH_CONFIG,
+            f"hydra.run.dir={out_dir}/rank_${{oc.env:RANK}}"]  # fmt: skip
+    failures = launch(nproc=cfg.runtime.nproc, argv=argv, run_name="train")
+    if failures:
+        root = root_failure(failures, {})
+        log.error("%s; its log is in %s/rank_%d", root.text(cfg.runtime.nproc), out_dir,
+                  root.rank)  # fmt: skip
+        return 1 if root.exitcode < 0 else root.exitcode
+    summary = out_dir / "rank_0" / "train_summary.json"
+    if summary.is_file():
+        shutil.copyfile(summary, out_dir / "train_summary.json")
+        log.info("summary written to %s", out_dir / "train_summary.json")
+    return 0
 
 
 if __name__ == "__main__":

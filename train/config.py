@@ -247,8 +247,13 @@ class RuntimeConfig:
     activation_checkpointing: str = "none"  # none | every | every_<k> (every k-th block)
     threads: int = 0  # intra-op CPU threads; 0 keeps torch's default
     seed: int = 1337  # model init and data order
+    # processes per node: > 1 starts the run under torchrun (torch.distributed.run) with DDP, one
+    # GPU per process (gloo processes on a CPU); batch.micro_batch is then per process
+    nproc: int = 1
 
     def __post_init__(self) -> None:
+        if self.nproc < 1:
+            raise ValueError(f"runtime.nproc must be >= 1 (processes per node), got {self.nproc}")
         one_of("runtime.compile", self.compile, COMPILE_MODES)
         one_of("runtime.dtype", self.dtype, DTYPES)
         one_of("runtime.attention", self.attention, ATTENTION_BACKENDS)
@@ -257,6 +262,25 @@ class RuntimeConfig:
                 f"runtime.threads must be >= 0 (0 = torch default), got {self.threads}"
             )
         parse_activation_checkpointing(self.activation_checkpointing)
+
+
+@dataclass(kw_only=True)
+class DdpConfig:
+    """DistributedDataParallel's knobs, read when runtime.nproc (or torchrun's WORLD_SIZE) > 1."""
+
+    bucket_cap_mb: float = 25.0  # gradient bucket size: all-reduces start as buckets fill
+    gradient_as_bucket_view: bool = False  # gradients are views into the buckets (one copy less)
+    static_graph: bool = False  # the same parameters are used every step (lets DDP plan ahead)
+    # a collective that waits longer than this fails the run (a rank hung or died): a stuck peer
+    # ends the trial with a reason instead of holding the others forever
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.bucket_cap_mb <= 0 or self.timeout_s <= 0:
+            raise ValueError(
+                f"ddp.bucket_cap_mb and ddp.timeout_s must be > 0, got {self.bucket_cap_mb} "
+                f"and {self.timeout_s}"
+            )
 
 
 @dataclass(kw_only=True)
@@ -284,6 +308,7 @@ class TrialConfig:
     # test hook, off by default: plant a failure at the first measured step to exercise the
     # sweep's fault handling: none | crash | nan | oom | hang | sigkill | disk_full
     fault: str = "none"
+    fault_rank: int = 0  # the process that plants it in a data-parallel trial (runtime.nproc > 1)
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:
@@ -338,6 +363,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    ddp: DdpConfig = field(default_factory=DdpConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # Where a pinned config came from (the sweep's measured metrics, spread, fingerprint, command).
@@ -345,9 +371,10 @@ class Config:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def world_size() -> int:
-    """Processes taking part in one optimizer step (torchrun sets WORLD_SIZE)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+def world_size(nproc: int = 1) -> int:
+    """Processes taking part in one optimizer step: torchrun's WORLD_SIZE inside a launched
+    process, else the runtime.nproc the run will be launched with."""
+    return int(os.environ.get("WORLD_SIZE", nproc))
 
 
 def sequences_per_device(*, tokens_per_step: int, block_size: int, world: int = 1) -> int | None:
@@ -457,7 +484,7 @@ def check_combinations(cfg: Config, *, device_type: str, dtype: str | None = Non
     """Cross-field rules: combinations that cannot work or give wrong answers are refused up
     front. `dtype` is the resolved precision where the caller knows it (runtime.dtype=auto
     depends on the device); without it, auto is taken as bf16 on CUDA."""
-    check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size())
+    check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size(cfg.runtime.nproc))
     rt = cfg.runtime
     conflict = attention_dtype_conflict(
         rt.attention, rt.dtype, device_type=device_type, bf16_supported=dtype != "fp32"

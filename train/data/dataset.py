@@ -13,6 +13,9 @@ Formats (both little-endian):
 Batches: item i of `TokenBatches` is a whole micro-batch (x, y), windows at offsets drawn from a
 generator seeded by (seed, split, i). Batch i is therefore the same for any num_workers, and a
 resumed run that starts its sampler at `start_index` sees exactly the batches it would have seen.
+In a data-parallel run the generator draws the global micro-batch (micro_batch x world windows)
+and rank r takes windows r*micro_batch .. (r+1)*micro_batch - 1 of it: the global batch i is the
+one a single process with micro_batch x world would read, whatever the number of processes.
 """
 
 from __future__ import annotations
@@ -153,11 +156,17 @@ class TokenBatches(Dataset):
         seed: int,
         split: str = "train",
         inject_latency_s: float = 0.0,
+        rank: int = 0,
+        world: int = 1,
     ):
         if micro_batch < 1 or block_size < 1:
             raise ValueError(
                 f"micro_batch and block_size must be >= 1, got {micro_batch}, {block_size}"
             )
+        if not 0 <= rank < world:
+            raise ValueError(f"rank must be in 0..world-1, got rank {rank} of {world}")
+        self.rank = rank
+        self.world = world
         self.token_file = token_file
         self.micro_batch = micro_batch
         self.block_size = block_size
@@ -166,10 +175,12 @@ class TokenBatches(Dataset):
         self._entropy = (seed % 2**64, zlib.crc32(split.encode()))
 
     def offsets(self, index: int) -> np.ndarray:
-        """Window starts of batch `index`; each window of T+1 tokens fits in the file."""
+        """Window starts of this rank's share of global batch `index`; each window of T+1
+        tokens fits in the file."""
         rng = np.random.default_rng([*self._entropy, index])
         high = self.token_file.num_tokens - self.block_size  # exclusive: o + T + 1 <= N
-        return rng.integers(0, high, size=self.micro_batch)
+        drawn = rng.integers(0, high, size=self.micro_batch * self.world)
+        return drawn[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = self.token_file.tokens  # opened on first use in this process, then reused
@@ -234,6 +245,8 @@ def build_loader(
     start_index: int = 0,
     num_batches: int | None = None,
     device_type: str = "cpu",
+    rank: int = 0,
+    world: int = 1,
 ) -> DataLoader:
     """Validate `split`'s file (train.data.synthetic.ensure_dataset makes the default one) and
     return a loader over batches start_index .. start_index + num_batches (None = endless)."""
@@ -247,6 +260,8 @@ def build_loader(
         seed=seed,
         split=split,
         inject_latency_s=cfg.inject_latency_s,
+        rank=rank,
+        world=world,
     )
     return batch_loader(
         dataset, cfg, start_index=start_index, num_batches=num_batches, device_type=device_type
@@ -260,9 +275,12 @@ def make_loader(
     device_type: str = "cpu",
     start_index: int = 0,
     num_batches: int | None = None,
+    rank: int = 0,
+    world: int = 1,
 ) -> DataLoader:
     """`build_loader` for a run's config: the data settings, the micro-batch shape and the seed
-    all come from `cfg`, so the trial, the production run and the benchmarks read the same batches.
+    all come from `cfg`, so the trial, the production run and the benchmarks read the same batches;
+    `rank` of `world` reads its slice of each global batch.
     """
     return build_loader(
         cfg.data,
@@ -274,6 +292,8 @@ def make_loader(
         start_index=start_index,
         num_batches=num_batches,
         device_type=device_type,
+        rank=rank,
+        world=world,
     )
 
 

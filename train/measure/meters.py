@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-PHASES = ("compute", "data_wait", "optimizer", "checkpoint")
+# comms: the gradient all-reduce a data-parallel step waits for after its backward (the part not
+# hidden behind it); always 0 in one process
+PHASES = ("compute", "data_wait", "optimizer", "checkpoint", "comms")
 
 
 class _SpanClock:
@@ -37,8 +39,24 @@ class _SpanClock:
     def _seconds(self, start: Any, end: Any) -> float:
         raise NotImplementedError
 
-    def _release(self, start: Any, end: Any) -> None:
-        """Called once a span has been read (the event clock pools its events here)."""
+    def _release(self, mark: Any) -> None:
+        """Called once per mark after its spans have been read (the event clock pools events)."""
+
+    def mark(self) -> Any:
+        """A mark taken now, outside any phase, for `carve` (a DDP comm hook takes one when a
+        gradient bucket is ready)."""
+        return self._mark()
+
+    def discard(self, mark: Any) -> None:
+        """Give back a mark that `carve` will not use."""
+        self._release(mark)
+
+    def carve(self, mark: Any, *, into: str) -> None:
+        """Split the latest span at `mark`: its part after the mark is charged to phase `into`.
+        A data-parallel micro-batch's compute span is carved at the moment its last gradient
+        bucket was ready: what follows is the all-reduce the step waited for (`comms`)."""
+        name, start, end = self._spans.pop()
+        self._spans += [(name, start, mark), (into, mark, end)]
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -56,11 +74,14 @@ class _SpanClock:
         """The phase totals since the last take, then reset (after a synchronize, on a device)."""
         totals, self._added = self._added, dict.fromkeys(PHASES, 0.0)
         self.last_spans = []
+        marks: dict[int, Any] = {}  # a carved mark ends one span and starts the next
         for name, start, end in self._spans:
             seconds = self._seconds(start, end)
             totals[name] += seconds
             self.last_spans.append((name, seconds))
-            self._release(start, end)
+            marks.update({id(start): start, id(end): end})
+        for mark in marks.values():
+            self._release(mark)
         self._spans = []
         return totals
 
@@ -112,8 +133,8 @@ class EventPhaseClock(_SpanClock):
     def _seconds(self, start: TimingEvent, end: TimingEvent) -> float:
         return start.elapsed_time(end) / 1000.0
 
-    def _release(self, start: TimingEvent, end: TimingEvent) -> None:
-        self._free += (start, end)
+    def _release(self, mark: TimingEvent) -> None:
+        self._free.append(mark)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -150,7 +171,7 @@ def time_fractions(phase_totals: Sequence[dict[str, float]], step_times: Sequenc
     wall = sum(step_times)
     if wall <= 0:
         raise ValueError("measured wall time must be positive")
-    fracs = {p: sum(t[p] for t in phase_totals) / wall for p in PHASES}
+    fracs = {p: sum(t.get(p, 0.0) for t in phase_totals) / wall for p in PHASES}
     claimed = sum(fracs.values())
     if claimed > 1.0:  # clock granularity can overshoot by a hair; rescale rather than go negative
         fracs = {p: f / claimed for p, f in fracs.items()}

@@ -1,20 +1,23 @@
 """One process, one device: build everything a run needs, and take one optimizer step.
 
 The bounded trial (`train.trial.measurement`) and the production run (`python -m train`) share this
-code, so a configuration measured by the sweep is exactly the configuration that trains.
+code, so a configuration measured by the sweep is exactly the configuration that trains. Under
+torchrun (runtime.nproc > 1, train/run/torchrun.py) the process is one DDP rank of several
+(train/run/distributed.py): the same step, on its slice of each global batch.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from train.config import Config, check_combinations, resolve_dtype_name, world_size
+from train.config import Config, check_combinations, resolve_dtype_name
 from train.data.dataset import DevicePrefetcher, make_loader, open_tokens
 from train.data.synthetic import ensure_dataset
 from train.measure.ceiling import Ceiling, measure_matmul_ceiling
@@ -24,6 +27,18 @@ from train.model.attention import probe_backend
 from train.model.gpt import GPT
 from train.run import device as dev
 from train.run.checkpoint import Checkpointer, rng_state
+from train.run.distributed import (
+    ExposedComms,
+    Rank,
+    current_rank,
+    destroy_process_group,
+    init_process_group,
+    mean_over_ranks,
+    no_sync,
+    rank_device_name,
+    wrap_ddp,
+)
+from train.run.torchrun import bind_to_agent
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +62,9 @@ class Session:
     attention_backend: str
     threads: int
     flops_per_token: float
-    tokens_per_step: int
+    tokens_per_step: int  # the global figure: micro_batch x grad_accum x block_size x world
+    rank: Rank = field(default_factory=Rank)
+    comms: ExposedComms | None = None  # the DDP comm hook's clock marks (data-parallel only)
 
 
 def resolve_dtype(requested: str, device: torch.device) -> str:
@@ -97,15 +114,21 @@ def build_model(
     return raw_model, model, optimizer, fused
 
 
-def check_single_process() -> None:
-    """Refuse a launch under torchrun: data-parallel (DDP) training is not built yet, and without it
-    every rank would train its own unsynchronised copy on the same batches (a wrong result)."""
-    world = world_size()
-    if world > 1:
-        raise ValueError(
-            f"WORLD_SIZE={world}: data-parallel training is not implemented yet (each rank would "
-            f"train its own unsynchronised copy); run one process, without torchrun"
-        )
+def cpu_threads(requested: int, rank: Rank, *, device_type: str) -> int:
+    """runtime.threads for this process: as set, or with 0 (torch's default: every core) and
+    several CPU ranks, the cores shared out among them, so the ranks do not oversubscribe."""
+    if requested or rank.world == 1 or device_type != "cpu":
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // rank.world)
+
+
+def close_session(s: Session) -> None:
+    """Stop the batch thread, finish the checkpoint writer, leave the process group."""
+    try:
+        s.batches.close()
+        s.checkpointer.close()  # also on a failed step: an in-flight async write completes
+    finally:
+        destroy_process_group()
 
 
 def build_session(
@@ -113,15 +136,24 @@ def build_session(
 ) -> Session:
     """Validate, then build the model, optimizer, data pipeline and checkpointer on the device."""
     rt = cfg.runtime
-    check_single_process()
-    device = dev.resolve_device(rt.device)
+    rank = current_rank()
+    if rank.world > 1:
+        bind_to_agent()  # a rank never outlives the torchrun agent that started it
+    device = dev.resolve_device(
+        rank_device_name(rt.device, rank, cuda_available=torch.cuda.is_available())
+    )
     dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
     dtype = resolve_dtype(rt.dtype, device)
     check_combinations(cfg, device_type=device.type, dtype=dtype)
     check_data(cfg)
-    threads = dev.set_threads(rt.threads)
+    threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
     dev.set_tf32(rt.tf32)
+    init_process_group(rank, device=device, timeout_s=cfg.ddp.timeout_s)
     raw_model, model, optimizer, fused = build_model(cfg, device)
+    comms = None
+    if rank.world > 1:
+        comms = ExposedComms()
+        model = wrap_ddp(model, device=device, cfg=cfg.ddp, comms=comms)
     mc = cfg.model
     # probed after the optimizer is built: neither consumes the seeded RNG, so the order is free
     backend = probe_backend(
@@ -138,9 +170,14 @@ def build_session(
     if checkpoint_dir is not None:
         ckpt_cfg = type(ckpt_cfg)(**{**vars(ckpt_cfg), "dir": checkpoint_dir})
     loader = make_loader(
-        cfg, split="train", device_type=device.type, start_index=start_step * cfg.batch.grad_accum
+        cfg,
+        split="train",
+        device_type=device.type,
+        start_index=start_step * cfg.batch.grad_accum,
+        rank=rank.rank,
+        world=rank.world,
     )
-    tokens_per_step = cfg.batch.micro_batch * cfg.batch.grad_accum * mc.block_size
+    tokens_per_step = cfg.batch.micro_batch * cfg.batch.grad_accum * mc.block_size * rank.world
     return Session(
         cfg=cfg,
         device=device,
@@ -163,6 +200,8 @@ def build_session(
             num_params=raw_model.num_params(),
         ),
         tokens_per_step=tokens_per_step,
+        rank=rank,
+        comms=comms,
     )
 
 
@@ -225,7 +264,7 @@ def run_step(
     """
     loss = train_step(s, lr=lr, clock=clock, micro_batches=micro_batches)
     stall = None
-    if checkpoint_step is not None:
+    if checkpoint_step is not None and s.rank.main:  # one copy of the replicas' state
         extra: dict = {"step": checkpoint_step}
         if save_rng:
             extra["rng"] = rng_state(s.device)
@@ -250,21 +289,33 @@ def train_step(
     caller's, since only it knows the step number. `micro_batches` < grad_accum takes a short step
     of that many micro-batches (a trial's projection of a long step, train/trial/measurement.py);
     the loss is still the mean over the micro-batches taken.
+
+    Data-parallel: the micro-batches before the last only accumulate (DDP's no_sync); the last
+    one's backward all-reduces, and its time after the last gradient bucket was ready goes to
+    `comms`, as does the loss's mean over the ranks (each rank's loss is over its own slice).
     """
     accum = micro_batches or s.cfg.batch.grad_accum
     for group in s.optimizer.param_groups:
         group["lr"] = lr
     amp = dev.autocast(s.device, s.dtype)
     total = torch.zeros((), device=s.device)
-    for _ in range(accum):
+    for i in range(accum):
+        sync = i == accum - 1
         with clock.phase("data_wait"):
             x, y, _ = s.batches.next_batch()
-        with clock.phase("compute"):
+        if s.comms is not None and sync:
+            s.comms.arm(clock)
+        with clock.phase("compute"), no_sync(s.model, sync):
             with amp:  # the model applies its SDPA backend itself (train/model/gpt.py)
                 _, loss = s.model(x, y)
                 loss = loss / accum  # the mean over the step, as one large batch would give
             s.scaler.scale(loss).backward()
             total += loss.detach()
+        if s.comms is not None and sync:
+            s.comms.carve()
+    if s.rank.world > 1:
+        with clock.phase("comms"):
+            total = mean_over_ranks(total, s.rank)
     with clock.phase("optimizer"):
         if s.cfg.optim.grad_clip > 0:
             s.scaler.unscale_(s.optimizer)
@@ -279,7 +330,14 @@ def train_step(
 def eval_loss(s: Session, *, num_batches: int) -> float:
     """Mean validation loss over a fixed, seeded set of micro-batches (the same ones every time)."""
     s.model.eval()
-    loader = make_loader(s.cfg, split="val", device_type=s.device.type, num_batches=num_batches)
+    loader = make_loader(
+        s.cfg,
+        split="val",
+        device_type=s.device.type,
+        num_batches=num_batches,
+        rank=s.rank.rank,
+        world=s.rank.world,
+    )
     losses = []
     for x, y in loader:
         x = x.to(s.device, non_blocking=True)
@@ -288,4 +346,5 @@ def eval_loss(s: Session, *, num_batches: int) -> float:
             _, loss = s.raw_model(x, y)
         losses.append(loss.item())
     s.model.train()
-    return sum(losses) / len(losses)
+    mean = torch.tensor(sum(losses) / len(losses), dtype=torch.float64, device=s.device)
+    return float(mean_over_ranks(mean, s.rank).item())

@@ -32,15 +32,19 @@ from train.measure.meters import (
 )
 from train.measure.nvml import NvmlSampler
 from train.run import device as dev
+from train.run.distributed import any_rank, current_rank, from_main
 from train.run.loop import (
     Session,
     build_session,
     check_finite,
+    close_session,
     device_peaks,
     make_phase_clock,
     run_step,
 )
+from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.failure import classify, plant_fault
+from train.trial.launched import rank_out
 from train.trial.progress import Heartbeat, ProgressFile
 from train.trial.pruning import Reporter
 from train.trial.result import (
@@ -95,12 +99,14 @@ def measure(
     before_warmup = compile_stats.snapshot()
     warm_start = time.perf_counter()
     first_loss = float("nan")
+    losses: list[float] = []  # every step's mean loss over the global batch, warm-up first
     wall_s, phases = 0.0, clock.take()
     for i in range(t.warmup_steps):
         step_start = time.perf_counter()
         loss_t, phases, _ = run_step(s, lr=lr, clock=clock, micro_batches=short)
         wall_s = time.perf_counter() - step_start
         loss = loss_t.item()
+        losses.append(loss)
         check_finite(loss, i)
         if i == 0:
             first_loss = loss
@@ -109,6 +115,9 @@ def measure(
     full_estimate_s, _ = project_step(
         wall_s, phases, micro_s=micro_batch_times(clock.last_spans), grad_accum=accum
     )
+    # ranks decide from rank 0's clock: a projected window on one rank and full steps on
+    # another would wait on each other's all-reduces forever
+    full_estimate_s = from_main(full_estimate_s, s.rank, s.device)
     projected = projects(
         grad_accum=accum,
         project_micro_steps=t.project_micro_steps,
@@ -145,7 +154,7 @@ def measure(
         prev = window_start
         while len(step_times) < t.max_steps:
             step = len(step_times) + 1
-            if step == 1 and t.fault != "none":
+            if step == 1 and t.fault != "none" and s.rank.rank == t.fault_rank % s.rank.world:
                 plant_fault(t.fault, s)
             loss_t, phases, stall = run_step(
                 s,
@@ -171,6 +180,7 @@ def measure(
             all_phases.append(phases)
             prev = now
             last_loss = loss_t.item()
+            losses.append(last_loss)
             check_finite(last_loss, t.warmup_steps + step)
             if step % t.report_every == 0:
                 report_start = time.perf_counter()
@@ -185,15 +195,19 @@ def measure(
                 intervals.append(interval)
                 running = window_rate(s.tokens_per_step * step, sum(step_times))
                 progress.write(event="interval", running_tokens_per_s=running, **interval)
-                if reporter is not None and reporter.report(step=step, value=running):
+                prune = reporter is not None and reporter.report(step=step, value=running)
+                if any_rank(prune, s.rank, s.device):
                     pruned = True
                     log.info("pruned at measured step %d (running %.0f tokens/s)", step, running)
                     break
                 # reporting to the study (a database round trip) is the sweep's bookkeeping, not
                 # training: the next step's clock starts after it
                 prev += time.perf_counter() - report_start
-            if now - window_start >= t.max_seconds and step >= t.min_steps:
+            agree_start = time.perf_counter()
+            if any_rank(now - window_start >= t.max_seconds and step >= t.min_steps, s.rank,
+                        s.device):  # fmt: skip
                 break
+            prev += time.perf_counter() - agree_start  # the ranks' agreement is not training
     after_window = compile_stats.snapshot()
     s.checkpointer.wait()
     return {
@@ -206,6 +220,7 @@ def measure(
         "window_compile": compile_stats.delta(after_warmup, after_window),
         "loss_first": first_loss,
         "loss_last": last_loss,
+        "losses": losses,
         "pruned": pruned,
         "device_samples": sampler.summary() if sampler is not None else None,
         "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
@@ -243,13 +258,18 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
     s: Session | None = None
     scratch: Path | None = None
     fingerprint: dict = {}
-    progress = ProgressFile(cfg.trial.progress_file)
+    rank = current_rank()
+    if not rank.main:  # rank 0 writes the result and the progress; the others their failures
+        out_path = rank_out(out_path, rank.rank)
+    progress = ProgressFile(cfg.trial.progress_file if rank.main else "")
     heartbeat = Heartbeat(progress).start()
     try:
         # A private sub-directory of the checkpoint target, removed afterwards: the trial measures
         # the write, it does not keep multi-GB files.
         scratch = Path(cfg.checkpoint.dir).expanduser() / f"trial-{uuid.uuid4().hex[:8]}"
-        s = build_session(cfg, checkpoint_dir=str(scratch))
+        if not rank.main:
+            scratch = None  # rank 0 alone saves
+        s = build_session(cfg, checkpoint_dir=str(scratch) if scratch else None)
         fingerprint = environment_fingerprint(
             device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
         )
@@ -286,14 +306,14 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
     finally:
         heartbeat.stop()
         if s is not None:
-            s.batches.close()
             try:
-                s.checkpointer.close()
+                close_session(s)
             except Exception as exc:
                 log.warning("checkpoint writer closed with an error: %s", exc)
         if scratch is not None and scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
-    write_result(result, out_path)
+    if rank.main or result["status"] == "failed":  # another rank's result only says why it failed
+        write_result(result, out_path)
     return result
 
 
@@ -335,6 +355,12 @@ def run_composed(dcfg: DictConfig, *, base_dir: Path) -> int:
         return invalid_config(
             str(exc), out=out, resolved=OmegaConf.to_container(dcfg, resolve=True)
         )
-    result = run_trial(cfg, out_path=out)
-    print(format_summary(result, out))
+    if needs_launch(cfg.runtime.nproc):
+        from train.trial.launched import run_launched
+
+        result = run_launched(cfg, dcfg, out=out)
+    else:
+        result = run_trial(cfg, out_path=out)
+    if not under_torchrun():  # the launching process prints it, not rank 0 again
+        print(format_summary(result, out))
     return exit_code(result)

@@ -35,8 +35,11 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2  # 2: projection, full_step_estimate_s, memory
 
 Status = Literal["complete", "pruned", "failed"]
-FailureKind = Literal["invalid_config", "oom", "nan", "disk_full", "crash"]
-FAILURE_KINDS: tuple[FailureKind, ...] = ("invalid_config", "oom", "nan", "disk_full", "crash")
+# timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died
+FailureKind = Literal["invalid_config", "oom", "nan", "disk_full", "timeout", "crash"]
+FAILURE_KINDS: tuple[FailureKind, ...] = (
+    "invalid_config", "oom", "nan", "disk_full", "timeout", "crash",
+)  # fmt: skip
 
 
 class Failure(TypedDict):
@@ -72,13 +75,15 @@ class CompileStats(TypedDict):
     graph_breaks_total: int
 
 
-class TimeFractions(TypedDict):
-    """The share of the measured wall time each phase took; the five sum to 1."""
+class TimeFractions(TypedDict, total=False):
+    """The share of the measured wall time each phase took; they sum to 1."""
 
     compute: float
     data_wait: float
     optimizer: float
     checkpoint: float
+    # data-parallel results only: the all-reduce the step waited for after its backward
+    comms: float
     other: float  # what no phase claimed: the step's sync, the lr update, Python between phases
 
 
@@ -101,9 +106,10 @@ class Memory(TypedDict):
     measured_by: str | None
 
 
-class Loss(TypedDict):
+class Loss(TypedDict, total=False):
     first: float | None  # the first warm-up step's mean loss
     last: float | None  # the last measured step's mean loss
+    steps: list[float]  # every step's mean loss over the global batch, warm-up steps first
 
 
 class DeviceInfo(TypedDict):
@@ -144,7 +150,8 @@ class TrialResult(TypedDict):
     status: Status
     failure: Failure | None
     tokens_per_s: float | None
-    tokens_per_step: int | None
+    tokens_per_step: int | None  # the global figure (all data-parallel processes)
+    world_size: int | None  # data-parallel processes (runtime.nproc); 1 in one process
     step_time_s: StepTimes | None
     warmup_s: float | None  # the warm-up steps, compile included
     compile_s: float | None  # torch.compile's share of the warm-up
@@ -192,6 +199,7 @@ class Measurement(TypedDict):
     window_compile: CompileDelta
     loss_first: float
     loss_last: float
+    losses: list[float]  # every step's mean loss, warm-up first
     pruned: bool
     device_samples: dict[str, Any] | None
     checkpoint_bytes: int | None
@@ -235,6 +243,7 @@ def build_result(
         "failure": Failure(kind=failure["kind"], message=failure["message"]) if failure else None,
         "tokens_per_s": None,
         "tokens_per_step": None,
+        "world_size": None,
         "step_time_s": None,
         "warmup_s": None,
         "compile_s": None,
@@ -267,10 +276,15 @@ def build_result(
     tokens_per_s = session.tokens_per_step * len(steps) / sum(steps)
     fpt = session.flops_per_token
     window = raw["window_compile"]
+    world = session.rank.world  # MFU: the global rate against every process's device
+    fracs = time_fractions(raw["phases"], steps)
+    if world == 1:
+        fracs.pop("comms")  # a single process has no gradient communication to report
     result.update(
         status="pruned" if raw["pruned"] else "complete",
         tokens_per_s=tokens_per_s,
         tokens_per_step=session.tokens_per_step,
+        world_size=world,
         step_time_s=cast(StepTimes, summarize(steps)),
         warmup_s=raw["warmup_s"],
         compile_s=raw["warmup_compile"]["compile_s"],
@@ -281,21 +295,19 @@ def build_result(
             "recompiled_in_window": window["frames_compiled"] > 0,
             "graph_breaks_total": raw["warmup_compile"]["graph_breaks"] + window["graph_breaks"],
         },
-        time_frac=cast(TimeFractions, time_fractions(raw["phases"], steps)),
+        time_frac=cast(TimeFractions, fracs),
         checkpoint_s=raw["checkpoint_s"],
         checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
         flops_per_token=fpt,
         mfu={
-            "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt, peak_flops=peak.flops)
-            if peak
-            else None,
-            "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt, peak_flops=ceiling.flops)
-            if ceiling
-            else None,
+            "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt,
+                        peak_flops=peak.flops * world) if peak else None,
+            "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt,
+                           peak_flops=ceiling.flops * world) if ceiling else None,
         },
         peak_memory_gib=memory.gib if memory else None,
         memory_kind=memory.kind if memory else None,
-        loss={"first": raw["loss_first"], "last": raw["loss_last"]},
+        loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"]},
         device={
             "type": session.device.type,
             "name": device_name,
@@ -378,7 +390,9 @@ def format_summary(result: TrialResult, path: Path) -> str:
         f"  warm-up    {result['warmup_s']:.2f} s (compile {result['compile_s']:.2f} s)",
         f"  time split compute {_pct(fr['compute'])}  data wait {_pct(fr['data_wait'])}  "
         f"optimizer {_pct(fr['optimizer'])}  checkpoint {_pct(fr['checkpoint'])}  "
-        f"other {_pct(fr['other'])}",
+        + (f"comms {_pct(fr['comms'])}  " if "comms" in fr else "")
+        + f"other {_pct(fr['other'])}"
+        + (f"  ({result['world_size']} processes)" if (result.get("world_size") or 1) > 1 else ""),
         f"  MFU        spec {_pct(result['mfu']['spec'])} "
         f"(peak {d['peak_source'] or 'none for this device'})  "
         f"ceiling {_pct(result['mfu']['ceiling'])} (measured matmul)",

@@ -1,0 +1,278 @@
+"""Data-parallel trials and runs (runtime.nproc > 1) on this CPU: gloo DDP under torch's launcher.
+
+The pure parts (which rank ended a run, which device a rank takes, each rank's slice of a global
+batch, the comms span carved out of a clock) are table-tested; the rest runs for real: two gloo
+ranks against one process at the same global batch and seed, a rank that crashes, is killed or
+hangs, and a production run whose launcher is killed with SIGKILL and then resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tests.conftest import PROJECT_DIR, fast_overrides, run_cli
+from train.data.dataset import TokenBatches, open_tokens
+from train.measure.meters import PhaseClock
+from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
+from train.run.distributed import ExposedComms, Rank, current_rank, rank_device_name, wrap_ddp
+from train.run.torchrun import RankExit, exit_text, needs_launch, root_failure, under_torchrun
+
+# ---- pure parts ---------------------------------------------------------------------------------
+
+TERM, KILL, ABRT = -signal.SIGTERM, -signal.SIGKILL, -signal.SIGABRT
+
+
+@pytest.mark.parametrize(
+    ("failures", "written", "want"),
+    [
+        ({1: 3, 0: TERM}, {1: 5.0}, RankExit(rank=1, exitcode=3)),  # crashed; its peer stopped
+        ({0: 3, 1: 3}, {0: 9.0, 1: 4.0}, RankExit(rank=1, exitcode=3)),  # first record wins
+        ({0: 3, 1: KILL}, {0: 1.0}, RankExit(rank=1, exitcode=KILL)),  # killed outright: root
+        ({0: TERM, 1: TERM}, {}, RankExit(rank=0, exitcode=TERM)),  # all stopped: the first
+        ({2: 1}, {}, RankExit(rank=2, exitcode=1)),
+        # the peer of a crashed rank wrote "connection closed", then gloo aborted it
+        ({0: ABRT, 1: 3}, {1: 5.0, 0: 6.0}, RankExit(rank=1, exitcode=3)),
+        ({0: ABRT, 1: KILL}, {0: 6.0}, RankExit(rank=1, exitcode=KILL)),
+    ],
+)
+def test_the_root_failure_is_the_rank_that_failed_on_its_own(failures, written, want) -> None:
+    assert root_failure(failures, written) == want
+
+
+def test_exit_text_names_signals() -> None:
+    assert exit_text(3) == "exit code 3"
+    assert exit_text(KILL) == "killed by SIGKILL"
+    assert RankExit(rank=1, exitcode=3).text(2) == "rank 1 of 2 failed (exit code 3)"
+
+
+@pytest.mark.parametrize(
+    ("requested", "rank", "cuda", "want"),
+    [
+        ("auto", Rank(), True, "auto"),
+        ("auto", Rank(rank=3, local_rank=1, world=4), True, "cuda:1"),
+        ("cuda", Rank(rank=1, local_rank=1, world=2), True, "cuda:1"),
+        ("auto", Rank(rank=1, local_rank=1, world=2), False, "auto"),  # a CPU: gloo ranks
+        ("cpu", Rank(rank=1, local_rank=1, world=2), True, "cpu"),
+        ("cuda:0", Rank(), True, "cuda:0"),
+    ],
+)
+def test_each_rank_takes_its_own_gpu(requested, rank, cuda, want) -> None:
+    assert rank_device_name(requested, rank, cuda_available=cuda) == want
+
+
+def test_a_fixed_gpu_for_every_rank_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"runtime\.device=cuda:0 with 2 processes"):
+        rank_device_name("cuda:0", Rank(rank=0, local_rank=0, world=2), cuda_available=True)
+
+
+def test_ranks_and_launch_come_from_torchruns_environment() -> None:
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"}
+    assert current_rank(env) == Rank(rank=3, local_rank=1, world=4)
+    assert current_rank({}) == Rank() and Rank().main
+    assert under_torchrun(env) and not under_torchrun({})
+    assert needs_launch(2, {}) and not needs_launch(2, env) and not needs_launch(1, {})
+
+
+def test_each_rank_reads_its_slice_of_the_global_batch(synthetic_dir: Path) -> None:
+    """Batch i of 2 ranks x 3 sequences is batch i of one process with 6, split in two."""
+    tokens = open_tokens(synthetic_dir / "train.bin", format="auto", block_size=16,
+                         vocab_size=4096)  # fmt: skip
+    whole = TokenBatches(tokens, micro_batch=6, block_size=16, seed=7)
+    parts = [TokenBatches(tokens, micro_batch=3, block_size=16, seed=7, rank=r, world=2)
+             for r in range(2)]  # fmt: skip
+    for i in (0, 1, 41):
+        x, y = whole[i]
+        assert torch.equal(torch.cat([p[i][0] for p in parts]), x)
+        assert torch.equal(torch.cat([p[i][1] for p in parts]), y)
+    assert not np.array_equal(parts[0].offsets(0), parts[1].offsets(0))
+    with pytest.raises(ValueError, match=r"rank must be in 0\.\.world-1"):
+        TokenBatches(tokens, micro_batch=3, block_size=16, seed=7, rank=2, world=2)
+
+
+def test_carving_a_span_charges_its_tail_to_comms() -> None:
+    ticks = iter([0.0, 1.0, 3.0, 4.0])  # compute starts, bucket ready, backward returns, ...
+    clock = PhaseClock(clock=lambda: next(ticks))
+    with clock.phase("compute"):
+        mark = clock.mark()  # what the comm hook takes when the last bucket is ready
+    clock.carve(mark, into="comms")
+    phases = clock.take()
+    assert (phases["compute"], phases["comms"]) == (1.0, 2.0)
+    assert clock.last_spans == [("compute", 1.0), ("comms", 2.0)]
+
+
+def test_the_comm_hook_marks_the_last_bucket_in_a_real_ddp_backward(tmp_path: Path) -> None:
+    """One gloo rank (a real process group and DDP): the armed micro-batch's backward is split
+    at the last bucket's mark, and an unarmed one is left alone."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        from train.config import DdpConfig
+
+        torch.manual_seed(0)
+        comms = ExposedComms()
+        net = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+        model = wrap_ddp(net, device=torch.device("cpu"), cfg=DdpConfig(), comms=comms)
+        clock = PhaseClock()
+        comms.arm(clock)
+        with clock.phase("compute"):
+            model(torch.randn(4, 8)).sum().backward()
+        comms.carve()
+        assert comms.buckets >= 1
+        assert [name for name, _ in (clock.take() and clock.last_spans)] == ["compute", "comms"]
+        with clock.phase("compute"):  # not armed: the hook only all-reduces
+            model(torch.randn(4, 8)).sum().backward()
+        comms.carve()
+        clock.take()
+        assert [name for name, _ in clock.last_spans] == ["compute"]
+    finally:
+        dist.destroy_process_group()
+
+
+# ---- real ranks ---------------------------------------------------------------------------------
+
+# 1024 tokens a step: one process 8 x 2 x 64, or two ranks of 4 x 2 x 64 each (the same global
+# batch); four warm-up steps and a short window, so the first 5 steps are compared
+TRIAL = ("batch.tokens_per_step=1024", "batch.grad_accum=2", "trial.warmup_steps=4",
+         "trial.max_steps=4", "trial.min_steps=2", "trial.project_above_s=0")  # fmt: skip
+
+
+def trial(
+    synthetic_dir: Path, out: Path, *overrides: str
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m train.trial` with `overrides`; its process and result."""
+    argv = [*fast_overrides(synthetic_dir, out / "ck"), *TRIAL, f"hydra.run.dir={out}",
+            *overrides]  # fmt: skip
+    proc = run_cli("train.trial", argv, cwd=out.parent, timeout=240)
+    return proc, json.loads((out / "trial.json").read_text())
+
+
+def processes_mentioning(needle: str) -> list[int]:
+    """Pids whose command line holds `needle` (a run's own folder): what it left running."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if needle in cmdline and int(entry.name) != os.getpid():
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_two_gloo_ranks_train_what_one_process_trains(synthetic_dir: Path, tmp_path: Path) -> None:
+    one_proc, one = trial(synthetic_dir, tmp_path / "one", "batch.micro_batch=8")
+    two_proc, two = trial(synthetic_dir, tmp_path / "two", "batch.micro_batch=4", "runtime.nproc=2")
+    assert one["status"] == "complete", one_proc.stderr[-3000:]
+    assert two["status"] == "complete", two_proc.stderr[-3000:]
+    assert (one["tokens_per_step"], two["tokens_per_step"]) == (1024, 1024)
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    a, b = one["loss"]["steps"][:5], two["loss"]["steps"][:5]
+    assert len(a) == len(b) == 5
+    assert max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True)) <= 1e-5, (a, b)
+    assert "comms" not in one["time_frac"]
+    assert 0 < two["time_frac"]["comms"] < 1
+    assert abs(sum(two["time_frac"].values()) - 1) < 1e-9
+    assert "comms" in two_proc.stdout and "(2 processes)" in two_proc.stdout
+    assert not (tmp_path / "two" / "trial.rank1.json").exists()  # rank 1 writes only a failure
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "says"),
+    [
+        ("crash", "crash", "rank 1 of 2 failed (exit code 3): RuntimeError: planted crash"),
+        ("sigkill", "crash", "rank 1 of 2 failed (killed by SIGKILL)"),
+        (
+            "hang",
+            "timeout",
+            "rank 0 of 2 failed (exit code 3): a collective waited longer than "
+            "ddp.timeout_s=3 s: another rank hung or died",
+        ),
+    ],
+)
+def test_a_failing_rank_fails_the_trial_with_its_reason_and_leaves_nothing_running(
+    synthetic_dir: Path, tmp_path: Path, fault: str, kind: str, says: str
+) -> None:
+    out = tmp_path / fault
+    started = time.monotonic()
+    proc, result = trial(synthetic_dir, out, "batch.micro_batch=4", "runtime.nproc=2",
+                         f"trial.fault={fault}", "trial.fault_rank=1",
+                         "ddp.timeout_s=3")  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert result["status"] == "failed"
+    assert result["failure"]["kind"] == kind
+    assert result["failure"]["message"].startswith(says), result["failure"]["message"][:400]
+    assert time.monotonic() - started < 120
+    assert processes_mentioning(str(out)) == []
+
+
+# ---- the production run under runtime.nproc=2 ---------------------------------------------------
+
+RUN = ("batch.tokens_per_step=512", "batch.grad_accum=2", "train.log_every=1", "train.eval_every=0",
+       "checkpoint.every_steps=5")  # fmt: skip
+
+
+def _train_argv(synthetic_dir: Path, ck: Path, out: Path, *overrides: str) -> list[str]:
+    return [*fast_overrides(synthetic_dir, ck), *RUN, f"hydra.run.dir={out}", *overrides]
+
+
+def _losses(out: Path) -> dict[int, float]:
+    summary = json.loads((out / "train_summary.json").read_text())
+    return {h["step"]: h["loss"] for h in summary["history"] if "loss" in h}
+
+
+def test_a_two_process_run_killed_with_sigkill_resumes_with_no_step_lost_or_repeated(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    two = ("batch.micro_batch=2", "runtime.nproc=2", "train.max_steps=30")
+    straight = run_cli("train", _train_argv(synthetic_dir, tmp_path / "ck0", tmp_path / "straight",
+                                            *two), cwd=tmp_path)  # fmt: skip
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    want = _losses(tmp_path / "straight")
+    assert sorted(want) == list(range(1, 31))
+    single = run_cli("train", _train_argv(synthetic_dir, tmp_path / "ck1", tmp_path / "single",
+                                          "batch.micro_batch=4", "train.max_steps=30"),
+                     cwd=tmp_path)  # fmt: skip
+    assert single.returncode == 0, single.stderr[-3000:]
+    alone = _losses(tmp_path / "single")  # one process, the same global batches
+    assert max(abs(alone[s] - want[s]) / abs(alone[s]) for s in range(1, 6)) <= 1e-5
+
+    ck, killed = tmp_path / "ck", tmp_path / "killed"
+    argv = _train_argv(synthetic_dir, ck, killed, *two, "checkpoint.slow_write_s=0.4")
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+    agent = subprocess.Popen([sys.executable, "-m", "train", *argv], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not checkpoint_path(ck, 10).exists() and agent.poll() is None:
+        assert time.monotonic() < deadline, "no step-10 checkpoint within 120 s"
+        time.sleep(0.05)
+    os.kill(agent.pid, signal.SIGKILL)
+    assert agent.wait(timeout=30) == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(killed)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the ranks die with their launcher (parent-death signal)
+    assert processes_mentioning(str(killed)) == []
+    start = read_header(latest_checkpoint(ck))["step"]
+    assert 10 <= start < 30
+
+    resumed = run_cli("train", _train_argv(synthetic_dir, ck, tmp_path / "resumed", *two),
+                      cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = _losses(tmp_path / "resumed")
+    assert sorted(got) == list(range(start + 1, 31))  # each step once: none lost or repeated
+    assert got == {s: v for s, v in want.items() if s > start}  # the uninterrupted run's, exactly
+    a = torch.load(checkpoint_path(tmp_path / "ck0", 30), weights_only=True)["model"]
+    b = torch.load(checkpoint_path(ck, 30), weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
