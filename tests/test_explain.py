@@ -28,7 +28,10 @@ QUICK = ["model=tiny", "runtime.device=cpu", "runtime.threads=1", "trial.warmup_
 DATA = ["batch.tokens_per_step=4096", "batch.micro_batch=32", "batch.grad_accum=2",
         "data.inject_latency_s=0.05"]
 # A save every step with a planted 0.2 s write, on steps of ~0.2-0.5 s.
-CKPT = ["batch.tokens_per_step=2048", "batch.micro_batch=8", "batch.grad_accum=4",
+# A 0.2 s write every step against a step of 16 micro-batches (~0.25-1 s of compute): a sync save
+# stalls every step for it, an async one has the whole next step to hide it in. (At 4 micro-batches
+# a fast 2-core machine computes a step in ~60 ms, less than the write, so async could not hide it.)
+CKPT = ["batch.tokens_per_step=8192", "batch.micro_batch=8", "batch.grad_accum=16",
         "checkpoint.every_steps=1", "checkpoint.slow_write_s=0.2"]
 
 
