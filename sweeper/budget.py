@@ -83,8 +83,8 @@ class Budget:
         """How many more trials the search may launch; 0 once the wall budget, less the
         verification estimate, is spent."""
         s = self.settings
-        # Trials that other workers sharing the study are running count too (this loop has told
-        # all of its own by now), so N workers stop at n_trials, not up to n_trials + N - 1. An
+        # Running trials count, this worker's parallel ones and those of other workers sharing
+        # the study, so N workers stop at n_trials, not up to n_trials + N - 1. An
         # orphan (owner gone, or on another host with a stale heartbeat: recover_interrupted's
         # rule) holds no budget; the next start requeues it.
         if s.n_trials > 0:

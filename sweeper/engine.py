@@ -61,7 +61,8 @@ class SweepEngine:
 
     def sweep(self, arguments: list[str]) -> dict:
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
-        check_sweep(self.settings, sweep_dir)  # before the zygote, the study, any folder
+        # before the zygote, the study, any folder
+        check_sweep(self.settings, sweep_dir, launcher=type(self.launcher).__name__)
         prepared = prepare(
             self.settings,
             arguments,
@@ -69,6 +70,7 @@ class SweepEngine:
             config=self.config,
             sweep_dir=sweep_dir,
             fork_trials=type(self.launcher).__name__ == "BasicLauncher",
+            launcher=type(self.launcher).__name__,
         )
         if prepared.settings.plan:
             return print_plan(prepared)
@@ -109,7 +111,7 @@ class SweepEngine:
         """Search, verify, export, report and explain; the exported best.yaml, if any."""
         settings, study = started.settings, started.study
         budget = Budget(settings, started=self.started)
-        jobs = JobLauncher(self.launcher, sweep_dir=sweep_dir)
+        jobs = JobLauncher(self.launcher, sweep_dir=sweep_dir, slots=prepared.gpu_slots)
         ctx = SweepContext(study=study, space=prepared.space, settings=settings, budget=budget,
                            tracker=tracker, jobs=jobs, fixed=prepared.fixed,
                            objective=prepared.objective)  # fmt: skip

@@ -10,16 +10,37 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sweeper.devices import known_plan_devices
+from sweeper.launch import kinds
 from sweeper.masking import mask_secrets
 from sweeper.study import PRUNERS, SAMPLERS
 from train import keys
 
 
-def check_sweep(settings: Any, sweep_dir: Path) -> None:
+def check_sweep(settings: Any, sweep_dir: Path, *, launcher: str = "BasicLauncher") -> None:
     """The sweep-level settings, before the study, the zygote or the sweep dir exist."""
     check_names(sampler=settings.sampler, pruner=settings.pruner)
+    check_launcher(launcher, n_jobs=settings.n_jobs, plan_device=settings.plan_device)
     check_sweep_dir(sweep_dir)
     check_storage(settings.storage)
+
+
+def check_launcher(launcher: str, *, n_jobs: int, plan_device: str) -> None:
+    """Parallel trials need a launcher that runs jobs in processes of their own, and a launcher
+    that runs them on other machines (Slurm) needs the device named: probing here would plan
+    for this login node's hardware, not the GPUs the trials get."""
+    if n_jobs > 1 and not kinds.parallel(launcher):
+        raise ValueError(
+            f"hydra.sweeper.n_jobs={n_jobs} needs a parallel launcher: Hydra's basic launcher "
+            f"runs one trial at a time; add hydra/launcher=joblib (this machine) or "
+            f"hydra/launcher=submitit_slurm (a cluster), or set hydra.sweeper.n_jobs=1"
+        )
+    if not kinds.local(launcher) and not plan_device:
+        raise ValueError(
+            f"hydra/launcher={launcher} runs trials on other machines, so this one cannot probe "
+            f"their device: set hydra.sweeper.plan_device to the GPU they get (one of "
+            f"{known_plan_devices()})"
+        )
 
 
 def check_names(*, sampler: str, pruner: str) -> None:
@@ -110,12 +131,15 @@ def check_micro_batches(space: dict[str, Any], base: dict[str, Any]) -> None:
     if not values or "batch.grad_accum" in space:
         return
     tps, block = base["batch.tokens_per_step"], base["model.block_size"]
-    if any(grad_accum_for(mb, tokens_per_step=tps, block_size=block) for mb in values):
+    world = int(base.get("runtime.nproc") or 1)
+    if any(grad_accum_for(mb, tokens_per_step=tps, block_size=block, world=world) for mb in values):
         return
-    splits = valid_splits(tokens_per_step=tps, block_size=block)
+    splits = valid_splits(tokens_per_step=tps, block_size=block, world=world)
     listed = ", ".join(f"{mb}x{ga}" for mb, ga in splits) or "none"
+    procs = f" x runtime.nproc={world}" if world > 1 else ""
     raise ValueError(
         f"batch.micro_batch={','.join(map(str, values))}: no value keeps batch.tokens_per_step="
-        f"{tps} at model.block_size={block}; valid micro_batch x grad_accum splits: {listed} "
+        f"{tps} at model.block_size={block}{procs}; valid micro_batch x grad_accum splits: "
+        f"{listed} "
         f"(search micro-batches from {', '.join(str(mb) for mb, _ in splits)})"
     )

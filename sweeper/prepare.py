@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from sweeper import report
 from sweeper.constraints import SpaceContext, cpus_here
 from sweeper.device_probe import probe_device
 from sweeper.devices import DeviceFacts, device_facts
+from sweeper.gpu_slots import assign_slots, visible_devices, visible_gpus
+from sweeper.launch import kinds
 from sweeper.launch.job import prestart_zygote
 from sweeper.objective import ObjectiveConfig
 from sweeper.plan import build_plan, format_plan, startup_lines
@@ -46,6 +49,8 @@ class Prepared:
     ctx: SpaceContext
     space: SearchSpace
     found: Scan
+    # CUDA_VISIBLE_DEVICES of each parallel trial slot (sweeper/gpu_slots.py); empty: no pinning
+    gpu_slots: list[str] = field(default_factory=list, hash=False)
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -81,9 +86,12 @@ def prepare(
     config: DictConfig,
     sweep_dir: Path,
     fork_trials: bool,
+    launcher: str = "BasicLauncher",
 ) -> Prepared:
     """Check the request: the base config, the device (probed in a child process), the space.
-    `fork_trials` starts the trial zygote first, so its imports overlap the probe."""
+    `fork_trials` starts the trial zygote first, so its imports overlap the probe. `launcher` is
+    the Hydra launcher's class name: a local one runs parallel trials on GPU slots of this
+    machine."""
     s = settings
     fixed, cli_space = split_arguments(arguments)
     base_cfg = hydra_context.config_loader.load_sweep_config(
@@ -108,14 +116,19 @@ def prepare(
         # imports overlap the probe below
         sweep_dir.mkdir(parents=True, exist_ok=True)
         prestart_zygote(sweep_dir)
-    # a plan for a named device needs no probe (and no torch) here
-    facts = None if s.plan and s.plan_device else probe_device()
-    device = device_facts(facts, plan_device=s.plan_device, cpu_count=cpus_here())
+    # a plan for a named device needs no probe (and no torch) here, and neither do trials that
+    # run on other machines (preflight.check_launcher: their device is named)
+    probe_here = not (s.plan_device and (s.plan or not kinds.local(launcher)))
+    facts = probe_device() if probe_here else None
+    device = device_facts(facts, plan_device=s.plan_device,
+                          cpu_count=launcher_cpus(config, launcher) or cpus_here())  # fmt: skip
     s = _device_settings(s, device, model=base["model.name"])
+    nproc = int(base.get("runtime.nproc") or 1)
+    slots = gpu_slots_for(facts, device, n_jobs=s.n_jobs, nproc=nproc, launcher=launcher)
     ctx = SpaceContext(
         tokens_per_step=base["batch.tokens_per_step"],
         block_size=base["model.block_size"],
-        world_size=1,
+        world_size=nproc,
         cpu_count=device.cpu_count,
         device_type=device.device_type,
         bf16_supported=device.bf16_supported,
@@ -131,7 +144,34 @@ def prepare(
     for line in startup_lines(found, ctx):
         log.info(line)
     return Prepared(settings=s, objective=objective, fixed=fixed, base=base, facts=facts,
-                    device=device, ctx=ctx, space=space, found=found)  # fmt: skip
+                    device=device, ctx=ctx, space=space, found=found,
+                    gpu_slots=slots)  # fmt: skip
+
+
+def launcher_cpus(config: DictConfig, launcher: str) -> int | None:
+    """The CPUs each trial gets from a cluster launcher (submitit's `cpus_per_task`), for the
+    data-worker knobs; None on this machine (its own count is used) or where it does not say."""
+    if kinds.local(launcher):
+        return None
+    value = OmegaConf.select(config, "hydra.launcher.cpus_per_task", default=None)
+    return int(value) if value else None
+
+
+def gpu_slots_for(
+    facts: dict | None, device: DeviceFacts, *, n_jobs: int, nproc: int, launcher: str
+) -> list[str]:
+    """Each parallel trial's CUDA_VISIBLE_DEVICES, from the GPUs the probe saw: a sweep whose
+    n_jobs x runtime.nproc exceeds them is refused here, before any trial. Nothing is pinned on
+    a CPU, for a plan without a probe, or under a remote launcher (Slurm gives each task its
+    GPUs)."""
+    if device.device_type != "cuda" or facts is None or not kinds.local(launcher):
+        return []
+    gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), int(facts.get("device_count") or 0))
+    slots = assign_slots(gpus=gpus, n_jobs=n_jobs, nproc=nproc)
+    if n_jobs > 1 or nproc > 1:
+        log.info("GPU slots (CUDA_VISIBLE_DEVICES per running trial): %s",
+                 ", ".join(visible_devices(slot) for slot in slots))  # fmt: skip
+    return [visible_devices(slot) for slot in slots]
 
 
 def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> SweepSettings:

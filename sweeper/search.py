@@ -1,7 +1,8 @@
 """The search loop: ask Optuna for a point, refuse what cannot run, launch the rest, tell the study.
 
-ask -> refuse unsafe points (excluded) and re-proposed ones (duplicates) -> launch a batch of jobs
--> tell each outcome (complete | pruned | failed with a reason) -> one progress line per trial.
+ask -> refuse unsafe points (excluded) and re-proposed ones (duplicates) -> launch each on a free
+trial slot (`hydra.sweeper.n_jobs` of them, each with its own GPUs) -> tell each outcome
+(complete | pruned | failed with a reason) -> one progress line per trial.
 The loop ends when the budget (sweeper/budget.py) is spent, the failure rate is exceeded, or the
 sampler keeps proposing only points it has seen.
 """
@@ -9,6 +10,8 @@ sampler keeps proposing only points it has seen.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from pathlib import Path
 
 import optuna
@@ -21,12 +24,22 @@ from sweeper.memory import OutOfMemory
 from sweeper.metrics import summary_metrics
 from sweeper.objective import objective_value
 from sweeper.owner import owner_tag
-from sweeper.study import DUPLICATE_ATTR, OWNER_ATTR, find_twin, heartbeats, trial_id
+from sweeper.study import (
+    DUPLICATE_ATTR,
+    OWNER_ATTR,
+    find_running_twin,
+    find_twin,
+    heartbeats,
+    trial_id,
+)
 
 log = logging.getLogger(__name__)
 
 # a sampler that proposes only measured points this many times in a row has exhausted the space
 MAX_DUPLICATE_STREAK = 25
+# a sampler that proposes points being measured right now this many times in a row waits for a
+# running trial to end (its outcome may move the sampler elsewhere) before it is asked again
+RUNNING_TWIN_TRIES = 5
 HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
 
@@ -37,56 +50,114 @@ class Search:
         self.ctx = ctx
         self.storage = storage
         self.streak = 0  # points in a row that ran nothing (excluded or duplicates)
+        self.exhausted = False  # the streak reached MAX_DUPLICATE_STREAK (and was said)
+        self.twins_running = 0  # points in a row proposed while their twin was measured
+        self.real_s = real_trial_s(ctx.space, ctx.settings)
 
     def run(self) -> None:
-        real_s = real_trial_s(self.ctx.space, self.ctx.settings)
-        while True:
-            if self.streak >= MAX_DUPLICATE_STREAK:
-                log.warning(
-                    "the sampler proposed only already-measured or excluded points %d times in "
-                    "a row: the space looks exhausted, ending the search",
-                    self.streak,
-                )
-                return
-            reserve_s = self.ctx.budget.verify_reserve_s(self.ctx.study, real_s)
-            left = self.ctx.budget.trials_left(self.ctx.study, reserve_s)
-            if left <= 0 or self.ctx.budget.failure_rate_exceeded(self.ctx.study):
-                return
-            batch, asked = self._ask(min(self.ctx.settings.n_jobs, left))
-            if not batch:
-                continue
-            with heartbeats(self.ctx.study, asked, interval_s=HEARTBEAT_S):
-                outs = self.ctx.jobs.launch(batch)
-            for trial, out in zip(asked, outs, strict=True):
-                self._tell(trial, out)
+        """Keep `n_jobs` trials running (one per slot) until the budget is spent: a slot freed
+        by a finished or pruned trial is filled at once, never held back for a whole batch.
+        Launches run in worker threads only where the launcher runs each job in a process of
+        its own (joblib, submitit); with Hydra's basic launcher one trial runs at a time here,
+        in this thread. Asking and telling stay in this thread."""
+        width = self.ctx.settings.n_jobs if self.ctx.jobs.parallel else 1
+        running: dict[int, tuple[optuna.Trial, int]] = {}  # trial number -> (trial, slot)
+        beating: list[optuna.Trial] = []  # the trials whose jobs run now
+        free = list(range(width))
+        done: queue.Queue[tuple[int, dict]] = queue.Queue()
+        try:
+            with heartbeats(self.ctx.study, beating, interval_s=HEARTBEAT_S):
+                while True:
+                    while free and self._may_launch():
+                        asked = self._ask_one()
+                        if self.twins_running >= RUNNING_TWIN_TRIES and running:
+                            break  # the sampler wants what runs now: ask again once one ends
+                        if asked is None:
+                            continue
+                        trial, job = asked
+                        slot = free.pop(0)
+                        beating.append(trial)
+                        if width == 1:
+                            out = self.ctx.jobs.launch_one(job, slot=slot)
+                            self._finish(trial, out, beating, free, slot)
+                            continue
+                        running[trial.number] = (trial, slot)
+                        self._start(trial.number, job, slot, done)
+                    if not running:
+                        return
+                    number, out = done.get()  # the first job to end, whichever slot it ran on
+                    self.twins_running = 0
+                    trial, slot = running.pop(number)
+                    self._finish(trial, out, beating, free, slot)
+        except BaseException:
+            if running:  # Ctrl-C, SIGTERM: the trials in other processes are stopped too
+                self.ctx.jobs.abort()
+            raise
 
-    def _ask(self, n: int) -> tuple[list[list[str]], list[optuna.Trial]]:
-        """Up to `n` new points to run, as job overrides and their trials; refused and
-        re-proposed points are told at once and run nothing."""
-        batch, asked = [], []
-        dists = self.ctx.space.distributions()
-        for _ in range(n):
-            trial = self.ctx.study.ask(dists)
-            trial.set_user_attr(OWNER_ATTR, owner_tag())
-            reason = self.ctx.space.check(trial.params)
-            if reason is not None:
-                self._refuse(trial, reason)
-                continue
-            twin = find_twin(self.ctx.study, trial.params, number=trial.number)
-            if twin is not None:
-                self._tell_duplicate(trial, twin)
-                continue
-            self.streak = 0
-            batch.append([
-                *self.ctx.fixed,
-                *self.ctx.space.to_overrides(trial.params),
-                *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
-                f"trial.study_storage={self.storage}",
-                f"trial.study_name={self.ctx.study.study_name}",
-                f"trial.trial_id={trial_id(trial)}",
-            ])  # fmt: skip
-            asked.append(trial)
-        return batch, asked
+    def _start(self, number: int, job: list[str], slot: int, done: queue.Queue) -> None:
+        """Launch one job in a thread of its own, which puts its outcome on `done`. A daemon:
+        a sweep that is stopped never waits for a launcher that cannot be interrupted."""
+
+        def work() -> None:
+            try:
+                out = self.ctx.jobs.launch_one(job, slot=slot)
+            except Exception as exc:  # the launcher failed: this trial crashed, not the sweep
+                out = {"state": "crash", "reason": f"launcher failed: {exc!r}", "result": None,
+                       "wall_s": None}  # fmt: skip
+            done.put((number, out))
+
+        threading.Thread(target=work, name=f"trial-{number}", daemon=True).start()
+
+    def _finish(self, trial: optuna.Trial, out: dict, beating: list, free: list[int],
+                slot: int) -> None:  # fmt: skip
+        beating.remove(trial)
+        free.append(slot)
+        self._tell(trial, out)
+
+    def _may_launch(self) -> bool:
+        """Whether another trial may start: budget left (trials running here and on other
+        workers count), the failure rate not exceeded, the space not exhausted."""
+        if self.streak >= MAX_DUPLICATE_STREAK:
+            if self.exhausted:
+                return False  # said once already
+            self.exhausted = True
+            log.warning(
+                "the sampler proposed only already-measured or excluded points %d times in "
+                "a row: the space looks exhausted, ending the search",
+                self.streak,
+            )
+            return False
+        reserve_s = self.ctx.budget.verify_reserve_s(self.ctx.study, self.real_s)
+        if self.ctx.budget.trials_left(self.ctx.study, reserve_s) <= 0:
+            return False
+        return not self.ctx.budget.failure_rate_exceeded(self.ctx.study)
+
+    def _ask_one(self) -> tuple[optuna.Trial, list[str]] | None:
+        """A new point to run, as its trial and job overrides; a refused or re-proposed point
+        is told at once and runs nothing (None)."""
+        trial = self.ctx.study.ask(self.ctx.space.distributions())
+        trial.set_user_attr(OWNER_ATTR, owner_tag())
+        reason = self.ctx.space.check(trial.params)
+        if reason is not None:
+            self._refuse(trial, reason)
+            return None
+        twin = find_twin(self.ctx.study, trial.params, number=trial.number)
+        if twin is not None:
+            self._tell_duplicate(trial, twin)
+            return None
+        running = find_running_twin(self.ctx.study, trial.params, number=trial.number)
+        if running is not None:
+            self._tell_running_twin(trial, running)
+            return None
+        self.streak = self.twins_running = 0
+        return trial, [
+            *self.ctx.fixed,
+            *self.ctx.space.to_overrides(trial.params),
+            *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
+            f"trial.study_storage={self.storage}",
+            f"trial.study_name={self.ctx.study.study_name}",
+            f"trial.trial_id={trial_id(trial)}",
+        ]
 
     def _refuse(self, trial: optuna.Trial, reason: str) -> None:
         """A point the constraints exclude: it runs nothing and costs no budget (Budget.spent)."""
@@ -104,6 +175,21 @@ class Search:
         self._line(trial.number, "excluded", trial.params, None, reason)
         self.streak += 1
 
+    def _tell_running_twin(self, trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> None:
+        """A point proposed while its twin is measured (parallel trials, other workers): run
+        nothing; the trial is a duplicate that the budget and the failure rate do not count."""
+        trial.set_user_attr(DUPLICATE_ATTR, twin.number)
+        trial.set_user_attr("failure_kind", "duplicate")
+        trial.set_user_attr("failure_reason", f"same point as trial {twin.number}, running now")
+        self.ctx.study.tell(trial, state=TrialState.FAIL)
+        log.info("trial %d re-proposes trial %d's point while it runs: not run twice",
+                 trial.number, twin.number)  # fmt: skip
+        # Not the exhaustion streak at first (the point is not measured yet); past the tries,
+        # with nothing of this worker's running to wait for (another worker runs the twin), it is
+        self.twins_running += 1
+        if self.twins_running > RUNNING_TWIN_TRIES:
+            self.streak += 1
+
     def _tell_duplicate(self, trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> None:
         """A re-proposed point: the sampler learns the twin's outcome again; nothing runs, and
         the budget is not charged (study.count_finished)."""
@@ -120,8 +206,12 @@ class Search:
             reason = f"same point as trial {twin.number}, which failed"
             trial.set_user_attr("failure_reason", reason)
             self.ctx.study.tell(trial, state=TrialState.FAIL)
-        log.info("trial %d re-proposes trial %d's point (%s): not run again", trial.number,
-                 twin.number, state)
+        log.info(
+            "trial %d re-proposes trial %d's point (%s): not run again",
+            trial.number,
+            twin.number,
+            state,
+        )
         self.streak += 1
 
     def _tell(self, trial: optuna.Trial, out: dict) -> None:
@@ -156,8 +246,9 @@ class Search:
             self.ctx.study.tell(trial, state=TrialState.FAIL)
         self._line(trial.number, state, trial.params, result, out.get("reason"))
 
-    def _line(self, number: int, state: str, params: dict, result: dict | None,
-              reason: str | None) -> None:
+    def _line(
+        self, number: int, state: str, params: dict, result: dict | None, reason: str | None
+    ) -> None:
         """The trial's progress line: its numbers, then the budget spent, the best and the ETA."""
         try:
             best = self.ctx.study.best_value

@@ -196,7 +196,7 @@ def heartbeats(study: optuna.Study, trials: list, *, interval_s: float) -> Itera
 
     def beat() -> None:
         while True:
-            for t in trials:
+            for t in list(trials):  # the caller adds and removes trials as their jobs run
                 with contextlib.suppress(Exception):  # a missed beat only delays recovery
                     _record_heartbeat(study, t)
             if stop.wait(interval_s):
@@ -239,6 +239,13 @@ def find_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial 
     re-propose points in small discrete spaces, and a re-run would spend a trial's time to learn
     what the study already knows (verification re-measures the contenders anyway)."""
     return next((t for t in own_outcomes(study) if t.number != number and t.params == params), None)
+
+
+def find_running_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial | None:
+    """A live RUNNING trial (not `number`) at exactly `params`: with parallel trials, or workers
+    sharing the study, a sampler may re-propose a point that is being measured right now."""
+    live, _ = running_trials(study)
+    return next((t for t in live if t.number != number and t.params == params), None)
 
 
 def fail_own_running(study: optuna.Study, *, reason: str) -> list[int]:

@@ -7,12 +7,15 @@ verification rounds share to start jobs and read their endings.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
+from sweeper.launch import kinds
 from sweeper.limits import TrialTime, limit_overrides
+from sweeper.overrides import hydra_quote
 from sweeper.scan import point_limits
 from sweeper.settings import SweepSettings
 from sweeper.space import SearchSpace
@@ -67,15 +70,53 @@ def first_free_job(sweep_dir: Path) -> int:
     return max(taken, default=-1) + 1
 
 
-class JobLauncher:
-    """Hydra's launcher with the sweep's running job index (each job's number and folder)."""
+def pin_devices(job: list[str], slot: str) -> list[str]:
+    """A job with its slot's CUDA_VISIBLE_DEVICES (Hydra sets it for the job's duration:
+    `hydra.job.env_set`); an empty slot pins nothing."""
+    if not slot:
+        return job
+    return [*job, f"hydra.job.env_set.CUDA_VISIBLE_DEVICES={hydra_quote(slot)}"]
 
-    def __init__(self, launcher: Any, *, sweep_dir: Path | None = None) -> None:
+
+class JobLauncher:
+    """Hydra's launcher with the sweep's running job index (each job's number and folder) and
+    the GPU slots its parallel jobs run on (sweeper/gpu_slots.py; empty: nothing pinned).
+
+    `launch_one` may be called from several threads at once when `parallel` (joblib, submitit:
+    each job runs in a process of its own); the job numbers are handed out under a lock."""
+
+    def __init__(
+        self, launcher: Any, *, sweep_dir: Path | None = None, slots: list[str] | None = None
+    ) -> None:
         self.launcher = launcher
         self.job_idx = first_free_job(sweep_dir) if sweep_dir is not None else 0
+        self.slots = list(slots or [])
+        self.parallel = kinds.parallel(type(launcher).__name__)
+        self._lock = threading.Lock()
+
+    def _take_index(self, count: int) -> int:
+        with self._lock:
+            first, self.job_idx = self.job_idx, self.job_idx + count
+        return first
 
     def launch(self, batch: list[list[str]]) -> list[dict[str, Any]]:
-        """Run one batch of jobs (one list of overrides each); their outcomes, in order."""
-        returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
-        self.job_idx += len(batch)
-        return [job_output(ret) for ret in returns]
+        """Run jobs one after another (each on the first GPU slot); their outcomes, in order.
+        Timed runs that must not share the machine (the race's rounds) go through here."""
+        return [self.launch_one(job, slot=0) for job in batch]
+
+    def launch_one(self, job: list[str], *, slot: int) -> dict[str, Any]:
+        """Run one job on GPU slot `slot` (an index into `slots`) and return its outcome."""
+        pinned = pin_devices(job, self.slots[slot] if self.slots else "")
+        (ret,) = self.launcher.launch([pinned], initial_job_idx=self._take_index(1))
+        return job_output(ret)
+
+    def abort(self) -> None:
+        """Stop the jobs running in other processes (Ctrl-C, SIGTERM): joblib's loky workers are
+        killed, and every trial they started dies with them (its parent-death signal). The basic
+        launcher's trials are this process's children (sweeper/launch/runner.kill_all_children);
+        submitit's are cancelled by its own watcher when this process exits."""
+        if type(self.launcher).__name__ == "JoblibLauncher":
+            from joblib.externals.loky import get_reusable_executor
+
+            # reuse=True: the running executor as it is, never a new one
+            get_reusable_executor(reuse=True).shutdown(wait=False, kill_workers=True)

@@ -1,0 +1,182 @@
+"""Parallel trials: the search's slots (no batch barrier), Hydra's joblib and submitit launchers
+for real on this CPU, and the Slurm example config as Hydra composes it."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from omegaconf import OmegaConf
+from optuna.trial import TrialState
+
+from sweeper.budget import Budget
+from sweeper.constraints import SpaceContext
+from sweeper.context import SweepContext
+from sweeper.objective import ObjectiveConfig
+from sweeper.preflight import check_launcher
+from sweeper.prepare import flatten
+from sweeper.search import Search
+from sweeper.settings import SweepSettings
+from sweeper.space import parse_space
+from sweeper.study import DUPLICATE_ATTR, make_storage
+from sweeper.tracking import NullTracker
+from tests.conftest import CONF_DIR, compose_dictconfig
+from tests.sweep_helpers import finished_sweep, run_sweep, sweep_dirs
+
+# ---- the launcher rules (pure) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launcher", "n_jobs", "plan_device", "error"),
+    [
+        ("BasicLauncher", 1, "", None),
+        ("BasicLauncher", 2, "", r"n_jobs=2 needs a parallel launcher: .*hydra/launcher=joblib"),
+        ("JoblibLauncher", 4, "", None),
+        ("LocalLauncher", 2, "", None),  # submitit's local executor: this machine
+        ("SlurmLauncher", 8, "", r"hydra/launcher=SlurmLauncher runs trials on other machines.*"
+                                 r"set hydra\.sweeper\.plan_device"),
+        ("SlurmLauncher", 8, "NVIDIA H100 80GB HBM3", None),
+    ],
+)  # fmt: skip
+def test_launcher_rules(launcher: str, n_jobs: int, plan_device: str, error: str | None) -> None:
+    if error is None:
+        check_launcher(launcher, n_jobs=n_jobs, plan_device=plan_device)
+    else:
+        with pytest.raises(ValueError, match=error):
+            check_launcher(launcher, n_jobs=n_jobs, plan_device=plan_device)
+
+
+# ---- the search keeps every slot busy -----------------------------------------------------------
+
+
+class TimedSlots:
+    """A parallel launcher stand-in: the first job on slot 0 takes `first_s`, every other
+    `rest_s`; it records each job's slot, start and end, and fails if two jobs ever share a
+    slot."""
+
+    parallel = True
+
+    def __init__(self, *, first_s: float, rest_s: float) -> None:
+        self.first_s, self.rest_s = first_s, rest_s
+        self.jobs: list[dict] = []
+        self.busy: set[int] = set()
+        self.lock = threading.Lock()
+
+    def launch_one(self, job: list[str], *, slot: int) -> dict:
+        with self.lock:
+            assert slot not in self.busy, f"slot {slot} given to two jobs at once"
+            self.busy.add(slot)
+            first = slot == 0 and all(r["slot"] != 0 for r in self.jobs)
+            record = {"job": job, "slot": slot, "start": time.monotonic()}
+            self.jobs.append(record)
+        time.sleep(self.first_s if first else self.rest_s)
+        with self.lock:
+            record["end"] = time.monotonic()
+            self.busy.discard(slot)
+        result = {"schema_version": 2, "status": "complete", "tokens_per_s": 100.0 + len(job)}
+        return {"state": "complete", "result": result, "wall_s": record["end"] - record["start"]}
+
+    def abort(self) -> None:
+        pass
+
+
+def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) -> None:
+    """One slow trial on slot 0; every other trial runs on slot 1 meanwhile. A batch barrier
+    would have held trial 2 back until the slow trial 0 ended."""
+    settings = SweepSettings.from_config(
+        {"sampler": "random", "n_trials": 6, "n_jobs": 2, "mlflow": False, "seed": 5}
+    )
+    base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
+    ctx = SpaceContext(tokens_per_step=base["batch.tokens_per_step"],
+                       block_size=base["model.block_size"], cpu_count=2, device_type="cpu",
+                       base=base)  # fmt: skip
+    lrs = ", ".join(f"{k}e-4" for k in range(1, 13))
+    space = parse_space({"optim.lr": f"choice({lrs})"}, ctx)
+    storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
+    study = optuna.create_study(direction="maximize", storage=storage)
+    slots = TimedSlots(first_s=3.0, rest_s=0.2)
+    sweep = SweepContext(study=study, space=space, settings=settings, budget=Budget(settings),
+                         tracker=NullTracker(), jobs=slots, fixed=[],
+                         objective=ObjectiveConfig(name="tokens_per_s"))  # fmt: skip
+    Search(sweep, storage="unused").run()
+
+    assert len(slots.jobs) == 6
+    (first,) = [r for r in slots.jobs if r["slot"] == 0]
+    rest = [r for r in slots.jobs if r["slot"] == 1]
+    assert len(rest) == 5
+    assert all(r["end"] <= first["end"] for r in rest), "the other slot waited for the slow one"
+    ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
+    assert [t.state for t in ran] == [TrialState.COMPLETE] * 6  # each told once
+    assert len({t.params["optim.lr"] for t in ran}) == 6  # never one point run twice
+
+
+# ---- real launchers on this CPU -----------------------------------------------------------------
+
+SMOKE = ("search=smoke", "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1")
+
+
+def _trials_recorded_once(study: optuna.Study, sweep_dir: Path, n_trials: int) -> list:
+    """Every measured trial finished once, in a job folder of its own, with its own result."""
+    ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
+    assert [t.state for t in ran] == [TrialState.COMPLETE] * n_trials, [t.state for t in ran]
+    job_dirs = [t.user_attrs["job_dir"] for t in ran]
+    assert len(set(job_dirs)) == n_trials
+    for job_dir in job_dirs:
+        assert Path(job_dir).parent == sweep_dir and (Path(job_dir) / "result.json").is_file()
+    return ran
+
+
+@pytest.mark.slow
+def test_a_joblib_sweep_runs_two_trials_at_once_and_records_each_once(tmp_path: Path) -> None:
+    proc, study = finished_sweep(tmp_path, "joblib", *SMOKE, "hydra/launcher=joblib",
+                                 "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=4")  # fmt: skip
+    (sweep_dir,) = sweep_dirs(tmp_path)
+    ran = _trials_recorded_once(study, sweep_dir, 4)
+    # two at once: some trial started before the one before it had finished
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in ran)
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans
+    assert "Joblib.Parallel" in proc.stdout + proc.stderr
+    assert (sweep_dir / "best.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_submitits_local_executor_runs_a_two_trial_sweep(tmp_path: Path) -> None:
+    _, study = finished_sweep(tmp_path, "submitit", *SMOKE, "hydra/launcher=submitit_local",
+                                 "hydra.launcher.timeout_min=10", "hydra.sweeper.n_jobs=2",
+                                 "hydra.sweeper.n_trials=2")  # fmt: skip
+    (sweep_dir,) = sweep_dirs(tmp_path)
+    _trials_recorded_once(study, sweep_dir, 2)
+    assert list((sweep_dir / ".submitit").iterdir())  # the jobs went through submitit
+    assert (sweep_dir / "best.yaml").is_file()
+
+
+def test_a_slurm_sweep_without_a_named_device_stops_before_any_trial(tmp_path: Path) -> None:
+    proc = run_sweep(tmp_path, *SMOKE, "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+                     "hydra.sweeper.n_jobs=4")  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said[-3000:]
+    assert "hydra/launcher=SlurmLauncher runs trials on other machines" in said
+    assert "set hydra.sweeper.plan_device to the GPU they get" in said
+    assert "Traceback" not in said
+    assert not (tmp_path / "sweeps").exists()  # no study was opened
+
+
+def test_the_slurm_example_config_composes_for_a_two_gpu_trial() -> None:
+    from hydra import compose, initialize_config_dir
+
+    import train.config  # noqa: F401  (registers `train_schema`)
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("sweep", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+                                          "runtime.nproc=2", "hydra.sweeper.n_jobs=4"],
+                      return_hydra_config=True)  # fmt: skip
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher.partition, launcher.gpus_per_node, launcher.tasks_per_node) == ("gpu", 2, 1)
+    assert launcher.array_parallelism == 4  # as many Slurm jobs at once as sweep slots
+    assert launcher.submitit_folder.endswith(".submitit/%j")
+    assert (launcher.cpus_per_task, launcher.timeout_min) == (16, 60)
