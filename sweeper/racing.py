@@ -125,9 +125,9 @@ def _run_round(
     r = record.rounds
     log.info("race round %d: %s", r + 1, ", ".join(f"trial {n}" for n in order))
     started = time.monotonic()
-    # one at a time, whatever the launcher's n_jobs: contenders timed side by side would share
-    # the machine and measure each other
-    outs = {n: ctx.jobs.launch([cands[n].overrides])[0] for n in order}
+    # JobLauncher.launch runs them one after another, whatever n_jobs: contenders timed side by
+    # side would share the machine and measure each other
+    outs = dict(zip(order, ctx.jobs.launch([cands[n].overrides for n in order]), strict=True))
     record.run_s = (time.monotonic() - started) / max(1, len(order))
     stored: dict[str, Any] = {}
     for n in record.contenders:

@@ -24,12 +24,15 @@ from sweeper.memory import OutOfMemory
 from sweeper.metrics import summary_metrics
 from sweeper.objective import objective_value
 from sweeper.owner import owner_tag
+from sweeper.polish import neighbours, point_key
 from sweeper.study import (
     DUPLICATE_ATTR,
     OWNER_ATTR,
+    POLISH_ATTR,
     find_running_twin,
     find_twin,
     heartbeats,
+    planned_params,
     trial_id,
 )
 
@@ -52,6 +55,7 @@ class Search:
         self.streak = 0  # points in a row that ran nothing (excluded or duplicates)
         self.exhausted = False  # the streak reached MAX_DUPLICATE_STREAK (and was said)
         self.twins_running = 0  # points in a row proposed while their twin was measured
+        self.polished: set[int] = set()  # best trials whose neighbours were queued
         self.real_s = real_trial_s(ctx.space, ctx.settings)
 
     def run(self) -> None:
@@ -130,7 +134,42 @@ class Search:
         reserve_s = self.ctx.budget.verify_reserve_s(self.ctx.study, self.real_s)
         if self.ctx.budget.trials_left(self.ctx.study, reserve_s) <= 0:
             return False
-        return not self.ctx.budget.failure_rate_exceeded(self.ctx.study)
+        if self.ctx.budget.failure_rate_exceeded(self.ctx.study):
+            return False
+        self._polish(self.ctx.budget.trials_that_fit(self.ctx.study, reserve_s))
+        return True
+
+    def _polish(self, fit: int) -> None:
+        """Once the trials that still fit are down to the polish size, queue the best trial's
+        unmeasured one-knob neighbours (at most `fit`), once per best trial: a neighbour that
+        wins is polished around in turn (sweeper/polish.py)."""
+        size = self.ctx.settings.polish
+        if size <= 0 or fit > size or fit <= 0:
+            return
+        study = self.ctx.study
+        try:
+            best = study.best_trial
+        except ValueError:  # nothing complete yet
+            return
+        if best.number in self.polished:
+            return
+        self.polished.add(best.number)
+        seen = {point_key(planned_params(t)) for t in study.get_trials(deepcopy=False)}
+        queued = []
+        for point in neighbours(self.ctx.space.searched, best.params, seen=seen):
+            if len(queued) >= fit:
+                break
+            if self.ctx.space.check(point) is None:
+                study.enqueue_trial(point, user_attrs={POLISH_ATTR: best.number})
+                queued.append(point)
+        if queued:
+            log.info("polish: %d trial(s) left; measuring %d unmeasured neighbour(s) of the best "
+                     "trial %d: %s", fit, len(queued), best.number,
+                     "; ".join(self._changed(best.params, p) for p in queued))  # fmt: skip
+
+    @staticmethod
+    def _changed(base: dict, point: dict) -> str:
+        return ", ".join(f"{k}={v}" for k, v in point.items() if base.get(k) != v)
 
     def _ask_one(self) -> tuple[optuna.Trial, list[str]] | None:
         """A new point to run, as its trial and job overrides; a refused or re-proposed point

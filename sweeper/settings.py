@@ -34,6 +34,7 @@ class SweepSettings:
     n_trials: int
     max_wall_s: float
     cpu_max_wall_s: float
+    polish_trials: int
     n_jobs: int
     max_failure_rate: float
     min_trials_for_failure_rate: int
@@ -76,6 +77,11 @@ class SweepSettings:
                     f"{getattr(self, name)}"
                 )
         _check_cost(self)
+        if self.polish_trials < -1:
+            raise ValueError(
+                f"hydra.sweeper.polish_trials must be -1 (automatic), 0 (off) or positive, got "
+                f"{self.polish_trials}"
+            )
         if self.verify_max_rounds < 0:
             raise ValueError(
                 f"hydra.sweeper.verify_max_rounds must be 0 (= verify_repeats) or positive, got "
@@ -109,6 +115,14 @@ class SweepSettings:
         values["space"] = dict(space or {})
         values["prices"] = dict(values.get("prices") or {})
         return cls(**values)
+
+    @property
+    def polish(self) -> int:
+        """Trials given to the polish step: polish_trials, or with -1 a quarter of n_trials
+        (none for the grid sampler, which measures every point anyway, or without n_trials)."""
+        if self.polish_trials >= 0:
+            return self.polish_trials
+        return self.n_trials // 4 if self.sampler != "grid" else 0
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (the plan's report reads them by name)."""

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 OWNER_ATTR = "throughput_sweep.owner"  # "host:pid" of the sweep process that asked for the trial
 REQUEUED_ATTR = "throughput_sweep.requeued_from"
 DUPLICATE_ATTR = "duplicate_of"  # trial number whose outcome a re-proposed point reuses
+POLISH_ATTR = "polish_of"  # the best trial whose one-knob neighbour this queued point is
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "percentile", "none")
 
@@ -239,6 +240,12 @@ def find_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial 
     re-propose points in small discrete spaces, and a re-run would spend a trial's time to learn
     what the study already knows (verification re-measures the contenders anyway)."""
     return next((t for t in own_outcomes(study) if t.number != number and t.params == params), None)
+
+
+def planned_params(trial: FrozenTrial) -> dict:
+    """A trial's point: its params, or for a queued (WAITING) trial the params it will get
+    (Optuna keeps those as the `fixed_params` system attr until the trial is asked)."""
+    return trial.params or dict(trial.system_attrs.get("fixed_params") or {})
 
 
 def find_running_twin(study: optuna.Study, params: dict, *, number: int) -> FrozenTrial | None:

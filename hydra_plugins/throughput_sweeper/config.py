@@ -24,7 +24,10 @@ class ThroughputSweeperConf:
     # budget applied instead when no GPU is found and max_wall_s is 0: the embedded CPU demo
     # finishes in minutes whatever the space
     cpu_max_wall_s: float = 390.0
-    n_jobs: int = 1  # trials launched together (parallel launchers such as joblib)
+    # the last trials of the budget measure the best trial's unmeasured one-knob neighbours
+    # (sweeper/polish.py); -1 = automatic: a quarter of n_trials under tpe or random, 0 for grid
+    polish_trials: int = -1
+    n_jobs: int = 1  # trials running at once (needs a parallel launcher: joblib, submitit)
     max_failure_rate: float = 0.5  # stop searching when more than this share of trials failed
     min_trials_for_failure_rate: int = 4  # ... judged only after this many finished trials
     # hard wall-clock limit of one trial process; 0 = automatic: sized per trial from its

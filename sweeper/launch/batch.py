@@ -75,7 +75,8 @@ def pin_devices(job: list[str], slot: str) -> list[str]:
     `hydra.job.env_set`); an empty slot pins nothing."""
     if not slot:
         return job
-    return [*job, f"hydra.job.env_set.CUDA_VISIBLE_DEVICES={hydra_quote(slot)}"]
+    # ++: added, or replacing one the user set (env_set has no such key by default)
+    return [*job, f"++hydra.job.env_set.CUDA_VISIBLE_DEVICES={hydra_quote(slot)}"]
 
 
 class JobLauncher:

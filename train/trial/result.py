@@ -6,8 +6,8 @@ numbers are null where they could not be measured (a failed trial has a `failure
 else). The TypedDicts are the schema: each field's comment says what it holds and in what unit.
 
 Version history: 1 was the first schema; 2 added `projection`, `full_step_estimate_s` and
-`memory`. Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with
-`.get()`.
+`memory`; 3 added `world_size`, `time_frac.comms` (data-parallel results only) and `loss.steps`.
+Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with `.get()`.
 
 Two names are kept as they are for compatibility with results already on disk, although they are
 not what a newcomer would guess. `step_time_s` is the measured window's statistics (`StepTimes`)
@@ -32,7 +32,7 @@ from train.measure.meters import summarize, time_fractions
 if TYPE_CHECKING:
     from train.config import Config
 
-SCHEMA_VERSION = 2  # 2: projection, full_step_estimate_s, memory
+SCHEMA_VERSION = 3  # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps
 
 Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died

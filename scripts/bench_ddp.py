@@ -1,0 +1,92 @@
+"""A data-parallel trial against one process at the same global batch and seed, on this CPU.
+
+    python scripts/bench_ddp.py [--model tiny] [--steps 8] [--pairs 3]
+
+Runs `python -m train.trial` as one process (micro-batch 2m) and as `runtime.nproc=2` gloo DDP
+ranks (micro-batch m each: the same global batch), fp32, in interleaved pairs. Prints each pair's
+largest relative loss difference over the first 5 steps (warm-up included), the tokens per step,
+tokens/s, and the 2-process trial's time split with its `comms` share (the all-reduce left after
+the backward), then the median tokens/s ratio (2 processes / 1) with its range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from configs import cpu_trial_overrides  # noqa: E402
+from table import format_table  # noqa: E402
+
+log = logging.getLogger("bench_ddp")
+COMPARED_STEPS = 5
+
+
+def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
+    """One `python -m train.trial` run; its result JSON."""
+    out = tmp / name
+    argv = [sys.executable, "-m", "train.trial", *overrides, f"hydra.run.dir={out}",
+            "runtime.dtype=fp32", "trial.project_above_s=0"]  # fmt: skip
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    result = json.loads((out / "trial.json").read_text())
+    if result["status"] != "complete":
+        raise SystemExit(f"trial {name} {result['status']}: {result['failure']}; see {tmp}")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--block-size", type=int, default=64, help="the preset's block size")
+    parser.add_argument("--micro-batch", type=int, default=8, help="per rank; one process: 2x")
+    parser.add_argument("--grad-accum", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8, help="measured steps per trial")
+    parser.add_argument("--pairs", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    tmp = Path(tempfile.mkdtemp(prefix="bench_ddp_"))
+
+    def overrides(micro_batch: int, *extra: str) -> list[str]:
+        base = cpu_trial_overrides(tmp, model=args.model, micro_batch=micro_batch,
+                                   grad_accum=args.grad_accum, block_size=args.block_size,
+                                   warmup_steps=3, steps=args.steps)  # fmt: skip
+        tokens = 2 * args.micro_batch * args.grad_accum * args.block_size  # the global figure
+        return [*base, f"batch.tokens_per_step={tokens}", *extra]
+
+    rows, ratios = [], []
+    for p in range(args.pairs):
+        runs = {}
+        for nproc in (1, 2) if p % 2 == 0 else (2, 1):  # alternate which goes first
+            mb = args.micro_batch * (2 // nproc)
+            runs[nproc] = trial(tmp, f"p{p}-n{nproc}", overrides(mb, f"runtime.nproc={nproc}"))
+        one, two = runs[1], runs[2]
+        a, b = one["loss"]["steps"][:COMPARED_STEPS], two["loss"]["steps"][:COMPARED_STEPS]
+        diff = max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True))
+        fr = two["time_frac"]
+        ratios.append(two["tokens_per_s"] / one["tokens_per_s"])
+        rows.append([str(p), f"{diff:.1e}", f"{one['tokens_per_step']} / {two['tokens_per_step']}",
+                     f"{one['tokens_per_s']:.0f}", f"{two['tokens_per_s']:.0f}",
+                     f"{fr['compute']:.0%} / {fr['comms']:.0%} / {fr['optimizer']:.0%} / "
+                     f"{fr['data_wait']:.0%} / {fr['other']:.0%}"])  # fmt: skip
+        log.info("pair %d done: loss diff %.1e, comms %.1f%%", p, diff, 100 * fr["comms"])
+    print(format_table(
+        ["pair", f"max rel loss diff, {COMPARED_STEPS} steps", "tokens/step 1 / 2 proc",
+         "tokens/s 1 proc", "tokens/s 2 proc", "2 proc: compute / comms / optim / data / other"],
+        rows,
+    ))  # fmt: skip
+    print(f"tokens/s, 2 processes / 1: median {statistics.median(ratios):.2f}x "
+          f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)")  # fmt: skip
+    print(f"results and logs: {tmp}")
+
+
+if __name__ == "__main__":
+    main()
