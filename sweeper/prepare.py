@@ -164,6 +164,17 @@ def gpu_slots_for(
     n_jobs x runtime.nproc exceeds them is refused here, before any trial. Nothing is pinned on
     a CPU, for a plan without a probe, or under a remote launcher (Slurm gives each task its
     GPUs)."""
+    if device.device_type != "cuda" and n_jobs > 1 and kinds.local(launcher):
+        # scripts/bench_workers.py on 2 cores: two trials of 2 torch threads each ran their steps
+        # up to 37x slower side by side (spinning thread pools); one thread each, 0.98x
+        log.warning(
+            "hydra.sweeper.n_jobs=%d on a CPU: the trials share this machine's %d cores and "
+            "measure each other; give each at most %d torch thread(s) (runtime.threads) and "
+            "data worker(s), or run n_jobs=1",
+            n_jobs,
+            device.cpu_count,
+            max(1, device.cpu_count // n_jobs),
+        )
     if device.device_type != "cuda" or facts is None or not kinds.local(launcher):
         return []
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), int(facts.get("device_count") or 0))

@@ -1,0 +1,116 @@
+"""One trial slot or two? The same sweep budget run with `hydra.sweeper.n_jobs=1` and `=2`.
+
+    python scripts/bench_workers.py [--pairs 2] [--workdir DIR]
+
+Both sweeps use Hydra's joblib launcher (so each trial starts the same way) and the same grid of
+8 points (micro-batch 4 or 8, 0 or 1 data worker, 1 or 2 torch threads: the grid sampler gives
+every run the same trials), with one verification round. `--one-thread` runs micro-batch 2, 4, 8
+or 16 with 0 or 1 worker instead, every trial on one torch thread. The pairs run interleaved, in
+alternating order, so the machine's drift hits both sides alike. Prints, per run and as the
+median ratio (2 slots / 1 slot) with its range:
+  - the sweep's wall time, and its search span (first trial start to last trial end);
+  - the summed wall time of the trials, and their median tokens/s: what running two trials at
+    once on one machine does to each trial's own measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import optuna  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+from table import format_table  # noqa: E402
+
+log = logging.getLogger("bench_workers")
+
+# conf/search/grid.yaml's knobs with micro-batch 4 and 8 only (++: the whole space, 8 points)
+SPACE = ("++hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', "
+         "data.num_workers: 'choice(0, 1)', runtime.threads: 'choice(1, 2)'}")  # fmt: skip
+# --one-thread: every trial on one torch thread, so two trials at once never ask for more
+# threads than the machine's 2 cores (8 points again)
+ONE_THREAD = ("++hydra.sweeper.space={batch.micro_batch: 'choice(2, 4, 8, 16)', "
+              "data.num_workers: 'choice(0, 1)'}", "runtime.threads=1")  # fmt: skip
+SWEEP = ("search=smoke", "hydra.sweeper.sampler=grid", "hydra.sweeper.n_trials=0",
+         "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1",
+         "hydra.sweeper.verify_max_rounds=1", "hydra/launcher=joblib",
+         "hydra.sweeper.mlflow=false")  # fmt: skip
+
+
+def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
+    """One sweep with `n_jobs` trial slots; its wall, search span, trial walls and speeds."""
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", *SWEEP, *space,
+            f"hydra.sweeper.n_jobs={n_jobs}", f"hydra.launcher.n_jobs={n_jobs}",
+            f"hydra.sweeper.study_name={name}", f"hydra.sweep.dir={workdir / name}"]  # fmt: skip
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep {name} failed (exit {proc.returncode}); see {workdir}/{name}.log")
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps/optuna.db'}")
+    trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    span = max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)
+    return {
+        "n_jobs": n_jobs,
+        "trials": len(trials),
+        "wall_s": wall,
+        "search_s": span.total_seconds(),
+        "trial_s": sum(t.user_attrs["wall_s"] for t in trials),
+        "tokens_per_s": statistics.median(t.value for t in trials),
+    }
+
+
+def ratio_line(label: str, pairs: list[tuple[dict, dict]], key: str) -> str:
+    ratios = [two[key] / one[key] for one, two in pairs]
+    return (f"{label:<28} {statistics.median(ratios):.2f}x "
+            f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=2, help="interleaved 1-slot/2-slot pairs")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="runtime.threads=1 in every trial (no thread knob)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_workers_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    pairs: list[tuple[dict, dict]] = []
+    for p in range(args.pairs):
+        order = (1, 2) if p % 2 == 0 else (2, 1)  # alternate which goes first
+        runs = {}
+        for n_jobs in order:
+            space = ONE_THREAD if args.one_thread else (SPACE,)
+            runs[n_jobs] = run(workdir, f"pair{p}-jobs{n_jobs}", n_jobs, space)
+            r = runs[n_jobs]
+            log.info("pair %d, %d slot(s): %d trials, sweep %.1f s, search %.1f s, trials %.1f s, "
+                     "median %.0f tokens/s", p, n_jobs, r["trials"], r["wall_s"], r["search_s"],
+                     r["trial_s"], r["tokens_per_s"])  # fmt: skip
+        pairs.append((runs[1], runs[2]))
+    rows = [
+        [str(p), str(r["n_jobs"]), str(r["trials"]), f"{r['wall_s']:.1f}", f"{r['search_s']:.1f}",
+         f"{r['trial_s']:.1f}", f"{r['tokens_per_s']:.0f}"]
+        for p, pair in enumerate(pairs) for r in pair
+    ]  # fmt: skip
+    print(format_table(["pair", "slots", "trials", "sweep s", "search s", "sum of trial s",
+                        "median tokens/s"], rows))  # fmt: skip
+    print(ratio_line("sweep wall, 2 / 1 slots", pairs, "wall_s"))
+    print(ratio_line("search span, 2 / 1 slots", pairs, "search_s"))
+    print(ratio_line("sum of trial walls, 2 / 1", pairs, "trial_s"))
+    print(ratio_line("median tokens/s, 2 / 1", pairs, "tokens_per_s"))
+    print(f"logs and sweep dirs: {workdir}")
+
+
+if __name__ == "__main__":
+    main()
