@@ -4,9 +4,10 @@ With a handful of trials over a few dozen points, a model-based sampler often me
 around the best one without the best itself: in scripts/bench_sweep.py, 8 TPE trials over the
 24-point grid space missed micro-batch 16 at the winner's other settings in 2 of 3 runs, though
 they measured micro-batch 8 and 32 there. So the last `hydra.sweeper.polish_trials` of the budget
-go to a local step: the best trial's neighbours (one knob moved one step along an ordered knob,
-or to another value of an unordered one), queued in the study (`enqueue_trial`) so the sampler
-runs them next. When a neighbour wins, the next polish step starts from it.
+go to a local step: the neighbours of the best few trials (one knob moved one step along an
+ordered knob, or to another value of an unordered one), taken in turn by rank and queued in the
+study (`enqueue_trial`) so the sampler runs them next. When a neighbour climbs to the top, the
+next polish step starts from it too.
 
 Pure: the caller filters the points through the space's constraints and queues them.
 """
@@ -54,4 +55,14 @@ def neighbours(searched: tuple[Param, ...], incumbent: dict[str, Any], *,
         if key not in keys:
             keys.add(key)
             out.append(point)
+    return out
+
+
+def interleave(lists: list[list[Any]], owners: list[Any]) -> list[tuple[Any, Any]]:
+    """The items of `lists` taken in turn, first of each, then second of each, ..., each with
+    the owner of its list: [[a1, a2], [b1]] -> (a1, A), (b1, B), (a2, A)."""
+    out = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        out += [(items[i], owner) for items, owner in zip(lists, owners, strict=True)
+                if i < len(items)]  # fmt: skip
     return out

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import optuna
+from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from sweeper import report
@@ -24,7 +25,7 @@ from sweeper.memory import OutOfMemory
 from sweeper.metrics import summary_metrics
 from sweeper.objective import objective_value
 from sweeper.owner import owner_tag
-from sweeper.polish import neighbours, point_key
+from sweeper.polish import interleave, neighbours, point_key
 from sweeper.study import (
     DUPLICATE_ATTR,
     OWNER_ATTR,
@@ -32,6 +33,7 @@ from sweeper.study import (
     find_running_twin,
     find_twin,
     heartbeats,
+    is_own_outcome,
     planned_params,
     trial_id,
 )
@@ -43,6 +45,9 @@ MAX_DUPLICATE_STREAK = 25
 # a sampler that proposes points being measured right now this many times in a row waits for a
 # running trial to end (its outcome may move the sampler elsewhere) before it is asked again
 RUNNING_TWIN_TRIES = 5
+# the polish step starts from this many of the best trials: one measurement each, so on a noisy
+# machine the best few are indistinguishable and the true optimum may neighbour any of them
+POLISH_PARENTS = 3
 HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.heartbeat_interval_s)
 
 
@@ -55,7 +60,7 @@ class Search:
         self.streak = 0  # points in a row that ran nothing (excluded or duplicates)
         self.exhausted = False  # the streak reached MAX_DUPLICATE_STREAK (and was said)
         self.twins_running = 0  # points in a row proposed while their twin was measured
-        self.polished: set[int] = set()  # best trials whose neighbours were queued
+        self.width = 1  # trials running at once (run() sets it from n_jobs and the launcher)
         self.real_s = real_trial_s(ctx.space, ctx.settings)
 
     def run(self) -> None:
@@ -64,7 +69,7 @@ class Search:
         Launches run in worker threads only where the launcher runs each job in a process of
         its own (joblib, submitit); with Hydra's basic launcher one trial runs at a time here,
         in this thread. Asking and telling stay in this thread."""
-        width = self.ctx.settings.n_jobs if self.ctx.jobs.parallel else 1
+        self.width = width = self.ctx.settings.n_jobs if self.ctx.jobs.parallel else 1
         running: dict[int, tuple[optuna.Trial, int]] = {}  # trial number -> (trial, slot)
         beating: list[optuna.Trial] = []  # the trials whose jobs run now
         free = list(range(width))
@@ -120,7 +125,8 @@ class Search:
 
     def _may_launch(self) -> bool:
         """Whether another trial may start: budget left (trials running here and on other
-        workers count), the failure rate not exceeded, the space not exhausted."""
+        workers count), the failure rate not exceeded, the space not exhausted. Near the end of
+        the budget it first queues the polish trials, so the next ask runs them."""
         if self.streak >= MAX_DUPLICATE_STREAK:
             if self.exhausted:
                 return False  # said once already
@@ -140,32 +146,38 @@ class Search:
         return True
 
     def _polish(self, fit: int) -> None:
-        """Once the trials that still fit are down to the polish size, queue the best trial's
-        unmeasured one-knob neighbours (at most `fit`), once per best trial: a neighbour that
-        wins is polished around in turn (sweeper/polish.py)."""
+        """Once the trials that still fit are down to the polish size, queue unmeasured one-knob
+        neighbours of the best `POLISH_PARENTS` trials, taken in turn by rank (one sample each
+        cannot tell the best few apart on a noisy machine). One per free slot at a time: each
+        polish trial starts from the ranking the previous ones left, so a neighbour that
+        climbs to the top is polished around next (sweeper/polish.py)."""
         size = self.ctx.settings.polish
-        if size <= 0 or fit > size or fit <= 0:
+        if size <= 0 or not 0 < fit <= size:
             return
         study = self.ctx.study
-        try:
-            best = study.best_trial
-        except ValueError:  # nothing complete yet
+        trials = study.get_trials(deepcopy=False)
+        room = min(fit, self.width) - sum(t.state == TrialState.WAITING for t in trials)
+        if room <= 0:
             return
-        if best.number in self.polished:
-            return
-        self.polished.add(best.number)
-        seen = {point_key(planned_params(t)) for t in study.get_trials(deepcopy=False)}
-        queued = []
-        for point in neighbours(self.ctx.space.searched, best.params, seen=seen):
-            if len(queued) >= fit:
+        ranked = sorted(
+            (t for t in trials if t.state == TrialState.COMPLETE and is_own_outcome(t)),
+            key=lambda t: t.value, reverse=study.direction == StudyDirection.MAXIMIZE,
+        )[:POLISH_PARENTS]  # fmt: skip
+        seen = {point_key(planned_params(t)) for t in trials}
+        lists = [neighbours(self.ctx.space.searched, t.params, seen=seen) for t in ranked]
+        queued: list[str] = []
+        for point, parent in interleave(lists, ranked):
+            if len(queued) >= room:
                 break
-            if self.ctx.space.check(point) is None:
-                study.enqueue_trial(point, user_attrs={POLISH_ATTR: best.number})
-                queued.append(point)
+            key = point_key(point)
+            if key in seen or self.ctx.space.check(point) is not None:
+                continue
+            seen.add(key)
+            study.enqueue_trial(point, user_attrs={POLISH_ATTR: parent.number})
+            queued.append(f"trial {parent.number} with {self._changed(parent.params, point)}")
         if queued:
-            log.info("polish: %d trial(s) left; measuring %d unmeasured neighbour(s) of the best "
-                     "trial %d: %s", fit, len(queued), best.number,
-                     "; ".join(self._changed(best.params, p) for p in queued))  # fmt: skip
+            log.info("polish (%d trial(s) left): the best trials' unmeasured neighbours: %s",
+                     fit, "; ".join(queued))  # fmt: skip
 
     @staticmethod
     def _changed(base: dict, point: dict) -> str:

@@ -93,3 +93,20 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def sigkill_after_checkpoint(args: Sequence[str], *, checkpoint: Path, cwd: Path) -> None:
+    """Start `python -m train <args>`, SIGKILL it as soon as `checkpoint` exists (a production
+    run killed mid-run, after that save), and wait for it to die."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+    proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, f"no {checkpoint.name} within 120 s"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tests.conftest import PROJECT_DIR, fast_overrides, run_cli
+from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
 from train.data.dataset import TokenBatches, open_tokens
 from train.measure.meters import PhaseClock
 from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
@@ -251,15 +250,7 @@ def test_a_two_process_run_killed_with_sigkill_resumes_with_no_step_lost_or_repe
 
     ck, killed = tmp_path / "ck", tmp_path / "killed"
     argv = _train_argv(synthetic_dir, ck, killed, *two, "checkpoint.slow_write_s=0.4")
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
-    agent = subprocess.Popen([sys.executable, "-m", "train", *argv], cwd=tmp_path, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not checkpoint_path(ck, 10).exists() and agent.poll() is None:
-        assert time.monotonic() < deadline, "no step-10 checkpoint within 120 s"
-        time.sleep(0.05)
-    os.kill(agent.pid, signal.SIGKILL)
-    assert agent.wait(timeout=30) == -signal.SIGKILL
+    sigkill_after_checkpoint(argv, checkpoint=checkpoint_path(ck, 10), cwd=tmp_path)  # the agent
     deadline = time.monotonic() + 10
     while processes_mentioning(str(killed)) and time.monotonic() < deadline:
         time.sleep(0.1)  # the ranks die with their launcher (parent-death signal)

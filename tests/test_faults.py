@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +24,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-from tests.conftest import PROJECT_DIR, fast_overrides, run_cli
+from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
 from tests.sweep_helpers import finished_sweep, sweep_dirs
 from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
 
@@ -117,15 +114,7 @@ def test_sigkill_mid_run_resumes_with_no_step_lost_or_repeated(
         # a slow disk stretches the run so the kill lands mid-run, after the step-10 save
         argv = _argv(synthetic_dir, ck, tmp_path / "killed", "train.max_steps=40",
                      "checkpoint.slow_write_s=0.4")  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
-        proc = subprocess.Popen([sys.executable, "-m", "train", *argv], cwd=tmp_path, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + 120
-        while not checkpoint_path(ck, 10).exists() and proc.poll() is None:
-            assert time.monotonic() < deadline, "no step-10 checkpoint within 120 s"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
+        sigkill_after_checkpoint(argv, checkpoint=checkpoint_path(ck, 10), cwd=tmp_path)
         kept = latest_checkpoint(ck)
         assert kept is not None
         start = read_header(kept)["step"]
