@@ -265,3 +265,19 @@ def test_failed_result() -> None:
 def test_every_verdict_is_covered_by_a_test_above() -> None:
     assert set(VERDICTS) == {"failed", "data-bound", "checkpoint-bound", "comms-bound",
                              "compile-dominated", "host-bound", "compute-bound"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "fix"),
+    [
+        ("none", "runtime.compile=default"),
+        ("default", "runtime.compile=max-autotune-no-cudagraphs"),
+        ("reduce-overhead", "runtime.compile=max-autotune-no-cudagraphs"),
+        ("max-autotune-no-cudagraphs", "faster kernels (fused attention, hand-written kernels)"),
+        ("max-autotune", "faster kernels (fused attention, hand-written kernels)"),
+    ],
+)
+def test_a_compute_bound_fix_never_names_the_compile_mode_the_config_has(mode, fix) -> None:
+    fixes = [f.fix for f in diagnose(make(**{"config.runtime.compile": mode})).fixes]
+    assert fix in fixes
+    assert f"runtime.compile={mode}" not in " ".join(fixes)

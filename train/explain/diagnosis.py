@@ -348,9 +348,13 @@ def _compute_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
                          "larger matmuls run nearer the ceiling (memory permitting); " + basis))
     if result.get("attention_backend") == "math" and f.device_type == "cuda":
         fixes.append(Fix("runtime.attention=flash", headroom, basis))
-    if (rt.get("compile") or "none") != "none":
-        fixes.append(Fix("faster kernels (runtime.compile=max-autotune-no-cudagraphs, fused "
-                         "attention)", headroom, basis))
+    compile_mode = rt.get("compile") or "none"
+    if compile_mode in ("default", "reduce-overhead"):
+        fixes.append(Fix("runtime.compile=max-autotune-no-cudagraphs", headroom,
+                         "autotuned matmul and fused kernels; " + basis))
+    elif compile_mode != "none":  # already autotuned: what is left is not a knob here
+        fixes.append(Fix("faster kernels (fused attention, hand-written kernels)", headroom,
+                         f"runtime.compile={compile_mode} already autotunes; " + basis))
     spec = f"{mfu['spec']:.0%} MFU" if mfu.get("spec") is not None else "no spec MFU (no peak)"
     return (f"compute-bound: forward/backward is {c:.0%} of the step at {spec}"
             + (f", {f.efficiency:.0%} of the matmul ceiling" if f.efficiency else "")), fixes
