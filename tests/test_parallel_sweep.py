@@ -4,6 +4,9 @@ for real on this CPU, and the Slurm example config as Hydra composes it."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,10 +25,10 @@ from sweeper.prepare import flatten
 from sweeper.search import Search
 from sweeper.settings import SweepSettings
 from sweeper.space import parse_space
-from sweeper.study import DUPLICATE_ATTR, make_storage
+from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR, make_storage
 from sweeper.tracking import NullTracker
 from tests.conftest import CONF_DIR, compose_dictconfig
-from tests.sweep_helpers import finished_sweep, run_sweep, sweep_dirs
+from tests.sweep_helpers import finished_sweep, load_study, run_sweep, sweep_argv, sweep_dirs
 
 # ---- the launcher rules (pure) ------------------------------------------------------------------
 
@@ -180,3 +183,60 @@ def test_the_slurm_example_config_composes_for_a_two_gpu_trial() -> None:
     assert launcher.array_parallelism == 4  # as many Slurm jobs at once as sweep slots
     assert launcher.submitit_folder.endswith(".submitit/%j")
     assert (launcher.cpus_per_task, launcher.timeout_min) == (16, 60)
+
+
+def _processes_under(folder: Path) -> list[int]:
+    """Pids of live processes whose command line names `folder` (a sweep's own trials)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split()[2]
+        except (OSError, IndexError):
+            continue
+        if str(folder) in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_running_slot_and_records_each_trial(tmp_path: Path) -> None:
+    """Ctrl-C while two joblib slots run: both trials are recorded as interrupted and queued
+    again, the sweep exits 130 with its resume line, and no trial process is left running."""
+    long_trials = ("trial.max_steps=400", "trial.min_steps=400", "trial.max_seconds=60")
+    argv = sweep_argv(*SMOKE, "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
+                      "hydra.sweeper.n_trials=4", "hydra.sweeper.study_name=stop2",
+                      *long_trials)  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        # two job folders with their trial's config: both slots are running (the study is
+        # read only afterwards: opening it while the sweep creates its tables races with it)
+        deadline = time.monotonic() + 300
+        while len(list(tmp_path.glob("multirun/*/*/*/trial_config.yaml"))) < 2:
+            if proc.poll() is not None:
+                pytest.fail(f"the sweep ended before two trials ran: {proc.stdout.read()[-3000:]}")
+            assert time.monotonic() < deadline, "never two trials at once"
+            time.sleep(0.2)
+        time.sleep(3)  # inside both trials
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, out[-3000:]
+    assert sum("resume with:" in line for line in out.splitlines()) == 1, out[-3000:]
+    study = load_study(tmp_path, "stop2")
+    stopped = [t for t in study.trials if t.user_attrs.get("failure_kind") == "interrupted"]
+    assert len(stopped) == 2  # both slots' trials
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    queued = [t for t in study.trials if t.user_attrs.get(REQUEUED_ATTR) is not None]
+    assert sorted(t.user_attrs[REQUEUED_ATTR] for t in queued) == sorted(t.number for t in stopped)
+    deadline = time.monotonic() + 15
+    while _processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)  # joblib's workers are killed; their trials die with them
+    assert _processes_under(tmp_path) == []
