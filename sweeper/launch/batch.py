@@ -114,8 +114,9 @@ class JobLauncher:
     def abort(self) -> None:
         """Stop the jobs running in other processes (Ctrl-C, SIGTERM): joblib's loky workers are
         killed, and every trial they started dies with them (its parent-death signal). The basic
-        launcher's trials are this process's children (sweeper/launch/runner.kill_all_children);
-        submitit's are cancelled by its own watcher when this process exits."""
+        launcher's trials are this process's children (sweeper/launch/runner.kill_all_children).
+        submitit's jobs are not stopped: a Slurm job runs on to its time limit unless cancelled
+        (`scancel`); the study records its trial as interrupted and queues the point again."""
         if type(self.launcher).__name__ == "JoblibLauncher":
             from joblib.externals.loky import get_reusable_executor
 
