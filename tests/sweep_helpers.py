@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -47,3 +48,34 @@ def load_study(cwd: Path, name: str) -> optuna.Study:
 
 def sweep_dirs(cwd: Path) -> list[Path]:
     return sorted(p for p in (cwd / "multirun").glob("*/*") if p.is_dir())
+
+
+def interrupt_sweep(
+    cwd: Path, argv: list[str], *, sig: int, ready: Callable[[], bool], settle_s: float
+) -> tuple[int, str]:
+    """Start the sweep `argv` in its own session (a signal reaches it as a terminal's Ctrl-C
+    would), wait until `ready()`, let it run `settle_s` more, send `sig`, and return its exit
+    code and output; whatever is left of it is killed."""
+    import signal
+    import time
+
+    import pytest
+
+    proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(f"the sweep ended before it was ready: {proc.stdout.read()[-3000:]}")
+            assert time.monotonic() < deadline, "the sweep never got ready"
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out

@@ -4,11 +4,9 @@ traceback."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
-import time
 
 import mlflow
 import pytest
@@ -16,7 +14,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from sweeper.study import REQUEUED_ATTR
-from tests.sweep_helpers import load_study, sweep_argv
+from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
 
 OVERRIDES = [
     "search=smoke",
@@ -27,49 +25,25 @@ OVERRIDES = [
 ]
 
 
-def _wait_for_a_running_trial(proc: subprocess.Popen, cwd) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-        if not (cwd / "sweeps" / "optuna.db").exists():
-            continue
-        try:
-            states = [t.state for t in load_study(cwd, "stop").trials]
-        except KeyError:  # the study is not created yet
-            continue
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
-            continue  # the sweep is creating the tables right now
-        if states and states[-1] == TrialState.RUNNING:
-            return
-    pytest.fail("the sweep never reached a running trial")
+def _a_trial_runs(cwd) -> bool:
+    if not (cwd / "sweeps" / "optuna.db").exists():
+        return False
+    try:
+        states = [t.state for t in load_study(cwd, "stop").trials]
+    except KeyError:  # the study is not created yet
+        return False
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+        return False  # the sweep is creating the tables right now
+    return bool(states) and states[-1] == TrialState.RUNNING
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stopped_sweep_records_the_trial_closes_its_run_and_says_how_to_resume(
     tmp_path, sig
 ) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # its own session: a signal reaches the sweep as a terminal's Ctrl-C would, not a shell's job
-    proc = subprocess.Popen(
-        sweep_argv(*OVERRIDES),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _wait_for_a_running_trial(proc, tmp_path)
-        time.sleep(2)  # inside the running trial
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-    assert proc.returncode == 130, out[-3000:]
+    code, out = interrupt_sweep(tmp_path, sweep_argv(*OVERRIDES), sig=sig,
+                                ready=lambda: _a_trial_runs(tmp_path), settle_s=2)  # fmt: skip
+    assert code == 130, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     hints = [line for line in out.splitlines() if "resume with:" in line]
     assert len(hints) == 1, out[-3000:]

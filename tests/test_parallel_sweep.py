@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -28,7 +27,14 @@ from sweeper.space import parse_space
 from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR, make_storage
 from sweeper.tracking import NullTracker
 from tests.conftest import CONF_DIR, compose_dictconfig
-from tests.sweep_helpers import finished_sweep, load_study, run_sweep, sweep_argv, sweep_dirs
+from tests.sweep_helpers import (
+    finished_sweep,
+    interrupt_sweep,
+    load_study,
+    run_sweep,
+    sweep_argv,
+    sweep_dirs,
+)
 
 # ---- the launcher rules (pure) ------------------------------------------------------------------
 
@@ -209,26 +215,13 @@ def test_ctrl_c_stops_every_running_slot_and_records_each_trial(tmp_path: Path) 
     argv = sweep_argv(*SMOKE, "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
                       "hydra.sweeper.n_trials=4", "hydra.sweeper.study_name=stop2",
                       *long_trials)  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        # two job folders with their trial's config: both slots are running (the study is
-        # read only afterwards: opening it while the sweep creates its tables races with it)
-        deadline = time.monotonic() + 300
-        while len(list(tmp_path.glob("multirun/*/*/*/trial_config.yaml"))) < 2:
-            if proc.poll() is not None:
-                pytest.fail(f"the sweep ended before two trials ran: {proc.stdout.read()[-3000:]}")
-            assert time.monotonic() < deadline, "never two trials at once"
-            time.sleep(0.2)
-        time.sleep(3)  # inside both trials
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 130, out[-3000:]
+    # two job folders with their trial's config: both slots are running (the study is read
+    # only afterwards: opening it while the sweep creates its tables races with it)
+    code, out = interrupt_sweep(
+        tmp_path, argv, sig=signal.SIGINT, settle_s=3,
+        ready=lambda: len(list(tmp_path.glob("multirun/*/*/*/trial_config.yaml"))) >= 2,
+    )  # fmt: skip
+    assert code == 130, out[-3000:]
     assert sum("resume with:" in line for line in out.splitlines()) == 1, out[-3000:]
     study = load_study(tmp_path, "stop2")
     stopped = [t for t in study.trials if t.user_attrs.get("failure_kind") == "interrupted"]
