@@ -44,10 +44,9 @@ from train.run.loop import (
     make_phase_clock,
     run_step,
 )
-from train.run.torchrun import launch, needs_launch, root_failure
+from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 
 log = logging.getLogger("train")
-LAUNCH_CONFIG = "launch_config"  # the composed config every rank of a data-parallel run loads
 
 
 def checkpoint_step(path: Path) -> int:

@@ -17,8 +17,7 @@ trainer charges the rest of the backward to the `comms` phase (train/measure/met
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -173,13 +172,3 @@ def from_main(value: float, rank: Rank, device: torch.device) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.broadcast(t, src=0)
     return float(t.item())
-
-
-@contextmanager
-def process_group(rank: Rank, *, device: torch.device, timeout_s: float) -> Iterator[None]:
-    """Joined for the block, left after it (also on an error)."""
-    init_process_group(rank, device=device, timeout_s=timeout_s)
-    try:
-        yield
-    finally:
-        destroy_process_group()

@@ -24,6 +24,8 @@ from train.proc.deathsig import die_with_parent, libc_prctl
 log = logging.getLogger(__name__)
 
 AGENT_PID_ENV = "THROUGHPUT_AGENT_PID"  # set by `launch` for its ranks
+# the composed config every rank of a data-parallel trial or run loads (<name>.yaml)
+LAUNCH_CONFIG = "launch_config"
 
 
 def under_torchrun(env: Mapping[str, str] | None = None) -> bool:

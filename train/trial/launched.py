@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config
 from train.run.loop import check_data
-from train.run.torchrun import RankExit, launch, root_failure
+from train.run.torchrun import LAUNCH_CONFIG, RankExit, launch, root_failure
 from train.trial.result import (
     Failure,
     ResultError,
@@ -29,7 +29,6 @@ from train.trial.result import (
 
 log = logging.getLogger(__name__)
 
-LAUNCH_CONFIG = "launch_config.yaml"
 TIMEOUT_HINT = (
     "a collective waited longer than ddp.timeout_s={timeout:g} s: another rank hung or died "
     "(raise ddp.timeout_s only if a step can really take that long)"
@@ -46,7 +45,7 @@ def pin_for_ranks(dcfg: DictConfig, out: Path) -> Path:
     doc = OmegaConf.to_container(dcfg, resolve=True)
     assert isinstance(doc, dict)
     doc["trial"]["out"] = str(out)
-    path = out.parent / LAUNCH_CONFIG
+    path = out.parent / f"{LAUNCH_CONFIG}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(doc), path)
     return path
