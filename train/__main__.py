@@ -89,9 +89,12 @@ def run(cfg: Config) -> dict:
     if not s.rank.main:  # rank 0 says it; the others only warn
         log.setLevel(logging.WARNING)
     try:
-        return _train(cfg, s, latest=latest, start=start)
-    finally:
+        summary = _train(cfg, s, latest=latest, start=start)
+    except BaseException:
         close_session(s)  # also on a failed step: an in-flight async write completes
+        raise
+    close_session(s, finished=True)
+    return summary
 
 
 def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:

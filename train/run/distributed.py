@@ -81,6 +81,12 @@ def init_process_group(rank: Rank, *, device: torch.device, timeout_s: float) ->
     )
 
 
+def barrier(rank: Rank) -> None:
+    """Every rank waits here until all have arrived (nothing to wait for in one process)."""
+    if rank.world > 1 and dist.is_initialized():
+        dist.barrier()
+
+
 def destroy_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

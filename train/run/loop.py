@@ -30,6 +30,7 @@ from train.run.checkpoint import Checkpointer, rng_state
 from train.run.distributed import (
     ExposedComms,
     Rank,
+    barrier,
     current_rank,
     destroy_process_group,
     init_process_group,
@@ -122,11 +123,17 @@ def cpu_threads(requested: int, rank: Rank, *, device_type: str) -> int:
     return max(1, len(os.sched_getaffinity(0)) // rank.world)
 
 
-def close_session(s: Session) -> None:
-    """Stop the batch thread, finish the checkpoint writer, leave the process group."""
+def close_session(s: Session, *, finished: bool = False) -> None:
+    """Stop the batch thread, finish the checkpoint writer, leave the process group. A rank
+    that `finished` its run first waits for the others (a barrier): one leaving the group while
+    a peer still works (rank 0's last save) can abort gloo's teardown ("terminate called without
+    an active exception", seen once in CI). After a failure there is no barrier: a dead peer
+    would hold it until ddp.timeout_s."""
     try:
         s.batches.close()
         s.checkpointer.close()  # also on a failed step: an in-flight async write completes
+        if finished:
+            barrier(s.rank)
     finally:
         destroy_process_group()
 

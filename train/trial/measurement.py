@@ -263,6 +263,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         out_path = rank_out(out_path, rank.rank)
     progress = ProgressFile(cfg.trial.progress_file if rank.main else "")
     heartbeat = Heartbeat(progress).start()
+    finished = False  # the measurement ran to its end on this rank
     try:
         # A private sub-directory of the checkpoint target, removed afterwards: the trial measures
         # the write, it does not keep multi-GB files.
@@ -291,6 +292,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             trace=trace,
             wall_s=time.time() - started,
         )
+        finished = True
     except Exception as exc:
         failure: Failure = classify(exc, during_setup=s is None)
         log.error("trial failed (%s): %s", failure["kind"], failure["message"])
@@ -307,7 +309,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         heartbeat.stop()
         if s is not None:
             try:
-                close_session(s)
+                close_session(s, finished=finished)
             except Exception as exc:
                 log.warning("checkpoint writer closed with an error: %s", exc)
         if scratch is not None and scratch.exists():
