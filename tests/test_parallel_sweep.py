@@ -106,7 +106,11 @@ def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) 
     lrs = ", ".join(f"{k}e-4" for k in range(1, 13))
     space = parse_space({"optim.lr": f"choice({lrs})"}, ctx)
     storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
-    study = optuna.create_study(direction="maximize", storage=storage)
+    study = optuna.create_study(
+        direction="maximize",
+        storage=storage,
+        sampler=optuna.samplers.RandomSampler(seed=settings.seed),
+    )
     slots = TimedSlots(first_s=3.0, rest_s=0.2)
     sweep = SweepContext(study=study, space=space, settings=settings, budget=Budget(settings),
                          tracker=NullTracker(), jobs=slots, fixed=[],
