@@ -7,8 +7,9 @@ point, no pruning), once with TPE + the median pruner and a smaller trial budget
 two Optuna studies and the trials' result files:
   (a) the gap between the sweep's winner and the grid's best, both as measured by the grid, so
       measurement noise does not blur whether the search found the best configuration; then
-      both configs re-measured `--remeasure` times interleaved, since one grid sample per point
-      is a single draw of the machine's noise;
+      both configs re-measured in `--remeasure` interleaved pairs of fresh processes, since one
+      grid sample per point is a single draw of the machine's noise: the gap is 1 - the geometric
+      mean of the per-pair ratios, with its 95% interval;
   (b) the sweep's trial time as a fraction of the grid's, in the search and with verification;
   (c) orchestration overhead (process start, imports, model build, logging: wall time not spent in
       warm-up or measured steps) as a fraction of the sweep's wall time.
@@ -32,6 +33,8 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
+from sweeper.race import paired  # noqa: E402
+from sweeper.race_stats import compare  # noqa: E402
 from train.trial.result import TrialResult, read_result  # noqa: E402
 
 log = logging.getLogger("bench_sweep")
@@ -123,6 +126,7 @@ def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> 
     return {
         "grid_points": len(grid.trials),
         "grid_best_job_dir": grid_best.user_attrs["job_dir"],
+        "grid_best_params": grid_best.params,
         "winner_job_dir": winner.user_attrs["job_dir"],
         "grid_best_tokens_per_s": best_grid,
         "sweep_trials": states,
@@ -143,16 +147,20 @@ def summarize(workdir: Path, grid_name: str, tpe_name: str, tpe_wall: float) -> 
     }
 
 
-def remeasure(workdir: Path, job_dirs: dict[str, Path], repeats: int) -> dict[str, list[float]]:
-    """Re-run each named config (its pinned trial_config.yaml) `repeats` times, interleaved A B A B
-    so drift hits both alike; returns tokens/s per name."""
-    out: dict[str, list[float]] = {name: [] for name in job_dirs}
-    for i in range(repeats):
-        for name, job_dir in job_dirs.items():
+def remeasure(
+    workdir: Path, job_dirs: dict[str, Path], pairs: int
+) -> dict[str, list[float | None]]:
+    """Re-run each named config (its pinned trial_config.yaml) once per pair, in fresh processes,
+    the order alternating A B, B A, ... so drift hits both sides alike; returns tokens/s per name
+    and pair (None where a run failed)."""
+    out: dict[str, list[float | None]] = {name: [] for name in job_dirs}
+    names = list(job_dirs)
+    for i in range(pairs):
+        for name in names if i % 2 == 0 else names[::-1]:
             res = workdir / "remeasure" / f"{name}-{i}.json"
             argv = [
                 sys.executable, "-m", "train.trial",
-                "--config-path", str(job_dir), "--config-name", "trial_config",
+                "--config-path", str(job_dirs[name]), "--config-name", "trial_config",
                 f"hydra.run.dir={workdir / 'remeasure' / f'{name}-{i}'}",
                 f"trial.out={res}", "trial.study_storage=", "trial.progress_file=",
             ]  # fmt: skip
@@ -161,7 +169,24 @@ def remeasure(workdir: Path, job_dirs: dict[str, Path], repeats: int) -> dict[st
             if result is not None and result["status"] == "complete":
                 out[name].append(result["tokens_per_s"])
             else:
+                out[name].append(None)
                 log.warning("re-measuring %s (run %d) failed; see %s", name, i, res.parent)
+    return out
+
+
+def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
+    """The winner's gap to the grid's best from the paired runs: 1 - the geometric mean of the
+    per-pair ratios, with its 95% interval (the race's own paired test), beside the gap of the
+    two medians (which ignores the pairing)."""
+    w, g = paired(again["winner"], again["grid-best"])
+    out: dict = {"pairs": len(w)}
+    if len(w) >= 2:
+        c = compare(w, g, confidence=0.95, margin=GOALS["gap"])
+        out |= {"gap": 1.0 - c.ratio, "gap_low": 1.0 - c.high, "gap_high": 1.0 - c.low,
+                "ratios": [x / y for x, y in zip(w, g, strict=True)],
+                "median_gap": 1.0 - statistics.median(w) / statistics.median(g),
+                "cv": {k: statistics.stdev(v) / statistics.fmean(v)
+                       for k, v in (("winner", w), ("grid-best", g))}}  # fmt: skip
     return out
 
 
@@ -173,7 +198,10 @@ def main() -> None:
     ap.add_argument("--tpe-trials", type=int, default=8)
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for both sweeps")
     ap.add_argument(
-        "--remeasure", type=int, default=3, help="re-runs of grid best and winner (0: skip)"
+        "--remeasure",
+        type=int,
+        default=12,
+        help="interleaved pairs of re-runs of grid best and winner (0: skip)",
     )
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
@@ -227,7 +255,10 @@ def main() -> None:
         f"{r['measured_work_s']:.0f} s; median trial process {r['median_trial_wall_s']:.1f} s "
         f"for {r['median_trial_measured_s']:.1f} s of measured work"
     )
-    if args.remeasure and r["winner_job_dir"] != r["grid_best_job_dir"]:
+    same = key(r["winner_params"]) == key(r["grid_best_params"])
+    if same:
+        print("(a) re-measured: not needed, the winner is the grid's best config itself (gap 0)")
+    elif args.remeasure:
         # One sample per grid point is one draw of this machine's noise: re-measure the two
         # configs side by side to see whether the gap is real.
         again = remeasure(
@@ -235,20 +266,24 @@ def main() -> None:
             {"grid-best": Path(r["grid_best_job_dir"]), "winner": Path(r["winner_job_dir"])},
             args.remeasure,
         )
-        med = {k: statistics.median(v) for k, v in again.items() if v}
-        cv = {
-            k: statistics.stdev(v) / statistics.fmean(v) if len(v) > 1 else float("nan")
-            for k, v in again.items()
-        }
-        r["remeasured"] = {"tokens_per_s": again, "median": med, "cv": cv}
-        if len(med) == 2:
-            gap = 1.0 - med["winner"] / med["grid-best"]
-            r["remeasured"]["gap"] = gap
+        gap = remeasured_gap(again)
+        r["remeasured"] = {"tokens_per_s": again, **gap}
+        if "gap" in gap:
+            ratios = " ".join(f"{x:.3f}" for x in gap["ratios"])
             print(
-                f"(a) re-measured {args.remeasure}x interleaved: grid best "
-                f"{med['grid-best']:,.0f} tokens/s (CV {100 * cv['grid-best']:.1f}%), winner "
-                f"{med['winner']:,.0f} (CV {100 * cv['winner']:.1f}%): gap {100 * gap:.1f}%  "
-                f"goal <= 3%  {'PASS' if gap <= GOALS['gap'] else 'FAIL'}"
+                f"(a) re-measured, {gap['pairs']} interleaved pairs (winner / grid best): {ratios}"
+            )
+            print(
+                f"(a) re-measured gap {100 * gap['gap']:.1f}% "
+                f"(95% CI {100 * gap['gap_low']:.1f}% to {100 * gap['gap_high']:.1f}%; "
+                f"gap of the medians {100 * gap['median_gap']:.1f}%, "
+                f"CV winner {100 * gap['cv']['winner']:.1f}%, grid best "
+                f"{100 * gap['cv']['grid-best']:.1f}%)  goal <= 3%  "
+                f"{'PASS' if gap['gap'] <= GOALS['gap'] else 'FAIL'}"
+            )
+        else:
+            print(
+                f"(a) re-measured: only {gap['pairs']} pair(s) completed; see {workdir}/remeasure"
             )
     (workdir / "bench_sweep.json").write_text(json.dumps(r, indent=2, default=str))
 
