@@ -205,6 +205,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    if (workdir / "sweeps" / "optuna.db").exists():
+        # the sweeps would resume their finished studies and time nothing
+        raise SystemExit(f"--workdir {workdir} holds an earlier benchmark: pass a new directory")
     workdir.mkdir(parents=True, exist_ok=True)
     # no wall cap: the grid must be complete to be the reference
     common = [
