@@ -238,7 +238,10 @@ def main() -> None:
     )
     r = summarize(workdir, "bench-grid", "bench-tpe", tpe_wall)
     print(f"\nwork dir: {workdir}")
-    print(f"grid: {r['grid_points']} points, best {r['grid_best_tokens_per_s']:,.0f} tokens/s")
+    print(
+        f"grid: {r['grid_points']} points, best {r['grid_best_params']} "
+        f"({r['grid_best_tokens_per_s']:,.0f} tokens/s)"
+    )
     print(
         f"TPE + pruning: trials {r['sweep_trials']}, winner {r['winner_params']} "
         f"({r['winner_tokens_per_s_in_grid']:,.0f} tokens/s as measured by the grid)"
