@@ -96,11 +96,11 @@ class Budget:
             return 0
         return left
 
-    def trials_that_fit(self, study: optuna.Study, verify_estimate_s: float) -> int:
-        """How many more trials the search can still run: `trials_left`, and under a wall
-        budget no more than the time left (less the verification estimate) holds at the median
-        trial's wall. The polish step (sweeper/polish.py) starts when this reaches its size."""
-        left = self.trials_left(study, verify_estimate_s)
+    def trials_that_fit(self, study: optuna.Study, verify_estimate_s: float, *, left: int) -> int:
+        """How many more trials the search can still run: `left` (`trials_left`'s figure, which
+        the caller has), and under a wall budget no more than the time left (less the
+        verification estimate) holds at the median trial's wall. The polish step
+        (sweeper/polish.py) starts when this reaches its size."""
         wall_left, median_s = self.wall_left_s(), self.median_trial_s(study)
         if wall_left is not None and median_s:
             left = min(left, int((wall_left - verify_estimate_s) // median_s))

@@ -138,23 +138,28 @@ class Search:
             )
             return False
         reserve_s = self.ctx.budget.verify_reserve_s(self.ctx.study, self.real_s)
-        if self.ctx.budget.trials_left(self.ctx.study, reserve_s) <= 0:
+        left = self.ctx.budget.trials_left(self.ctx.study, reserve_s)
+        if left <= 0:
             return False
         if self.ctx.budget.failure_rate_exceeded(self.ctx.study):
             return False
-        self._polish(self.ctx.budget.trials_that_fit(self.ctx.study, reserve_s))
+        self._polish(left, reserve_s)
         return True
 
-    def _polish(self, fit: int) -> None:
-        """Once the trials that still fit are down to the polish size, queue unmeasured one-knob
-        neighbours of the best `POLISH_PARENTS` trials, taken in turn by rank (one sample each
-        cannot tell the best few apart on a noisy machine). One per free slot at a time: each
-        polish trial starts from the ranking the previous ones left, so a neighbour that
-        climbs to the top is polished around next (sweeper/polish.py)."""
+    def _polish(self, left: int, reserve_s: float) -> None:
+        """Once the trials that still fit (of the `left` the budget allows) are down to the
+        polish size, queue unmeasured one-knob neighbours of the best `POLISH_PARENTS` trials,
+        taken in turn by rank (one sample each cannot tell the best few apart on a noisy
+        machine). One per free slot at a time: each polish trial starts from the ranking the
+        previous ones left, so a neighbour that climbs to the top is polished around next
+        (sweeper/polish.py)."""
         size = self.ctx.settings.polish
-        if size <= 0 or not 0 < fit <= size:
+        if size <= 0:
             return
         study = self.ctx.study
+        fit = self.ctx.budget.trials_that_fit(study, reserve_s, left=left)
+        if not 0 < fit <= size:
+            return
         trials = study.get_trials(deepcopy=False)
         room = min(fit, self.width) - sum(t.state == TrialState.WAITING for t in trials)
         if room <= 0:
