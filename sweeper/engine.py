@@ -61,16 +61,17 @@ class SweepEngine:
 
     def sweep(self, arguments: list[str]) -> dict:
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
+        launcher = type(self.launcher).__name__
         # before the zygote, the study, any folder
-        check_sweep(self.settings, sweep_dir, launcher=type(self.launcher).__name__)
+        check_sweep(self.settings, sweep_dir, launcher=launcher)
         prepared = prepare(
             self.settings,
             arguments,
             hydra_context=self.hydra_context,
             config=self.config,
             sweep_dir=sweep_dir,
-            fork_trials=type(self.launcher).__name__ == "BasicLauncher",
-            launcher=type(self.launcher).__name__,
+            fork_trials=launcher == "BasicLauncher",
+            launcher=launcher,
         )
         if prepared.settings.plan:
             return print_plan(prepared)

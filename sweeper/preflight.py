@@ -140,6 +140,5 @@ def check_micro_batches(space: dict[str, Any], base: dict[str, Any]) -> None:
     raise ValueError(
         f"batch.micro_batch={','.join(map(str, values))}: no value keeps batch.tokens_per_step="
         f"{tps} at model.block_size={block}{procs}; valid micro_batch x grad_accum splits: "
-        f"{listed} "
-        f"(search micro-batches from {', '.join(str(mb) for mb, _ in splits)})"
+        f"{listed} (search micro-batches from {', '.join(str(mb) for mb, _ in splits)})"
     )

@@ -178,11 +178,10 @@ def gpu_slots_for(
     if device.device_type != "cuda" or facts is None or not kinds.local(launcher):
         return []
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), int(facts.get("device_count") or 0))
-    slots = assign_slots(gpus=gpus, n_jobs=n_jobs, nproc=nproc)
+    slots = [visible_devices(s) for s in assign_slots(gpus=gpus, n_jobs=n_jobs, nproc=nproc)]
     if n_jobs > 1 or nproc > 1:
-        log.info("GPU slots (CUDA_VISIBLE_DEVICES per running trial): %s",
-                 ", ".join(visible_devices(slot) for slot in slots))  # fmt: skip
-    return [visible_devices(slot) for slot in slots]
+        log.info("GPU slots (CUDA_VISIBLE_DEVICES per running trial): %s", ", ".join(slots))
+    return slots
 
 
 def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> SweepSettings:

@@ -8,8 +8,10 @@ exactly as `python -m train.trial` composes them, so most tests call the trainer
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -98,9 +100,6 @@ def run_cli(
 def sigkill_after_checkpoint(args: Sequence[str], *, checkpoint: Path, cwd: Path) -> None:
     """Start `python -m train <args>`, SIGKILL it as soon as `checkpoint` exists (a production
     run killed mid-run, after that save), and wait for it to die."""
-    import signal
-    import time
-
     env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
     proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip

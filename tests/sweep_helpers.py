@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # A trial of the tiny preset measured for a few steps: seconds, not minutes.
@@ -56,11 +59,6 @@ def interrupt_sweep(
     """Start the sweep `argv` in its own session (a signal reaches it as a terminal's Ctrl-C
     would), wait until `ready()`, let it run `settle_s` more, send `sig`, and return its exit
     code and output; whatever is left of it is killed."""
-    import signal
-    import time
-
-    import pytest
-
     proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip

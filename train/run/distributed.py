@@ -101,6 +101,9 @@ class ExposedComms:
     """
 
     def __init__(self) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        self._allreduce = default_hooks.allreduce_hook  # looked up once, not per bucket
         self._clock: Any = None
         self._mark: Any = None
         self.buckets = 0  # buckets seen in the armed micro-batch
@@ -110,14 +113,12 @@ class ExposedComms:
 
     def hook(self, state, bucket):
         """Mark the bucket ready, then DDP's default all-reduce (averaged over the ranks)."""
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
         if self._clock is not None:
             mark = self._clock.mark()
             if self._mark is not None:
                 self._clock.discard(self._mark)
             self._mark, self.buckets = mark, self.buckets + 1
-        return default_hooks.allreduce_hook(state, bucket)
+        return self._allreduce(state, bucket)
 
     def carve(self) -> None:
         """Charge the armed micro-batch's time after its last bucket was ready to `comms`."""
