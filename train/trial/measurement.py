@@ -44,7 +44,7 @@ from train.run.loop import (
 )
 from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.failure import classify, plant_fault
-from train.trial.launched import rank_out
+from train.trial.launched import rank_out, run_launched
 from train.trial.progress import Heartbeat, ProgressFile
 from train.trial.pruning import Reporter
 from train.trial.result import (
@@ -267,9 +267,11 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
     try:
         # A private sub-directory of the checkpoint target, removed afterwards: the trial measures
         # the write, it does not keep multi-GB files.
-        scratch = Path(cfg.checkpoint.dir).expanduser() / f"trial-{uuid.uuid4().hex[:8]}"
-        if not rank.main:
-            scratch = None  # rank 0 alone saves
+        scratch = (
+            Path(cfg.checkpoint.dir).expanduser() / f"trial-{uuid.uuid4().hex[:8]}"
+            if rank.main
+            else None  # rank 0 alone saves
+        )
         s = build_session(cfg, checkpoint_dir=str(scratch) if scratch else None)
         fingerprint = environment_fingerprint(
             device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
@@ -292,6 +294,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             trace=trace,
             wall_s=time.time() - started,
         )
+        if rank.main:  # another rank's result would only repeat rank 0's
+            write_result(result, out_path)
         finished = True
     except Exception as exc:
         failure: Failure = classify(exc, during_setup=s is None)
@@ -305,6 +309,10 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             fingerprint=fingerprint,
             wall_s=time.time() - started,
         )
+        # Written before the rank leaves the process group (close_session below): its peers then
+        # fail too ("connection closed"), and the first record written names the rank that ended
+        # a data-parallel trial (train/run/torchrun.py root_failure)
+        write_result(result, out_path)
     finally:
         heartbeat.stop()
         if s is not None:
@@ -314,8 +322,6 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
                 log.warning("checkpoint writer closed with an error: %s", exc)
         if scratch is not None and scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
-    if rank.main or result["status"] == "failed":  # another rank's result only says why it failed
-        write_result(result, out_path)
     return result
 
 
@@ -358,8 +364,6 @@ def run_composed(dcfg: DictConfig, *, base_dir: Path) -> int:
             str(exc), out=out, resolved=OmegaConf.to_container(dcfg, resolve=True)
         )
     if needs_launch(cfg.runtime.nproc):
-        from train.trial.launched import run_launched
-
         result = run_launched(cfg, dcfg, out=out)
     else:
         result = run_trial(cfg, out_path=out)
