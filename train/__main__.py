@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import shutil
 import sys
@@ -31,12 +32,12 @@ from train.run.checkpoint import (
     restore_rng_state,
 )
 from train.run.distributed import current_rank
+from train.run.finite import NonFiniteState, diverged, first_non_finite, state_tensors
 from train.run.identity import check_resume, run_identity
 from train.run.loop import (
     Session,
     build_session,
     check_data,
-    check_finite,
     close_session,
     cosine_lr,
     device_peaks,
@@ -109,6 +110,14 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
                 f"checkpoint {latest} does not fit this model ({_first_mismatch(exc)}); "
                 f"use a fresh checkpoint.dir for this run"
             ) from exc
+        bad = first_non_finite(state_tensors(s.raw_model, s.optimizer))
+        if bad is not None:
+            raise ValueError(
+                f"checkpoint {latest} holds non-finite values ({bad}): it cannot be resumed; "
+                f"move it out of {cfg.checkpoint.dir} to resume from an earlier one, or use a "
+                f"fresh checkpoint.dir"
+            )
+        s.checkpointer.last_saved = latest
         log.info("resumed from %s at step %d", latest, start)
         if "rng" in state["extra"]:
             restore_rng_state(state["extra"]["rng"], s.device)
@@ -150,7 +159,8 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
         if step % tc.log_every == 0 or step == tc.max_steps:
             now = time.perf_counter()  # run_step synchronised: the device's work is done
             loss = loss_t.item()
-            check_finite(loss, step)
+            if not math.isfinite(loss):  # a save would have stopped it; log_every got there first
+                raise diverged(step=step, loss=loss, last_good=s.checkpointer.last_saved)
             tps = s.tokens_per_step * (step - mark_step) / (now - mark_time)
             wait_frac = data_wait_s / (now - mark_time)
             record = {
@@ -220,7 +230,7 @@ def main(dcfg: DictConfig) -> None:
     except ValueError as exc:  # a user error found while building: say it, no traceback
         log.error("%s", exc)
         raise SystemExit(2) from exc
-    except CheckpointDiskFull as exc:  # one line: the path, the free space, the fix
+    except (CheckpointDiskFull, NonFiniteState) as exc:  # one line: what happened, the fix
         log.error("%s", exc)
         raise SystemExit(1) from exc
     if not current_rank().main:

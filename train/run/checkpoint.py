@@ -223,6 +223,9 @@ class Checkpointer:
         self._closed = False
         # the run's identity (train/run/identity.py), recorded in every checkpoint when set
         self.identity: dict[str, Any] | None = None
+        # the newest checkpoint this run saved (a queued async write included: close() finishes
+        # it) or resumed from: what a stop names as the last good one
+        self.last_saved: Path | None = None
 
     def due(self, step: int) -> bool:
         """True when `step` (counted from 1 after the optimizer step) should be checkpointed."""
@@ -260,6 +263,7 @@ class Checkpointer:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
             self._pending = self._executor.submit(self._write, snapshot, path, copied)
             self._pending_path = path
+        self.last_saved = path
         return time.perf_counter() - t0
 
     def wait(self) -> float:

@@ -39,6 +39,7 @@ from train.run.distributed import (
     rank_device_name,
     wrap_ddp,
 )
+from train.run.finite import check_state_finite
 from train.run.torchrun import bind_to_agent
 
 log = logging.getLogger(__name__)
@@ -264,14 +265,23 @@ def run_step(
     """One optimizer step as the trial and the production run both take it.
 
     `train_step`, then a checkpoint save when `checkpoint_step` (the completed steps it records)
-    is given, its stall charged to the clock's checkpoint phase, then the step's one synchronize
-    (`finish_step`). `save_rng` adds the RNG state, read after the step, so that a resumed run
-    draws what the uninterrupted one would have. Returns the mean loss (a device tensor), the
+    is given, once the loss and the state are checked finite (train/run/finite.py), its stall
+    charged to the clock's checkpoint phase, then the step's one synchronize (`finish_step`).
+    `save_rng` adds the RNG state, read after the step, so that a resumed run draws what the
+    uninterrupted one would have. Returns the mean loss (a device tensor), the
     phase times and the save's stall in seconds (None without a save).
     """
     loss = train_step(s, lr=lr, clock=clock, micro_batches=micro_batches)
     stall = None
     if checkpoint_step is not None and s.rank.main:  # one copy of the replicas' state
+        # never write a non-finite state: keep-N would delete the last good checkpoint for it
+        check_state_finite(
+            step=checkpoint_step,
+            loss=loss,
+            model=s.raw_model,
+            optimizer=s.optimizer,
+            last_good=s.checkpointer.last_saved,
+        )
         extra: dict = {"step": checkpoint_step}
         if save_rng:
             extra["rng"] = rng_state(s.device)

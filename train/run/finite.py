@@ -1,0 +1,95 @@
+"""Is a training state finite? Asked before every checkpoint save and after every resume.
+
+A run whose loss blew up keeps stepping on NaN weights until something reads the loss; if a
+checkpoint is saved meanwhile, `checkpoint.keep` then deletes the last good one to make room for it,
+and the good weights are gone. So no state is written before this check says it is finite: the
+step's loss, every parameter and every floating-point optimizer tensor (AdamW's moments).
+
+The check is one reduction per tensor group and one device sync: `torch._foreach_norm` with the
+infinity norm (the largest magnitude: never overflows for a finite tensor, NaN and inf propagate),
+stacked, then one `.tolist()` that names the first offender. A save already waits for the device
+(it reads the state), so ordinary steps gain no sync; scripts/bench_finite_check.py measures it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class NonFiniteState(FloatingPointError):
+    """The loss, the weights or the optimizer state is NaN or infinite; nothing was saved.
+
+    A FloatingPointError, so a trial records it as `nan`, as it records a non-finite loss."""
+
+
+def state_tensors(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every floating-point parameter and optimizer-state tensor."""
+    for name, p in model.named_parameters():
+        yield name, p.detach()
+    if optimizer is None:
+        return
+    names = {id(p): name for name, p in model.named_parameters()}
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                yield f"optimizer {key} of {names.get(id(param), '?')}", value.detach()
+
+
+def first_non_finite(named: Iterator[tuple[str, torch.Tensor]]) -> str | None:
+    """The name of the first tensor holding a NaN or an infinity, or None when all are finite."""
+    groups: dict[tuple[torch.device, torch.dtype], list[tuple[str, torch.Tensor]]] = {}
+    for name, t in named:
+        if t.numel():
+            groups.setdefault((t.device, t.dtype), []).append((name, t))
+    if not groups:
+        return None
+    labels: list[str] = []
+    peaks: list[torch.Tensor] = []
+    for members in groups.values():
+        norms = torch._foreach_norm([t for _, t in members], math.inf)
+        labels.extend(name for name, _ in members)
+        peaks.append(torch.stack([n.float() for n in norms]).cpu())
+    finite = torch.cat(peaks).isfinite().tolist()  # the one sync
+    return next((label for label, ok in zip(labels, finite, strict=True) if not ok), None)
+
+
+def describe_last_good(path: Path | None) -> str:
+    """How a stop names what survives: the newest checkpoint on disk, or that none was saved."""
+    if path is None:
+        return "no checkpoint was saved before it"
+    return f"the last good checkpoint is {path}"
+
+
+def diverged(
+    *, step: int, loss: float, last_good: Path | None, bad: str = "loss"
+) -> NonFiniteState:
+    """The one-line stop: the step, the loss, the first bad tensor, what is kept and the fix."""
+    what = "" if bad == "loss" else f", first non-finite tensor: {bad}"
+    return NonFiniteState(
+        f"training diverged at step {step}: loss {loss}{what}; nothing non-finite was saved and "
+        f"{describe_last_good(last_good)}; lower optim.lr or set optim.grad_clip > 0, and resume "
+        f"with train.resume=force"
+    )
+
+
+def check_state_finite(
+    *,
+    step: int,
+    loss: torch.Tensor,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    last_good: Path | None,
+) -> None:
+    """Raise `diverged(...)` unless the loss and the whole state are finite."""
+    named = [("loss", loss.detach().reshape(1)), *state_tensors(model, optimizer)]
+    bad = first_non_finite(iter(named))
+    if bad is not None:
+        value = float(loss.detach().float().cpu())
+        raise diverged(step=step, loss=value, last_good=last_good, bad=bad)
