@@ -8,7 +8,10 @@ each trial fault (`trial.fault`: disk_full, crash, nan, oom, sigkill, hang) besi
 A fault is survived when the run answers it as documented (the right failure kind, one line with
 the fix and no traceback, or a resume with nothing lost or repeated) and nothing completed before
 it is lost. The file ends by printing "faults injected N / survived M; trials or checkpoints
-lost K".
+lost K", and fails if K is not 0.
+
+A new fault is one `with fault("what is injected") as f:` block: its asserts, plus
+`f["lost"] += <what did not survive>` for anything completed before it that is now gone.
 """
 
 from __future__ import annotations
@@ -32,15 +35,20 @@ TALLY = {"injected": 0, "survived": 0, "lost": 0}
 
 
 @contextmanager
-def fault(name: str) -> Iterator[dict]:
-    """Count one injected fault; it is survived when the block finishes (its asserts held).
-    The block adds what it lost (completed trials or checkpoints) to `lost`."""
+def fault(name: str) -> Iterator[dict[str, int]]:
+    """Count one injected fault. The block adds what it lost (completed trials or checkpoints,
+    weights that differ) to `record["lost"]`; the fault is survived when the block's asserts held
+    and it lost nothing, and the test fails otherwise: a loss never passes as a tally alone."""
     TALLY["injected"] += 1
     record = {"lost": 0}
     try:
         yield record
     finally:
         TALLY["lost"] += record["lost"]
+    assert record["lost"] == 0, (
+        f"{name}: lost {record['lost']} (completed trials, checkpoints or weights that differ "
+        "from the uninterrupted run's)"
+    )
     TALLY["survived"] += 1
 
 
@@ -55,6 +63,9 @@ def _report(request: pytest.FixtureRequest) -> Iterator[None]:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         print(f"\n{line}")
+    # each fault() already failed its own test; this makes the printed tally itself a check
+    if TALLY["lost"]:
+        pytest.fail(line)
 
 
 # ---- the production run -----------------------------------------------------------------------
@@ -205,6 +216,69 @@ def test_a_full_disk_at_checkpoint_stops_in_one_line_and_keeps_earlier_checkpoin
         proc, summary = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15")
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert (summary["start_step"], summary["end_step"]) == (5, 15)
+
+
+def _finite_weights(path: Path) -> bool:
+    state = torch.load(path, weights_only=True)
+    tensors = [*state["model"].values()]
+    for moments in state["optimizer"]["state"].values():
+        tensors += [t for t in moments.values() if t.is_floating_point()]
+    return all(torch.isfinite(t).all() for t in tensors)
+
+
+# lr 30 with no clipping blows the tiny model up within ~15 steps on this data; the loss is read
+# every 10 steps, as a user's run reads it, so only the check before each save can catch it first
+DIVERGING = ("optim.lr=30", "optim.grad_clip=0", "optim.warmup_steps=40", "train.log_every=10",
+             "checkpoint.keep=2", "train.max_steps=60")  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_diverging_run_stops_in_one_line_and_keeps_its_last_good_checkpoints(
+    synthetic_dir: Path, tmp_path: Path, mode: str
+) -> None:
+    with fault(f"diverging production run ({mode} checkpoints, keep=2)") as f:
+        ck = tmp_path / "ck"
+        proc, _ = train(synthetic_dir, ck, tmp_path / "a", *DIVERGING, f"checkpoint.mode={mode}")
+        line = assert_one_line_error(proc, "training diverged at step", "nothing non-finite",
+                                     "the last good checkpoint is", "optim.grad_clip > 0",
+                                     "train.resume=force")  # fmt: skip
+        assert proc.returncode == 1
+        stopped = int(line.split("training diverged at step ")[1].split(":")[0])
+        last = (stopped - 1) // 5 * 5  # the last save before the step that diverged
+        assert last >= 10, line  # two good saves, so keep=2 had a good file to delete
+        kept = sorted(ck.iterdir())
+        assert [p.name for p in kept] == [checkpoint_path(ck, s).name for s in (last - 5, last)]
+        newest = kept[-1]
+        assert f"the last good checkpoint is {newest};" in line
+        f["lost"] += sum(not _finite_weights(p) for p in kept)  # a NaN file kept is a good one lost
+        assert read_header(newest)["step"] == last
+        # the user's fix, as the line says: a lower lr, clipped, resumed across that change
+        proc, summary = train(synthetic_dir, ck, tmp_path / "b", *DIVERGING, "optim.lr=1",
+                              "optim.grad_clip=1", "train.resume=force",
+                              f"checkpoint.mode={mode}", f"train.max_steps={last + 10}")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert summary["start_step"] == last
+        assert summary["end_step"] == last + 10
+        f["lost"] += not _finite_weights(checkpoint_path(ck, last + 10))
+
+
+def test_a_non_finite_checkpoint_is_refused_on_resume_in_one_line(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    with fault("resume from a checkpoint with NaN weights (written by an older version)") as f:
+        ck = tmp_path / "ck"
+        proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=10")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        newest = checkpoint_path(ck, 10)
+        state = torch.load(newest, weights_only=True)
+        state["model"]["transformer.h.0.mlp.c_fc.weight"][0, 0] = float("nan")
+        torch.save(state, newest)
+        proc, _ = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15")
+        assert_one_line_error(proc, f"checkpoint {newest} holds non-finite values",
+                              "transformer.h.0.mlp.c_fc.weight", "move it out of",
+                              "fresh checkpoint.dir")  # fmt: skip
+        assert proc.returncode == 2
+        f["lost"] += sorted(p.name for p in ck.iterdir()) != ["ckpt_00000005.pt", newest.name]
 
 
 # ---- the sweep: every planted trial fault ------------------------------------------------------
