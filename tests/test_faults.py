@@ -253,9 +253,9 @@ def test_a_diverging_run_stops_in_one_line_and_keeps_its_last_good_checkpoints(
         f["lost"] += sum(not _finite_weights(p) for p in kept)  # a NaN file kept is a good one lost
         assert read_header(newest)["step"] == last
         # the user's fix, as the line says: a lower lr, clipped, resumed across that change
-        proc, summary = train(synthetic_dir, ck, tmp_path / "b", *DIVERGING, "optim.lr=1",
-                              "optim.grad_clip=1", "train.resume=force",
-                              f"checkpoint.mode={mode}", f"train.max_steps={last + 10}")  # fmt: skip
+        fix = ("optim.lr=1", "optim.grad_clip=1", "train.resume=force", f"checkpoint.mode={mode}")
+        proc, summary = train(synthetic_dir, ck, tmp_path / "b", *DIVERGING, *fix,
+                              f"train.max_steps={last + 10}")  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert summary["start_step"] == last
         assert summary["end_step"] == last + 10
