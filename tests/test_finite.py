@@ -29,7 +29,8 @@ NAN, INF = math.nan, math.inf
         ({"a": [1.0, 2.0], "b": [3.0]}, None),
         ({"a": [1.0, NAN], "b": [3.0]}, "a"),
         ({"a": [1.0], "b": [-INF]}, "b"),
-        ({"a": [1e38, -3e38]}, None),  # huge but finite: the infinity norm never overflows
+        ({"a": [1e38, -3e38]}, None),  # huge but finite: the norm overflows, the values do not
+        ({"a": [1e38, NAN]}, "a"),
         ({"a": [], "b": [INF, 1.0]}, "b"),  # an empty tensor is finite
         ({"a": [1.0], "b16": [NAN]}, "b16"),  # another dtype: its own group, still found
         ({}, None),
@@ -63,7 +64,10 @@ def test_state_tensors_name_parameters_and_optimizer_moments() -> None:
     ("plant", "needle"),
     [
         (lambda m, o, loss: loss.fill_(NAN), "loss nan;"),
-        (lambda m, o, loss: m.weight.data.view(-1)[0].fill_(INF), "first non-finite tensor: weight"),
+        (
+            lambda m, o, loss: m.weight.data.view(-1)[0].fill_(INF),
+            "first non-finite tensor: weight",
+        ),
         (
             lambda m, o, loss: o.state[m.bias]["exp_avg_sq"].fill_(NAN),
             "first non-finite tensor: optimizer exp_avg_sq of bias",
@@ -111,7 +115,7 @@ def test_a_step_with_a_non_finite_state_writes_nothing_and_keeps_the_good_files(
         s.checkpointer.wait()
         with torch.no_grad():
             next(s.raw_model.parameters()).view(-1)[0] = NAN
-        with pytest.raises(NonFiniteState, match="ckpt_00000002.pt"):
+        with pytest.raises(NonFiniteState, match=r"ckpt_00000002\.pt"):
             run_step(s, lr=1e-3, clock=clock, checkpoint_step=3)
     finally:
         close_session(s)
@@ -119,3 +123,21 @@ def test_a_step_with_a_non_finite_state_writes_nothing_and_keeps_the_good_files(
     assert sorted(p.name for p in ck.iterdir()) == ["ckpt_00000001.pt", "ckpt_00000002.pt"]
     weights = torch.load(checkpoint_path(ck, 2), weights_only=True)["model"]
     assert all(torch.isfinite(t).all() for t in weights.values())
+
+
+def test_bench_finite_check_prints_the_measured_ratio() -> None:
+    """scripts/bench_finite_check.py in a small mode: a measured ratio, and exit 0 only on PASS."""
+    import re
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, "scripts/bench_finite_check.py", "--rounds", "3", "--warmup", "1",
+            "batch.tokens_per_step=512", "batch.micro_batch=4", "batch.grad_accum=2"]  # fmt: skip
+    proc = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    goal = re.search(r"goal: the check under 1% of a step that saves: ([\d.]+)% (PASS|FAIL)", out)
+    assert goal is not None, out[-2000:]
+    assert proc.returncode == (0 if goal.group(2) == "PASS" else 1), out[-2000:]
+    assert float(goal.group(1)) > 0  # measured, never a constant
+    assert re.search(r"\| finite check +\| [\d.]+ ms", out), out[-2000:]
