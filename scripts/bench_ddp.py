@@ -1,6 +1,6 @@
 """A data-parallel trial against one process at the same global batch and seed, on this CPU.
 
-    python scripts/bench_ddp.py [--model tiny] [--steps 8] [--pairs 3]
+    python scripts/bench_ddp.py [--model tiny] [--steps 8] [--pairs 3] [--warmup-steps 3]
 
 Runs `python -m train.trial` as one process (micro-batch 2m) and as `runtime.nproc=2` gloo DDP
 ranks (micro-batch m each: the same global batch), fp32, in interleaved pairs. Prints each pair's
@@ -43,7 +43,7 @@ def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--block-size", type=int, default=64, help="the preset's block size")
@@ -51,14 +51,15 @@ def main() -> None:
     parser.add_argument("--grad-accum", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="measured steps per trial")
     parser.add_argument("--pairs", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--warmup-steps", type=int, default=3, help="warm-up steps per trial")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tmp = Path(tempfile.mkdtemp(prefix="bench_ddp_"))
 
     def overrides(micro_batch: int, *extra: str) -> list[str]:
         base = cpu_trial_overrides(tmp, model=args.model, micro_batch=micro_batch,
                                    grad_accum=args.grad_accum, block_size=args.block_size,
-                                   warmup_steps=3, steps=args.steps)  # fmt: skip
+                                   warmup_steps=args.warmup_steps, steps=args.steps)  # fmt: skip
         tokens = 2 * args.micro_batch * args.grad_accum * args.block_size  # the global figure
         return [*base, f"batch.tokens_per_step={tokens}", *extra]
 

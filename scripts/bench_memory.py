@@ -2,6 +2,7 @@
 
     python scripts/bench_memory.py             # 3 models x activation checkpointing none/every
     python scripts/bench_memory.py --tolerance 0.10
+    python scripts/bench_memory.py --models tiny   # a smoke run: 2 rows, seconds
 
 For each of `tiny`, `small-cpu` and a 12-layer 768-wide model at block 256 (vocab 50304), fp32,
 with activation checkpointing off and on every block: build the real Session (the trial's
@@ -116,7 +117,14 @@ def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
+    names = [c.name for c in CASES]
+    parser.add_argument("--models", default=",".join(names),
+                        help=f"comma-separated models to check, of {', '.join(names)} (all)")
     args = parser.parse_args(argv)
+    picked = args.models.split(",")
+    unknown = sorted(set(picked) - set(names))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; pick from {', '.join(names)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("train").setLevel(logging.WARNING)
     rows = []
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         data_dir = Path(tmp) / "synthetic"
         generate(data_dir, num_tokens=200_000)
-        for case in CASES:
+        for case in (c for c in CASES if c.name in picked):
             for ac in ("none", "every"):
                 rows.append(measure_case(case, ac, data_dir=data_dir, ckpt_dir=Path(tmp) / "ckpt"))
                 gc.collect()

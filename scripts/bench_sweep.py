@@ -13,6 +13,7 @@ two Optuna studies and the trials' result files:
   (b) the sweep's trial time as a fraction of the grid's, in the search and with verification;
   (c) orchestration overhead (process start, imports, model build, logging: wall time not spent in
       warm-up or measured steps) as a fraction of the sweep's wall time.
+Exit code 1 when any goal prints FAIL.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
@@ -203,7 +204,7 @@ def main() -> None:
         default=12,
         help="interleaved pairs of re-runs of grid best and winner (0: skip)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     if (workdir / "sweeps" / "optuna.db").exists():
         # the sweeps would resume their finished studies and time nothing
@@ -242,18 +243,23 @@ def main() -> None:
         f"grid: {r['grid_points']} points, best {r['grid_best_params']} "
         f"({r['grid_best_tokens_per_s']:,.0f} tokens/s)"
     )
+    in_grid = r["winner_tokens_per_s_in_grid"]  # None where that grid point did not complete
     print(
         f"TPE + pruning: trials {r['sweep_trials']}, winner {r['winner_params']} "
-        f"({r['winner_tokens_per_s_in_grid']:,.0f} tokens/s as measured by the grid)"
-    )
+        + (f"({in_grid:,.0f} tokens/s as measured by the grid)" if in_grid else
+           "(not measured by the grid: that point failed there; gap n/a)")
+    )  # fmt: skip
     rows = [
         ("(a) winner vs grid best, gap", r["gap"], GOALS["gap"]),
         ("(b) sweep trial time / grid trial time", r["trial_time_frac"], GOALS["trial_time_frac"]),
         ("    ... including verification runs", r["trial_time_frac_with_verification"], None),
         ("(c) orchestration overhead / sweep wall", r["overhead_frac"], GOALS["overhead_frac"]),
     ]
+    missed: list[str] = []  # the goals that print FAIL
     for name, value, goal in rows:
         verdict = "" if goal is None else ("PASS" if value <= goal else "FAIL")
+        if verdict == "FAIL":
+            missed.append(name.strip())
         goal_text = "" if goal is None else f"goal <= {100 * goal:.0f}%"
         print(f"{name:<42} {100 * value:6.1f}%  {goal_text:<14} {verdict}")
     print(
@@ -275,6 +281,9 @@ def main() -> None:
         gap = remeasured_gap(again)
         r["remeasured"] = {"tokens_per_s": again, **gap}
         if "gap" in gap:
+            ok = gap["gap"] <= GOALS["gap"]
+            if not ok:
+                missed.append("(a) re-measured gap")
             ratios = " ".join(f"{x:.3f}" for x in gap["ratios"])
             print(
                 f"(a) re-measured, {gap['pairs']} interleaved pairs (winner / grid best): {ratios}"
@@ -284,15 +293,17 @@ def main() -> None:
                 f"(95% CI {100 * gap['gap_low']:.1f}% to {100 * gap['gap_high']:.1f}%; "
                 f"gap of the medians {100 * gap['median_gap']:.1f}%, "
                 f"CV winner {100 * gap['cv']['winner']:.1f}%, grid best "
-                f"{100 * gap['cv']['grid-best']:.1f}%)  goal <= 3%  "
-                f"{'PASS' if gap['gap'] <= GOALS['gap'] else 'FAIL'}"
+                f"{100 * gap['cv']['grid-best']:.1f}%)  goal <= 3%  {'PASS' if ok else 'FAIL'}"
             )
         else:
             print(
                 f"(a) re-measured: only {gap['pairs']} pair(s) completed; see {workdir}/remeasure"
             )
     (workdir / "bench_sweep.json").write_text(json.dumps(r, indent=2, default=str))
+    if missed:
+        print(f"goals missed: {'; '.join(missed)}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

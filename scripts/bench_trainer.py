@@ -11,7 +11,7 @@ Every figure printed is measured now, never a constant:
   model init, optimizer, DataLoader, warm-up and step count; no phase clocks, one final sync),
   interleaved A B / B A to cancel drift, median over repeats.
 Goals (from the issue): data wait < 1% of step time with num_workers >= 1; step-time CV <= 3%
-after warm-up; trial tokens/s >= 0.98x the plain loop.
+after warm-up; trial tokens/s >= 0.98x the plain loop. Exit code 1 when a goal is missed.
 """
 
 from __future__ import annotations
@@ -248,8 +248,11 @@ def variant_row(variant: Variant, r: dict) -> list[str]:
     ]
 
 
-def report(results: list[tuple[Variant, dict]], overhead: Overhead, floors: list[Floor]) -> str:
-    """The printed output: per-config figures, the overhead pairs, then the goals."""
+def report(
+    results: list[tuple[Variant, dict]], overhead: Overhead, floors: list[Floor]
+) -> tuple[str, bool]:
+    """The printed output (per-config figures, the overhead pairs, then the goals) and whether
+    every goal passed."""
     first = overhead.trials[0]
     done = [(v, r) for v, r in results if r["status"] == "complete"]
     # the MFU denominator, one per dtype: bf16 and fp32 matmuls run at different speeds
@@ -344,7 +347,7 @@ def report(results: list[tuple[Variant, dict]], overhead: Overhead, floors: list
             f"note: CV above goal while fixed work varies only {100 * floor:.1f}%: the spread "
             "comes from the training step itself"
         )
-    return "\n".join(lines)
+    return "\n".join(lines), all(g[-1] != "FAIL" for g in goals)
 
 
 def _slug(label: str) -> str:
@@ -426,8 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         floors.append(measure_floor(reps=floor_reps, threads=args.threads))
         log.info("done in %.0f s", time.perf_counter() - started)
-    print(report(results, overhead, floors))
-    return 0
+    text, ok = report(results, overhead, floors)
+    print(text)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """One trial slot or two? The same sweep budget run with `hydra.sweeper.n_jobs=1` and `=2`.
 
     python scripts/bench_workers.py [--pairs 2] [--workdir DIR]
+    python scripts/bench_workers.py --pairs 1 --space "{batch.micro_batch: 'choice(4, 8)'}" \
+        --extra trial.max_steps=4 trial.min_steps=2      # a smoke run: 2 points, short trials
 
 Both sweeps use Hydra's joblib launcher (so each trial starts the same way) and the same grid of
 8 points (micro-batch 4 or 8, 0 or 1 data worker, 1 or 2 torch threads: the grid sampler gives
@@ -76,13 +78,21 @@ def ratio_line(label: str, pairs: list[tuple[dict, dict]], key: str) -> str:
             f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)")  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2, help="interleaved 1-slot/2-slot pairs")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument("--one-thread", action="store_true",
                         help="runtime.threads=1 in every trial (no thread knob)")
-    args = parser.parse_args()
+    parser.add_argument("--space", help="the searched space instead, a Hydra dict: "
+                        "\"{batch.micro_batch: 'choice(4, 8)'}\"")
+    parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every sweep")
+    args = parser.parse_args(argv)
+    if args.space:
+        space: tuple[str, ...] = (f"++hydra.sweeper.space={args.space}",)
+    else:
+        space = ONE_THREAD if args.one_thread else (SPACE,)
+    space += tuple(args.extra)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_workers_"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +101,6 @@ def main() -> None:
         order = (1, 2) if p % 2 == 0 else (2, 1)  # alternate which goes first
         runs = {}
         for n_jobs in order:
-            space = ONE_THREAD if args.one_thread else (SPACE,)
             runs[n_jobs] = run(workdir, f"pair{p}-jobs{n_jobs}", n_jobs, space)
             r = runs[n_jobs]
             log.info("pair %d, %d slot(s): %d trials, sweep %.1f s, search %.1f s, trials %.1f s, "

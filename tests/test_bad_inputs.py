@@ -15,8 +15,9 @@ from sweeper import preflight
 from tests.sweep_helpers import REPO, run_sweep
 from train import keys
 
-TRIED: list[str] = []
-CLEAN: list[str] = []
+TRIED: list[str] = []  # every input _judge saw
+CLEAN: list[str] = []  # the ones it saw rejected cleanly
+JUDGED_BY: set[str] = set()  # node ids of the tests that called _judge
 
 # (override, words the one line must contain: the setting and the fix)
 SWEEP_CASES = [
@@ -50,6 +51,8 @@ def _judge(name: str, proc: subprocess.CompletedProcess, words: list[str]) -> st
     """The error line; records whether the input was rejected cleanly."""
     out = proc.stdout + proc.stderr
     TRIED.append(name)
+    # pytest sets it to "<node id> (call)" while a test runs
+    JUDGED_BY.add(os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0])
     lines = [ln for ln in out.splitlines() if all(w in ln for w in words)]
     assert proc.returncode != 0, out[-2000:]
     assert "Traceback" not in out, out[-3000:]
@@ -128,8 +131,27 @@ def test_micro_batches_feasible_pass():
         preflight.check_micro_batches({"batch.micro_batch": "3,5"}, base)
 
 
-def test_zz_count(capsys: pytest.CaptureFixture):
-    """The closing count (runs last in this module)."""
+def _judges_inputs(item: pytest.Item) -> bool:
+    """A test of this file whose own code calls _judge (a new table or test function counts
+    without being listed anywhere)."""
+    function = getattr(item, "function", None)
+    return (
+        getattr(item, "module", None) is sys.modules[__name__]
+        and function is not None
+        and "_judge" in function.__code__.co_names
+    )
+
+
+def test_zz_count(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture):
+    """The closing count (runs last in this module: keep it the file's last test).
+
+    Counted against this session's collected cases that judge inputs (after -k and other
+    deselection), so it fails when run without them, when one of them never reached _judge, and
+    when any input was not rejected cleanly."""
+    expected = {item.nodeid for item in request.session.items if _judges_inputs(item)}
     with capsys.disabled():
         print(f"\nbad inputs tried {len(TRIED)} / rejected cleanly {len(CLEAN)}")
-    assert len(CLEAN) == len(TRIED)
+    assert expected, "no bad-input case ran: run this file's tests with the count"
+    missing = sorted(expected - JUDGED_BY)
+    assert not missing, f"cases that never judged their input (failed early, ran after): {missing}"
+    assert CLEAN == TRIED, f"not rejected cleanly: {[t for t in TRIED if t not in CLEAN]}"

@@ -19,8 +19,9 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def run_script(name: str, args: list[str], *, tmp_path: Path, timeout: float = 900):
-    # A private matmul-ceiling cache: measured fresh, never read from (or left in) the user's own.
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    # A private matmul-ceiling cache: measured fresh, never read from (or left in) the user's own;
+    # what a script keeps in a temporary folder (bench_ddp, bench_workers) stays in tmp_path.
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     return subprocess.run(
         [sys.executable, f"scripts/{name}.py", *args],
         cwd=PROJECT_DIR,
@@ -61,7 +62,7 @@ def test_bench_trainer_quick(synthetic_dir: Path, tmp_path: Path) -> None:
         ],
         tmp_path=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     out = proc.stdout
 
     configs = table_rows(out, "eager fp32")
@@ -86,6 +87,8 @@ def test_bench_trainer_quick(synthetic_dir: Path, tmp_path: Path) -> None:
         "trial / plain tokens/s",
         "same weights+batches (last loss)",
     }
+    # a smoke run's short windows may miss a goal: the exit code says so
+    assert_exit_code_tells_verdicts(proc, [r[-1] for r in goals.values()])
     # the plain loop really trains the same model on the same batches: identical losses
     assert goals["same weights+batches (last loss)"][-1] == "PASS"
     trial_loss, plain_loss = re.fullmatch(
@@ -96,6 +99,13 @@ def test_bench_trainer_quick(synthetic_dir: Path, tmp_path: Path) -> None:
     # the machine's own spread for fixed work is measured beside the trainer's CV
     (floor,) = table_rows(out, "(machine floor")
     assert number(floor[2].split()[0]) > 0
+
+
+def assert_exit_code_tells_verdicts(proc: subprocess.CompletedProcess, verdicts: list[str]) -> None:
+    """Every goal got a verdict, and the script exits 1 exactly when one of them is FAIL."""
+    assert verdicts and set(verdicts) <= {"PASS", "FAIL"}, verdicts
+    want = 1 if "FAIL" in verdicts else 0
+    assert proc.returncode == want, (verdicts, proc.stdout[-2000:] + proc.stderr[-3000:])
 
 
 def test_noise_floor_prints_a_measured_spread(tmp_path: Path) -> None:
@@ -173,3 +183,98 @@ def test_gpu_check_prints_a_failed_trial_as_a_row(synthetic_dir: Path, tmp_path:
     assert row[2] == "FAILED (invalid_config)"
     assert "fp16" in row[3]
     assert "1 of 1 trials failed: tiny-none" in proc.stdout
+
+
+def test_bench_memory_one_model(tmp_path: Path) -> None:
+    proc = run_script("bench_memory", ["--models", "tiny"], tmp_path=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = table_rows(proc.stdout, "tiny")
+    assert [r[:3] for r in rows] == [["tiny", "none", "8"], ["tiny", "every", "8"]]
+    for _, _, _, predicted, measured, error, peak_at in rows:
+        assert number(predicted) > 0 and number(measured) > 0 and peak_at
+        assert abs(number(error)) <= 0.15
+    assert re.search(r"Worst error \d+\.\d% \(bar 15%\): PASS", proc.stdout), proc.stdout
+    proc = run_script("bench_memory", ["--models", "tiny,huge"], tmp_path=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "--models: unknown ['huge']" in proc.stderr
+
+
+def test_bench_projection_one_pair(tmp_path: Path) -> None:
+    proc = run_script(
+        "bench_projection",
+        ["--model", "tiny", "--micro-batch", "2", "--grad-accum", "8", "--micro-steps", "2",
+         "--warmup-steps", "1", "--steps", "2", "--pairs", "1"],
+        tmp_path=tmp_path, timeout=300,
+    )  # fmt: skip
+    out = proc.stdout
+    m = re.search(r"pair 1: projected (\S+) s \(from short steps of (\S+) s\) \| real (\S+) s",
+                  out)  # fmt: skip
+    assert m, out + proc.stderr[-3000:]
+    projected, short, real = (float(x) for x in m.groups())
+    assert 0 < short < projected and real > 0  # 2 of 8 micro-batches, projected to all 8
+    verdicts = re.findall(r"goal within 5%: (PASS|FAIL)|goal >= 3x: (PASS|FAIL)", out)
+    assert_exit_code_tells_verdicts(proc, ["".join(v) for v in verdicts])
+    assert len(verdicts) == 2
+
+
+def test_bench_ddp_one_pair(tmp_path: Path) -> None:
+    proc = run_script(
+        "bench_ddp",
+        ["--micro-batch", "2", "--grad-accum", "1", "--steps", "2", "--warmup-steps", "1",
+         "--pairs", "1"],
+        tmp_path=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (row,) = table_rows(proc.stdout, "0")
+    _, loss_diff, tokens_per_step, one_tps, two_tps, split = row
+    assert number(loss_diff) < 1e-4  # the same global batch and seed: the same losses
+    assert tokens_per_step == "256 / 256"  # 2 ranks x 2 x 64 = 1 process x 4 x 64
+    assert number(one_tps) > 0 and number(two_tps) > 0
+    shares = [number(x) for x in split.split(" / ")]
+    assert len(shares) == 5 and sum(shares) == pytest.approx(1, abs=0.03)
+    assert re.search(r"tokens/s, 2 processes / 1: median [\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)",
+                     proc.stdout)  # fmt: skip
+
+
+# Both sweep benchmarks on the tiny preset with a few short measured steps a trial.
+SMALL_TRIALS = ["model=tiny", "trial.warmup_steps=1", "trial.max_steps=4", "trial.min_steps=2",
+                "trial.max_seconds=5", "batch.tokens_per_step=2048"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bench_workers_one_pair_of_one_point(tmp_path: Path) -> None:
+    proc = run_script(
+        "bench_workers",
+        ["--pairs", "1", "--space", "{batch.micro_batch: 'choice(8)'}", "--extra", *SMALL_TRIALS],
+        tmp_path=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = table_rows(proc.stdout, "0")
+    assert [r[1] for r in rows] == ["1", "2"]  # one sweep per slot count
+    for _, _, trials, *seconds, tokens_per_s in rows:
+        assert int(trials) >= 1 and number(tokens_per_s) > 0
+        assert all(number(x) > 0 for x in seconds)
+    for label in ("sweep wall, 2 / 1 slots", "search span, 2 / 1 slots",
+                  "sum of trial walls, 2 / 1", "median tokens/s, 2 / 1"):  # fmt: skip
+        assert re.search(rf"{re.escape(label)} +[\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)",
+                         proc.stdout), label  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bench_sweep_on_the_smoke_space(tmp_path: Path) -> None:
+    workdir = tmp_path / "bench"
+    proc = run_script(
+        "bench_sweep",
+        ["--workdir", str(workdir), "--search", "smoke", "--tpe-trials", "2", "--remeasure", "0",
+         "--extra", *SMALL_TRIALS, "hydra.sweeper.verify_top_k=1"],
+        tmp_path=tmp_path, timeout=600,
+    )  # fmt: skip
+    out = proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert re.search(r"grid: 4 points, best \{.+\} \([\d,]+ tokens/s\)", out), (
+        out + proc.stderr[-3000:]
+    )
+    verdicts = re.findall(r"^\(\w\) .+%  goal <= \d+% +(PASS|FAIL)$", out, flags=re.M)
+    assert len(verdicts) == 3, out  # (a), (b), (c); --remeasure 0 re-measures nothing
+    assert_exit_code_tells_verdicts(proc, verdicts)
+    assert ("goals missed: " in out) == ("FAIL" in verdicts)
+    assert (workdir / "bench_sweep.json").is_file()

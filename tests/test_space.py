@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import subprocess
@@ -318,8 +319,20 @@ def test_grid_and_grid_points():
             "optim.grad_clip": 1.0} in points
     assert all(space.check(p) is None for p in points)
     assert len(points) == space.feasible_count()
-    sampler = optuna.samplers.GridSampler(grid, seed=0)
-    assert sampler is not None
+    # Optuna's GridSampler, driven by an in-memory study, visits every point of the grid once (and
+    # then stops the study); the feasible ones among them are exactly grid_points()
+    def objective(trial: optuna.Trial) -> float:
+        for key, values in grid.items():
+            trial.suggest_categorical(key, values)
+        return 0.0
+
+    study = optuna.create_study(sampler=optuna.samplers.GridSampler(grid, seed=0))
+    study.optimize(objective, n_trials=100)
+    visited = [tuple(t.params[k] for k in grid) for t in study.trials]
+    assert sorted(visited, key=repr) == sorted(itertools.product(*grid.values()), key=repr)
+    feasible = [dict(zip(grid, v, strict=True)) for v in visited]
+    feasible = [p for p in feasible if space.check(p) is None]
+    assert sorted(feasible, key=repr) == sorted(points, key=repr)
 
 
 def test_grid_refuses_continuous_floats():

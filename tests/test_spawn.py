@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -204,6 +205,16 @@ def test_run_child_forks_from_the_main_thread_and_execs_when_disabled(
     assert first.result["loss"] == second.result["loss"] == third.result["loss"]
 
 
+# Run in a fresh interpreter: this test process may already have asked the CUDA driver (another
+# test's torch.cuda.is_available()), and on a GPU host that alone poisons its forks.
+_FORK_PROBE = """
+import torch
+from train.proc import zygote
+zygote.check_fork_safe()  # torch imported, the driver not yet asked: forks are clean
+print(zygote.forks_poisoned(), torch.cuda.is_available(), zygote.forks_poisoned())
+"""
+
+
 def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) -> None:
     """Seen on an H100: the preloaded zygote had touched the CUDA driver, and every forked trial
     died with "Cannot re-initialize CUDA in forked subprocess". The zygote now asks a throwaway
@@ -214,10 +225,21 @@ def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) 
 
     from train.proc import zygote
 
-    # this test process may run other tests' threads; the zygote runs none
+    env = trial_env()
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # is_available() then asks the driver itself
+    probe = subprocess.run([sys.executable, "-c", _FORK_PROBE], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    before, has_cuda, after = probe.stdout.split()
+    assert before == "False"
+    if has_cuda == "True":
+        assert after == "True"  # a GPU host: asking the driver poisons every later fork
+    elif torch.version.cuda is None and torch.version.hip is None:
+        assert after == "False"  # a CPU-only torch has no driver to ask
+
+    # the refusal, whatever this host: a child that sees a bad fork
     monkeypatch.setattr(zygote.threading, "enumerate", lambda: [threading.main_thread()])
-    assert zygote.forks_poisoned() is False  # no CUDA driver here: forks are clean
-    zygote.check_fork_safe()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # other tests' GPU work
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)  # what a child then sees
     assert zygote.forks_poisoned() is True
     with pytest.raises(RuntimeError, match="touched the CUDA driver"):
