@@ -31,7 +31,10 @@ TRAINER_SECTIONS = (
     "model", "data", "batch", "optim", "checkpoint", "runtime", "ddp", "trial", "train",
 )  # fmt: skip
 # Top-level keys of a composed config that are not trainer settings and are dropped on export.
-_DROPPED_KEYS = ("defaults", "hydra", "provenance")
+_DROPPED_KEYS = ("defaults", "hydra", "provenance", "pinned_sections")
+# What a best.yaml says it pins, written above the sections so that a file cut short still says
+# what it lacks (train/config_file.py refuses it); provenance, written last, marks the end.
+PINNED_SECTIONS = (*TRAINER_SECTIONS, "provenance")
 # trial.* keys that only make sense inside a sweep, reset to the TrialConfig defaults
 # (train/config.py; duplicated here because sweeper/ must not import train/, which imports torch).
 SWEEP_ONLY_TRIAL_DEFAULTS: dict[str, Any] = {
@@ -53,10 +56,11 @@ def best_config_document(
     base_dir: Path | None = None,
     checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
-    """A plain dict ready for YAML: defaults, the eight trainer sections, then provenance.
+    """A plain dict ready for YAML: defaults, pinned_sections, the trainer sections, provenance.
 
     `trainer_config` is the resolved trainer config (e.g. a trial result's "config"); its
-    `defaults`, `hydra` and `provenance` keys are dropped, any other unknown key is refused.
+    `defaults`, `hydra`, `pinned_sections` and `provenance` keys are dropped, any other unknown
+    key is refused.
     data.dir is made absolute (relative paths against `base_dir`, default the current dir, the
     same rule the trainer uses) so the file trains the same data from any folder. `sweep` holds
     {study, storage, trials, when}; a password in the storage URL is masked and a missing `when`
@@ -75,7 +79,8 @@ def best_config_document(
             f"trainer_config has key(s) {unknown} that are not trainer sections "
             f"{list(TRAINER_SECTIONS)}; the trainer schema would reject them"
         )
-    doc: dict[str, Any] = {"defaults": ["train_schema", "_self_"]}
+    doc: dict[str, Any] = {"defaults": ["train_schema", "_self_"],
+                           "pinned_sections": list(PINNED_SECTIONS)}  # fmt: skip
     for section in TRAINER_SECTIONS:
         doc[section] = _plain(trainer_config[section])
 

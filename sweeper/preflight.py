@@ -74,16 +74,43 @@ def check_storage(url: str) -> None:
                 f"hydra.sweeper.storage={shown}: the folder {parent} does not exist or is not "
                 f"writable: point the database at a writable folder"
             )
+        check_sqlite_file(Path(parsed.database), shown=shown)
     try:
         engine = sqlalchemy.create_engine(url)
-        with engine.connect():
-            pass
+        with engine.connect() as conn:
+            if parsed.get_backend_name() == "sqlite":  # SQLite reads the file at the first query
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
         engine.dispose()
     except Exception as e:
         reason = mask_secrets(str(e).splitlines()[0])
+        if "DatabaseError" in reason:  # the file is there, and SQLite cannot read it
+            fix = "it is damaged: restore it from a copy, or point the storage at a new file"
         raise ValueError(
             f"hydra.sweeper.storage={shown} cannot be opened ({reason}): {fix}"
         ) from None
+
+
+# The first 16 bytes of every SQLite 3 database (https://www.sqlite.org/fileformat.html, 1.3.1)
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(path: Path, *, shown: str) -> None:
+    """An existing SQLite storage file is a database: SQLite opens any file lazily and fails only
+    at the first query, after the zygote and the sweep dir exist. An empty file is a new one."""
+    if path.is_dir():
+        raise ValueError(
+            f"hydra.sweeper.storage={shown}: {path} is a folder, not a database file: name a "
+            f"file in it, e.g. sqlite:///{path / 'optuna.db'}"
+        )
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as f:
+        head = f.read(len(SQLITE_HEADER))
+    if head != SQLITE_HEADER:
+        raise ValueError(
+            f"hydra.sweeper.storage={shown}: {path} is not a SQLite database (it starts with "
+            f"{head[:8]!r}): point the storage at an Optuna database, or at a new file to start one"
+        )
 
 
 def check_sweep_dir(sweep_dir: Path) -> None:

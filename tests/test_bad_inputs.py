@@ -82,6 +82,188 @@ def test_trainer_refuses_before_any_step(tmp_path: Path, override: str, words: l
     assert "step 1" not in proc.stdout + proc.stderr
 
 
+# --- broken files the user hands over (issue 19): one line naming the file and the fix, before
+# anything runs (best.yaml before Hydra, the storage before the zygote, paths before any step)
+
+
+def _python_m(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported_best(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The text of a best.yaml as the sweep exports it."""
+    from omegaconf import OmegaConf
+
+    from sweeper.export import best_config_document, write_best_yaml
+    from train.config import Config
+
+    doc = best_config_document(
+        trainer_config=OmegaConf.to_container(OmegaConf.structured(Config)),
+        metrics={"tokens_per_s": 1000.0}, fingerprint={}, command="python sweep.py -m",
+        sweep={"study": "s", "trial": 0},
+    )  # fmt: skip
+    return write_best_yaml(tmp_path_factory.mktemp("x") / "best.yaml", doc, header="x").read_text()
+
+
+def _cut_before_runtime(text: str) -> bytes:
+    """A copy that stopped part-way (a full disk, a killed scp)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[: lines.index("runtime:\n")]).encode()
+
+
+# (case, the file's bytes from the exported text (None: a folder in its place), words of the line)
+BEST_YAML_CASES = [
+    ("cut short", _cut_before_runtime,
+     ["lacks pinned section(s) runtime, ddp, trial, train, provenance", "restore it"]),
+    ("not UTF-8", lambda t: t.replace("name:", "n\xe4me:", 1).encode("latin-1"),
+     ["is not UTF-8 text (byte 0xe4", "restore it"]),
+    ("not YAML", lambda t: (t + "  lr: [0.1\n").encode(), ["is not valid YAML", "fix that line"]),
+    ("a second model section", lambda t: (t + "model:\n  n_layer: 4\n").encode(),
+     ["found duplicate key model", "fix that line"]),
+    ("empty", lambda t: b"", ["is empty", "restore it"]),
+    ("only the defaults list", lambda t: b"defaults:\n- train_schema\n",
+     ["sets no config section", "restore it"]),
+    ("a YAML list", lambda t: b"- model\n- batch\n", ["holds a list, not a mapping", "restore it"]),
+    ("a folder", None, ["cannot be read (Is a directory)", "give a readable YAML file"]),
+]  # fmt: skip
+
+
+def _write_best(folder: Path, case: str, text: str) -> Path:
+    make = dict((c[0], c[1]) for c in BEST_YAML_CASES)[case]
+    path = folder / "best.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    if make is None:
+        path.mkdir()
+    else:
+        path.write_bytes(make(text))
+    return path
+
+
+@pytest.mark.parametrize("case,make,words", BEST_YAML_CASES, ids=[c[0] for c in BEST_YAML_CASES])
+def test_trainer_refuses_a_broken_best_yaml(tmp_path: Path, exported_best: str, case, make, words):
+    """`python -m train --config-path DIR --config-name best`: refused before Hydra makes a run
+    dir (Hydra's own parse would end in a traceback, or train on defaults for a cut file)."""
+    best = _write_best(tmp_path / "sweep", case, exported_best)
+    proc = _python_m("train", "--config-path", "sweep", "--config-name", "best", cwd=tmp_path)
+    _judge(f"train best.yaml {case}", proc, [str(best), *words])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ run dir
+
+
+# (entry point, best.yaml case): the other readers of a best.yaml say the same line
+READER_CASES = [("trial --pinned", "cut short"), ("trial --pinned", "not UTF-8"),
+                ("explain --result", "cut short"), ("explain --result", "a YAML list")]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry,case", READER_CASES, ids=[" ".join(c) for c in READER_CASES])
+def test_readers_refuse_a_broken_best_yaml(tmp_path: Path, exported_best: str, entry, case):
+    sweep = tmp_path / "sweep"
+    best = _write_best(sweep, case, exported_best)
+    words = [str(best), *next(c[2] for c in BEST_YAML_CASES if c[0] == case)]
+    if entry == "trial --pinned":
+        proc = _python_m("train.trial", "--pinned", str(best))
+        assert sorted(p.name for p in sweep.iterdir()) == ["best.yaml"]  # no trial.json
+    else:  # a sweep dir with one complete result: explain matches it against best.yaml
+        (sweep / "0").mkdir()
+        (sweep / "0" / "result.json").write_text(
+            '{"schema_version": 1, "status": "complete", "tokens_per_s": 1.0, "config": {}}'
+        )
+        proc = _python_m("train.explain", "--result", str(sweep))
+    _judge(f"{entry} {case}", proc, words)
+
+
+def _file_in(tmp: Path) -> Path:
+    (tmp / "afile").write_text("not a folder\n")
+    return tmp / "afile"
+
+
+# (case, trial.out from the test's folder, words of the one line)
+TRIAL_OUT_CASES = [
+    ("through a file", lambda tmp: _file_in(tmp) / "sub" / "trial.json",
+     ["afile is a file, not a folder", "set trial.out to a file in a folder you can write"]),
+    ("under /proc", lambda tmp: Path("/proc/nope/trial.json"),
+     ["trial.out=/proc/nope/trial.json cannot be written", "set trial.out"]),
+    ("a folder", lambda tmp: tmp, ["is a folder: name a file, e.g. trial.out="]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case,out,words", TRIAL_OUT_CASES, ids=[c[0] for c in TRIAL_OUT_CASES])
+def test_trial_refuses_a_result_path_it_cannot_write(tmp_path: Path, case, out, words):
+    path = out(tmp_path)
+    proc = _python_m("train.trial", "model=tiny", f"trial.out={path}",
+                     f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    _judge(f"trial trial.out {case}", proc, words)
+    assert "warmup" not in proc.stdout + proc.stderr and not list(tmp_path.rglob("*.json"))
+
+
+def _odd_token_files(tmp: Path) -> Path:
+    (tmp / "odd").mkdir()
+    for name in ("train.bin", "val.bin"):  # 3 bytes: no whole number of uint16 tokens
+        (tmp / "odd" / name).write_bytes(b"\x01\x02\x03")
+    return tmp / "odd"
+
+
+# (case, overrides from the test's folder, words of the one line)
+PATH_CASES = [
+    ("data.dir is a file", lambda tmp: [f"data.dir={_file_in(tmp)}"],
+     ["data.dir=", "is a file, not a folder", "point data.dir at the folder"]),
+    ("a token file of odd length", lambda tmp: [f"data.dir={_odd_token_files(tmp)}"],
+     ["train.bin has 3 bytes, not a multiple of 2", "re-create it"]),
+    ("data.train_file is a folder", lambda tmp: [f"data.train_file={tmp}"],
+     ["data.train_file", "is a folder, not a token file"]),
+    ("data.dir to generate under /proc", lambda tmp: ["data.dir=/proc/synthetic"],
+     ["data.dir=/proc/synthetic cannot be written", "set data.dir"]),
+    ("checkpoint.dir is a file",
+     lambda tmp: ["checkpoint.every_steps=1", f"checkpoint.dir={_file_in(tmp)}"],
+     ["checkpoint.dir=", "is a file, not a folder", "set checkpoint.dir"]),
+    ("checkpoint.dir through a file",
+     lambda tmp: ["checkpoint.every_steps=1", f"checkpoint.dir={_file_in(tmp) / 'ck'}"],
+     ["checkpoint.dir=", "afile is a file, not a folder", "set checkpoint.dir"]),
+    ("checkpoint.dir under /proc",
+     lambda tmp: ["checkpoint.every_steps=1", "checkpoint.dir=/proc/x"],
+     ["checkpoint.dir=/proc/x cannot be written", "set checkpoint.dir"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case,overrides,words", PATH_CASES, ids=[c[0] for c in PATH_CASES])
+def test_trainer_refuses_a_path_it_cannot_use(tmp_path: Path, case, overrides, words):
+    proc = _python_m("train", "train.max_steps=2", f"hydra.run.dir={tmp_path / 'run'}",
+                     *overrides(tmp_path))  # fmt: skip
+    _judge(f"train {case}", proc, words)
+    assert not (tmp_path / "run" / "train_summary.json").exists()
+    assert "step 1" not in proc.stdout + proc.stderr
+
+
+def _damaged_database(tmp: Path) -> Path:
+    path = tmp / "copy.db"  # a SQLite header, then no database (a copy cut short or overwritten)
+    path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
+    return path
+
+
+def _text_file(tmp: Path) -> Path:
+    (tmp / "notes.txt").write_text("study notes, not a database\n")
+    return tmp / "notes.txt"
+
+
+# (case, the storage file from the test's folder, words of the one line)
+STORAGE_CASES = [
+    ("a text file", _text_file, ["is not a SQLite database", "point the storage at an Optuna"]),
+    ("a folder", lambda tmp: tmp, ["is a folder, not a database file", "optuna.db"]),
+    ("a damaged database", _damaged_database, ["it is damaged", "restore it from a copy"]),
+]
+
+
+@pytest.mark.parametrize("case,make,words", STORAGE_CASES, ids=[c[0] for c in STORAGE_CASES])
+def test_sweep_refuses_a_storage_file_that_is_no_database(tmp_path: Path, case, make, words):
+    path = make(tmp_path)
+    proc = run_sweep(tmp_path, f"hydra.sweeper.storage=sqlite:///{path}", timeout=120)
+    _judge(f"sweep storage {case}", proc, [f"hydra.sweeper.storage=sqlite:///{path}", *words])
+    assert not (tmp_path / "multirun").exists()  # no sweep dir, no zygote log
+    assert "zygote ready" not in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize(
     "key,expected",
     [

@@ -83,7 +83,8 @@ def _doc(**overrides) -> dict:
 
 def test_document_layout() -> None:
     doc = _doc()
-    assert list(doc) == ["defaults", *TRAINER_SECTIONS, "provenance"]
+    assert list(doc) == ["defaults", "pinned_sections", *TRAINER_SECTIONS, "provenance"]
+    assert doc["pinned_sections"] == [*TRAINER_SECTIONS, "provenance"]
     assert doc["defaults"] == ["train_schema", "_self_"]
     given = _trainer_config()
     for section in ("model", "batch", "optim", "checkpoint", "runtime", "train"):

@@ -19,6 +19,7 @@ functions.
 TORCH_FREE: tuple[str, ...] = (
     "train",
     "train.config",
+    "train.config_file",
     "train.data",
     "train.data.fetch",
     "train.explain",
@@ -41,6 +42,7 @@ TORCH_FREE: tuple[str, ...] = (
     "train.run",
     "train.run.disk_full",
     "train.run.identity",
+    "train.run.paths",
     "train.trial",
     "train.trial.pinned",
     "train.trial.progress",

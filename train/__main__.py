@@ -21,6 +21,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config
+from train.config_file import exit_on_bad_config_file
 from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
 from train.run.checkpoint import (
@@ -45,6 +46,7 @@ from train.run.loop import (
     make_phase_clock,
     run_step,
 )
+from train.run.paths import check_checkpoint_target
 from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 
 log = logging.getLogger("train")
@@ -217,6 +219,7 @@ def main(dcfg: DictConfig) -> None:
     try:
         check_trainer_keys(flat_keys(OmegaConf.to_container(dcfg, resolve=False)))
         cfg: Config = OmegaConf.to_object(dcfg)
+        check_checkpoint_target(every_steps=cfg.checkpoint.every_steps, folder=cfg.checkpoint.dir)
     except ValueError as exc:
         log.error("invalid config: %s", exc)
         raise SystemExit(2) from exc
@@ -265,4 +268,5 @@ def run_ranks(cfg: Config, dcfg: DictConfig, out_dir: Path) -> int:
 
 if __name__ == "__main__":
     exit_on_mistyped_keys(sys.argv[1:])  # one line with the nearest schema key, before Hydra
+    sys.argv[1:] = exit_on_bad_config_file(sys.argv[1:])  # a broken best.yaml: one line, too
     main()

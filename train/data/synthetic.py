@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from train.data.dataset import DataConfig
+from train.run.paths import check_folder_target
 
 log = logging.getLogger(__name__)
 
@@ -179,15 +180,33 @@ def may_generate_into(path: Path) -> bool:
     return not any(path.iterdir())
 
 
+def check_token_paths(root: Path, paths: tuple[Path, Path]) -> None:
+    """data.dir is a folder if it exists, and no token path is one (ValueError)."""
+    if root.exists() and not root.is_dir():
+        raise ValueError(
+            f"data.dir={root} is a file, not a folder: point data.dir at the folder that holds "
+            f"the token files ({', '.join(p.name for p in paths)})"
+        )
+    for setting, path in zip(("data.train_file", "data.val_file"), paths, strict=True):
+        if path.is_dir():
+            raise ValueError(
+                f"{setting}: {path} is a folder, not a token file: name the .bin file in it"
+            )
+
+
 def ensure_dataset(cfg: DataConfig) -> Path:
     """Make sure cfg's train/val files exist, generating the synthetic set if allowed.
 
     Returns the resolved data folder. Raises ValueError naming the missing files otherwise."""
     root = cfg.resolve_dir()
-    missing = [p for p in (root / cfg.train_file, root / cfg.val_file) if not p.is_file()]
+    paths = (root / cfg.train_file, root / cfg.val_file)
+    check_token_paths(root, paths)
+    missing = [p for p in paths if not p.is_file()]
     if not missing:
         return root
-    if cfg.generate_if_missing and may_generate_into(root):
+    # only into the folder itself: a token path that leads elsewhere is the user's, not ours
+    if cfg.generate_if_missing and may_generate_into(root) and all(p.parent == root for p in paths):
+        check_folder_target("data.dir", root)
         meta = generate(root, train_file=cfg.train_file, val_file=cfg.val_file)
         log.info(
             "generated synthetic dataset in %s (%d train / %d val tokens, entropy %.2f nats/token)",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from train.config_file import read_pinned_config
 from train.explain.diagnosis import Diagnosis, diagnose
 from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
 from train.measure.ceiling_cache import newest_ceiling
@@ -116,7 +117,7 @@ def pick_result(path: Path) -> Path:
         raise ValueError(f"no complete trial result (*.json with schema_version) under {path}")
     best = next(iter(sorted(path.rglob("best.yaml"))), None)
     if best is not None:
-        pinned = yaml.safe_load(best.read_text()) or {}
+        pinned = read_pinned_config(best)  # a broken file: one line naming it
         winners = [(p, r) for p, r in found if _matches(r.get("config", {}), pinned)]
         found = winners or found
     found.sort(key=lambda pr: pr[1]["tokens_per_s"])

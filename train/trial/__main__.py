@@ -10,6 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from train.config_file import exit_on_bad_config_file
 from train.trial.measurement import run_composed
 
 
@@ -28,4 +29,5 @@ if __name__ == "__main__":
         from train.trial.pinned import main_pinned
 
         sys.exit(main_pinned(sys.argv[2:]))
+    sys.argv[1:] = exit_on_bad_config_file(sys.argv[1:])  # a broken best.yaml: one line
     main()

@@ -42,6 +42,7 @@ from train.run.loop import (
     make_phase_clock,
     run_step,
 )
+from train.run.paths import check_checkpoint_target, check_file_target
 from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.failure import classify, plant_fault
 from train.trial.launched import rank_out, run_launched
@@ -331,6 +332,17 @@ def resolve_out(out_setting: str, base_dir: Path) -> Path:
     return out if out.is_absolute() else base_dir / out
 
 
+def writable_out(out: Path) -> bool:
+    """Whether the result can be written at `out`; says why not in one line (there is nowhere to
+    put a failed result either)."""
+    try:
+        check_file_target("trial.out", out, example_name="trial.json")
+    except ValueError as exc:
+        log.error("%s", exc)
+        return False
+    return True
+
+
 def exit_code(result: TrialResult) -> int:
     """0 complete or pruned, 2 invalid config, 3 any other failure (the JSON exists in all)."""
     if result["status"] != "failed":
@@ -357,8 +369,11 @@ def invalid_config(message: str, *, out: Path, resolved: dict | None) -> int:
 def run_composed(dcfg: DictConfig, *, base_dir: Path) -> int:
     """Validate a composed config, run the trial and print its summary; returns the exit code."""
     out = resolve_out(dcfg.trial.out, base_dir)
+    if not writable_out(out):
+        return 2
     try:
         cfg: Config = OmegaConf.to_object(dcfg)
+        check_checkpoint_target(every_steps=cfg.checkpoint.every_steps, folder=cfg.checkpoint.dir)
     except ValueError as exc:
         return invalid_config(
             str(exc), out=out, resolved=OmegaConf.to_container(dcfg, resolve=True)

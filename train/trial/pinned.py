@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from train.config import Config
+from train.config_file import read_pinned_config
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,7 @@ def apply_overrides(doc: DictConfig, overrides: list[str]) -> None:
 def load_raw(path: Path, overrides: list[str]) -> DictConfig:
     """The file with the overrides applied, untyped (so a typed merge that fails still knows
     where the trial's result goes)."""
-    raw = OmegaConf.load(path)
-    if not isinstance(raw, DictConfig):
-        raise ValueError(f"{path} must hold a mapping (a trainer config), not a list")
+    raw = OmegaConf.create(read_pinned_config(path))  # a broken file: one line naming it
     raw.pop("defaults", None)  # Hydra's defaults list: the schema is merged in instead
     apply_overrides(raw, overrides)
     return raw
@@ -54,18 +53,19 @@ def main_pinned(argv: list[str]) -> int:
     if not argv:
         log.error("usage: python -m train.trial --pinned FILE [key=value ...]")
         return 2
-    from train.trial.measurement import invalid_config, resolve_out, run_composed
+    from train.trial.measurement import invalid_config, resolve_out, run_composed, writable_out
 
     path = Path(argv[0]).expanduser().resolve()
     try:
         raw = load_raw(path, argv[1:])
     except Exception as exc:  # no file, bad YAML, a bad override: nowhere to put a result
-        log.error("cannot run %s: %s", path, exc)
+        log.error("%s", exc if str(path) in str(exc) else f"cannot run {path}: {exc}")
+        return 2
+    out = resolve_out(str(OmegaConf.select(raw, "trial.out", default="trial.json")), path.parent)
+    if not writable_out(out):
         return 2
     try:
         dcfg = OmegaConf.merge(OmegaConf.structured(Config), raw)
     except (ValueError, OmegaConfBaseException) as exc:  # a type or key the schema refuses
-        out_setting = OmegaConf.select(raw, "trial.out", default="trial.json")
-        out = resolve_out(str(out_setting), path.parent)
         return invalid_config(f"{path}: {exc}", out=out, resolved=OmegaConf.to_container(raw))
     return run_composed(dcfg, base_dir=path.parent)

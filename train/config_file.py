@@ -1,0 +1,160 @@
+"""A config file the user hands over, read before Hydra: `python -m train --config-path DIR
+--config-name best`, `python -m train.trial --pinned FILE`, the best.yaml `explain` reads.
+
+Hydra parses the primary config itself, and a file that is not UTF-8 or not YAML ends there in a
+traceback. So the entry points read the file first, with the parser Hydra uses (OmegaConf's), and
+answer in one line naming the file, what is wrong and the fix. A sweep's best.yaml lists the
+sections it pinned (`pinned_sections`, near its top; sweeper/export.py): a file that lacks any was
+cut short or edited, and training it would fill the gap with the schema's defaults, a config the
+sweep never measured, so it is refused.
+
+Torch-free (train.TORCH_FREE).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PINNED_KEY = "pinned_sections"  # a top-level key of the schema (train/config.py Config)
+RESTORE = (
+    "restore it (a sweep's best.yaml is also an artifact of its MLflow run) or run the sweep again"
+)
+# Hydra's flags that name the primary config (hydra/_internal/utils.py get_args_parser)
+PATH_FLAGS = ("--config-path", "-cp")
+NAME_FLAGS = ("--config-name", "-cn")
+DEFAULT_NAME = "train"  # @hydra.main(config_name="train") of train/__main__.py, train/trial
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The file's top-level mapping, parsed as Hydra parses it. ValueError in one line for a file
+    that cannot be read, is not UTF-8, is not YAML, is empty, or holds no mapping."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    what = f"config file {path}"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(
+            f"{what} cannot be read ({exc.strerror}): give a readable YAML file"
+        ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}): it is "
+            f"damaged or not a config; {RESTORE}"
+        ) from None
+    try:
+        doc = OmegaConf.load(io.StringIO(text))
+    except YAMLError as exc:
+        raise ValueError(f"{what} is not valid YAML ({_yaml_problem(exc)}): fix that line or "
+                         f"{RESTORE}") from None  # fmt: skip
+    except OmegaConfBaseException as exc:  # e.g. a `${` that is no interpolation
+        raise ValueError(f"{what} cannot be parsed ({str(exc).splitlines()[0]}): fix the file or "
+                         f"{RESTORE}") from None  # fmt: skip
+    if not isinstance(doc, DictConfig):
+        raise ValueError(f"{what} holds a list, not a mapping of config sections (model:, "
+                         f"batch:, ...): {RESTORE}")  # fmt: skip
+    if not doc:
+        raise ValueError(f"{what} is empty: {RESTORE}")
+    if not set(doc) - {"defaults", PINNED_KEY}:  # e.g. a best.yaml cut before its sections
+        raise ValueError(f"{what} sets no config section (it holds only {', '.join(doc)}): it "
+                         f"was cut short or emptied; {RESTORE}")  # fmt: skip
+    return OmegaConf.to_container(doc, resolve=False)
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """Where and what, in one line, from PyYAML's many-line error."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+
+
+def missing_sections(doc: dict[str, Any]) -> list[str]:
+    """The sections `doc`'s pinned_sections lists that it lacks (absent or empty); [] when it
+    pins none (a config that is not an exported best.yaml)."""
+    pinned = doc.get(PINNED_KEY) or []
+    return [s for s in pinned if doc.get(s) in (None, {}, "")]
+
+
+def read_pinned_config(path: Path) -> dict[str, Any]:
+    """`read_config_file`, and every section the file says it pinned is there (ValueError)."""
+    doc = read_config_file(path)
+    missing = missing_sections(doc)
+    if missing:
+        why = "" if missing == ["provenance"] else ", and the schema's defaults would train instead"
+        raise ValueError(
+            f"config file {path} lacks pinned section(s) {', '.join(missing)} (its "
+            f"{PINNED_KEY} lists them): it was cut short or edited{why}; {RESTORE}"
+        )
+    return doc
+
+
+def _flag_value(args: Sequence[str], flags: tuple[str, ...]) -> tuple[int, str] | None:
+    """(index of the value's token, value) of the last `--flag X` / `--flag=X` in args (argparse:
+    the last one wins); None when absent."""
+    found = None
+    for i, arg in enumerate(args):
+        for flag in flags:
+            if arg == flag and i + 1 < len(args):
+                found = (i + 1, args[i + 1])
+            elif arg.startswith(f"{flag}="):
+                found = (i, arg.split("=", 1)[1])
+    return found
+
+
+def primary_config_file(args: list[str]) -> tuple[list[str], Path | None]:
+    """The command line with a relative --config-path made absolute, and the primary config file
+    it names (None without --config-path: the project's own conf/).
+
+    A relative --config-path is taken from the current folder, where the user typed it; Hydra
+    would take it relative to the script's own folder (train/), where no config lives."""
+    args = list(args)
+    given = _flag_value(args, PATH_FLAGS)
+    if given is None:
+        return args, None
+    index, value = given
+    if value.startswith("pkg://"):
+        return args, None
+    folder = Path(value).expanduser().absolute()
+    flag = args[index].split("=", 1)[0] + "=" if args[index] != value else ""
+    args[index] = f"{flag}{folder}"
+    named = _flag_value(args, NAME_FLAGS)
+    name = named[1] if named else DEFAULT_NAME
+    file = folder / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    if not folder.is_dir():
+        raise ValueError(f"--config-path {folder} is not a folder: give the folder that holds "
+                         f"{file.name} (a sweep's dir, multirun/<date>/<time>)")  # fmt: skip
+    if not file.exists():
+        held = sorted(p.name for p in folder.glob("*.yaml"))
+        raise ValueError(f"--config-name {name}: there is no {file} (the folder holds: "
+                         f"{', '.join(held) or 'no .yaml file'})")  # fmt: skip
+    return args, file
+
+
+def checked_command_line(args: list[str]) -> list[str]:
+    """The command line to hand Hydra (see primary_config_file), once the primary config file it
+    names reads as a config with every section it pinned (ValueError otherwise)."""
+    args, file = primary_config_file(args)
+    if file is not None:
+        read_pinned_config(file)
+    return args
+
+
+def exit_on_bad_config_file(args: list[str]) -> list[str]:
+    """An entry point's step before Hydra: the checked command line, or one line and exit 2."""
+    try:
+        return checked_command_line(args)
+    except ValueError as exc:
+        logging.basicConfig(format="[%(levelname)s] %(message)s")
+        log.error("%s", exc)
+        raise SystemExit(2) from None
