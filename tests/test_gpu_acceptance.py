@@ -1,0 +1,364 @@
+"""scripts/gpu_acceptance.py: the staged GPU acceptance run, rehearsed on this CPU.
+
+Pure parts by tables (stage names, budgets, the starting config and memory points from the memory
+model, commands, production figures, the README section); the state file and the deadline runner
+with real files and processes; and one dry run of every stage with the tiny model, each stage
+handed only the previous stage's state file (its work folder deleted in between, as on a fresh
+GPU host), the first sweep stage cut by its deadline while a trial runs, the next resuming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from acceptance.commands import race_stop_reason, sweep_argv  # noqa: E402
+from acceptance.deadline import run_until  # noqa: E402
+from acceptance.evidence import production_figures  # noqa: E402
+from acceptance.kit import LIMIT_BYTES, kit_size  # noqa: E402
+from acceptance.plan import Point, memory_points, predicted_gib, starting_point  # noqa: E402
+from acceptance.profiles import TINY, XL, stage_named  # noqa: E402
+from acceptance.readme_table import readme_section  # noqa: E402
+from acceptance.run import open_work, run_stage  # noqa: E402
+from acceptance.state import MAX_STATE_BYTES, Manifest, pack_state, unpack_state  # noqa: E402
+
+GPT2_XL = {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024,
+           "vocab_size": 50304, "dropout": 0.0, "bias": True}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("given", "stage"),
+    [("1", "plan"), ("2", "sweep"), ("3", "sweep"), ("4", "production"), ("sweep", "sweep")],
+)
+def test_stage_by_name_or_number(given: str, stage: str) -> None:
+    assert stage_named(given) == stage
+
+
+@pytest.mark.parametrize("given", ["0", "5", "race", ""])
+def test_unknown_stage_is_refused(given: str) -> None:
+    with pytest.raises(ValueError, match="is not a stage"):
+        stage_named(given)
+
+
+def test_xl_budget_is_25_minutes_with_every_stage_under_10() -> None:
+    assert XL.total_budget_s == 1500
+    assert all(s < 600 for s in XL.budget_s.values())
+    assert XL.budget_for("sweep", repeat=0) == 540 and XL.budget_for("sweep", repeat=1) == 480
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "start", "gib"),
+    [
+        (79.19, "mb16-default-ac_none", 57.5),  # H100 80GB: the seed's 16, compiled
+        (139.8, "mb16-default-ac_none", 57.5),  # H200
+        (39.4, "mb2-default-ac_none", 35.1),  # A100 40GB: no recompute first
+        (None, "mb16-default-ac_none", 57.5),  # no memory known: the first candidate
+    ],
+)
+def test_starting_config_is_the_best_predicted_to_fit(
+    memory_gib: float | None, start: str, gib: float
+) -> None:
+    point = starting_point(XL, GPT2_XL, device_type="cuda", memory_gib=memory_gib)
+    assert point.name == start
+    assert predicted_gib(XL, GPT2_XL, point, device_type="cuda") == pytest.approx(gib, abs=0.05)
+
+
+def test_no_starting_config_fits_a_small_card() -> None:
+    with pytest.raises(ValueError, match=r"predicted to fit 10\.0 GiB"):
+        starting_point(XL, GPT2_XL, device_type="cuda", memory_gib=10.0)
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "points"),
+    [
+        (79.19, ["mb16-default-ac_none", "mb8-none-ac_none", "mb16-none-ac_every"]),
+        (139.8, ["mb16-default-ac_none", "mb16-none-ac_none", "mb16-none-ac_every"]),
+    ],
+)
+def test_memory_points_include_compiled_16_without_recompute(
+    memory_gib: float, points: list[str]
+) -> None:
+    start = starting_point(XL, GPT2_XL, device_type="cuda", memory_gib=memory_gib)
+    chosen = memory_points(XL, GPT2_XL, start, device_type="cuda", memory_gib=memory_gib)
+    assert [p.name for p in chosen] == points
+
+
+@pytest.mark.parametrize(
+    ("line", "left_s", "stops"),
+    [
+        ("[t][HYDRA] verifying 2 configs (the top 1 and ...", 100.0, True),
+        ("[t][HYDRA] verifying 2 configs (the top 1 and ...", 400.0, False),
+        ("trial   3 complete  39,210 tok/s", 10.0, False),
+    ],
+)
+def test_the_race_starts_only_where_its_first_round_fits(
+    line: str, left_s: float, stops: bool
+) -> None:
+    assert bool(race_stop_reason(line, left_s=left_s, race_round_s=XL.race_round_s)) is stops
+
+
+def test_sweep_command_pins_the_study_in_the_work_folder(tmp_path: Path) -> None:
+    start = Point(micro_batch=16, compile="default", activation_checkpointing="none")
+    argv = sweep_argv(XL, tmp_path, start, max_wall_s=495.4, extra=["hydra.sweeper.n_trials=3"])
+    assert argv[2:5] == ["-m", "search=gpu-acceptance", "model=gpt2-xl"]
+    for pinned in ("batch.tokens_per_step=1048576", "batch.micro_batch=16", "batch.grad_accum=64",
+                   "runtime.compile=default", "runtime.dtype=bf16",
+                   f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}",
+                   "hydra.sweeper.study_name=acceptance-xl", "hydra.sweeper.max_wall_s=495",
+                   "hydra.sweeper.mlflow=false"):  # fmt: skip
+        assert pinned in argv
+    assert argv[-1] == "hydra.sweeper.n_trials=3"  # the run's own overrides win (last)
+
+
+def test_production_figures_leave_the_first_step_out() -> None:
+    summary = {"start_step": 0, "end_step": 4, "history": [
+        {"step": 1, "loss": 11.0, "tokens_per_s": 100.0, "mfu_spec": 0.01, "mfu_ceiling": 0.02,
+         "data_wait_frac": 0.5},
+        {"step": 2, "loss": 10.0, "tokens_per_s": 400.0, "mfu_spec": 0.4, "mfu_ceiling": 0.5,
+         "data_wait_frac": 0.0},
+        {"step": 3, "loss": 9.0, "tokens_per_s": 500.0, "mfu_spec": 0.5, "mfu_ceiling": 0.6,
+         "data_wait_frac": 0.0},
+        {"step": 4, "loss": 8.0, "tokens_per_s": 450.0, "mfu_spec": 0.45, "mfu_ceiling": 0.55,
+         "data_wait_frac": 0.1},
+    ]}  # fmt: skip
+    got = production_figures(summary)
+    assert got["steps"] == 4 and got["measured_steps"] == 3
+    assert got["first_step_tokens_per_s"] == 100.0
+    assert got["tokens_per_s"] == 450.0 and got["mfu_spec"] == 0.45
+    assert (got["loss_first"], got["loss_last"]) == (11.0, 8.0)
+
+
+def _manifest(work: Path, profile: str = "tiny") -> Manifest:
+    return Manifest(version=1, profile=profile, work=str(work), stages_done=["plan"],
+                    packed_at="2026-11-25T00:00:00+00:00")  # fmt: skip
+
+
+def test_state_round_trip_leaves_data_checkpoints_and_plot_html_out(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    tree = {"optuna.db": "db", "evidence.json": "{}", "sweep/0/result.json": "{}",
+            "sweep/plots/summary.png": "png", "sweep/plots/slice.html": "x" * 1000,
+            "data/synthetic/train.bin": "t", "ckpt/a/ckpt_3.pt": "c"}  # fmt: skip
+    for rel, text in tree.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    state = tmp_path / "out" / "state.tar.gz"
+    pack_state(work, state, manifest=_manifest(work))
+    import shutil
+
+    shutil.rmtree(work)
+    manifest = unpack_state(state, profile="tiny")
+    assert manifest.work == str(work) and manifest.stages_done == ["plan"]
+    files = sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file())
+    assert files == ["evidence.json", "optuna.db", "sweep/0/result.json", "sweep/plots/summary.png"]
+    with pytest.raises(ValueError, match="belongs to a --profile tiny run"):
+        unpack_state(state, profile="xl")
+
+
+def test_a_state_too_large_to_come_back_keeps_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "optuna.db").write_bytes(b"small")
+    state = tmp_path / "state.tar.gz"
+    pack_state(work, state, manifest=_manifest(work))
+    before = state.read_bytes()
+    (work / "big.log").write_bytes(os.urandom(2**20))  # 1 MiB that gzip cannot shrink
+    monkeypatch.setattr("acceptance.state.MAX_STATE_BYTES", 64 * 1024)
+    with pytest.raises(ValueError, match="over the 0 MiB"):
+        pack_state(work, state, manifest=_manifest(work))
+    assert state.read_bytes() == before and MAX_STATE_BYTES == 16 * 2**20
+
+
+def test_not_a_state_is_refused(tmp_path: Path) -> None:
+    bogus = tmp_path / "state.tar.gz"
+    bogus.write_text("not a tarball")
+    with pytest.raises(ValueError, match="is not an acceptance state"):
+        unpack_state(bogus, profile="tiny")
+
+
+def test_a_new_run_needs_an_empty_work_folder(tmp_path: Path) -> None:
+    (tmp_path / "left-over").write_text("x")
+    with pytest.raises(ValueError, match="is not empty: pass --state"):
+        open_work(profile=TINY, state=None, work=tmp_path, sweep_overrides=[])
+
+
+CHILD = textwrap.dedent("""
+    import signal, sys, time
+    if sys.argv[1] == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", flush=True)
+    print("STOP here", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("mode", ["default", "ignore"])
+def test_a_child_past_its_deadline_gets_sigterm_then_sigkill(tmp_path: Path, mode: str) -> None:
+    t0 = time.monotonic()
+    ran = run_until([sys.executable, "-c", CHILD, mode], cwd=tmp_path, env={},
+                    log_path=tmp_path / "child.log", deadline=time.monotonic() + 1.0,
+                    grace_s=1.0)  # fmt: skip
+    assert ran.cut and not ran.stopped and ran.returncode < 0
+    assert time.monotonic() - t0 < 10
+    assert "ready" in (tmp_path / "child.log").read_text()
+
+
+def test_a_child_is_stopped_early_when_its_output_says_so(tmp_path: Path) -> None:
+    ran = run_until([sys.executable, "-c", CHILD, "default"], cwd=tmp_path, env={},
+                    log_path=tmp_path / "child.log", deadline=time.monotonic() + 60,
+                    stop_when=lambda line: "no room" if "STOP" in line else "")  # fmt: skip
+    assert ran.stopped == "no room" and not ran.cut and ran.wall_s < 30
+
+
+def test_kit_size_counts_tracked_code_and_wheels(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "a.py").write_bytes(b"x" * 1000)
+    (tmp_path / "untracked.py").write_bytes(b"y" * 5000)
+    subprocess.run(["git", "add", "a.py"], cwd=tmp_path, check=True)
+    with pytest.raises(ValueError, match=r"offline-wheels\.sh"):
+        kit_size(tmp_path, kit_dir=tmp_path / ".whl")
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".whl" / "optuna-5.0.0-py3-none-any.whl").write_bytes(b"w" * 3000)
+    (tmp_path / "state.tar.gz").write_bytes(b"s" * 200)
+    size = kit_size(tmp_path, kit_dir=tmp_path / ".whl", extra=(tmp_path / "state.tar.gz",))
+    assert (size.code_files, size.code_bytes, size.kit_files, size.kit_bytes) == (1, 1000, 1, 3000)
+    assert size.total_bytes == 4200 and size.fits and LIMIT_BYTES == 64 * 2**20
+    assert size.lines()[-1].endswith("of 64 MiB: fits")
+
+
+def test_readme_section_from_evidence() -> None:
+    ev = {
+        "profile": "xl", "model": "gpt2-xl", "tokens_per_step": 1048576, "total_budget_s": 1500,
+        "wall_s_total": 1200.0,
+        "device": {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.19, "driver": "580.159.04",
+                   "torch": "2.11.0+cu130", "cuda": "13.0", "python": "3.12.3",
+                   "packages": {"optuna": "5.0.0"}, "spec_peak_flops": 989.4e12,
+                   "ceiling_flops": 785.5e12},
+        "stages": [{"stage": "plan", "run": 1, "outcome": "done", "wall_s": 200.0,
+                    "deadline_s": 240.0, "note": ""}],
+        "memory": [{"micro_batch": 16, "compile": "default", "activation_checkpointing": "none",
+                    "status": "complete", "memory_predicted_gib": 57.5,
+                    "memory_measured_gib": 56.35, "tokens_per_s": 45000.0, "compile_s": 90.0}],
+        "sweep": {"trials": [{"number": 0, "start": True, "knobs": {"batch.micro_batch": 16},
+                              "outcome": "complete", "tokens_per_s": 50000.0, "projected": True,
+                              "mfu_spec": 0.52, "mfu_ceiling": 0.65}],
+                  "projection": [{"trial": 0, "search_tokens_per_s": 50000.0,
+                                  "search_projected": True, "real_tokens_per_s": 49000.0,
+                                  "error": 50000 / 49000 - 1}],
+                  "race": {"verdict": {"outcome": "decided", "rounds": 2, "reason": "won."}},
+                  "best": {"trial": 0, "knobs": {"micro_batch": 16}, "tokens_per_s": 49000.0,
+                           "mfu_spec": 0.51, "mfu_ceiling": 0.64}},
+        "production": {"command": "python -m train", "tokens_per_s": 48000.0,
+                       "measured_steps": 3, "mfu_spec": 0.5, "race_tokens_per_s": 49000.0,
+                       "ratio_to_race": 48000 / 49000},
+    }  # fmt: skip
+    text = readme_section(ev)
+    assert "device time 1200 s of a 1500 s budget" in text
+    assert "NVIDIA H100 80GB HBM3 (79.2 GiB), driver 580.159.04, torch 2.11.0+cu130" in text
+    assert "Spec peak 989.4 TFLOP/s, measured matmul ceiling 785.5 TFLOP/s" in text
+    row = "| mb 16, compile default, AC none | complete | 57.50 | 56.35 | -2.0% | 45,000 | 90.0 |"
+    assert row in text
+    assert "| 0 (start) | mb 16 | complete | 50,000 (projected) | 52.0% | 65.0% |" in text
+    assert "| 0 | 50,000 (projected) | 49,000 | +2.0% |" in text
+    assert "Race: decided after 2 round(s); won." in text
+    assert "48,000 tokens/s (median of 3 steps after the first)" in text
+    assert "(ratio 0.980)" in text
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_acceptance.py"), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def _handed_on(out: Path) -> Path:
+    """The state file a stage left in its output folder, checked against a GPU host's limits."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8, files
+    assert all(p.stat().st_size <= 16 * 2**20 for p in files)
+    assert all(len(p.relative_to(out).parts) <= 2 for p in files)
+    return out / "state.tar.gz"
+
+
+@pytest.mark.slow
+def test_dry_run_of_every_stage_with_a_cut_sweep_resumed(tmp_path: Path) -> None:
+    """plan -> sweep (cut by its deadline while trial 0 runs) -> sweep (resumed: best.yaml) ->
+    production -> README table; each stage gets only the previous state file, the work folder
+    removed in between as on a fresh GPU host."""
+    import shutil
+
+    work = tmp_path / "work"
+    outs = [tmp_path / f"out{i}" for i in range(1, 5)]
+
+    proc = _cli("--dry-run", "--stage", "1", "--work", str(work), "--out", str(outs[0]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stage plan (run 1): done" in proc.stdout
+    evidence = json.loads((outs[0] / "evidence.json").read_text())
+    assert [m["status"] for m in evidence["memory"]] == ["complete", "complete"]
+    assert evidence["plan"]["start"]["micro_batch"] == 8
+    shutil.rmtree(work)
+
+    # Stage 2 in-process, with a clock that jumps past the deadline once trial 0 runs.
+    def clock() -> float:
+        running = (work / "sweep" / "0" / "trial.log").exists()
+        return time.monotonic() + (1e6 if running else 0.0)
+
+    report = run_stage("sweep", profile=TINY, state=_handed_on(outs[0]), work=work, out=outs[1],
+                       clock=clock)  # fmt: skip
+    assert report.outcome == "cut", report.note
+    study = optuna.load_study(study_name="acceptance-tiny", storage=f"sqlite:///{work}/optuna.db")
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert study.trials[0].user_attrs["failure_kind"] == "interrupted"
+    assert not (work / "sweep" / "best.yaml").exists()
+    shutil.rmtree(work)
+
+    proc = _cli("--dry-run", "--stage", "3", "--state", str(_handed_on(outs[1])),
+                "--out", str(outs[2]))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stage sweep (run 2): done" in proc.stdout
+    evidence = json.loads((outs[2] / "evidence.json").read_text())
+    trials = evidence["sweep"]["trials"]
+    assert trials[0]["outcome"] == "interrupted"
+    # the interrupted start was queued again and measured by the resumed stage
+    assert any(t["outcome"] == "complete" and t["knobs"] == trials[0]["knobs"] for t in trials[1:])
+    assert evidence["sweep"]["best"]["race_tokens_per_s"] > 0
+    shutil.rmtree(work)
+
+    proc = _cli("--dry-run", "--stage", "4", "--state", str(_handed_on(outs[2])),
+                "--out", str(outs[3]))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    evidence = json.loads((outs[3] / "evidence.json").read_text())
+    assert [(s["stage"], s["outcome"]) for s in evidence["stages"]] == [
+        ("plan", "done"),
+        ("sweep", "cut"),
+        ("sweep", "done"),
+        ("production", "done"),
+    ]
+    assert all(s["wall_s"] > 0 for s in evidence["stages"])
+    prod = evidence["production"]
+    assert prod["returncode"] == 0 and prod["tokens_per_s"] > 0 and prod["race_tokens_per_s"] > 0
+    assert evidence["device"]["packages"]["optuna"] == optuna.__version__
+
+    proc = _cli("--table", str(outs[3] / "evidence.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "| sweep (1) | cut |" in proc.stdout
+    assert "Production run (`python -m train" in proc.stdout
+
+
+def test_a_search_stage_always_ends_where_the_race_starts() -> None:
+    line = "[t][HYDRA] verifying 2 configs (the top 1 and the starting config) ..."
+    why = race_stop_reason(line, left_s=1e6, race_round_s=float("inf"))
+    assert why == "the search is done and the race is the next sweep stage's"
