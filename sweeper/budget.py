@@ -5,6 +5,10 @@ Two limits end a search: `n_trials` finished trials (excluded points and duplica
 cost none, except in a grid, whose budget is its list of points) and the wall budget `max_wall_s`,
 which includes verification, so the search stops early enough to leave room for it. The clock is
 injectable, so the arithmetic is tested with a fake one (tests/test_budget.py).
+
+A budget explains itself: one that cannot hold a single predicted trial is refused before the
+study opens (`wall_budget_error`), and the search's end names the budget that ended it, what it
+allowed and what one trial took and was predicted to take (`Budget.end_line`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import TrialState
@@ -24,6 +29,40 @@ log = logging.getLogger(__name__)
 
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
 UNLIMITED = 10**9  # trials left when n_trials is 0
+WALL = "wall"  # the wall budget ended the search
+TRIALS = "trials"  # the trial budget ended it
+
+
+def wall_budget_error(
+    *, max_wall_s: float, setting: str, quickest_s: float | None, overhead_s: float
+) -> str | None:
+    """Why a wall budget cannot hold one trial (None when it can, or there is none): the quickest
+    runnable point is predicted to take longer than the whole budget. A sweep that fits one trial
+    and its verification run needs `overhead_s` (start and end) + 2 x the quickest trial."""
+    if max_wall_s <= 0 or quickest_s is None or max_wall_s >= quickest_s:
+        return None
+    need = overhead_s + 2 * quickest_s
+    return (
+        f"hydra.sweeper.{setting}={max_wall_s:g} s cannot hold one trial: the quickest point of "
+        f"the space is predicted to take {quickest_s:.1f} s (set-up included), and the budget "
+        f"also pays for verification; set hydra.sweeper.max_wall_s to at least {need:.0f} s "
+        f"(one trial and its verification run), or hydra.sweeper.{setting}=0 for none"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialWalls:
+    """What one trial takes: the study's measured median (None before one) and the plan's
+    prediction (None when the plan has none)."""
+
+    median_s: float | None
+    predicted_s: float | None
+
+    def text(self) -> str:
+        predicted = "?" if self.predicted_s is None else f"{self.predicted_s:.1f} s"
+        if self.median_s is None:
+            return f"one trial was predicted to take {predicted}"
+        return f"one trial took {self.median_s:.1f} s (median; predicted {predicted})"
 
 
 class Budget:
@@ -35,10 +74,14 @@ class Budget:
         *,
         clock: Callable[[], float] = time.monotonic,
         started: float | None = None,
+        wall_setting: str = "max_wall_s",
+        predicted_trial_s: float | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.started = clock() if started is None else started
+        self.wall_setting = wall_setting  # the setting the wall budget came from (CPU cap)
+        self.predicted_trial_s = predicted_trial_s  # the plan's average trial, for the lines
 
     def elapsed_s(self) -> float:
         return self.clock() - self.started
@@ -95,6 +138,31 @@ class Budget:
         if s.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.max_wall_s:
             return 0
         return left
+
+    def ended_by(self, study: optuna.Study, verify_estimate_s: float) -> str | None:
+        """Which budget leaves no trial to launch: WALL, TRIALS, or None (`trials_left` > 0)."""
+        s = self.settings
+        if s.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.max_wall_s:
+            return WALL
+        return TRIALS if self.trials_left(study, verify_estimate_s) <= 0 else None
+
+    def end_line(self, study: optuna.Study, ended: str, *, ran_here: int) -> str:
+        """The search's end in one line: the budget that ended it, what it allowed, and what one
+        trial took and was predicted to take. `ran_here`: the trials this worker launched."""
+        walls = TrialWalls(median_s=self.median_trial_s(study),
+                           predicted_s=self.predicted_trial_s).text()  # fmt: skip
+        if ended == WALL:
+            return (
+                f"the wall budget ended the search: hydra.sweeper.{self.wall_setting}="
+                f"{self.settings.max_wall_s:g} s allowed {ran_here} trial(s) in "
+                f"{self.elapsed_s():.0f} s, the rest kept for verification; {walls}"
+            )
+        spent = self.spent(study)
+        return (
+            f"the trial budget ended the search: hydra.sweeper.n_trials={self.settings.n_trials} "
+            f"allowed {self.settings.n_trials} trial(s) in the study ({spent} counted, {ran_here} "
+            f"launched here); {walls}"
+        )
 
     def trials_that_fit(self, study: optuna.Study, verify_estimate_s: float, *, left: int) -> int:
         """How many more trials the search can still run: `left` (`trials_left`'s figure, which

@@ -2,9 +2,11 @@
 
 prepare the request (probe the device in a child process, parse and check the space; a plan stops
 here) -> open or resume the study and the parent MLflow run -> search: ask -> refuse unsafe points
--> launch -> tell (complete | pruned | failed + reason) -> verify the top-k in fresh processes ->
-noise-aware winner -> best.yaml and plots -> the final table -> the starting config against the
-winner. Each step lives in its own module; this one only tells the story.
+-> launch -> tell (complete | pruned | failed + reason) -> the budget's line; on a shared study only
+the last worker goes on (sweeper/export_claim.py) -> queued points never run recorded as unrun ->
+verify the top-k in fresh processes -> noise-aware winner -> best.yaml and plots -> the final table
+-> the starting config against the winner. Each step lives in its own module; this one only tells
+the story.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from sweeper.budget import Budget
 from sweeper.context import SweepContext
 from sweeper.cost_report import cost_lines, sweep_costs
 from sweeper.export import export_winner
+from sweeper.export_claim import (
+    claim_export,
+    compared_trials,
+    comparison,
+    deferral_line,
+    others_running,
+    record_export,
+    register_worker,
+)
 from sweeper.launch.batch import JobLauncher
 from sweeper.launch.runner import kill_all_children
 from sweeper.masking import mask_secrets
@@ -36,7 +47,7 @@ from sweeper.prepare import Prepared, prepare, print_plan
 from sweeper.search import Search
 from sweeper.settings import SweepSettings
 from sweeper.start import Started, open_sweep_study, start_tracker
-from sweeper.study import DUPLICATE_ATTR, fail_own_running
+from sweeper.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
 from sweeper.verification import Verification, verify
 
 log = logging.getLogger(__name__)
@@ -48,6 +59,7 @@ class SweepEngine:
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.settings = SweepSettings.from_config(settings)
         self.started = time.monotonic()  # the wall budget counts from here
+        self.started_at = time.time()  # an export of a shared study made since is another's
         self.hydra_context: Any = None
         self.config: DictConfig | None = None
         self.launcher: Any = None
@@ -76,6 +88,7 @@ class SweepEngine:
         if prepared.settings.plan:
             return print_plan(prepared)
         started = open_sweep_study(prepared, sweep_dir)
+        register_worker(started.study, sweep_dir)
         tracker = start_tracker(prepared, started, sweep_dir)
         # SIGTERM stops the sweep as Ctrl-C does: trials killed and recorded, runs closed
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -109,14 +122,78 @@ class SweepEngine:
     def _run(
         self, prepared: Prepared, started: Started, tracker: Any, sweep_dir: Path
     ) -> Path | None:
-        """Search, verify, export, report and explain; the exported best.yaml, if any."""
+        """Search, then (the last worker on the study) verify, export, report and explain; the
+        exported best.yaml, if any. Exits 1 when this worker had to export and could not."""
         settings, study = started.settings, started.study
-        budget = Budget(settings, started=self.started)
+        capped = self.settings.max_wall_s <= 0 < settings.max_wall_s  # the CPU sweep's cap
+        budget = Budget(settings, started=self.started,
+                        wall_setting="cpu_max_wall_s" if capped else "max_wall_s",
+                        predicted_trial_s=prepared.found.mean_trial_s)  # fmt: skip
         jobs = JobLauncher(self.launcher, sweep_dir=sweep_dir, slots=prepared.gpu_slots)
         ctx = SweepContext(study=study, space=prepared.space, settings=settings, budget=budget,
                            tracker=tracker, jobs=jobs, fixed=prepared.fixed,
                            objective=prepared.objective)  # fmt: skip
-        Search(ctx, storage=started.storage).run()
+        search = Search(ctx, storage=started.storage)
+        search.run()
+        budget_line = search.end_line()
+        notes = [budget_line] if budget_line else []
+        running = others_running(study)
+        if running:  # another worker ends last: it verifies and exports the study's best
+            self._close(study, [*notes, deferral_line(study, running)])
+            return None
+        unrun = fail_waiting(study, reason=f"not run: {budget_line or 'the search ended'}; a "
+                             "resumed sweep queues it again")  # fmt: skip
+        if unrun:
+            notes.append(f"queued trial(s) {', '.join(map(str, unrun))} not run: recorded as "
+                         f"{UNRUN}; a resumed sweep queues them again")  # fmt: skip
+        compared = compared_trials(study)
+        if not compared:
+            self._close(study, notes)
+            self._nothing_exported(started, sweep_dir, budget_line)
+        claim = claim_export(study, sweep_dir=sweep_dir, compared=compared, since=self.started_at)
+        if not claim.ours:
+            self._close(study, [*notes, claim.line])
+            return None
+        try:
+            best_path = self._verify_and_export(ctx, started, tracker, sweep_dir, notes)
+            if best_path is not None:
+                record_export(study, best_yaml=best_path, compared=compared)
+        finally:
+            claim.release(study)
+        if best_path is None:
+            sys.exit(1)  # verification said why in one line (every verification run failed)
+        return best_path
+
+    @staticmethod
+    def _close(study: Any, notes: list[str]) -> None:
+        """The end of a sweep that exports nothing itself: how its trials ended, and why."""
+        report.final_report(trials=study.get_trials(deepcopy=False), duplicate_attr=DUPLICATE_ATTR,
+                            rows=[], best_path=None, notes=notes)  # fmt: skip
+
+    @staticmethod
+    def _nothing_exported(started: Started, sweep_dir: Path, budget_line: str | None) -> None:
+        """No trial completed: one line that says how the trials ended, the budget that ended
+        the search, and the way on; exit 1."""
+        trials = started.study.get_trials(deepcopy=False)
+        states = report.trial_states(trials, DUPLICATE_ATTR).removeprefix("trials: ")
+        why = f"; {budget_line}" if budget_line else ""
+        ways = []
+        if any(t.user_attrs.get("failure_reason") and t.user_attrs.get("failure_kind") != UNRUN
+               for t in trials):  # fmt: skip
+            ways.append("see each failed trial's failure_reason (and trial.log in its job dir)")
+        if budget_line:
+            ways.append("raise the budget and resume with: " + resume_command(
+                sys.argv, study_name=started.study_name, storage=mask_secrets(started.storage),
+                sweep_dir=sweep_dir))  # fmt: skip
+        log.error("no trial completed (%s)%s: nothing to verify or export%s", states or "none ran",
+                  why, "".join(f"; {w}" for w in ways))  # fmt: skip
+        sys.exit(1)
+
+    def _verify_and_export(
+        self, ctx: SweepContext, started: Started, tracker: Any, sweep_dir: Path, notes: list[str]
+    ) -> Path | None:
+        """Verify the study's contenders, export the winner, print the report and explain it."""
+        settings, study = started.settings, started.study
         verification = verify(ctx, baseline=started.baseline)
         best_path, costs = None, None
         if verification.winner is not None:
@@ -129,6 +206,7 @@ class SweepEngine:
             duplicate_attr=DUPLICATE_ATTR,
             rows=verification.rows,
             best_path=best_path,
+            notes=notes,
         )
         if costs is not None:
             for line in cost_lines(costs):
@@ -160,6 +238,7 @@ class SweepEngine:
             storage=started.storage,
             planned_checkpoint_every=started.settings.planned_checkpoint_every,
             cost=costs,
+            compared=comparison(started.study, rows),
         )
         artifacts = sweep_plots(started.study, sweep_dir, rows, verification.results)
         tracker.log_best(

@@ -190,9 +190,12 @@ def export_winner(
     storage: str,
     planned_checkpoint_every: int,
     cost: Mapping[str, Any] | None = None,
+    compared: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path.
-    `cost` (sweeper/cost_report.py sweep_costs) becomes provenance.cost when given."""
+    `cost` (sweeper/cost_report.py sweep_costs) becomes provenance.cost when given; `compared`
+    ({trials, workers, raced}: the study's completed trials, how many workers ran them, and the
+    contenders verified) becomes provenance.sweep.compared."""
     from omegaconf import OmegaConf  # light, but only needed here
 
     job_dir = Path(winner.trial.user_attrs["job_dir"])
@@ -234,6 +237,8 @@ def export_winner(
     )
     if cost is not None:  # time to train the planned tokens and $ per 1B, start and winner
         doc["provenance"]["cost"] = _plain(cost)
+    if compared is not None:  # which trials this file's winner was chosen from
+        doc["provenance"]["sweep"]["compared"] = _plain(compared)
     header = (
         f"Tuned by the throughput sweep (study {study_name}, trial {winner.number}): "
         f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs, "

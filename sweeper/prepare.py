@@ -19,6 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from sweeper import report
+from sweeper.budget import wall_budget_error
 from sweeper.constraints import SpaceContext, cpus_here
 from sweeper.device_probe import probe_device
 from sweeper.devices import DeviceFacts, device_facts
@@ -26,7 +27,7 @@ from sweeper.gpu_slots import assign_slots, visible_devices, visible_gpus
 from sweeper.launch import kinds
 from sweeper.launch.job import prestart_zygote
 from sweeper.objective import ObjectiveConfig
-from sweeper.plan import build_plan, format_plan, startup_lines
+from sweeper.plan import SWEEP_OVERHEAD_S, build_plan, format_plan, startup_lines
 from sweeper.preflight import check_micro_batches, check_trainer_keys
 from sweeper.scan import Scan, drop_dead_values, scan
 from sweeper.settings import SweepSettings
@@ -143,9 +144,28 @@ def prepare(
     space = drop_dead_values(space, found)
     for line in startup_lines(found, ctx):
         log.info(line)
+    check_wall_budget(s, found, capped=settings.max_wall_s <= 0)
     return Prepared(settings=s, objective=objective, fixed=fixed, base=base, facts=facts,
                     device=device, ctx=ctx, space=space, found=found,
                     gpu_slots=slots)  # fmt: skip
+
+
+def check_wall_budget(s: SweepSettings, found: Scan, *, capped: bool) -> None:
+    """A wall budget shorter than the quickest predicted trial is refused before the study opens.
+    The CPU sweep's automatic cap (`capped`) is only warned about: the prediction takes a
+    conservative CPU rate, and a user who set no budget has not asked for one to be enforced."""
+    quickest = min((c.wall_min_s for c in found.classes if c.points), default=None)
+    error = wall_budget_error(
+        max_wall_s=s.max_wall_s,
+        setting="cpu_max_wall_s" if capped else "max_wall_s",
+        quickest_s=quickest,
+        overhead_s=SWEEP_OVERHEAD_S,
+    )
+    if error is None:
+        return
+    if not capped:
+        raise ValueError(error)
+    log.warning("%s; the first trial runs past it, and the search ends after it", error)
 
 
 def launcher_cpus(config: DictConfig, launcher: str) -> int | None:

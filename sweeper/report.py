@@ -129,10 +129,18 @@ def trial_states(trials: Iterable[Any], duplicate_attr: str) -> str:
 
 
 def final_report(
-    *, trials: Iterable[Any], duplicate_attr: str, rows: list[dict], best_path: Path | None
+    *,
+    trials: Iterable[Any],
+    duplicate_attr: str,
+    rows: list[dict],
+    best_path: Path | None,
+    notes: Iterable[str] = (),
 ) -> None:
-    """The end of a sweep: how its trials ended, the verified table, and how to train the best."""
+    """The end of a sweep: how its trials ended, `notes` (the budget that ended the search, a
+    shared study's exporter), the verified table, and how to train the best."""
     console.print(trial_states(trials, duplicate_attr))
+    for note in notes:
+        console.print(note)
     if rows:
         console.print(final_table(rows, title="Verified top configurations"))
     if best_path is not None:

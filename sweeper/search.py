@@ -62,6 +62,14 @@ class Search:
         self.twins_running = 0  # points in a row proposed while their twin was measured
         self.width = 1  # trials running at once (run() sets it from n_jobs and the launcher)
         self.real_s = real_trial_s(ctx.space, ctx.settings)
+        self.launched = 0  # trials this worker launched
+        self.ended_by: str | None = None  # the budget that ended the search (sweeper/budget.py)
+
+    def end_line(self) -> str | None:
+        """The budget's line on how the search ended, None when no budget ended it."""
+        if self.ended_by is None:
+            return None
+        return self.ctx.budget.end_line(self.ctx.study, self.ended_by, ran_here=self.launched)
 
     def run(self) -> None:
         """Keep `n_jobs` trials running (one per slot) until the budget is spent: a slot freed
@@ -86,6 +94,7 @@ class Search:
                         trial, job = asked
                         slot = free.pop(0)
                         beating.append(trial)
+                        self.launched += 1
                         if width == 1:
                             out = self.ctx.jobs.launch_one(job, slot=slot)
                             self._finish(trial, out, beating, free, slot)
@@ -140,9 +149,11 @@ class Search:
         reserve_s = self.ctx.budget.verify_reserve_s(self.ctx.study, self.real_s)
         left = self.ctx.budget.trials_left(self.ctx.study, reserve_s)
         if left <= 0:
+            self.ended_by = self.ctx.budget.ended_by(self.ctx.study, reserve_s)
             return False
         if self.ctx.budget.failure_rate_exceeded(self.ctx.study):
             return False
+        self.ended_by = None  # a budget held by running trials may free up again
         self._polish(left, reserve_s)
         return True
 

@@ -24,7 +24,14 @@ from sweeper.objective import direction, searched_interval_warning
 from sweeper.prepare import Prepared
 from sweeper.settings import SweepSettings
 from sweeper.space import SearchSpace, baseline_params
-from sweeper.study import StudySpec, open_study, own_outcomes, recover_interrupted, sampler_seed
+from sweeper.study import (
+    StudySpec,
+    open_study,
+    own_outcomes,
+    recover_interrupted,
+    requeue_unrun,
+    sampler_seed,
+)
 from train.trial.pruning import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
@@ -93,6 +100,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         queue_design(study, p.space, baseline, s)
     study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
     recover_interrupted(study)
+    requeue_unrun(study)  # the points an earlier sweep's budget ended before
     note_sweep_dir(study, sweep_dir)
     log.info("study %r in %s; sweep dir %s", study_name, mask_secrets(storage), sweep_dir)
     return Started(study=study, study_name=study_name, storage=storage, settings=s,

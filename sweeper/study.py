@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 OWNER_ATTR = "throughput_sweep.owner"  # "host:pid" of the sweep process that asked for the trial
 REQUEUED_ATTR = "throughput_sweep.requeued_from"
+# A queued point the search never ran (its budget ended first) is failed with this failure_kind,
+# so no trial is left WAITING; a later sweep on the study queues it again (`requeue_unrun`).
+UNRUN = "unrun"
+FAILURE_ATTRS = ("failure_kind", "failure_reason")
 DUPLICATE_ATTR = "duplicate_of"  # trial number whose outcome a re-proposed point reuses
 POLISH_ATTR = "polish_of"  # the best trial whose one-knob neighbour this queued point is
 SAMPLERS = ("tpe", "random", "grid")
@@ -163,6 +167,16 @@ def _record_heartbeat(study: optuna.Study, trial: optuna.Trial | FrozenTrial) ->
     study._storage.record_heartbeat(trial._trial_id)
 
 
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The study's storage object, to open other studies in it without a second engine."""
+    return study._storage
+
+
+def _fail_queued(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Move a WAITING trial to FAIL (`study.tell` refuses a trial that was never asked)."""
+    study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+
 # -------------------------------------------------------------------------------------------------
 
 
@@ -216,10 +230,10 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def is_own_outcome(trial: FrozenTrial) -> bool:
-    """A finished trial whose outcome is its own: not an interrupted trial (it is queued again)
-    nor a duplicate (it ran nothing and reuses its twin's outcome)."""
+    """A finished trial whose outcome is its own: not an interrupted or unrun trial (it is queued
+    again) nor a duplicate (it ran nothing and reuses its twin's outcome)."""
     return (
-        trial.user_attrs.get("failure_kind") != "interrupted"
+        trial.user_attrs.get("failure_kind") not in ("interrupted", UNRUN)
         and DUPLICATE_ATTR not in trial.user_attrs
     )
 
@@ -274,3 +288,36 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, *, reason: str) -> Non
     set_trial_user_attr(study, t, "failure_reason", reason)
     study.tell(t.number, state=TrialState.FAIL)
     study.enqueue_trial(t.params, user_attrs={REQUEUED_ATTR: t.number})
+
+
+def fail_waiting(study: optuna.Study, *, reason: str) -> list[int]:
+    """Fail the study's queued (WAITING) trials as unrun, with `reason`: the search is over, so
+    none is left waiting; `requeue_unrun` queues their points again when the study resumes."""
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        with contextlib.suppress(Exception):  # another worker ending at once failed it first
+            set_trial_user_attr(study, t, "failure_kind", UNRUN)
+            set_trial_user_attr(study, t, "failure_reason", reason)
+            _fail_queued(study, t)
+            failed.append(t.number)
+    return failed
+
+
+def requeue_unrun(study: optuna.Study) -> list[int]:
+    """Queue again the points of unrun trials that no later trial took up (a grid queues its
+    unseen points itself), with their own marks (baseline, design, polish); their numbers."""
+    trials = study.get_trials(deepcopy=False)
+    taken = {t.user_attrs.get(REQUEUED_ATTR) for t in trials}
+    waiting = [planned_params(t) for t in trials if t.state == TrialState.WAITING]
+    requeued = []
+    for t in trials:
+        point = planned_params(t)
+        if t.user_attrs.get("failure_kind") != UNRUN or t.number in taken or point in waiting:
+            continue
+        marks = {k: v for k, v in t.user_attrs.items() if k not in FAILURE_ATTRS}
+        study.enqueue_trial(point, user_attrs={**marks, REQUEUED_ATTR: t.number})
+        waiting.append(point)
+        requeued.append(t.number)
+    if requeued:
+        log.info("queued again the point(s) of unrun trial(s) %s", ", ".join(map(str, requeued)))
+    return requeued

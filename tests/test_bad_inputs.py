@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 from sweeper import preflight
@@ -44,6 +45,8 @@ TRAIN_CASES = [
     ("batch.micro_batch=-1", ["batch.micro_batch", "positive"]),
     ("model.n_head=5", ["model.n_head", "divisible"]),
     ("batch.tokens_per_step=1000", ["batch.tokens_per_step", "multiple"]),
+    # a batch that does not split across 2 ranks: refused before any rank starts (issue 19)
+    ("runtime.nproc=2", ["x world (2) = 8192, but batch.tokens_per_step is 4096", "splits: 1x32"]),
 ]
 
 
@@ -311,6 +314,20 @@ def test_micro_batches_feasible_pass():
     preflight.check_micro_batches({"batch.micro_batch": "3,4"}, base)  # 4 x 8 keeps it
     with pytest.raises(ValueError, match="1x32, 2x16, 4x8, 8x4, 16x2, 32x1"):
         preflight.check_micro_batches({"batch.micro_batch": "3,5"}, base)
+
+
+def test_sweep_refuses_a_wall_budget_below_one_trial(tmp_path: Path):
+    """A wall budget shorter than the quickest predicted trial is refused before the study opens
+    (issue 19): it would end the search before any trial completed."""
+    storage = tmp_path / "optuna.db"
+    proc = run_sweep(tmp_path, "search=smoke", f"hydra.sweeper.storage=sqlite:///{storage}",
+                     "hydra.sweeper.max_wall_s=1", timeout=120)  # fmt: skip
+    _judge("sweep hydra.sweeper.max_wall_s=1", proc, [
+        "hydra.sweeper.max_wall_s=1 s cannot hold one trial", "predicted to take",
+        "set hydra.sweeper.max_wall_s to at least"])  # fmt: skip
+    assert proc.returncode == 2
+    # no study (the storage check may have opened the file): no trial queued, none left waiting
+    assert not storage.exists() or not optuna.study.get_all_study_names(f"sqlite:///{storage}")
 
 
 def _judges_inputs(item: pytest.Item) -> bool:

@@ -1,5 +1,6 @@
 """sweeper/budget.py with a fake clock: trials left, the wall budget, the verification reserve,
-the ETA and the failure-rate stop, on a real (SQLite) Optuna study."""
+the ETA and the failure-rate stop, on a real (SQLite) Optuna study; and real sweeps whose budget
+ends the search: the line that says so, the exit code, and no trial left waiting."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.budget import VERIFY_SHARE, Budget
+from sweeper.budget import TRIALS, VERIFY_SHARE, WALL, Budget, wall_budget_error
 from sweeper.settings import SweepSettings
-from sweeper.study import StudySpec, open_study
+from sweeper.study import (
+    REQUEUED_ATTR,
+    UNRUN,
+    StudySpec,
+    count_finished,
+    fail_waiting,
+    open_study,
+    planned_params,
+    requeue_unrun,
+)
+from tests.sweep_helpers import load_study, run_sweep
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
 
@@ -158,3 +169,108 @@ def test_spent(sampler, kinds, spent) -> None:
 def test_failure_rate(kinds, rate, minimum, exceeded) -> None:
     b = budget(max_failure_rate=rate, min_trials_for_failure_rate=minimum)
     assert b.failure_rate_exceeded(make_study([1.0, 2.0], kinds)) is exceeded
+
+
+# ---- a budget explains itself (issue 19) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_wall_s", "setting", "quickest", "refused"),
+    [
+        (0.0, "max_wall_s", 10.0, None),  # no wall budget
+        (12.0, "max_wall_s", 10.0, None),  # one trial fits
+        (5.0, "max_wall_s", None, None),  # no prediction: nothing to refuse on
+        (5.0, "max_wall_s", 10.0, "hydra.sweeper.max_wall_s=5 s cannot hold one trial"),
+        (300.0, "cpu_max_wall_s", 400.0, "hydra.sweeper.cpu_max_wall_s=300 s cannot hold"),
+    ],
+)
+def test_a_wall_budget_below_one_predicted_trial_is_refused(
+    max_wall_s, setting, quickest, refused
+) -> None:
+    error = wall_budget_error(max_wall_s=max_wall_s, setting=setting, quickest_s=quickest,
+                              overhead_s=15.0)  # fmt: skip
+    if refused is None:
+        assert error is None
+        return
+    assert error.startswith(refused)
+    assert f"predicted to take {quickest:.1f} s" in error
+    assert f"at least {15 + 2 * quickest:.0f} s" in error  # one trial and its verification run
+
+
+def test_the_search_end_names_the_budget_what_it_allowed_and_one_trial() -> None:
+    clock = FakeClock()
+    study = make_study([10.0, 14.0, 12.0])
+    walled = Budget(SweepSettings.from_config({"n_trials": 9, "max_wall_s": 60.0}), clock=clock,
+                    started=clock() - 50.0, predicted_trial_s=9.5)  # fmt: skip
+    assert walled.ended_by(study, verify_estimate_s=12.0) == WALL
+    assert walled.end_line(study, WALL, ran_here=3) == (
+        "the wall budget ended the search: hydra.sweeper.max_wall_s=60 s allowed 3 trial(s) in "
+        "50 s, the rest kept for verification; one trial took 12.0 s (median; predicted 9.5 s)"
+    )
+    counted = Budget(SweepSettings.from_config({"n_trials": 3}), clock=clock)
+    assert counted.ended_by(study, verify_estimate_s=0.0) == TRIALS
+    assert counted.end_line(study, TRIALS, ran_here=2) == (
+        "the trial budget ended the search: hydra.sweeper.n_trials=3 allowed 3 trial(s) in the "
+        "study (3 counted, 2 launched here); one trial took 12.0 s (median; predicted ?)"
+    )
+    assert Budget(SweepSettings.from_config({"n_trials": 5}), clock=clock).ended_by(
+        study, verify_estimate_s=0.0) is None  # fmt: skip
+
+
+def test_queued_points_the_search_never_ran_are_failed_as_unrun_and_queued_again() -> None:
+    study = make_study([1.0])
+    study.enqueue_trial({"mb": 8}, user_attrs={"baseline": True})
+    study.enqueue_trial({"mb": 16}, user_attrs={"design": True})
+    assert fail_waiting(study, reason="not run: the wall budget ended the search") == [1, 2]
+    assert not study.get_trials(states=(TrialState.WAITING,))  # none left waiting
+    assert {t.user_attrs.get("failure_kind") for t in study.trials[1:]} == {UNRUN}
+    assert count_finished(study) == 1  # an unrun point ran nothing and costs no budget
+    assert requeue_unrun(study) == [1, 2]  # the next sweep on the study runs them after all
+    assert requeue_unrun(study) == []  # once
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert [(planned_params(t), t.user_attrs.get("baseline"), t.user_attrs.get("design"),
+             t.user_attrs[REQUEUED_ATTR]) for t in queued] == [
+        ({"mb": 8}, True, None, 1), ({"mb": 16}, None, True, 2)]  # fmt: skip
+
+
+FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow=false", "hydra.sweeper.verify_top_k=1"]
+
+
+def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(tmp_path) -> None:
+    """TPE queues 11 spread-out points; a 30 s budget (after a ~10 s start, at most five trials
+    measured for 4 s each) runs some, and says why it stopped. A continuous learning rate
+    (ignored by throughput) keeps the space from running out first, whatever the machine's speed."""
+    proc = run_sweep(tmp_path, *FAST_SMOKE, "optim.lr=interval(0.0001,0.0005)",
+                     "trial.max_steps=10000", "trial.max_seconds=4",  # a window of 4 s
+                     "hydra.sweeper.sampler=tpe", "hydra.sweeper.n_startup_trials=12",
+                     "hydra.sweeper.n_trials=50", "hydra.sweeper.max_wall_s=30",
+                     "hydra.sweeper.study_name=wall")  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    (line,) = [ln for ln in out.splitlines() if "budget ended the search" in ln]
+    assert line.startswith("the wall budget ended the search: hydra.sweeper.max_wall_s=30 s "
+                           "allowed "), line  # fmt: skip
+    assert "one trial took" in line and "predicted" in line, line
+    study = load_study(tmp_path, "wall")
+    assert not study.get_trials(states=(TrialState.WAITING,))
+    unrun = [t for t in study.trials if t.user_attrs.get("failure_kind") == UNRUN]
+    assert unrun, [(t.number, t.state.name) for t in study.trials]
+    assert all("wall budget ended the search" in t.user_attrs["failure_reason"] for t in unrun)
+    assert "not run: recorded as unrun; a resumed sweep queues them again" in out
+
+
+def test_a_sweep_that_exports_nothing_exits_1_with_one_line(tmp_path) -> None:
+    proc = run_sweep(tmp_path, *FAST_SMOKE, "trial.fault=crash", "hydra.sweeper.n_trials=2",
+                     "hydra.sweeper.study_name=crash")  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    # the planted crashes log their own tracebacks as trial reasons; the sweep's end has none
+    assert "Traceback" not in proc.stdout.rsplit("trials: ", 1)[1], out[-3000:]
+    errors = [ln for ln in out.splitlines() if "nothing to verify or export" in ln]
+    assert len(errors) == 1, out[-3000:]
+    assert "no trial completed (crash 2" in errors[0]
+    assert "the trial budget ended the search: hydra.sweeper.n_trials=2 allowed 2 trial(s)" in (
+        errors[0])  # fmt: skip
+    assert "nothing to verify or export; see each failed trial's failure_reason" in errors[0]
+    assert not load_study(tmp_path, "crash").get_trials(states=(TrialState.WAITING,))

@@ -20,11 +20,19 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy
+import yaml
 from optuna.trial import TrialState
 
 from sweeper.budget import Budget
+from sweeper.export_claim import (
+    CLAIM_SUFFIX,
+    EXPORT_ATTR,
+    claim_export,
+    record_export,
+    register_worker,
+)
 from sweeper.settings import SweepSettings
-from sweeper.study import OWNER_ATTR, StudySpec, count_finished, open_study
+from sweeper.study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
 from tests.postgres import require_postgres, running_postgres
 from tests.servers import dead_pid, free_port
 from tests.sweep_helpers import sweep_argv
@@ -32,6 +40,7 @@ from tests.sweep_helpers import sweep_argv
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS = 2
 N_TRIALS = 6
+SQLITE_TRIALS = 4  # two each: both workers search, and the pair ends within ~90 s on 2 cores
 STUDY = "multiworker"
 # Seen ~150 s for both workers on a busy 2-core machine; the limit only stops a hung sweep.
 WORKER_TIMEOUT_S = 420
@@ -65,12 +74,74 @@ def test_budget_counts_trials_other_workers_are_running(tmp_path: Path, owner, l
     assert budget.trials_left(study, verify_estimate_s=0.0) == left
 
 
-def _worker_overrides(pg_url: str, worker: int) -> list[str]:
+def _claim_study(tmp_path: Path) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = StudySpec(storage=f"sqlite:///{tmp_path / 'c.db'}", study_name="c", direction="maximize")
+    return open_study(spec)
+
+
+def test_one_export_claim_wins_and_the_others_name_its_file(tmp_path: Path) -> None:
+    study = _claim_study(tmp_path)
+    register_worker(study, tmp_path / "mine")
+    won = claim_export(study, sweep_dir=tmp_path / "mine", compared=[0, 1])
+    assert won.ours
+    lost = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1])
+    assert not lost.ours  # the holder lives (this very process): it is verifying
+    assert f"it writes the study's best to {tmp_path / 'mine' / 'best.yaml'}" in lost.line
+    record_export(study, best_yaml=tmp_path / "mine" / "best.yaml", compared=[0, 1])
+    won.release(study)
+    again = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1])
+    assert not again.ours and again.line.endswith(f"exported already: {tmp_path}/mine/best.yaml")
+    rerun = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1], since=time.time())
+    assert rerun.ours  # the same command run again later: it verifies and exports again
+    rerun.release(study)
+    more = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1, 2])  # new trials
+    assert more.ours
+    more.release(study)
+    assert optuna.study.get_all_study_names(storage_of(study)) == ["c"]  # no claim left
+
+
+def test_an_export_claim_whose_worker_died_is_taken_over(tmp_path: Path) -> None:
+    study = _claim_study(tmp_path)
+    stale = optuna.create_study(storage=storage_of(study), study_name=f"c{CLAIM_SUFFIX}")
+    stale.set_user_attr("owner", f"{socket.gethostname()}:{dead_pid()}")
+    claim = claim_export(study, sweep_dir=tmp_path, compared=[0])
+    assert claim.ours
+    claim.release(study)
+
+
+_RACE = """
+import sys
+from pathlib import Path
+from sweeper.export_claim import claim_export
+from sweeper.study import StudySpec, open_study
+study = open_study(StudySpec(storage=sys.argv[1], study_name="c", direction="maximize"))
+sys.stdin.readline()  # every racer opened the study: go
+claim = claim_export(study, sweep_dir=Path(sys.argv[2]), compared=[0, 1])
+print("won" if claim.ours else "lost", flush=True)
+"""
+
+
+def test_workers_claiming_at_the_same_moment_elect_exactly_one(tmp_path: Path) -> None:
+    _claim_study(tmp_path)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    argv = [[sys.executable, "-c", _RACE, url, str(tmp_path / f"w{i}")] for i in range(4)]
+    racers = [subprocess.Popen(a, cwd=REPO, **pipes) for a in argv]
+    time.sleep(3.0)  # imports and open_study in every racer
+    for racer in racers:
+        racer.stdin.write("\n")
+        racer.stdin.flush()
+    outcomes = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
+    assert outcomes == ["lost", "lost", "lost", "won"]
+
+
+def _worker_overrides(storage: str, worker: int, n_trials: int = N_TRIALS) -> list[str]:
     return [
         "search=smoke",
-        f"hydra.sweeper.storage={pg_url}",
+        f"hydra.sweeper.storage={storage}",
         f"hydra.sweeper.study_name={STUDY}",
-        f"hydra.sweeper.n_trials={N_TRIALS}",
+        f"hydra.sweeper.n_trials={n_trials}",
         "hydra.sweeper.mlflow=false",
         "hydra.sweeper.verify_top_k=1",
         "hydra.sweeper.verify_repeats=1",
@@ -88,17 +159,18 @@ def _worker_overrides(pg_url: str, worker: int) -> list[str]:
     ]
 
 
-@pytest.mark.slow
-def test_two_workers_share_one_postgres_study(pg_url: str, tmp_path: Path) -> None:
+def _run_workers(storage: str, root: Path, n_trials: int) -> list[tuple[subprocess.Popen, Path]]:
+    """Start N_WORKERS real sweeps on one study at once, each in its own folder (as one per
+    machine); wait for both; return each process and its folder (its output in sweep.log)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs: list[tuple[subprocess.Popen, Path]] = []
     try:
         for i in range(N_WORKERS):
-            cwd = tmp_path / f"worker{i}"
+            cwd = root / f"worker{i}"
             cwd.mkdir()
             with open(cwd / "sweep.log", "wb") as log_file:
                 proc = subprocess.Popen(
-                    sweep_argv(*_worker_overrides(pg_url, i)),
+                    sweep_argv(*_worker_overrides(storage, i, n_trials)),
                     cwd=cwd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                 )  # fmt: skip
             procs.append((proc, cwd))
@@ -112,29 +184,68 @@ def test_two_workers_share_one_postgres_study(pg_url: str, tmp_path: Path) -> No
                 proc.wait(timeout=30)
     for proc, cwd in procs:
         assert proc.returncode == 0, (cwd / "sweep.log").read_text()[-4000:]
+    return procs
 
-    study = optuna.load_study(study_name=STUDY, storage=pg_url)
+
+def _assert_each_trial_once(study: optuna.Study, n_trials: int, procs: list) -> None:
+    """The study's budget, not each worker's: n_trials trials, each point measured once, and
+    both workers did part of the work, each trial tagged with the sweep process that ran it."""
     trials = study.get_trials(deepcopy=False)
-    # The budget is the study's, not each worker's: exactly n_trials, not n_trials per worker.
-    # Trials running elsewhere count against it (Budget.trials_left); without that the
-    # workers ran 7. What remains is a race Optuna cannot close (no atomic "ask if under budget"):
-    # workers that read the count within the same few milliseconds may both ask, at most
+    # Trials running elsewhere count against the budget (Budget.trials_left); without that the
+    # workers ran 7 of 6. What remains is a race Optuna cannot close (no atomic "ask if under
+    # budget"): workers that read the count within the same few milliseconds may both ask, at most
     # workers - 1 extra trials; it needs two trials to end at the same instant.
-    assert count_finished(study) == N_TRIALS, [(t.number, t.state.name) for t in trials]
-    assert len(trials) == N_TRIALS
+    assert count_finished(study) == n_trials, [(t.number, t.state.name) for t in trials]
+    assert len(trials) == n_trials
     assert all(t.state == TrialState.COMPLETE for t in trials), [t.state.name for t in trials]
-    assert sorted(t.number for t in trials) == list(range(N_TRIALS))
-    # No point measured twice: the workers drew different configurations.
+    assert sorted(t.number for t in trials) == list(range(n_trials))
     points = [json.dumps(t.params, sort_keys=True) for t in trials]
-    assert len(set(points)) == len(points), points
-    # Both workers did part of the work, each trial tagged with the sweep process that ran it.
+    assert len(set(points)) == len(points), points  # the workers drew different configurations
     host = socket.gethostname()
     owners = {t.user_attrs[OWNER_ATTR] for t in trials}
     assert owners == {f"{host}:{proc.pid}" for proc, _ in procs}
-    # Each worker finished the whole pipeline on the shared study: verified and exported a winner.
+
+
+def _assert_one_export_of_the_study(study: optuna.Study, procs: list) -> Path:
+    """One worker verified and exported the study's best, from every worker's trials; the other
+    named that file in one line. Returns the best.yaml."""
+    (best,) = [b for _, cwd in procs for b in cwd.glob("multirun/*/*/best.yaml")]
+    compared = yaml.safe_load(best.read_text())["provenance"]["sweep"]["compared"]
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert compared["trials"] == [t.number for t in complete]
+    assert compared["workers"] == sorted({t.user_attrs[OWNER_ATTR] for t in complete})
+    assert study.user_attrs[EXPORT_ATTR]["best_yaml"] == str(best)
     for _, cwd in procs:
-        (best,) = cwd.glob("multirun/*/*/best.yaml")
-        assert "tokens_per_s" in best.read_text()
+        out = (cwd / "sweep.log").read_text()
+        if cwd in best.parents:
+            assert f"best config: {best}" in out, out[-3000:]
+        else:  # one line naming the exporter's file: the study's best is there
+            named = [line for line in out.splitlines() if str(best) in line]
+            assert len(named) == 1 and "study's best" in named[0], out[-3000:]
+            assert "best config:" not in out
+    return best
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_postgres_study(pg_url: str, tmp_path: Path) -> None:
+    procs = _run_workers(pg_url, tmp_path, N_TRIALS)
+    study = optuna.load_study(study_name=STUDY, storage=pg_url)
+    _assert_each_trial_once(study, N_TRIALS, procs)
+    _assert_one_export_of_the_study(study, procs)
+
+
+def test_two_workers_on_one_sqlite_study_export_the_studys_best(tmp_path: Path) -> None:
+    """The issue's figure: two sweeps on one study, started together: both exit 0, each trial
+    recorded once, and one best.yaml, of the study's trials; the other worker names it."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    procs = _run_workers(storage, tmp_path, SQLITE_TRIALS)
+    study = optuna.load_study(study_name=STUDY, storage=storage)
+    _assert_each_trial_once(study, SQLITE_TRIALS, procs)
+    best = _assert_one_export_of_the_study(study, procs)
+    winner = yaml.safe_load(best.read_text())["provenance"]["sweep"]["trial"]
+    print(f"two workers: {len(study.trials)} trials, one best.yaml ({best}), winner trial {winner}")
+    # no claim left behind in the storage: only the study itself
+    assert optuna.study.get_all_study_names(storage=storage) == [STUDY]
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from train.config import Config
+from train.config import Config, check_batch, world_size
 from train.config_file import exit_on_bad_config_file
 from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
@@ -219,6 +219,8 @@ def main(dcfg: DictConfig) -> None:
     try:
         check_trainer_keys(flat_keys(OmegaConf.to_container(dcfg, resolve=False)))
         cfg: Config = OmegaConf.to_object(dcfg)
+        # a batch that does not split across runtime.nproc ranks: refused before any rank starts
+        check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size(cfg.runtime.nproc))
         check_checkpoint_target(every_steps=cfg.checkpoint.every_steps, folder=cfg.checkpoint.dir)
     except ValueError as exc:
         log.error("invalid config: %s", exc)

@@ -1,0 +1,176 @@
+"""Which worker of a shared study verifies and exports the study's best.
+
+Workers share a study by its storage and name (README, "Scale out"). Each one searches; the study's
+best is verified and exported once, from the study's completed trials whoever ran them, by the last
+worker to end its search:
+
+- a worker whose search ends while trials of another worker still run leaves the export to that
+  worker, and says which sweep dir will hold the best.yaml;
+- workers that end together claim the export. The claim is a marker study `<study>.export-claim`:
+  the database refuses a second study of one name (a unique key, on SQLite and PostgreSQL alike),
+  so exactly one claim wins; optuna has no compare-and-set on attributes. The winner verifies,
+  exports, records the export on the study (EXPORT_ATTR: the file and the trials it compared) and
+  deletes the claim; the others name the winner's best.yaml. An export of the same trials that a
+  worker finds made while it ran is named, not repeated; one made before it started is not (the
+  same command run again on a finished study verifies and exports again, into its own sweep dir).
+
+A claim whose owner died on this host is taken over; an interrupted export releases its claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.exceptions import DuplicatedStudyError
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.owner import owner_alive, owner_tag
+from sweeper.study import OWNER_ATTR, own_outcomes, running_trials, storage_of
+
+log = logging.getLogger(__name__)
+
+EXPORT_ATTR = "export"  # {best_yaml, owner, compared, when}: the study's last export
+WORKER_PREFIX = "worker:"  # worker:<host:pid> -> its sweep dir
+CLAIM_SUFFIX = ".export-claim"
+HOLDER_WAIT_S = 5.0  # a fresh claim names its holder within moments of being made
+
+
+def register_worker(study: optuna.Study, sweep_dir: Path) -> None:
+    """Record this worker's sweep dir, so the others can say where its best.yaml will be."""
+    study.set_user_attr(f"{WORKER_PREFIX}{owner_tag()}", str(sweep_dir))
+
+
+def best_yaml_of(study: optuna.Study, owner: str) -> str:
+    """Where the worker `owner` writes its best.yaml (its sweep dir's), as far as it said."""
+    sweep_dir = study.user_attrs.get(f"{WORKER_PREFIX}{owner}")
+    return f"{sweep_dir}/best.yaml" if sweep_dir else f"the sweep dir of worker {owner}"
+
+
+def compared_trials(study: optuna.Study) -> list[int]:
+    """The completed trials an export compares: every worker's, duplicates left out."""
+    return [t.number for t in own_outcomes(study) if t.state == TrialState.COMPLETE]
+
+
+def comparison(study: optuna.Study, rows: list[dict]) -> dict:
+    """What an export compared, for best.yaml's provenance: the study's completed trials, the
+    workers that ran them, and the contenders verification raced (`rows`)."""
+    trials = [t for t in own_outcomes(study) if t.state == TrialState.COMPLETE]
+    return {
+        "trials": [t.number for t in trials],
+        "workers": sorted({str(t.user_attrs.get(OWNER_ATTR, "?")) for t in trials}),
+        "raced": sorted(r["trial"] for r in rows),
+    }
+
+
+def others_running(study: optuna.Study) -> list[FrozenTrial]:
+    """Live trials of other workers on this study (orphans of dead workers do not count)."""
+    me = owner_tag()
+    return [t for t in running_trials(study)[0] if t.user_attrs.get(OWNER_ATTR) != me]
+
+
+def deferral_line(study: optuna.Study, running: list[FrozenTrial]) -> str:
+    """This worker's search ended while others still run trials: who exports, and where."""
+    owners = sorted({str(t.user_attrs.get(OWNER_ATTR)) for t in running})
+    where = " or ".join(best_yaml_of(study, o) for o in owners)
+    numbers = ", ".join(str(t.number) for t in running)
+    return (
+        f"study {study.study_name!r} is shared: trial(s) {numbers} still run in worker(s) "
+        f"{', '.join(owners)}; the last worker to finish verifies the study's completed trials "
+        f"and writes the study's best to {where}"
+    )
+
+
+@dataclass(kw_only=True)
+class Claim:
+    """The outcome of claiming the export: `ours`, or `line` naming the file that holds it."""
+
+    ours: bool
+    line: str = ""
+    name: str = ""  # the claim study's name, when ours
+
+    def release(self, study: optuna.Study) -> None:
+        if self.ours:
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=self.name, storage=storage_of(study))
+
+
+def claim_export(
+    study: optuna.Study, *, sweep_dir: Path, compared: list[int], since: float = 0.0
+) -> Claim:
+    """Claim the export of the study's best (module doc); a claim not won names the file that
+    holds, or will hold, the study's best. `since`: this worker's start (time.time())."""
+    done = _exported(study, compared, since)
+    if done is not None:
+        return done
+    name = f"{study.study_name}{CLAIM_SUFFIX}"
+    storage = storage_of(study)
+    for _ in range(2):  # a second try after taking over a dead holder's claim
+        try:
+            with _quiet_optuna():
+                claim = optuna.create_study(storage=storage, study_name=name)
+        except DuplicatedStudyError:
+            holder = _holder(name, storage)
+            if holder is None or owner_alive(holder) is not False:
+                who = holder or "another worker"
+                return Claim(ours=False, line=(
+                    f"worker {who} is verifying study {study.study_name!r}'s completed trials; "
+                    f"it writes the study's best to {best_yaml_of(study, who)}"))  # fmt: skip
+            log.warning("the export claim of %s died with its worker; taking it over", holder)
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=name, storage=storage)
+            continue
+        claim.set_user_attr("owner", owner_tag())
+        claim.set_user_attr("sweep_dir", str(sweep_dir))
+        done = _exported(study, compared, since)  # exported since the first look
+        if done is not None:
+            Claim(ours=True, name=name).release(study)
+            return done
+        return Claim(ours=True, name=name)
+    return Claim(ours=False, line="another worker took over the export claim at the same moment")
+
+
+def record_export(study: optuna.Study, *, best_yaml: Path, compared: list[int]) -> None:
+    """Say on the study which file holds its best and which trials it compared."""
+    study.set_user_attr(EXPORT_ATTR, {"best_yaml": str(best_yaml), "owner": owner_tag(),
+                                      "compared": compared, "when": time.time()})  # fmt: skip
+
+
+def _exported(study: optuna.Study, compared: list[int], since: float) -> Claim | None:
+    """A claim not won when another worker exported the study's best over exactly `compared`
+    while this one ran (since `since`)."""
+    done = study.user_attrs.get(EXPORT_ATTR)
+    if not done or done.get("compared") != compared or done.get("when", 0.0) < since:
+        return None
+    return Claim(ours=False, line=(
+        f"the best of study {study.study_name!r} ({len(compared)} completed trials) is "
+        f"exported already: {done['best_yaml']}"))  # fmt: skip
+
+
+def _holder(name: str, storage: optuna.storages.BaseStorage) -> str | None:
+    """The owner of the claim `name`, waiting a moment for a fresh claim to say it."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        with contextlib.suppress(KeyError):
+            owner = optuna.load_study(study_name=name, storage=storage).user_attrs.get("owner")
+            if owner:
+                return owner
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """No "A new study created" line for the claim: it is bookkeeping, not a study."""
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)
