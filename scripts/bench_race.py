@@ -5,11 +5,11 @@
 
 The slower configuration is the faster one plus `data.inject_latency_s` (with `data.num_workers=0`,
 so nothing hides it) sized to the planted share of the faster one's measured step: each micro-batch
-sleeps `gap x step / grad_accum`. Each race is the sweep's own race (sweeper/racing.py `run_race`,
-its rules from the sweep settings: 3 to 8 rounds, 95% paired test, 2% margin) over real bounded
-trials (`train.trial.measurement.run_trial`) on this CPU. Unlike a sweep, each trial runs in this
-process (a sweep forks a fresh one): the trials' own noise is real, the process start-up is not
-paid, so 20 races fit in minutes.
+sleeps `gap x step / grad_accum`. Each race is the sweep's own race (sweeper/verify/race_rounds.py
+`run_race`, its rules from the sweep settings: 3 to 8 rounds, 95% paired test, 2% margin) over
+real bounded trials (`train.trial.measurement.run_trial`) on this CPU. Unlike a sweep, each trial
+runs in this process (a sweep forks a fresh one): the trials' own noise is real, the process
+start-up is not paid, so 20 races fit in minutes.
 
 Printed, all measured now: per gap, how often the faster config is declared the winner, how often
 the race ends equivalent or not significant, how often the slower one is declared the winner, and
@@ -34,10 +34,11 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from configs import compose_config, cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
 
-from sweeper.race import DECIDED, TIED  # noqa: E402
-from sweeper.racing import race_context, run_race  # noqa: E402
 from sweeper.settings import SweepSettings  # noqa: E402
-from sweeper.verify import Candidate  # noqa: E402
+from sweeper.verify.race_rounds import run_race  # noqa: E402
+from sweeper.verify.race_rules import DECIDED, TIED  # noqa: E402
+from sweeper.verify.winner import Candidate  # noqa: E402
+from tests.race_helpers import race_context  # noqa: E402
 from train.trial.measurement import run_trial  # noqa: E402
 
 log = logging.getLogger("bench_race")

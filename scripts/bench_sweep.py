@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
-from sweeper.race import paired  # noqa: E402
-from sweeper.race_stats import compare  # noqa: E402
+from sweeper.verify.race_rules import paired  # noqa: E402
+from sweeper.verify.race_stats import compare  # noqa: E402
 from train.trial.result import TrialResult, read_result  # noqa: E402
 
 log = logging.getLogger("bench_sweep")

@@ -7,11 +7,11 @@ from typing import Any
 
 import optuna
 
-from sweeper.budget import Budget
 from sweeper.launch.batch import JobLauncher
-from sweeper.objective import ObjectiveConfig
 from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace
+from sweeper.space.space import SearchSpace
+from sweeper.study.budget import Budget
+from sweeper.study.objective import ObjectiveConfig
 
 
 @dataclass(frozen=True, kw_only=True)

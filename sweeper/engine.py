@@ -3,10 +3,10 @@
 prepare the request (probe the device in a child process, parse and check the space; a plan stops
 here) -> open or resume the study and the parent MLflow run -> search: ask -> refuse unsafe points
 -> launch -> tell (complete | pruned | failed + reason) -> the budget's line; on a shared study only
-the last worker goes on (sweeper/export_claim.py) -> queued points never run recorded as unrun ->
-verify the top-k in fresh processes -> noise-aware winner -> best.yaml and plots -> the final table
--> the starting config against the winner. Each step lives in its own module; this one only tells
-the story.
+the last worker goes on (sweeper/study/export_claim.py) -> queued points never run recorded as unrun
+-> verify the top-k in fresh processes -> noise-aware winner -> best.yaml and plots -> the final
+table -> the starting config against the winner. Each step lives in its own module; this one only
+tells the story.
 """
 
 from __future__ import annotations
@@ -23,12 +23,23 @@ from typing import Any
 from hydra.core.plugins import Plugins
 from omegaconf import DictConfig
 
-from sweeper import report
-from sweeper.budget import Budget
 from sweeper.context import SweepContext
-from sweeper.cost_report import cost_lines, sweep_costs
-from sweeper.export import export_winner
-from sweeper.export_claim import (
+from sweeper.launch.batch import JobLauncher
+from sweeper.launch.runner import kill_all_children
+from sweeper.masking import mask_secrets
+from sweeper.metrics import best_metrics, lead_metrics
+from sweeper.plan.preflight import check_sweep
+from sweeper.plan.prepare import Prepared, prepare
+from sweeper.report.console import console, final_report, trial_states
+from sweeper.report.cost import cost_lines, sweep_costs
+from sweeper.report.export import export_winner
+from sweeper.report.plan_text import print_plan
+from sweeper.report.story import tell_story
+from sweeper.search.search import Search
+from sweeper.settings import SweepSettings
+from sweeper.start import Started, open_sweep_study, start_tracker
+from sweeper.study.budget import Budget
+from sweeper.study.export_claim import (
     claim_export,
     compared_trials,
     comparison,
@@ -37,18 +48,8 @@ from sweeper.export_claim import (
     record_export,
     register_worker,
 )
-from sweeper.launch.batch import JobLauncher
-from sweeper.launch.runner import kill_all_children
-from sweeper.masking import mask_secrets
-from sweeper.metrics import best_metrics, lead_metrics
-from sweeper.narrative import explain
-from sweeper.preflight import check_sweep
-from sweeper.prepare import Prepared, prepare, print_plan
-from sweeper.search import Search
-from sweeper.settings import SweepSettings
-from sweeper.start import Started, open_sweep_study, start_tracker
-from sweeper.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
-from sweeper.verification import Verification, verify
+from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
+from sweeper.verify.stage import Verification, verify
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class SweepEngine:
     @staticmethod
     def _close(study: Any, notes: list[str]) -> None:
         """The end of a sweep that exports nothing itself: how its trials ended, and why."""
-        report.final_report(trials=study.get_trials(deepcopy=False), duplicate_attr=DUPLICATE_ATTR,
+        final_report(trials=study.get_trials(deepcopy=False), duplicate_attr=DUPLICATE_ATTR,
                             rows=[], best_path=None, notes=notes)  # fmt: skip
 
     @staticmethod
@@ -175,7 +176,7 @@ class SweepEngine:
         """No trial completed: one line that says how the trials ended, the budget that ended
         the search, and the way on; exit 1."""
         trials = started.study.get_trials(deepcopy=False)
-        states = report.trial_states(trials, DUPLICATE_ATTR).removeprefix("trials: ")
+        states = trial_states(trials, DUPLICATE_ATTR).removeprefix("trials: ")
         why = f"; {budget_line}" if budget_line else ""
         ways = []
         if any(t.user_attrs.get("failure_reason") and t.user_attrs.get("failure_kind") != UNRUN
@@ -201,7 +202,7 @@ class SweepEngine:
                                 objective=ctx.objective, usd_per_hour=settings.usd_per_hour,
                                 prices=settings.prices)  # fmt: skip
             best_path = self._export(started, verification, tracker, sweep_dir, costs)
-        report.final_report(
+        final_report(
             trials=study.get_trials(deepcopy=False),
             duplicate_attr=DUPLICATE_ATTR,
             rows=verification.rows,
@@ -210,10 +211,10 @@ class SweepEngine:
         )
         if costs is not None:
             for line in cost_lines(costs):
-                report.console.print(line)
+                console.print(line)
             tracker.log_cost(costs)
         if verification.winner is not None:
-            explain(study, verification, baseline=started.baseline,
+            tell_story(study, verification, baseline=started.baseline,
                     planned_steps=settings.planned_steps, tracker=tracker,
                     noise_floor=settings.noise_floor)  # fmt: skip
         return best_path
@@ -227,7 +228,7 @@ class SweepEngine:
         costs: dict[str, Any] | None,
     ) -> Path:
         """best.yaml, the plots, and both on the parent MLflow run with the winner's numbers."""
-        from sweeper.plots import sweep_plots
+        from sweeper.report.plots import sweep_plots
 
         winner, rows = verification.winner, verification.rows
         best_path = export_winner(

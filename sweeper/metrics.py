@@ -4,7 +4,8 @@ A number is read from a trial's result.json at `path`, logged to MLflow as `mlfl
 name), stored on the Optuna trial's `metrics` attribute as `trial_key`, summarized over the fresh
 verification runs as `row_key` (best.yaml's provenance and the `best/...` metrics of the parent
 MLflow run), and shown in the final table under `column`. Names are spelled here once; MLflow
-(sweeper/tracking.py), the engine and the report (sweeper/report.py) read them from this table.
+(sweeper/tracking.py), the engine and the report (sweeper/report/console.py) read them from this
+table.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def column(row_key: str) -> str:
 
 
 def lead_metrics(lead: Any) -> dict[str, float]:
-    """The winner's paired lead over the starting config (sweeper/race_stats.py Comparison) as
-    the parent run's metrics: the ratio and its interval; none when there is no paired lead."""
+    """The winner's paired lead over the starting config (sweeper/verify/race_stats.py Comparison)
+    as the parent run's metrics: the ratio and its interval; none when there is no paired lead."""
     if lead is None:
         return {}
     return {"best/lead_over_start": lead.ratio, "best/lead_over_start_low": lead.low,

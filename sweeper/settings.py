@@ -4,6 +4,9 @@ Hydra hands the sweeper its `hydra.sweeper` node (the schema is `ThroughputSweep
 hydra_plugins/throughput_sweeper/config.py, which documents every field and holds the defaults).
 `SweepSettings.from_config` turns that node into a frozen, keyword-only dataclass: a value the sweep
 derives later (the CPU wall cap, a grid's trial count) is a `dataclasses.replace`, never a mutation.
+The race's rules (`RaceRules`, from the verify_* fields) are checked here with the rest, so a race
+that could never decide is refused before anything runs; the judge that applies them is
+sweeper/verify/race_rules.py.
 """
 
 from __future__ import annotations
@@ -16,8 +19,49 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
-from sweeper.race import rules_from
 from train.measure.cost import validate_prices
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceRules:
+    """How a race decides (sweeper/verify/race_rules.py applies them). Validated here: a race
+    that could never decide is refused."""
+
+    min_rounds: int = 3  # rounds every contender runs before any is dropped
+    max_rounds: int = 10  # the race stops here at the latest
+    confidence: float = 0.95  # of each paired test
+    margin: float = 0.02  # survivors within +-margin of the leader are equivalent
+
+    def __post_init__(self) -> None:
+        if self.min_rounds < 1:
+            raise ValueError(
+                f"hydra.sweeper.verify_repeats={self.min_rounds}: a race needs at least 1 round "
+                f"(a paired test needs 2; 3 is the default)"
+            )
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(
+                f"hydra.sweeper.verify_max_rounds={self.max_rounds} is below verify_repeats="
+                f"{self.min_rounds}; raise it to at least {self.min_rounds}"
+            )
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(
+                f"hydra.sweeper.verify_confidence={self.confidence}: use a value in [0.5, 1), "
+                f"e.g. 0.95"
+            )
+        if not 0 <= self.margin < 0.5:
+            raise ValueError(
+                f"hydra.sweeper.verify_margin={self.margin}: use a share in [0, 0.5), e.g. 0.02"
+            )
+
+
+def rules_from(settings: Any) -> RaceRules:
+    """The race's rules from the sweep settings (hydra.sweeper.verify_*), checked."""
+    return RaceRules(
+        min_rounds=settings.verify_repeats,
+        max_rounds=settings.verify_max_rounds or settings.verify_repeats,
+        confidence=settings.verify_confidence,
+        margin=settings.verify_margin,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +108,8 @@ class SweepSettings:
 
     def __post_init__(self) -> None:
         # Bounds a sweep cannot run without; the sampler, pruner, objective and noise floor are
-        # checked where they are used (sweeper/study.py, sweeper/objective.py, sweeper/verify.py).
+        # checked where they are used (sweeper/study/study.py, sweeper/study/objective.py,
+        # sweeper/verify/winner.py).
         for name in ("n_jobs", "verify_top_k", "verify_repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(

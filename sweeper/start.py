@@ -2,7 +2,8 @@
 parent MLflow run.
 
 Queued first, once per study: the starting config (so the report can say what changed and why),
-then TPE's startup points as a Latin-hypercube design (sweeper/design.py), or every point of a grid.
+then TPE's startup points as a Latin-hypercube design (sweeper/search/design.py), or every point of
+a grid.
 """
 
 from __future__ import annotations
@@ -10,21 +11,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from sweeper.design import latin_design
-from sweeper.device_probe import git_commit
 from sweeper.masking import mask_secrets
-from sweeper.memory import past_ooms
-from sweeper.objective import direction, searched_interval_warning
-from sweeper.prepare import Prepared
+from sweeper.plan.prepare import Prepared
+from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace, baseline_params
-from sweeper.study import (
+from sweeper.space.memory import past_ooms
+from sweeper.space.space import SearchSpace, baseline_params
+from sweeper.study.objective import direction, searched_interval_warning
+from sweeper.study.study import (
     StudySpec,
     open_study,
     own_outcomes,
@@ -35,6 +36,8 @@ from sweeper.study import (
 from train.trial.pruning import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 DESIGN_ATTR = "design"  # a queued startup point of the Latin-hypercube design
 
@@ -119,7 +122,7 @@ def queue_grid(study: optuna.Study, points: list[dict]) -> int:
 def queue_design(
     study: optuna.Study, space: SearchSpace, baseline: dict | None, settings: SweepSettings
 ) -> None:
-    """TPE's startup trials as a Latin-hypercube design (sweeper/design.py), queued once per
+    """TPE's startup trials as a Latin-hypercube design (sweeper/search/design.py), queued once per
     study, after the starting config (which is one of them)."""
     s = settings
     trials = study.get_trials(deepcopy=False)
@@ -175,11 +178,19 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Any:
             "device_type": device.device_type,
             "torch": (p.facts or {}).get("torch", ""),
             "model": p.base["model.name"],
-            "git_commit": git_commit(),
+            "git_commit": _git_commit(),
             "sweep_dir": str(sweep_dir),
         },
     )
     return tracker
+
+
+def _git_commit() -> str:
+    """The checkout's commit, for the sweep's provenance; empty outside a git checkout."""
+    out = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=PROJECT_DIR, capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 SWEEP_DIR_ATTR = "sweep_dir"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sweeper.masking import mask_secrets
 from sweeper.metrics import dig, mlflow_paths
-from sweeper.owner import owner_alive, owner_tag
+from sweeper.study.owner import owner_alive, owner_tag
 
 if TYPE_CHECKING:
     from train.trial.result import TrialResult
@@ -95,7 +95,7 @@ def final_metrics(result: TrialResult) -> dict[str, float]:
 
 
 def cost_metrics(cost: Mapping[str, Any]) -> dict[str, float]:
-    """The parent run's price metrics from the cost document (sweeper/cost_report.py
+    """The parent run's price metrics from the cost document (sweeper/report/cost.py
     `sweep_costs`): hours to train the planned tokens and $ per 1B tokens, for the starting config
     and the winner; a role or price that is unknown is left out, never logged as 0."""
     metrics = {}

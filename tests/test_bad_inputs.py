@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweeper import preflight
+from sweeper.plan import preflight
 from tests.sweep_helpers import REPO, run_sweep
 from train import keys
 
@@ -100,7 +100,7 @@ def exported_best(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The text of a best.yaml as the sweep exports it."""
     from omegaconf import OmegaConf
 
-    from sweeper.export import best_config_document, write_best_yaml
+    from sweeper.report.export import best_config_document, write_best_yaml
     from train.config import Config
 
     doc = best_config_document(

@@ -1,6 +1,6 @@
-"""sweeper/budget.py with a fake clock: trials left, the wall budget, the verification reserve,
-the ETA and the failure-rate stop, on a real (SQLite) Optuna study; and real sweeps whose budget
-ends the search: the line that says so, the exit code, and no trial left waiting."""
+"""sweeper/study/budget.py with a fake clock: trials left, the wall budget, the verification
+reserve, the ETA and the failure-rate stop, on a real (SQLite) Optuna study; and real sweeps whose
+budget ends the search: the line that says so, the exit code, and no trial left waiting."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.budget import TRIALS, VERIFY_SHARE, WALL, Budget, wall_budget_error
 from sweeper.settings import SweepSettings
-from sweeper.study import (
+from sweeper.study.budget import TRIALS, VERIFY_SHARE, WALL, Budget, wall_budget_error
+from sweeper.study.study import (
     REQUEUED_ATTR,
     UNRUN,
     StudySpec,
@@ -39,7 +39,7 @@ class FakeClock:
 def make_study(walls: list[float], kinds: tuple[str, ...] = ()) -> optuna.Study:
     """A study with a completed trial per wall time and a failed one per failure kind."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # SQLite, not in memory: the budget asks the storage for stale trials (sweeper/study.py)
+    # SQLite, not in memory: the budget asks the storage for stale trials (sweeper/study/study.py)
     url = f"sqlite:///{tempfile.mkdtemp()}/b.db"
     study = open_study(StudySpec(storage=url, study_name="b", direction="maximize"))
     for wall in walls:

@@ -1,11 +1,11 @@
-"""sweeper/cost_report.py and tracking.cost_metrics: the start and the winner, priced."""
+"""sweeper/report/cost.py and tracking.cost_metrics: the start and the winner, priced."""
 
 from __future__ import annotations
 
 import pytest
 
-from sweeper.cost_report import cost_lines, run_cost
-from sweeper.objective import ObjectiveConfig
+from sweeper.report.cost import cost_lines, run_cost
+from sweeper.study.objective import ObjectiveConfig
 from sweeper.tracking import cost_metrics
 
 

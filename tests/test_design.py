@@ -1,4 +1,4 @@
-"""sweeper/design.py: TPE's startup points spread over every parameter's range."""
+"""sweeper/search/design.py: TPE's startup points spread over every parameter's range."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from sweeper.design import latin_design
+from sweeper.search.design import latin_design
 
 SPLIT = CategoricalDistribution([1, 2, 4, 8, 16, 32])  # the micro-batch split, smallest first
 
@@ -74,9 +74,9 @@ def test_the_design_is_reproducible_per_seed():
 def test_a_fresh_tpe_study_queues_the_design_once(baseline, n_trials, queued):
     import optuna
 
-    from sweeper.constraints import SpaceContext
     from sweeper.settings import SweepSettings
-    from sweeper.space import parse_space
+    from sweeper.space.constraints import SpaceContext
+    from sweeper.space.space import parse_space
     from sweeper.start import DESIGN_ATTR, queue_design
 
     ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, device_type="cpu")

@@ -1,5 +1,5 @@
 """The sweep's bookkeeping on a real (SQLite) study: what the budget and the failure rate count
-(sweeper/budget.py), and which point is the starting config."""
+(sweeper/study/budget.py), and which point is the starting config."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.budget import Budget
-from sweeper.constraints import SpaceContext
 from sweeper.settings import SweepSettings
-from sweeper.space import baseline_params, parse_space
-from sweeper.study import StudySpec, open_study
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.space import baseline_params, parse_space
+from sweeper.study.budget import Budget
+from sweeper.study.study import StudySpec, open_study
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
 
@@ -27,7 +27,7 @@ def told(study: optuna.Study, state: TrialState, kind: str | None = None) -> Non
 @pytest.fixture
 def study(tmp_path) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # the budget asks the storage for stale trials (heartbeats: sweeper/study.py)
+    # the budget asks the storage for stale trials (heartbeats: sweeper/study/study.py)
     spec = StudySpec(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="b", direction="maximize")
     s = open_study(spec)
     told(s, TrialState.COMPLETE)

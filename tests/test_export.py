@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.export import (
+from sweeper.report.export import (
     SWEEP_ONLY_TRIAL_DEFAULTS,
     TRAINER_SECTIONS,
     best_config_document,
@@ -214,7 +214,7 @@ def test_modules_stay_light() -> None:
     # the sweeper must never pull in torch; it may import train's torch-free modules
     # (train.TORCH_FREE, guarded by tests/test_torch_free.py), e.g. train.measure.cost
     code = (
-        "import sys, sweeper.export, sweeper.objective, sweeper.verify; "
+        "import sys, sweeper.report.export, sweeper.study.objective, sweeper.verify.winner; "
         "print(sorted(m for m in ('torch',) if m in sys.modules))"
     )
     out = subprocess.run(

@@ -1,9 +1,9 @@
 import pytest
 
-from sweeper.devices import DeviceFacts
-from sweeper.gpu_slots import assign_slots, visible_devices
 from sweeper.launch.batch import JobLauncher
-from sweeper.prepare import gpu_slots_for
+from sweeper.plan.device import DeviceFacts
+from sweeper.plan.gpu_slots import assign_slots, visible_devices
+from sweeper.plan.prepare import gpu_slots_for
 
 
 @pytest.mark.parametrize(

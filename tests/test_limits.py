@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.limits import (
+from sweeper.space.limits import (
     ASSUMED_MFU,
     DEFAULT_STALL_S,
     DEFAULT_TIMEOUT_S,

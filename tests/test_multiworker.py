@@ -23,16 +23,16 @@ import sqlalchemy
 import yaml
 from optuna.trial import TrialState
 
-from sweeper.budget import Budget
-from sweeper.export_claim import (
+from sweeper.settings import SweepSettings
+from sweeper.study.budget import Budget
+from sweeper.study.export_claim import (
     CLAIM_SUFFIX,
     EXPORT_ATTR,
     claim_export,
     record_export,
     register_worker,
 )
-from sweeper.settings import SweepSettings
-from sweeper.study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
+from sweeper.study.study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
 from tests.postgres import require_postgres, running_postgres
 from tests.servers import dead_pid, free_port
 from tests.sweep_helpers import sweep_argv
@@ -113,8 +113,8 @@ def test_an_export_claim_whose_worker_died_is_taken_over(tmp_path: Path) -> None
 _RACE = """
 import sys
 from pathlib import Path
-from sweeper.export_claim import claim_export
-from sweeper.study import StudySpec, open_study
+from sweeper.study.export_claim import claim_export
+from sweeper.study.study import StudySpec, open_study
 study = open_study(StudySpec(storage=sys.argv[1], study_name="c", direction="maximize"))
 sys.stdin.readline()  # every racer opened the study: go
 claim = claim_export(study, sweep_dir=Path(sys.argv[2]), compared=[0, 1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.objective import (
+from sweeper.study.objective import (
     ObjectiveConfig,
     direction,
     objective_value,
@@ -191,7 +191,7 @@ def test_searching_the_interval_without_a_plan_warns(name, planned_every, search
 
 def test_time_to_train_is_the_cost_arithmetic() -> None:
     """One function prices a run: the objective is train.measure.cost.train_time's total."""
-    from sweeper.objective import result_train_time
+    from sweeper.study.objective import result_train_time
     from train.measure.cost import train_time
 
     cfg = ObjectiveConfig(name="time_to_train", planned_steps=1000, planned_checkpoint_every=100)

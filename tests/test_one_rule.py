@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import sweeper.constraints
-import sweeper.limits
-import sweeper.memory
-import sweeper.params
-import sweeper.scan
-import sweeper.space
+import sweeper.plan.scan
+import sweeper.space.constraints
+import sweeper.space.limits
+import sweeper.space.memory
+import sweeper.space.params
+import sweeper.space.space
 import train.config
 import train.explain.cli
 import train.explain.floor
@@ -22,7 +22,7 @@ import train.measure.ceiling_cache
 import train.measure.flops
 import train.measure.memory_model
 import train.measure.meters
-from sweeper.constraints import SpaceContext, check_point
+from sweeper.space.constraints import SpaceContext, check_point
 from train.config import BatchConfig, Config, RuntimeConfig, check_combinations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,19 +43,19 @@ RULES = {
 @pytest.mark.parametrize(
     ("user", "name", "owner"),
     [
-        (sweeper.constraints, "cudagraph_conflict", train.config),
-        (sweeper.constraints, "dtype_unsupported", train.config),
-        (sweeper.constraints, "attention_dtype_conflict", train.config),
-        (sweeper.constraints, "grad_accum_for", train.config),
-        (sweeper.params, "valid_splits", train.config),
-        (sweeper.space, "resolve_dtype_name", train.config),
-        (sweeper.scan, "resolve_dtype_name", train.config),
-        (sweeper.memory, "resolve_dtype_name", train.config),
-        (sweeper.limits, "resolve_dtype_name", train.config),
-        (sweeper.limits, "num_checkpointed_blocks", train.config),
-        (sweeper.limits, "floor_step_time_s", train.measure.flops),
-        (sweeper.limits, "projects", train.measure.meters),
-        (sweeper.limits, "short_step", train.measure.meters),
+        (sweeper.space.constraints, "cudagraph_conflict", train.config),
+        (sweeper.space.constraints, "dtype_unsupported", train.config),
+        (sweeper.space.constraints, "attention_dtype_conflict", train.config),
+        (sweeper.space.constraints, "grad_accum_for", train.config),
+        (sweeper.space.params, "valid_splits", train.config),
+        (sweeper.space.space, "resolve_dtype_name", train.config),
+        (sweeper.plan.scan, "resolve_dtype_name", train.config),
+        (sweeper.space.memory, "resolve_dtype_name", train.config),
+        (sweeper.space.limits, "resolve_dtype_name", train.config),
+        (sweeper.space.limits, "num_checkpointed_blocks", train.config),
+        (sweeper.space.limits, "floor_step_time_s", train.measure.flops),
+        (sweeper.space.limits, "projects", train.measure.meters),
+        (sweeper.space.limits, "short_step", train.measure.meters),
         (train.measure.memory_model, "num_checkpointed_blocks", train.config),
         (train.measure.memory_model, "resolve_dtype_name", train.config),
         (train.explain.floor, "floor_step_time_s", train.measure.flops),
@@ -121,7 +121,7 @@ def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, 
 
 
 def test_trial_limits_fall_back_to_the_trainers_trial_defaults() -> None:
-    assert train.config.TrialConfig() == sweeper.limits.TRIAL_DEFAULTS
+    assert train.config.TrialConfig() == sweeper.space.limits.TRIAL_DEFAULTS
 
 
 def test_the_ceiling_cache_has_one_path_rule() -> None:

@@ -1,5 +1,5 @@
-"""sweeper/overrides.py: override text that reads back as written, through Hydra's parser and then
-OmegaConf, as a trial's command line is read (train/trial/pinned.py)."""
+"""sweeper/space/overrides.py: override text that reads back as written, through Hydra's parser and
+then OmegaConf, as a trial's command line is read (train/trial/pinned.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from sweeper.overrides import format_override, hydra_quote
+from sweeper.space.overrides import format_override, hydra_quote
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""sweeper/owner.py: whether the sweep process named by a `host:pid` tag still runs."""
+"""sweeper/study/owner.py: whether the sweep process named by a `host:pid` tag still runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from sweeper.owner import owner_alive, owner_tag
+from sweeper.study.owner import owner_alive, owner_tag
 from tests.servers import dead_pid
 
 

@@ -15,16 +15,16 @@ import pytest
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from sweeper.budget import Budget
-from sweeper.constraints import SpaceContext
 from sweeper.context import SweepContext
-from sweeper.objective import ObjectiveConfig
-from sweeper.preflight import check_launcher
-from sweeper.prepare import flatten
-from sweeper.search import Search
+from sweeper.plan.preflight import check_launcher
+from sweeper.plan.prepare import flatten
+from sweeper.search.search import Search
 from sweeper.settings import SweepSettings
-from sweeper.space import parse_space
-from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR, make_storage
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.space import parse_space
+from sweeper.study.budget import Budget
+from sweeper.study.objective import ObjectiveConfig
+from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR, make_storage
 from sweeper.tracking import NullTracker
 from tests.conftest import CONF_DIR, compose_dictconfig
 from tests.sweep_helpers import (

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.constraints import SpaceContext
-from sweeper.devices import DeviceFacts, device_facts, known_plan_devices, plan_device_facts
-from sweeper.plan import SWEEP_OVERHEAD_S, build_plan, format_plan, startup_lines
-from sweeper.scan import drop_dead_values, scan
-from sweeper.space import parse_space
+from sweeper.plan.device import DeviceFacts, device_facts, known_plan_devices, plan_device_facts
+from sweeper.plan.plan import SWEEP_OVERHEAD_S, build_plan, startup_lines
+from sweeper.plan.scan import drop_dead_values, scan
+from sweeper.report.plan_text import format_plan
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.space import parse_space
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -152,7 +153,7 @@ def test_a_choice_no_runnable_point_has_is_dropped_before_sampling() -> None:
 
 
 def test_refusals_and_out_of_memory_trials_are_counted_apart() -> None:
-    from sweeper.memory import OutOfMemory
+    from sweeper.space.memory import OutOfMemory
 
     ctx = xl_ctx(ooms=[OutOfMemory(trial=3, config={**XL, "batch.micro_batch": 4,
                                                      "batch.grad_accum": 256})])
@@ -270,9 +271,9 @@ def test_an_unknown_plan_device_is_a_clear_error(tmp_path: Path) -> None:
 def test_planning_never_imports_torch() -> None:
     code = (
         "import sys\n"
-        "from sweeper.plan import format_plan\n"
-        "from sweeper.devices import plan_device_facts, known_plan_devices\n"
-        "import sweeper.limits, sweeper.memory\n"
+        "from sweeper.report.plan_text import format_plan\n"
+        "from sweeper.plan.device import plan_device_facts, known_plan_devices\n"
+        "import sweeper.space.limits, sweeper.space.memory\n"
         "plan_device_facts('NVIDIA H200', cpu_count=2); known_plan_devices()\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )

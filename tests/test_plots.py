@@ -10,7 +10,7 @@ import matplotlib.image
 import optuna
 import pytest
 
-from sweeper.plots import knob_groups, optuna_html, summary_figure, summary_png
+from sweeper.report.plots import knob_groups, optuna_html, summary_figure, summary_png
 
 FRACS = {"compute": 0.7, "data_wait": 0.15, "optimizer": 0.1, "checkpoint": 0.0, "other": 0.05}
 
@@ -116,7 +116,7 @@ def test_optuna_html_writes_offline_files(small_study: optuna.Study, tmp_path: P
 
 
 def test_optuna_html_skips_importances_without_enough_trials(tmp_path: Path, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="sweeper.plots")
+    caplog.set_level(logging.INFO, logger="sweeper.report.plots")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study()
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)

@@ -8,17 +8,17 @@ import optuna
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.budget import Budget
-from sweeper.constraints import SpaceContext
 from sweeper.context import SweepContext
-from sweeper.objective import ObjectiveConfig
-from sweeper.params import Param
-from sweeper.polish import interleave, neighbours, point_key
-from sweeper.prepare import flatten
-from sweeper.search import Search
+from sweeper.plan.prepare import flatten
+from sweeper.search.polish import interleave, neighbours, point_key
+from sweeper.search.search import Search
 from sweeper.settings import SweepSettings
-from sweeper.space import parse_space
-from sweeper.study import DUPLICATE_ATTR, POLISH_ATTR, make_storage
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.params import Param
+from sweeper.space.space import parse_space
+from sweeper.study.budget import Budget
+from sweeper.study.objective import ObjectiveConfig
+from sweeper.study.study import DUPLICATE_ATTR, POLISH_ATTR, make_storage
 from sweeper.tracking import NullTracker
 from tests.conftest import compose_dictconfig
 

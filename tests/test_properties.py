@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from sweeper.constraints import SpaceContext
-from sweeper.export import best_config_document, write_best_yaml
-from sweeper.prepare import flatten
-from sweeper.space import parse_space
+from sweeper.plan.prepare import flatten
+from sweeper.report.export import best_config_document, write_best_yaml
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.space import parse_space
 from train.config import (
     ATTENTION_BACKENDS,
     COMPILE_MODES,

@@ -1,5 +1,6 @@
-"""The verification race's judge (sweeper/race.py) on fake measurements: who is dropped, when the
-race ends, and drift that a comparison of medians gets wrong and the paired test gets right."""
+"""The verification race's judge (sweeper/verify/race_rules.py) on fake measurements: who is
+dropped, when the race ends, and drift that a comparison of medians gets wrong and the paired test
+gets right."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ import re
 
 import pytest
 
-from sweeper.race import (
+from sweeper.settings import RaceRules
+from sweeper.verify.race_rules import (
     DECIDED,
     TIED,
     UNDECIDED,
-    RaceRules,
     interval_text,
     judge,
     lead,
     round_order,
     speed,
 )
-from sweeper.verify import Candidate, pick_winner, race_verdict
+from sweeper.verify.winner import Candidate, pick_winner, race_verdict
 
 RULES = RaceRules(min_rounds=3, max_rounds=8, confidence=0.95, margin=0.02)
 # a machine whose speed swings by +-40% from round to round, the same for every run of a round
@@ -167,7 +168,7 @@ def test_an_undecided_verdict_says_what_would_separate() -> None:
 
 def test_the_lead_becomes_the_parent_runs_metrics() -> None:
     from sweeper.metrics import lead_metrics
-    from sweeper.race_stats import Comparison
+    from sweeper.verify.race_stats import Comparison
 
     c = Comparison(ratio=1.12, low=1.05, high=1.19, rounds=6, confidence=0.95, decision="faster")
     assert lead_metrics(c) == {"best/lead_over_start": 1.12, "best/lead_over_start_low": 1.05,

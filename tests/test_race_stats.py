@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from sweeper.race_stats import EQUIVALENT, FASTER, OPEN, SLOWER, compare, log_ratios
+from sweeper.verify.race_stats import EQUIVALENT, FASTER, OPEN, SLOWER, compare, log_ratios
 
 
 def _drifting(gap: float, rounds: int, seed: int) -> tuple[list[float], list[float]]:

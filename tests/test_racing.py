@@ -1,6 +1,7 @@
-"""The race run against a real Optuna study with a stand-in launcher (sweeper/racing.py): rounds
-run the survivors in a shuffled order, a slower contender stops running once dropped, and a race
-stopped midway resumes from the rounds stored in the study instead of redoing them."""
+"""The race run against a real Optuna study with a stand-in launcher
+(sweeper/verify/race_rounds.py): rounds run the survivors in a shuffled order, a slower contender
+stops running once dropped, and a race stopped midway resumes from the rounds stored in the study
+instead of redoing them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import optuna
 import pytest
 
 from sweeper.context import SweepContext
-from sweeper.race import DECIDED
-from sweeper.racing import RACE_ATTR, race_context, run_race
 from sweeper.settings import SweepSettings
-from sweeper.verify import Candidate
+from sweeper.verify.race_rounds import RACE_ATTR, run_race
+from sweeper.verify.race_rules import DECIDED
+from sweeper.verify.winner import Candidate
+from tests.race_helpers import race_context
 
 
 class Stopped(Exception):

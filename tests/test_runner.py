@@ -194,7 +194,7 @@ def test_heartbeat_lines_are_progress(tmp_path):
 )
 def test_a_job_reads_its_limits_from_its_overrides(settings, expected):
     from sweeper.launch.job import job_limits
-    from sweeper.limits import TrialLimits, limit_overrides, trial_limits
+    from sweeper.space.limits import TrialLimits, limit_overrides, trial_limits
 
     assert job_limits(OmegaConf.create(settings)) == expected
     # what the sweeper writes, the job reads back

@@ -12,8 +12,8 @@ import optuna
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.constraints import SpaceContext, check_point
-from sweeper.space import SAMPLE_POINTS, parse_space
+from sweeper.space.constraints import SpaceContext, check_point
+from sweeper.space.space import SAMPLE_POINTS, parse_space
 
 
 def make_ctx(**kw) -> SpaceContext:
@@ -185,7 +185,7 @@ def test_plain_micro_batch_choice_flags_invalid_split():
     ],
 )
 def test_workers_are_clamped_to_cpu_count(spec, cpus, values, caplog):
-    with caplog.at_level(logging.INFO, logger="sweeper.params"):
+    with caplog.at_level(logging.INFO, logger="sweeper.space.params"):
         space = parse_space({"data.num_workers": spec}, make_ctx(cpu_count=cpus))
     assert space.grid() == {"data.num_workers": values}
     clamped = len(values) < len(parse_space(
@@ -435,7 +435,7 @@ def test_defaults_distance(params, distance):
 
 
 def test_sweeper_space_does_not_import_torch():
-    code = "import sys, sweeper.space; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, sweeper.space.space; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -452,7 +452,7 @@ def test_sweeper_space_does_not_import_torch():
 )
 def test_choices_the_device_cannot_run_are_dropped_before_sampling(spec, ctx_kw, kept, caplog):
     key = "runtime.attention" if "flash" in spec else "runtime.dtype"
-    with caplog.at_level(logging.WARNING, logger="sweeper.params"):
+    with caplog.at_level(logging.WARNING, logger="sweeper.space.params"):
         (param,) = parse_space({key: spec}, make_ctx(base=BASE, **ctx_kw)).params
     assert param.choices == kept
     assert ("dropped" in caplog.text) == (len(kept) < spec.count(",") + 1)
@@ -471,7 +471,7 @@ def test_nothing_is_dropped_when_the_device_itself_is_searched():
     assert next(p for p in space.params if p.key == "runtime.dtype").choices == ("fp32", "fp16")
 
 
-# ---- memory rules (sweeper/memory.py) -----------------------------------------------------------
+# ---- memory rules (sweeper/space/memory.py) ------------------------------------------------------
 
 XL = {
     "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600, "model.block_size": 1024,
@@ -542,7 +542,7 @@ OOM_AT_8 = {**XL, "batch.micro_batch": 8, "trial.fault": "none"}
     ],
 )
 def test_an_out_of_memory_trial_rules_out_larger_micro_batches(config, device_type, refused):
-    from sweeper.memory import OutOfMemory, oom_reason
+    from sweeper.space.memory import OutOfMemory, oom_reason
 
     ooms = [OutOfMemory(trial=7, config=OOM_AT_8)]
     got = oom_reason({**OOM_AT_8, **config}, ooms, device_type=device_type)
@@ -552,7 +552,7 @@ def test_an_out_of_memory_trial_rules_out_larger_micro_batches(config, device_ty
 
 
 def test_a_sweep_context_learns_from_its_out_of_memory_trials():
-    from sweeper.memory import OutOfMemory
+    from sweeper.space.memory import OutOfMemory
 
     ctx = xl_ctx(device_memory_gib=None)
     space = parse_space({"batch.micro_batch": "choice(2, 4, 8)"}, ctx)
@@ -565,7 +565,7 @@ def test_a_sweep_context_learns_from_its_out_of_memory_trials():
 def test_checkpoint_targets_this_machine_lacks_are_dropped(tmp_path, caplog):
     here, missing = tmp_path / "ckpt", tmp_path / "no" / "such"
     spec = [str(here), str(missing), "checkpoints"]
-    with caplog.at_level(logging.WARNING, logger="sweeper.params"):
+    with caplog.at_level(logging.WARNING, logger="sweeper.space.params"):
         (param,) = parse_space({"checkpoint.dir": spec}, make_ctx()).params
     assert param.choices == (str(here), "checkpoints")
     assert f"dropped ['{missing}']" in caplog.text

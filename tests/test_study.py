@@ -1,4 +1,5 @@
-"""sweeper/study.py: which trials a re-proposed point reuses, and what counts against the budget."""
+"""sweeper/study/study.py: which trials a re-proposed point reuses, and what counts against the
+budget."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.study import DUPLICATE_ATTR, count_finished, find_twin
+from sweeper.study.study import DUPLICATE_ATTR, count_finished, find_twin
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
 
@@ -85,7 +86,7 @@ def test_a_next_step_is_never_a_value_measured_no_faster_at_the_winners_settings
 ):
     from optuna.distributions import CategoricalDistribution as Cat
 
-    from sweeper.narrative import measured_basis
+    from sweeper.report.story import measured_basis
 
     dists = {"runtime.dtype": Cat(["fp32", "bf16"]), "batch.micro_batch": Cat([8, 16]),
              "runtime.compile": Cat(["none", "default"])}  # fmt: skip
@@ -111,7 +112,7 @@ def test_a_next_step_is_never_a_value_measured_no_faster_at_the_winners_settings
 def test_a_value_measured_only_elsewhere_says_so():
     from optuna.distributions import CategoricalDistribution as Cat
 
-    from sweeper.narrative import measured_basis
+    from sweeper.report.story import measured_basis
 
     study = optuna.create_study(direction="maximize")
     dists = {"runtime.dtype": Cat(["fp32", "bf16"]), "batch.micro_batch": Cat([8, 16])}
@@ -134,7 +135,13 @@ def test_recover_interrupted_fails_and_requeues_only_orphans(tmp_path):
     import os
     import socket
 
-    from sweeper.study import OWNER_ATTR, REQUEUED_ATTR, StudySpec, open_study, recover_interrupted
+    from sweeper.study.study import (
+        OWNER_ATTR,
+        REQUEUED_ATTR,
+        StudySpec,
+        open_study,
+        recover_interrupted,
+    )
     from tests.servers import dead_pid
 
     host = socket.gethostname()

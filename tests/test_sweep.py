@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
-from sweeper.study import DUPLICATE_ATTR, REQUEUED_ATTR
+from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR
 from tests.sweep_helpers import finished_sweep, load_study, run_sweep, sweep_argv, sweep_dirs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from sweeper.verify import Candidate, coefficient_of_variation, pick_winner
+from sweeper.verify.winner import Candidate, coefficient_of_variation, pick_winner
 
 
 def _cand(

@@ -25,13 +25,14 @@ class ThroughputSweeperConf:
     # finishes in minutes whatever the space
     cpu_max_wall_s: float = 390.0
     # the last trials of the budget measure the best trial's unmeasured one-knob neighbours
-    # (sweeper/polish.py); -1 = automatic: a quarter of n_trials under tpe or random, 0 for grid
+    # (sweeper/search/polish.py); -1 = automatic: a quarter of n_trials under tpe or random,
+    # 0 for grid
     polish_trials: int = -1
     n_jobs: int = 1  # trials running at once (needs a parallel launcher: joblib, submitit)
     max_failure_rate: float = 0.5  # stop searching when more than this share of trials failed
     min_trials_for_failure_rate: int = 4  # ... judged only after this many finished trials
     # hard wall-clock limit of one trial process; 0 = automatic: sized per trial from its
-    # predicted step time (sweeper/limits.py), never below 600 s
+    # predicted step time (sweeper/space/limits.py), never below 600 s
     trial_timeout_s: float = 0.0
     # no progress line or log output for this long = hung; 0 = automatic (the longest quiet gap
     # of a healthy trial, x3, never below 300 s); < 0 turns the check off
@@ -60,9 +61,9 @@ class ThroughputSweeperConf:
     # there are no default prices: give the rate you pay
     prices: dict[str, float] = field(default_factory=dict)
     verify_top_k: int = 3  # configurations re-measured in fresh processes before a winner is named
-    # Verification is a race (sweeper/race.py): each round runs every surviving contender (the
-    # top k and the starting config) once, in a shuffled order; a paired test then drops those
-    # proved slower than the leader
+    # Verification is a race (sweeper/verify/race_rules.py): each round runs every surviving
+    # contender (the top k and the starting config) once, in a shuffled order; a paired test then
+    # drops those proved slower than the leader
     verify_repeats: int = 3  # rounds every contender runs before any is dropped
     verify_max_rounds: int = 0  # the race stops here at the latest; 0 = verify_repeats (fixed)
     verify_confidence: float = 0.95  # confidence of each paired test

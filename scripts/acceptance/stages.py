@@ -88,7 +88,7 @@ def model_fields(model: str) -> dict[str, Any]:
 
 def plan_stage(ctx: StageContext) -> StageOutcome:
     """Probe, plan, choose the start, measure the memory points not measured yet."""
-    from sweeper.device_probe import probe_device
+    from sweeper.plan.device import probe_device
 
     p = ctx.profile
     probe = probe_device()

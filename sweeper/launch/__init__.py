@@ -5,3 +5,5 @@ job's overrides), `runner` runs the trial in a child process under its hard and 
 names how it ended, and `spawn` forks trials from a preloaded zygote so that a trial does not pay
 Python's and torch's import time again. None of them imports torch in the sweeper's process.
 """
+
+__all__ = ["batch", "job", "kinds", "runner", "spawn"]

@@ -14,11 +14,10 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 
 from sweeper.launch import kinds
-from sweeper.limits import TrialTime, limit_overrides
-from sweeper.overrides import hydra_quote
-from sweeper.scan import point_limits
 from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace
+from sweeper.space.limits import TrialTime, limit_overrides, point_limits
+from sweeper.space.overrides import hydra_quote
+from sweeper.space.space import SearchSpace
 
 # Verification measures real full optimizer steps: a projection (train/trial/measurement.py) is a
 # search shortcut, never what a winner is exported on.
@@ -29,7 +28,7 @@ REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS)
 def trial_limits(
     space: SearchSpace, settings: SweepSettings, params: dict, extra: dict | None = None
 ) -> list[str]:
-    """The trial's hard and stall limits as job overrides (sweeper/limits.py); `extra` are
+    """The trial's hard and stall limits as job overrides (sweeper/space/limits.py); `extra` are
     trainer keys the job sets besides the point's (verification's real full steps)."""
     limits = point_limits(
         {**space.point(params), **(extra or {})},
@@ -81,7 +80,7 @@ def pin_devices(job: list[str], slot: str) -> list[str]:
 
 class JobLauncher:
     """Hydra's launcher with the sweep's running job index (each job's number and folder) and
-    the GPU slots its parallel jobs run on (sweeper/gpu_slots.py; empty: nothing pinned).
+    the GPU slots its parallel jobs run on (sweeper/plan/gpu_slots.py; empty: nothing pinned).
 
     `launch_one` may be called from several threads at once when `parallel` (joblib, submitit:
     each job runs in a process of its own); the job numbers are handed out under a lock."""

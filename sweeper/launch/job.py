@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sweeper.launch.runner import run_child, trial_argv
-from sweeper.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
+from sweeper.space.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def prestart_zygote(sweep_dir: Path) -> None:
 
 def job_limits(sweeper_cfg: Any) -> tuple[float, float | None]:
     """(hard, stall) limits of this job's trial. The sweeper writes each trial's limits into its
-    job's overrides (sweeper/limits.py sizes them); a job launched without them gets the fixed
+    job's overrides (sweeper/space/limits.py sizes them); a job launched without them gets the fixed
     defaults. Stall: > 0 seconds, < 0 no stall check, 0 the default."""
     timeout_s = float(sweeper_cfg.get("trial_timeout_s") or 0) or DEFAULT_TIMEOUT_S
     stall = float(sweeper_cfg.get("stall_timeout_s") or 0)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.launch.spawn import ForkedProcess, start_trial_process
-from sweeper.overrides import hydra_quote
+from sweeper.space.overrides import hydra_quote
 from train.proc.deathsig import die_with_parent, libc_prctl
 from train.trial.result import FAILURE_KINDS, ResultError, TrialResult, load_result
 

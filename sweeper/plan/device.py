@@ -1,14 +1,36 @@
 """The device a sweep plans for: probed where trials run, or a named plan device taken from the
 memory and peak tables (train/measure/memory_model.py, train/measure/flops.py), so a plan can be
-made for a GPU this machine lacks.
+made for a GPU this machine lacks. The probe asks a child process (`probe_device`), so that the
+sweeper never imports torch.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from train.measure.flops import chip_for_device_name
 from train.measure.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+def probe_device(timeout_s: float = 180.0) -> dict:
+    """The device facts `python -m train.proc.probe` prints (its last line, JSON)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "train.proc.probe"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=PROJECT_DIR,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"device probe failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @dataclass(frozen=True, kw_only=True)

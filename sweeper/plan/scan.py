@@ -4,7 +4,7 @@ The space is scanned on the keys that the constraints, the memory model and the 
 (PLAN_KEYS); every other searched key only multiplies the count, so a space of 400,000 points is
 scanned in a few thousand evaluations. A real sweep runs the same scan at start-up to say how many
 feasible points the memory model drops, and to drop the choices no runnable point has before the
-sampler sees them; plan mode (sweeper/plan.py) prints it. Pure: no torch, no I/O.
+sampler sees them; plan mode (sweeper/plan/plan.py) prints it. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sweeper.constraints import SpaceContext, check_point
-from sweeper.limits import TrialLimits, trial_limits
-from sweeper.memory import oom_reason, predict
-from sweeper.space import SAMPLE_POINTS, SearchSpace
+from sweeper.space.constraints import SpaceContext, check_point
+from sweeper.space.limits import TrialLimits, point_limits
+from sweeper.space.memory import oom_reason, predict
+from sweeper.space.space import SAMPLE_POINTS, SearchSpace
 from train.config import resolve_dtype_name
 
-# Keys read by the constraints (sweeper/space.py), the memory model and the trial limits; a
+# Keys read by the constraints (sweeper/space/space.py), the memory model and the trial limits; a
 # searched key outside these (and outside model.* / trial.*) never changes whether a point runs
 # or how long it takes, so it is counted, not enumerated.
 PLAN_KEYS = (
@@ -41,22 +41,6 @@ MEMORY_KNOBS = (
 # The knobs a point's floor, predicted step and trial limits depend on most, as printed.
 CLASS_KNOBS = ("runtime.compile", "runtime.activation_checkpointing")
 ENUMERATE_LIMIT = 100_000  # planned combinations scanned exhaustively; beyond, sampled
-
-
-def point_limits(
-    point: dict[str, Any], ctx: SpaceContext, *, timeout_s: float, stall_timeout_s: float
-) -> TrialLimits:
-    """The limits of the trial of `point` (a SearchSpace.point) in the sweep of `ctx`."""
-    full = {**ctx.base, **point}
-    device_type = "cpu" if str(full.get("runtime.device", "auto")) == "cpu" else ctx.device_type
-    return trial_limits(
-        full,
-        device_name=ctx.device_name or device_type,
-        device_type=device_type,
-        bf16_supported=ctx.bf16_supported,
-        timeout_s=timeout_s,
-        stall_timeout_s=stall_timeout_s,
-    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,12 +1,14 @@
-"""Verification as a race: contenders run in shuffled rounds, paired tests drop the slower ones.
+"""The race's judge: after each round, who is dropped, who leads and whether the race is over.
 
-Pure and torch-free. A round runs every surviving contender once, in fresh processes, in a shuffled
-order, so the machine's drift hits both sides of a pair alike. After each round (from the
+Pure and torch-free: it decides from numbers; the rounds that run the trials are
+sweeper/verify/race_rounds.py, and the rules' numbers (`RaceRules`) are checked with the sweep's
+settings (sweeper/settings.py). A round runs every surviving contender once, in fresh processes, in
+a shuffled order, so the machine's drift hits both sides of a pair alike. After each round (from the
 `min_rounds`-th on) every survivor is compared with the leader on the rounds they share
-(sweeper/race_stats.py `compare`): one proved slower with the chosen confidence is dropped. The race
-ends when one contender survives, when every survivor is equivalent to the leader within the margin,
-or when the rounds (or the wall budget) run out; then the verdict says the lead is not significant
-and gives its interval.
+(sweeper/verify/race_stats.py `compare`): one proved slower with the chosen confidence is dropped.
+The race ends when one contender survives, when every survivor is equivalent to the leader within
+the margin, or when the rounds (or the wall budget) run out; then the verdict says the lead is not
+significant and gives its interval.
 
 Values are the objective in "higher is better" form (`speed`): tokens/s as they are, a time to
 train inverted, so one test serves both directions.
@@ -19,54 +21,16 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from sweeper.race_stats import EQUIVALENT, OPEN, SLOWER, Comparison, compare
+from sweeper.verify.race_stats import EQUIVALENT, OPEN, SLOWER, Comparison, compare
+
+if TYPE_CHECKING:
+    from sweeper.settings import RaceRules  # the rules' numbers, checked with the settings
 
 DECIDED = "decided"  # one survivor: the others were proved slower
 TIED = "equivalent"  # every survivor within the margin of the leader
 UNDECIDED = "not significant"  # rounds or budget spent with a survivor's test still open
-
-
-@dataclass(frozen=True, kw_only=True)
-class RaceRules:
-    """How a race decides. Validated here: a race that could never decide is refused."""
-
-    min_rounds: int = 3  # rounds every contender runs before any is dropped
-    max_rounds: int = 10  # the race stops here at the latest
-    confidence: float = 0.95  # of each paired test
-    margin: float = 0.02  # survivors within +-margin of the leader are equivalent
-
-    def __post_init__(self) -> None:
-        if self.min_rounds < 1:
-            raise ValueError(
-                f"hydra.sweeper.verify_repeats={self.min_rounds}: a race needs at least 1 round "
-                f"(a paired test needs 2; 3 is the default)"
-            )
-        if self.max_rounds < self.min_rounds:
-            raise ValueError(
-                f"hydra.sweeper.verify_max_rounds={self.max_rounds} is below verify_repeats="
-                f"{self.min_rounds}; raise it to at least {self.min_rounds}"
-            )
-        if not 0.5 <= self.confidence < 1:
-            raise ValueError(
-                f"hydra.sweeper.verify_confidence={self.confidence}: use a value in [0.5, 1), "
-                f"e.g. 0.95"
-            )
-        if not 0 <= self.margin < 0.5:
-            raise ValueError(
-                f"hydra.sweeper.verify_margin={self.margin}: use a share in [0, 0.5), e.g. 0.02"
-            )
-
-
-def rules_from(settings: Any) -> RaceRules:
-    """The race's rules from the sweep settings (hydra.sweeper.verify_*), checked."""
-    return RaceRules(
-        min_rounds=settings.verify_repeats,
-        max_rounds=settings.verify_max_rounds or settings.verify_repeats,
-        confidence=settings.verify_confidence,
-        margin=settings.verify_margin,
-    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,8 @@
 
 The top-k distinct configs within VERIFY_WITHIN of the best objective value, plus the starting
 config, raced in shuffled rounds with real full optimizer steps, never projected
-(sweeper/racing.py); the race's verdict (sweeper/verify.py `race_verdict`) names the winner.
+(sweeper/verify/race_rounds.py); the race's verdict (sweeper/verify/winner.py `race_verdict`) names
+the winner.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
-from sweeper.objective import direction
-from sweeper.race import interval_text, rules_from
-from sweeper.race_stats import Comparison
-from sweeper.racing import lead_over_start, run_race
-from sweeper.verify import Candidate, Verdict, race_verdict
+from sweeper.settings import rules_from
+from sweeper.study.objective import direction
+from sweeper.verify.race_rounds import lead_over_start, run_race
+from sweeper.verify.race_rules import interval_text
+from sweeper.verify.race_stats import Comparison
+from sweeper.verify.winner import Candidate, Verdict, race_verdict
 from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
@@ -148,7 +150,7 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
         verdict.reason = (
             f"{verdict.reason[:-1]}; lead over the starting config {interval_text(lead)}."
         )
-    log.debug("verdict: %s", verdict.reason)  # printed with the report (sweeper/narrative.py)
+    log.debug("verdict: %s", verdict.reason)  # printed with the report (sweeper/report/story.py)
     rows = []
     for n, c in cands.items():
         if not results[n]:

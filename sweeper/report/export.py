@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sweeper.masking import mask_secrets
 
 if TYPE_CHECKING:
-    from sweeper.verification import Winner
+    from sweeper.verify.stage import Winner
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def export_winner(
     compared: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path.
-    `cost` (sweeper/cost_report.py sweep_costs) becomes provenance.cost when given; `compared`
+    `cost` (sweeper/report/cost.py sweep_costs) becomes provenance.cost when given; `compared`
     ({trials, workers, raced}: the study's completed trials, how many workers ran them, and the
     contenders verified) becomes provenance.sweep.compared."""
     from omegaconf import OmegaConf  # light, but only needed here

@@ -6,7 +6,6 @@ Slurm output file, interleaved with Hydra's logging.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,8 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.export import train_command
 from sweeper.metrics import BY_ROW_KEY, column
+from sweeper.numbers import fmt_duration, fmt_pct
+from sweeper.report.export import train_command
 
 # Logs and CI have no terminal width: keep the final table readable there too.
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -27,19 +27,6 @@ def _bar(done: int, total: int, width: int = 20) -> str:
         return ""
     filled = min(width, round(width * done / total))
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = max(0, int(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-def fmt_pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def knobs_text(params: dict) -> str:

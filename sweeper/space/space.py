@@ -1,9 +1,9 @@
 """The search space: which trainer keys a sweep varies, parsed from YAML, and which points are safe.
 
 `parse_space` turns `params: {dotted.key: spec}` into a SearchSpace, each spec parsed by
-sweeper/params.py (Hydra's override grammar, plus the batch split); `batch.grad_accum` is derived
-from the micro-batch, never searched. Whether a point may run is sweeper/constraints.py's
-`check_point`.
+sweeper/space/params.py (Hydra's override grammar, plus the batch split); `batch.grad_accum` is
+derived from the micro-batch, never searched. Whether a point may run is
+sweeper/space/constraints.py's `check_point`.
 
 Pure and light: no torch (the child process does the torch work). Optuna is imported only where
 distributions are built.
@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sweeper.constraints import (
+from sweeper.space.constraints import (
     CHECKPOINT_DIR,
     DEVICE_BOUND,
     GRAD_ACCUM,
@@ -28,8 +28,8 @@ from sweeper.constraints import (
     check_point,
     derive_grad_accum,
 )
-from sweeper.overrides import format_override
-from sweeper.params import (
+from sweeper.space.overrides import format_override
+from sweeper.space.params import (
     Param,
     clamp_workers,
     drop_missing_dirs,

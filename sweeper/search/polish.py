@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeper.params import Param
+from sweeper.space.params import Param
 
 
 def _ordered(values: list[Any]) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sweeper.constraints import MICRO_BATCH, SpaceContext, unsupported_here
+from sweeper.space.constraints import MICRO_BATCH, SpaceContext, unsupported_here
 from train.config import valid_splits
 
 log = logging.getLogger(__name__)

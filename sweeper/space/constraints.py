@@ -5,7 +5,7 @@ it launches.
 knob: a batch split that changes the tokens per step, a device this machine lacks, a precision
 or kernel the device cannot run, CUDA graphs with gradient accumulation, more data workers than
 CPUs, a checkpoint interval the measured window may never reach, and the memory rules
-(sweeper/memory.py). The rules the trainer also enforces are the trainer's own torch-free
+(sweeper/space/memory.py). The rules the trainer also enforces are the trainer's own torch-free
 functions (train.config), never copies of them.
 """
 
@@ -23,7 +23,7 @@ from train.config import (
 )
 
 if TYPE_CHECKING:
-    from sweeper.memory import OutOfMemory
+    from sweeper.space.memory import OutOfMemory
 
 # PyTorch's CPU SDPA has only the flash and math kernels (train.model.attention probes this).
 CUDA_ONLY_ATTENTION = ("efficient", "cudnn")
@@ -52,7 +52,7 @@ class SpaceContext:
     device_name: str = ""  # as torch names it (or a plan device); for messages and peaks
     # total device memory; None = no memory-model refusals (a CPU, unless a plan device is named)
     device_memory_gib: float | None = None
-    # trials of this sweep that ran out of memory (sweeper/memory.py), appended as they happen
+    # trials of this sweep that ran out of memory (sweeper/space/memory.py), appended as they happen
     ooms: list[OutOfMemory] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -137,8 +137,9 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
 
 
 def _memory_refusal(full: dict[str, Any], ctx: SpaceContext) -> str | None:
-    """The memory rules (sweeper/memory.py): an earlier out-of-memory trial, the memory model."""
-    from sweeper.memory import memory_reason, oom_reason
+    """The memory rules (sweeper/space/memory.py): an earlier out-of-memory trial, the memory
+    model."""
+    from sweeper.space.memory import memory_reason, oom_reason
 
     if ctx.ooms:
         reason = oom_reason(full, ctx.ooms, device_type=ctx.device_type)

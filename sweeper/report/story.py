@@ -11,12 +11,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from sweeper import report
-from sweeper.race import DECIDED, TIED, UNDECIDED, interval_text
-from sweeper.verification import Verification, Winner, find_baseline, trial_result
+from sweeper.report.console import console
+from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
+from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
 
 
-def explain(
+def tell_story(
     study: optuna.Study,
     verification: Verification,
     *,
@@ -79,7 +79,7 @@ def explain(
     lines.extend(steps[:3])
     tags["verdict.winner"] = d.headline
     for line in lines:
-        report.console.print(line)
+        console.print(line)
     tracker.log_best(best_yaml=None, extra_artifacts=[], metrics=metrics, tags=tags)
 
 

@@ -13,7 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sweeper.race import DECIDED, TIED, Standing, interval_text, inverse
+from sweeper.numbers import fmt_pct
+from sweeper.verify.race_rules import DECIDED, TIED, Standing, interval_text, inverse
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +171,6 @@ def _preference(s: _Stats) -> tuple[int, tuple[int, int]]:
     return s.candidate.simplicity, _resource_cost(s.candidate)
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
 def _rel(gap: float, ref: float) -> float:
     return gap / abs(ref) if ref else math.inf if gap else 0.0
 
@@ -194,7 +191,7 @@ def _reason(
     single = all(s.n < 2 for s in stats)
     cv_note = (
         f" Only one measurement per candidate, so the CV is unknown; the noise is the "
-        f"{_pct(noise_floor)} floor alone."
+        f"{fmt_pct(noise_floor)} floor alone."
         if single
         else ""
     )
@@ -212,15 +209,15 @@ def _reason(
         return (
             f"'{best.candidate.key}' wins decisively: median {best.median:.4g} vs "
             f"{runner.median:.4g} for the runner-up '{runner.candidate.key}' "
-            f"({_pct(gap)} {better}, beyond the noise of {_pct(noise)}; CV {_cvs(best, runner)}); "
-            f"their ranges {_range(best)} and "
+            f"({fmt_pct(gap)} {better}, beyond the noise of {fmt_pct(noise)}; "
+            f"CV {_cvs(best, runner)}); their ranges {_range(best)} and "
             f"{_range(runner)} {overlap}.{cv_note}"
         )
     last = tied[-1]
     apart = _rel(_gap(best, last), best.median)
     cvs = _cvs(*tied)
     head = (
-        f"The top {len(tied)} are within noise ({_pct(apart)} apart, CV {cvs}; medians "
+        f"The top {len(tied)} are within noise ({fmt_pct(apart)} apart, CV {cvs}; medians "
         f"{', '.join(f'{s.median:.4g}' for s in tied)})"
     )
     if winner is best:
@@ -245,7 +242,7 @@ def _cvs(*stats: _Stats) -> str:
     """Like 1.8%/2.4%; n/a for a single value; unknown when no candidate has two values."""
     if all(s.n < 2 for s in stats):
         return "unknown"
-    return "/".join(_pct(s.cv) if s.n >= 2 else "n/a" for s in stats)
+    return "/".join(fmt_pct(s.cv) if s.n >= 2 else "n/a" for s in stats)
 
 
 def race_verdict(
@@ -255,7 +252,7 @@ def race_verdict(
     direction: Literal["maximize", "minimize"],
     noise_floor: float,
 ) -> Verdict:
-    """The race's winner and a reason that says how the race ended (sweeper/race.py).
+    """The race's winner and a reason that says how the race ended (sweeper/verify/race_rules.py).
 
     Decided: the one survivor. Equivalent: the simplest survivor (as `pick_winner` prefers among
     tied configs). Not significant: the leader (the best estimate), and the reason gives its

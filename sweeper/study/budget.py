@@ -23,7 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.settings import SweepSettings
-from sweeper.study import count_finished, own_outcomes, running_trials
+from sweeper.study.study import count_finished, own_outcomes, running_trials
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class Budget:
         """How many more trials the search can still run: `left` (`trials_left`'s figure, which
         the caller has), and under a wall budget no more than the time left (less the
         verification estimate) holds at the median trial's wall. The polish step
-        (sweeper/polish.py) starts when this reaches its size."""
+        (sweeper/search/polish.py) starts when this reaches its size."""
         wall_left, median_s = self.wall_left_s(), self.median_trial_s(study)
         if wall_left is not None and median_s:
             left = min(left, int((wall_left - verify_estimate_s) // median_s))

@@ -18,20 +18,18 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from sweeper import report
-from sweeper.budget import wall_budget_error
-from sweeper.constraints import SpaceContext, cpus_here
-from sweeper.device_probe import probe_device
-from sweeper.devices import DeviceFacts, device_facts
-from sweeper.gpu_slots import assign_slots, visible_devices, visible_gpus
 from sweeper.launch import kinds
 from sweeper.launch.job import prestart_zygote
-from sweeper.objective import ObjectiveConfig
-from sweeper.plan import SWEEP_OVERHEAD_S, build_plan, format_plan, startup_lines
-from sweeper.preflight import check_micro_batches, check_trainer_keys
-from sweeper.scan import Scan, drop_dead_values, scan
+from sweeper.plan.device import DeviceFacts, device_facts, probe_device
+from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
+from sweeper.plan.plan import SWEEP_OVERHEAD_S, startup_lines
+from sweeper.plan.preflight import check_micro_batches, check_trainer_keys
+from sweeper.plan.scan import Scan, drop_dead_values, scan
 from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace, parse_space
+from sweeper.space.constraints import SpaceContext, cpus_here
+from sweeper.space.space import SearchSpace, parse_space
+from sweeper.study.budget import wall_budget_error
+from sweeper.study.objective import ObjectiveConfig
 from train.measure.cost import resolve_planned_steps
 
 log = logging.getLogger(__name__)
@@ -50,7 +48,7 @@ class Prepared:
     ctx: SpaceContext
     space: SearchSpace
     found: Scan
-    # CUDA_VISIBLE_DEVICES of each parallel trial slot (sweeper/gpu_slots.py); empty: no pinning
+    # CUDA_VISIBLE_DEVICES of each parallel trial slot (sweeper/plan/gpu_slots.py); empty: none
     gpu_slots: list[str] = field(default_factory=list, hash=False)
 
 
@@ -222,12 +220,3 @@ def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> Sw
         )
         return dataclasses.replace(s, max_wall_s=s.cpu_max_wall_s)
     return s
-
-
-def print_plan(prepared: Prepared) -> dict:
-    """Print the plan of the prepared sweep (nothing starts); what the sweep call returns."""
-    p = prepared
-    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings.as_dict(),
-                      found=p.found)  # fmt: skip
-    report.console.print(format_plan(plan), markup=False)
-    return {"plan": True, "kept": p.found.kept, "dropped": p.found.dropped_points}

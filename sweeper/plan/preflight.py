@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sweeper.devices import known_plan_devices
 from sweeper.launch import kinds
 from sweeper.masking import mask_secrets
-from sweeper.study import PRUNERS, SAMPLERS
+from sweeper.plan.device import known_plan_devices
+from sweeper.study.study import PRUNERS, SAMPLERS
 from train import keys
 
 

@@ -7,7 +7,7 @@ Two sources, both pure and torch-free:
   memory and a micro-batch at least as large would too (activations grow with the micro-batch,
   nothing else shrinks), so it is refused naming that trial.
 
-Both are rules of `sweeper.constraints.check_point`, so the grid, the startup design and the
+Both are rules of `sweeper.space.constraints.check_point`, so the grid, the startup design and the
 search all respect them.
 """
 
@@ -31,7 +31,7 @@ _BOOKKEEPING = ("trial.study_storage", "trial.study_name", "trial.trial_id", "tr
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryVerdict:
+class MemoryFit:
     """The memory model's answer for one point."""
 
     peak_gib: float  # predicted peak device memory
@@ -61,7 +61,7 @@ def _predict(inputs: Any) -> Any:
 
 def predict(
     config: Mapping[str, Any], *, device_type: str, bf16_supported: bool, device_gib: float
-) -> MemoryVerdict:
+) -> MemoryFit:
     """Predicted peak memory of a flat config on a device with `device_gib` GiB."""
     mm = _model()
     dtype = resolve_dtype_name(
@@ -69,7 +69,7 @@ def predict(
     )
     inputs = mm.inputs_from_config(dict(config), dtype=dtype, device_type=device_type)
     estimate = _predict(inputs)
-    return MemoryVerdict(
+    return MemoryFit(
         peak_gib=estimate.peak_gib,
         usable_gib=device_gib * (1 - mm.ALLOCATOR_MARGIN),
         fits=mm.fits(estimate, device_gib),

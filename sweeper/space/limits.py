@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from train.config import TrialConfig, num_checkpointed_blocks, resolve_dtype_name
 from train.measure.flops import (
@@ -34,6 +34,9 @@ from train.measure.flops import (
     lookup_peak,
 )
 from train.measure.meters import projects, short_step
+
+if TYPE_CHECKING:
+    from sweeper.space.constraints import SpaceContext
 
 # gpt2-xl bf16 eager, micro-batch 4, on an H100 SXM (torch 2.11): 30,976 tokens/s x 1.028e10
 # FLOP/token = 318 TFLOP/s, 32% of the 989 TFLOP/s dense peak. Smaller micro-batches run lower,
@@ -282,3 +285,19 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
         f"hydra.sweeper.trial_timeout_s={limits.timeout_s:.1f}",
         f"hydra.sweeper.stall_timeout_s={stall:.1f}",
     ]
+
+
+def point_limits(
+    point: dict[str, Any], ctx: SpaceContext, *, timeout_s: float, stall_timeout_s: float
+) -> TrialLimits:
+    """The limits of the trial of `point` (a SearchSpace.point) in the sweep of `ctx`."""
+    full = {**ctx.base, **point}
+    device_type = "cpu" if str(full.get("runtime.device", "auto")) == "cpu" else ctx.device_type
+    return trial_limits(
+        full,
+        device_name=ctx.device_name or device_type,
+        device_type=device_type,
+        bf16_supported=ctx.bf16_supported,
+        timeout_s=timeout_s,
+        stall_timeout_s=stall_timeout_s,
+    )

@@ -2,9 +2,10 @@
 
 For each, the production run's wall time for the planned tokens (compile once, the steady steps,
 every checkpoint save's stall at the planned interval) and, when a price is known, the dollars per
-billion tokens. The run is priced by sweeper/objective.py `result_train_time` (the time_to_train
-objective's own function, on train/measure/cost.py's arithmetic), from the configuration's verified
-runs when it has them (the median run by predicted time), else from its search run.
+billion tokens. The run is priced by sweeper/study/objective.py `result_train_time` (the
+time_to_train objective's own function, on train/measure/cost.py's arithmetic), from the
+configuration's verified runs when it has them (the median run by predicted time), else from its
+search run.
 
 `sweep_costs` gathers the plain document that best.yaml's provenance and the MLflow parent run
 carry (sweeper/tracking.py `cost_metrics`); `cost_lines` turns it into the report's lines.
@@ -17,13 +18,13 @@ import statistics
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sweeper.objective import ObjectiveConfig, result_train_time
+from sweeper.study.objective import ObjectiveConfig, result_train_time
 from train.measure.cost import TOKENS_PER_BILLION, device_price, usd_per_1b_tokens
 
 if TYPE_CHECKING:
     import optuna
 
-    from sweeper.verification import Verification
+    from sweeper.verify.stage import Verification
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def sweep_costs(
 ) -> dict[str, Any]:
     """{"start": ..., "winner": ...}: each `run_cost` or None (no starting config measured,
     nothing verified). The starting config's verified runs, else its search run."""
-    from sweeper.verification import find_baseline, trial_result
+    from sweeper.verify.stage import find_baseline, trial_result
 
     doc: dict[str, Any] = {"start": None, "winner": None}
     price = {"objective": objective, "usd_per_hour": usd_per_hour, "prices": prices}

@@ -3,8 +3,8 @@
 ask -> refuse unsafe points (excluded) and re-proposed ones (duplicates) -> launch each on a free
 trial slot (`hydra.sweeper.n_jobs` of them, each with its own GPUs) -> tell each outcome
 (complete | pruned | failed with a reason) -> one progress line per trial.
-The loop ends when the budget (sweeper/budget.py) is spent, the failure rate is exceeded, or the
-sampler keeps proposing only points it has seen.
+The loop ends when the budget (sweeper/study/budget.py) is spent, the failure rate is exceeded, or
+the sampler keeps proposing only points it has seen.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from sweeper import report
 from sweeper.context import SweepContext
 from sweeper.launch.batch import real_trial_s, trial_limits
-from sweeper.memory import OutOfMemory
 from sweeper.metrics import summary_metrics
-from sweeper.objective import objective_value
-from sweeper.owner import owner_tag
-from sweeper.polish import interleave, neighbours, point_key
-from sweeper.study import (
+from sweeper.report.console import trial_line
+from sweeper.search.polish import interleave, neighbours, point_key
+from sweeper.space.memory import OutOfMemory
+from sweeper.study.objective import objective_value
+from sweeper.study.owner import owner_tag
+from sweeper.study.study import (
     DUPLICATE_ATTR,
     OWNER_ATTR,
     POLISH_ATTR,
@@ -63,7 +63,8 @@ class Search:
         self.width = 1  # trials running at once (run() sets it from n_jobs and the launcher)
         self.real_s = real_trial_s(ctx.space, ctx.settings)
         self.launched = 0  # trials this worker launched
-        self.ended_by: str | None = None  # the budget that ended the search (sweeper/budget.py)
+        # the budget that ended the search (sweeper/study/budget.py)
+        self.ended_by: str | None = None
 
     def end_line(self) -> str | None:
         """The budget's line on how the search ended, None when no budget ended it."""
@@ -163,7 +164,7 @@ class Search:
         taken in turn by rank (one sample each cannot tell the best few apart on a noisy
         machine). One per free slot at a time: each polish trial starts from the ranking the
         previous ones left, so a neighbour that climbs to the top is polished around next
-        (sweeper/polish.py)."""
+        (sweeper/search/polish.py)."""
         size = self.ctx.settings.polish
         if size <= 0:
             return
@@ -321,7 +322,7 @@ class Search:
             best = self.ctx.study.best_value
         except ValueError:
             best = None
-        report.trial_line(
+        trial_line(
             number=number,
             state=state,
             params=params,

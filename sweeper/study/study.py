@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.masking import mask_secrets
-from sweeper.owner import owner_alive, owner_tag
+from sweeper.study.owner import owner_alive, owner_tag
 from train.trial.pruning import PRUNER_ATTR
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """The verification race run for real: rounds of fresh trial processes, stored as they finish.
 
-The arithmetic lives in sweeper/race.py (pure); this module launches each round's jobs in its
-shuffled order, logs every run to MLflow, records the round in the study (user attr `race`) so a
-sweep killed during verification resumes the race instead of redoing it, and asks the judge after
-each round whether the race is over.
+The arithmetic lives in sweeper/verify/race_rules.py (pure); this module launches each round's jobs
+in its shuffled order, logs every run to MLflow, records the round in the study (user attr `race`)
+so a sweep killed during verification resumes the race instead of redoing it, and asks the judge
+after each round whether the race is over.
 """
 
 from __future__ import annotations
@@ -12,16 +12,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import optuna
-
 from sweeper.context import SweepContext
-from sweeper.objective import direction, objective_value
-from sweeper.race import Standing, judge, lead, round_order, rules_from, speed
-from sweeper.race_stats import Comparison
-from sweeper.verify import Candidate
+from sweeper.settings import rules_from
+from sweeper.study.objective import direction, objective_value
+from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
+from sweeper.verify.race_stats import Comparison
+from sweeper.verify.winner import Candidate
 from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
@@ -177,22 +175,3 @@ def _speeds(record: RaceRecord, ctx: SweepContext) -> dict[int, list[float | Non
         n: [None if v is None else speed(v, maximize=maximize) for v in vals]
         for n, vals in record.values.items()
     }
-
-
-def race_context(*, jobs: Any, settings: Any, study: optuna.Study | None = None) -> SweepContext:
-    """A race outside a sweep (scripts/bench_race.py, tests): the given launcher and settings,
-    tokens/s as the objective, no search space or tracking, a fresh in-memory study by default."""
-    from sweeper.budget import Budget
-    from sweeper.objective import ObjectiveConfig
-    from sweeper.tracking import NullTracker
-
-    return SweepContext(
-        study=study or optuna.create_study(direction="maximize"),
-        space=SimpleNamespace(point=dict),
-        settings=settings,
-        budget=Budget(settings),
-        tracker=NullTracker(),
-        jobs=jobs,
-        fixed=[],
-        objective=ObjectiveConfig(name="tokens_per_s"),
-    )

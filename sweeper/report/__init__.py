@@ -1,0 +1,12 @@
+"""Everything the user reads about a sweep, and the files it leaves behind. The numbers in it are
+written by sweeper/numbers.py, one way each.
+
+- `console`: the console, a progress line per trial, the final table.
+- `plan_text`: the plan that `hydra.sweeper.plan=true` prints.
+- `story`: the closing story: the starting config against the winner, and the next fixes.
+- `cost`: the time-to-train and price lines of the starting config and the winner.
+- `plots`: Optuna's HTML views and the static PNG summary.
+- `export`: best.yaml, the winning trainer config pinned with its evidence.
+"""
+
+__all__ = ["console", "cost", "export", "plan_text", "plots", "story"]
