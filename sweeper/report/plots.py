@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,20 +67,21 @@ def _group_label(knob: str, value: Any) -> str:
     return f"{knob} = {value}"
 
 
-def knob_groups(trials: list[dict]) -> list[tuple[str, list[float], list[float]]]:
-    """(label, complete tokens/s, pruned tokens/s) per (knob, value); numeric knobs with many values
-    are binned into ranges. Knobs appear in first-seen order, values sorted."""
+def knob_groups(trials: list[dict]) -> list[tuple[str, list[float], list[float], list[float]]]:
+    """(label, complete tokens/s, pruned tokens/s, the starting config's tokens/s) per (knob,
+    value); numeric knobs with many values are binned into ranges. Knobs appear in first-seen
+    order, values sorted."""
     knobs: list[str] = []
     for t in trials:
         knobs += [k for k in t.get("params", {}) if k not in knobs]
     groups = []
     for knob in knobs:
         pts = [
-            (t["params"][knob], t["tokens_per_s"], t.get("state"))
+            (t["params"][knob], t["tokens_per_s"], t.get("state"), bool(t.get("start")))
             for t in trials
             if knob in t.get("params", {}) and t.get("tokens_per_s") is not None
         ]
-        values = sorted({v for v, _, _ in pts}, key=lambda v: (isinstance(v, str), str(v)))
+        values = sorted({v for v, *_ in pts}, key=lambda v: (isinstance(v, str), str(v)))
         numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
         if numeric:
             values.sort()
@@ -92,95 +94,157 @@ def knob_groups(trials: list[dict]) -> list[tuple[str, list[float], list[float]]
                 i = min(int((v - edges[0]) / width), NUM_BINS - 1)
                 return f"[{edges[i]:.3g}, {edges[i + 1]:.3g}]"
 
-            keyed = [(bin_of(v), tps, st) for v, tps, st in pts]
+            keyed = [(bin_of(v), *rest) for v, *rest in pts]
             labels = list(dict.fromkeys(bin_of(v) for v in values))
         else:
-            keyed = [(str(v), tps, st) for v, tps, st in pts]
+            keyed = [(str(v), *rest) for v, *rest in pts]
             labels = [str(v) for v in values]
         for label in labels:
-            done = [tps for k, tps, st in keyed if k == label and st in (None, "complete")]
-            pruned = [tps for k, tps, st in keyed if k == label and st == "pruned"]
-            groups.append((_group_label(knob, label), done, pruned))
+            done = [tps for k, tps, st, _ in keyed if k == label and st in (None, "complete")]
+            pruned = [tps for k, tps, st, _ in keyed if k == label and st == "pruned"]
+            start = [tps for k, tps, st, s in keyed
+                     if k == label and s and st in (None, "complete", "pruned")]  # fmt: skip
+            groups.append((_group_label(knob, label), done, pruned, start))
     return groups
 
 
-def summary_figure(rows: list[dict], trials: list[dict]) -> Any:
-    """Left: tokens/s of the trials grouped by each searched knob's value. Right: each top config's
-    step time split into compute / data wait / optimizer / checkpoint / other, next to its
-    100%-MFU floor (the step time at the device's spec peak)."""
-    from matplotlib.figure import Figure
+# Search and verified figures told apart by fill: a search run hatched, a verified median solid.
+SEARCH_STYLE = {"facecolor": "white", "edgecolor": "#4c72b0", "hatch": "///"}
+VERIFIED_STYLE = {"facecolor": "#4c72b0", "edgecolor": "#4c72b0"}
+START_COLOUR = "#d62728"
+LABEL_WIDTH = 30  # characters: longer tick labels wrap instead of clipping
+
+
+def _wrap(label: str) -> str:
+    return textwrap.fill(label, LABEL_WIDTH, break_on_hyphens=False)
+
+
+def row_label(rank: int, row: dict) -> str:
+    """A verified config's tick label: its rank in the race's order and its search trial, so a
+    trial number never reads as a rank ("rank 1 · trial #5 · winner")."""
+    tags = [t for t, on in (("winner", row.get("winner")), ("start", row.get("start"))) if on]
+    return " · ".join([f"rank {rank}", f"trial #{row['trial']}", *tags])
+
+
+def _below(ax: Any, handles: list[Any], ncol: int) -> None:
+    """The legend under the axes, so it never hides a mark."""
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=ncol,
+              fontsize="small", frameon=False)  # fmt: skip
+
+
+def _draw_search(ax: Any, trials: list[dict]) -> None:
+    """Each search run's tokens/s grouped by knob value, the starting config's runs starred."""
+    from matplotlib.lines import Line2D
+
+    groups = knob_groups(trials)
+    start = [t for t in trials if t.get("start") and t.get("tokens_per_s") is not None]
+    for y, (_, done, pruned, start_tps) in enumerate(groups):
+        jitter = [((i * 0.37) % 1 - 0.5) * 0.4 for i in range(len(done) + len(pruned))]
+        ax.scatter(done, [y + j for j in jitter[: len(done)]], s=18, color="#4c72b0")
+        ax.scatter(pruned, [y + j for j in jitter[len(done) :]], s=18, facecolors="none",
+                   edgecolors="#8c8c8c")  # fmt: skip
+        if done:
+            ax.plot([statistics.median(done)] * 2, [y - 0.3, y + 0.3], color="black", lw=2)
+        for tps in start_tps:  # the starting config's own dot, drawn over as a star
+            i = done.index(tps) if tps in done else len(done) + pruned.index(tps)
+            ax.scatter([tps], [y + jitter[i]], s=160, marker="*", color=START_COLOUR, zorder=3)
+    ax.set_yticks(range(len(groups)), [_wrap(g[0]) for g in groups])
+    ax.invert_yaxis()
+    ax.set_xlim(left=0)  # from zero: a 15% gap looks like 15%
+    ax.set_xlabel("tokens/s (search runs: one short run each)")
+    ax.set_title("search runs: tokens/s by knob value\n(bar = median of complete runs)")
+    ax.grid(axis="x", alpha=0.3)
+    handles: list[Any] = [
+        Line2D([], [], ls="", marker="o", color="#4c72b0", label="complete search run")
+    ]
+    if any(g[2] for g in groups):
+        handles.append(Line2D([], [], ls="", marker="o", mfc="none", color="#8c8c8c",
+                              label="pruned (running figure)"))  # fmt: skip
+    if start:
+        handles.append(Line2D([], [], ls="", marker="*", ms=11, color=START_COLOUR,
+                              label=f"starting config (trial #{start[0]['number']})"))  # fmt: skip
+    _below(ax, handles, ncol=len(handles))
+    if not groups:
+        ax.text(0.5, 0.5, "no trial measured tokens/s", ha="center", transform=ax.transAxes)
+
+
+def _draw_speed(ax: Any, rows: list[dict], labels: list[str]) -> None:
+    """Each verified config's search run (hatched) beside its verified median (solid)."""
+    from matplotlib.patches import Patch
+
+    for y, r in enumerate(rows):
+        bars = [(y - 0.2, r.get("search_tokens_per_s"), SEARCH_STYLE),
+                (y + 0.2, r.get("tokens_per_s"), VERIFIED_STYLE)]  # fmt: skip
+        for pos, value, style in bars:
+            if value is None:
+                continue
+            ax.barh(pos, value, height=0.38, **style, lw=1.2)
+            ax.annotate(f" {value:,.0f}", (value, pos), va="center", fontsize="small")
+        if r.get("start"):  # the starting config's bars framed in its colour
+            ax.axhspan(y - 0.45, y + 0.45, color=START_COLOUR, alpha=0.08, lw=0)
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    top = max([v for r in rows for v in (r.get("search_tokens_per_s"), r.get("tokens_per_s")) if v]
+              or [1.0])  # fmt: skip
+    ax.set_xlim(0, top * 1.15)  # from zero, with room for the value printed at a bar's end
+    ax.set_xlabel("tokens/s")
+    ax.set_title("verified configs: search run vs verified median")
+    ax.grid(axis="x", alpha=0.3)
+    projected = any(r.get("search_projected") for r in rows)
+    n = sorted({r["n"] for r in rows if r.get("n")})
+    runs = "/".join(str(k) for k in n) if n else "?"
+    _below(ax, [
+        Patch(**SEARCH_STYLE, label="search run" + (" (some projected)" if projected else "")),
+        Patch(**VERIFIED_STYLE, label=f"verified median ({runs} real full-step runs)"),
+        Patch(color=START_COLOUR, alpha=0.15, label="starting config"),
+    ], ncol=1)  # fmt: skip
+
+
+def _draw_time(ax: Any, rows: list[dict]) -> None:
+    """Each verified config's step time split by phase, next to its 100%-MFU floor."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    groups = knob_groups(trials)
-    height = max(4.0, 0.32 * max(len(groups), 2 * len(rows)) + 1.5)
-    fig = Figure(figsize=(14, height), layout="constrained")
-    ax_knobs, ax_time = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.2, 1]})
-
-    # -- left: a strip plot per (knob, value), median as a vertical tick ------------------------
-    for y, (_, done, pruned) in enumerate(groups):
-        jitter = [((i * 0.37) % 1 - 0.5) * 0.4 for i in range(len(done) + len(pruned))]
-        ax_knobs.scatter(done, [y + j for j in jitter[: len(done)]], s=18, color="#4c72b0")
-        ax_knobs.scatter(
-            pruned,
-            [y + j for j in jitter[len(done) :]],
-            s=18,
-            facecolors="none",
-            edgecolors="#8c8c8c",
-        )
-        if done:
-            ax_knobs.plot([statistics.median(done)] * 2, [y - 0.3, y + 0.3], color="black", lw=2)
-    ax_knobs.set_yticks(range(len(groups)), [g[0] for g in groups])
-    ax_knobs.invert_yaxis()
-    ax_knobs.set_xlabel("tokens/s")
-    ax_knobs.set_title("tokens/s by knob value (bar = median of complete trials)")
-    ax_knobs.grid(axis="x", alpha=0.3)
-    ax_knobs.legend(
-        handles=[
-            Line2D([], [], ls="", marker="o", color="#4c72b0", label="complete"),
-            Line2D([], [], ls="", marker="o", mfc="none", color="#8c8c8c", label="pruned"),
-        ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
-        ncol=2,
-        fontsize="small",
-        frameon=False,
-    )
-    if not groups:
-        ax_knobs.text(
-            0.5, 0.5, "no trial measured tokens/s", ha="center", transform=ax_knobs.transAxes
-        )
-
-    # -- right: stacked seconds of a step per config, with its floor ---------------------------
-    labels = [r["label"] for r in rows]
     for y, r in enumerate(rows):
         left = 0.0
         for key, _, colour in SEGMENTS:
             width = r["step_time_s"] * (r.get("time_frac") or {}).get(key, 0.0)
-            ax_time.barh(y, width, left=left, color=colour, height=0.6)
+            ax.barh(y, width, left=left, color=colour, height=0.6)
             left += width
         if r.get("floor_step_s") is not None:
-            ax_time.plot([r["floor_step_s"]] * 2, [y - 0.4, y + 0.4], color="black", lw=2.5)
-    ax_time.set_yticks(range(len(rows)), labels)
-    ax_time.invert_yaxis()
-    ax_time.set_xlabel("seconds per optimizer step")
-    ax_time.set_title("where a step's time goes (top configs)")
-    ax_time.grid(axis="x", alpha=0.3)
+            ax.plot([r["floor_step_s"]] * 2, [y - 0.4, y + 0.4], color="black", lw=2.5)
+    ax.set_yticks(range(len(rows)), [])  # the middle panel names the rows
+    ax.invert_yaxis()
+    ax.set_xlim(left=0)
+    ax.set_xlabel("seconds per optimizer step (verified median)")
+    ax.set_title("verified configs: where a step's time goes")
+    ax.grid(axis="x", alpha=0.3)
     handles: list[Any] = [Patch(color=c, label=name) for _, name, c in SEGMENTS]
     floors = [r.get("floor_step_s") for r in rows]
     if any(f is not None for f in floors):
         handles.append(Line2D([], [], color="black", lw=2.5, label="100%-MFU floor"))
     if any(f is None for f in floors):
         handles.append(Line2D([], [], ls="", label="100%-MFU floor: no spec peak"))
-    # Below the axes, so it never hides a bar.
-    ax_time.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
-        ncol=3,
-        fontsize="small",
-        frameon=False,
-    )
+    _below(ax, handles, ncol=3)
+
+
+def summary_figure(rows: list[dict], trials: list[dict]) -> Any:
+    """Three panels, every axis from zero. Left: the search runs' tokens/s grouped by each
+    searched knob's value, the starting config starred. Middle: each verified config (labelled
+    by rank and trial) with its search run hatched beside its verified median. Right: its step
+    time split into compute / data wait / optimizer / checkpoint / other, next to its 100%-MFU
+    floor (the step time at the device's spec peak). `rows` come in the race's order, winner
+    first (`plot_rows`)."""
+    from matplotlib.figure import Figure
+
+    n_groups = len(knob_groups(trials))
+    height = max(4.5, 0.4 * max(n_groups, 2 * len(rows)) + 2.5)
+    fig = Figure(figsize=(18, height), layout="constrained")
+    ax_search, ax_speed, ax_time = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1, 1]})
+    _draw_search(ax_search, trials)
+    labels = [_wrap(row_label(rank, r)) for rank, r in enumerate(rows, start=1)]
+    _draw_speed(ax_speed, rows, labels)
+    _draw_time(ax_time, rows)
     return fig
 
 
@@ -193,25 +257,32 @@ def summary_png(rows: list[dict], trials: list[dict], out_path: Path) -> Path:
 
 
 def plot_rows(rows: list[dict], results: dict[int, list[dict]]) -> list[dict]:
-    """Each verified config's step-time breakdown and its 100%-MFU floor, for the summary PNG."""
+    """Each verified config, in the race's order (winner first): its trial, whether it is the
+    winner or the starting config, its search run and verified median tokens/s, its step-time
+    breakdown and its 100%-MFU floor, for the summary PNG."""
     out = []
     for r in rows:
         res = results[r["trial"]][-1]
         peak = (res.get("device") or {}).get("peak_flops")
-        out.append(
-            {
-                "label": f"#{r['trial']}" + (" (winner)" if r["winner"] else ""),
-                "step_time_s": r["step_time_s"],
-                "time_frac": res["time_frac"],
-                "floor_step_s": floor_step_time_s(
-                    tokens_per_step=res["tokens_per_step"],
-                    flops_per_token=res["flops_per_token"],
-                    peak_flops=peak,
-                )
-                if peak
-                else None,
-            }
-        )
+        floor = None
+        if peak:
+            floor = floor_step_time_s(
+                tokens_per_step=res["tokens_per_step"],
+                flops_per_token=res["flops_per_token"],
+                peak_flops=peak,
+            )
+        out.append({
+            "trial": r["trial"],
+            "winner": r["winner"],
+            "start": r.get("start", False),
+            "tokens_per_s": r["tokens_per_s"],
+            "n": r.get("n"),
+            "search_tokens_per_s": r.get("search_tokens_per_s"),
+            "search_projected": r.get("search_projected", False),
+            "step_time_s": r["step_time_s"],
+            "time_frac": res["time_frac"],
+            "floor_step_s": floor,
+        })  # fmt: skip
     return out
 
 
@@ -225,9 +296,11 @@ def sweep_plots(
         artifacts += optuna_html(study, sweep_dir / "plots")
         trials = [
             {
+                "number": t.number,
                 "params": t.params,
                 "tokens_per_s": (t.user_attrs.get("metrics") or {}).get("tokens_per_s"),
                 "state": t.state.name.lower(),
+                "start": bool(t.user_attrs.get("baseline")),
             }
             for t in study.get_trials(deepcopy=False)
         ]

@@ -1,0 +1,141 @@
+"""The `next:` lines' evidence (sweeper/report/story.py `measured_basis`): a table over planted
+studies, one row per case the README promises, and the glue that reads a real study."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution as Cat
+from optuna.trial import TrialState
+
+from sweeper.report.story import SearchRun, measured_basis, next_step_evidence
+
+WINNER = {"runtime.dtype": "fp32", "batch.micro_batch": 8, "runtime.compile": "none"}
+
+
+def run(number: int, state: str, tps: float | None, **changed) -> SearchRun:
+    """A search trial at the winner's settings with `changed` knobs (dots as double underscores)."""
+    params = {**WINNER, **{k.replace("__", "."): v for k, v in changed.items()}}
+    return SearchRun(number=number, params=params, state=state, tokens_per_s=tps)
+
+
+# The winner: trial 0, 15,000 tokens/s in its search run, verified at 14,000 (median).
+WIN = run(0, "complete", 15000.0)
+WIN_VERIFIED = {0: [13800.0, 14000.0, 14500.0]}
+
+# (planted trials besides the winner, planted race results besides the winner's, the suggestion,
+#  the expected basis: None = no next step, else the start of the line's evidence)
+CASES = {
+    "the winner already has it": (
+        [], {}, "runtime.dtype=fp32", None),
+    "not a searched knob": (
+        [], {}, "data.num_workers=2", "not searched in this sweep"),
+    "an action, no override": (
+        [], {}, "faster kernels (fused attention)", "not searched in this sweep"),
+    # issue 25: the search run beat the winner's verified median by 1.14x, but the race measured
+    # the config and dropped it: the race has the last word
+    "raced at the winner's settings, search run faster": (
+        [run(5, "complete", 16000.0, batch__micro_batch=16)], {5: [12000.0, 12500.0]},
+        "batch.micro_batch=16 batch.grad_accum=4", None),
+    "raced at the winner's settings, verified faster but lost the race (equivalent)": (
+        [run(5, "complete", 15000.0, batch__micro_batch=16)], {5: [14100.0, 14200.0]},
+        "batch.micro_batch=16", None),
+    "pruned at the winner's settings, its running figure high": (
+        [run(3, "pruned", 90000.0, runtime__dtype="bf16")], {},
+        "runtime.dtype=bf16", None),
+    "a search run at the winner's settings slower": (
+        [run(2, "complete", 1000.0, runtime__dtype="bf16")], {},
+        "runtime.dtype=bf16", None),
+    "a search run at the winner's settings within the noise floor": (
+        [run(2, "complete", 15100.0, runtime__compile="default")], {},
+        "runtime.compile=default", None),
+    "two search runs at the winner's settings, one no faster": (
+        [run(2, "complete", 17000.0, runtime__compile="default"),
+         run(4, "complete", 14900.0, runtime__compile="default")], {},
+        "runtime.compile=default", None),
+    # judged against the winner's search run (like with like), never its verified median
+    "a faster search run at the winner's settings, not raced": (
+        [run(2, "complete", 16500.0, runtime__compile="default")], {},
+        "runtime.compile=default",
+        "measured at the winner's other settings: 16,500 tokens/s in the search run of trial 2, "
+        "1.10x the winner's search run; not verified"),
+    "verified only at other settings: the verified median, not the search run": (
+        [run(6, "complete", 30000.0, runtime__dtype="bf16", batch__micro_batch=16),
+         run(7, "complete", 25000.0, runtime__dtype="bf16", runtime__compile="default")],
+        {6: [20000.0, 21000.0, 22000.0]},
+        "runtime.dtype=bf16",
+        "not measured at the winner's settings; at other settings trial 6 verified 21,000 "
+        "tokens/s (median, real full steps)"),
+    "searched only at other settings: the best complete run, never a pruned one": (
+        [run(6, "complete", 9000.0, runtime__dtype="bf16", batch__micro_batch=16),
+         run(7, "pruned", 40000.0, runtime__dtype="bf16", runtime__compile="default")], {},
+        "runtime.dtype=bf16",
+        "not measured at the winner's settings; at other settings its best complete search run "
+        "was 9,000 tokens/s (trial 6)"),
+    "only pruned at other settings": (
+        [run(7, "pruned", 40000.0, runtime__dtype="bf16", runtime__compile="default")], {},
+        "runtime.dtype=bf16",
+        "not measured at the winner's settings; at other settings only in pruned trials "
+        "(stopped early: no full figure)"),
+    "a failed trial is no evidence": (
+        [run(8, "fail", None, runtime__dtype="bf16")], {},
+        "runtime.dtype=bf16", "not measured in this sweep"),
+    "a searched value never tried": (
+        [run(2, "complete", 1000.0, runtime__compile="default")], {},
+        "runtime.dtype=bf16", "not measured in this sweep"),
+    "an unsearched knob beside a searched one is ignored": (
+        [run(2, "complete", 10000.0, batch__micro_batch=64)], {},
+        "batch.micro_batch=64 batch.grad_accum=1", None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("others", "raced", "suggestion", "expected"), CASES.values(), ids=CASES)
+def test_next_step_evidence_table(others, raced, suggestion, expected) -> None:
+    got = measured_basis(suggestion, runs=[WIN, *others], verified={**WIN_VERIFIED, **raced},
+                         winner=0, noise_floor=0.01)  # fmt: skip
+    assert got == expected
+
+
+def test_a_pruned_running_figure_is_never_quoted() -> None:
+    others = [run(7, "pruned", 43210.0, runtime__dtype="bf16", runtime__compile="default"),
+              run(9, "pruned", 43210.0, runtime__dtype="bf16", batch__micro_batch=16)]  # fmt: skip
+    for suggestion in ("runtime.dtype=bf16", "runtime.compile=default", "batch.micro_batch=16"):
+        got = measured_basis(suggestion, runs=[WIN, *others], verified=WIN_VERIFIED, winner=0,
+                             noise_floor=0.01)  # fmt: skip
+        assert got is None or "43,210" not in got
+
+
+def test_the_winner_without_a_search_figure_is_never_compared_to_a_verified_median() -> None:
+    win = SearchRun(number=0, params=WIN.params, state="complete", tokens_per_s=None)
+    got = measured_basis("runtime.compile=default", runs=[win, run(2, "complete", 16500.0,
+                         runtime__compile="default")], verified=WIN_VERIFIED, winner=0,
+                         noise_floor=0.01)  # fmt: skip
+    assert got == (
+        "measured at the winner's other settings: 16,500 tokens/s in the search run of trial 2; "
+        "not verified"
+    )
+
+
+def test_next_step_evidence_reads_a_study_and_the_race() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = {"runtime.dtype": Cat(["fp32", "bf16"]), "batch.micro_batch": Cat([8, 16])}
+    study = optuna.create_study(direction="maximize")
+    for dtype, mb, tps, state in (("fp32", 8, 15000.0, TrialState.COMPLETE),
+                                  ("bf16", 8, 30000.0, TrialState.PRUNED),
+                                  ("fp32", 16, None, TrialState.FAIL)):  # fmt: skip
+        study.enqueue_trial({"runtime.dtype": dtype, "batch.micro_batch": mb})
+        trial = study.ask(dists)
+        if tps is not None:
+            trial.set_user_attr("metrics", {"tokens_per_s": tps})
+        study.tell(trial, tps if state == TrialState.COMPLETE else None, state=state)
+    # a race result per round; a failed round is None, an all-failed candidate has no evidence
+    runs, verified = next_step_evidence(study, {0: [{"tokens_per_s": 14000.0}, None], 2: [None]})
+    assert [(r.number, r.state, r.tokens_per_s) for r in runs] == [
+        (0, "complete", 15000.0),
+        (1, "pruned", 30000.0),
+        (2, "fail", None),
+    ]
+    assert runs[1].params == {"runtime.dtype": "bf16", "batch.micro_batch": 8}
+    assert verified == {0: [14000.0]}
+    assert measured_basis("runtime.dtype=bf16", runs=runs, verified=verified, winner=0,
+                          noise_floor=0.01) is None  # pruned at the winner's settings  # fmt: skip
