@@ -85,13 +85,32 @@ def test_compiled_cpu_model_is_not_measured(make_config) -> None:
     from train.run.loop import build_session
 
     s = build_session(make_config("runtime.device=cpu"))
+    steps: list[int] = []
     try:
         # under a dispatch mode Dynamo would run the model eagerly: an eager number under a
         # compiled label, so none is reported (the session itself stays eager here: no compile)
         s.cfg.runtime.compile = "default"
-        memory = measure_memory(s)
+        memory = measure_memory(s, step=steps.append)
     finally:
         s.batches.close()
         s.checkpointer.close()
     assert memory["predicted_gib"] > 0
     assert memory["measured_gib"] is None and memory["measured_by"] is None
+    assert steps == []  # and no extra step was taken
+
+
+def test_cpu_meter_counts_the_callers_step_of_two_micro_batches_at_most(make_config) -> None:
+    """The meter runs the caller's step (it never imports the training loop), with
+    min(2, grad_accum) micro-batches: two reach a step's peak."""
+    from train.run.loop import build_session
+
+    s = build_session(make_config("runtime.device=cpu", "runtime.dtype=fp32"))
+    steps: list[int] = []
+    try:
+        memory = measure_memory(s, step=lambda n: (steps.append(n), _mib(3)))
+    finally:
+        s.batches.close()
+        s.checkpointer.close()
+    assert steps == [min(2, s.cfg.batch.grad_accum)]
+    assert memory["measured_by"] == CPU_METHOD
+    assert memory["measured_gib"] >= 3 * MIB / 2**30  # the step's 3 MiB, freed inside it

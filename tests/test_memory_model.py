@@ -224,13 +224,13 @@ def test_importing_the_model_leaves_torch_unloaded() -> None:
 def test_tiny_prediction_matches_the_measured_cpu_step(make_config) -> None:
     from train.measure.memory_meter import CPU_METHOD, measure_memory
     from train.measure.meters import PhaseClock
-    from train.run.loop import build_session, train_step
+    from train.run.loop import build_session, train_step, untimed_step
 
     cfg = make_config("runtime.device=cpu", "runtime.dtype=fp32")
     s = build_session(cfg)
     try:
         train_step(s, lr=cfg.optim.lr, clock=PhaseClock())  # AdamW's state, as after warm-up
-        entry = measure_memory(s)
+        entry = measure_memory(s, step=lambda n: untimed_step(s, n))
     finally:
         s.batches.close()
         s.checkpointer.close()

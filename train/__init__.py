@@ -3,8 +3,10 @@
 Rooms: `model/` (the network), `data/` (token files and the loader), `run/` (one training process:
 the session, the step, the device, checkpoints), `measure/` (clocks, FLOPs, peaks, memory),
 `trial/` (one honest measurement, its result schema, the pruning link), `explain/` (the floor and
-the bottleneck diagnosis), `proc/` (the processes the sweeper starts); `config.py` is the schema
-and the rules a config obeys.
+the bottleneck diagnosis), `proc/` (the processes the sweeper starts); `config.py` is the schema,
+`config_rules.py` the rules across its fields, and `device.py` what every room may ask of the device
+(its name, a sync before a clock read, TF32, memory peaks): `measure/` reads it and never imports
+`run/`, which builds on `measure/`.
 
 The sweeper must never import torch (it would load a CUDA context into a process that only plans
 and launches), yet it should obey the trainer's rules rather than copies of them. TORCH_FREE names
@@ -20,6 +22,7 @@ TORCH_FREE: tuple[str, ...] = (
     "train",
     "train.config",
     "train.config_file",
+    "train.config_rules",
     "train.data",
     "train.data.fetch",
     "train.explain",

@@ -101,42 +101,13 @@ def run(cfg: Config) -> dict:
 
 
 def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
+    """Resume when there is a checkpoint, then train to `train.max_steps`: log every
+    `train.log_every` steps (stopping on a non-finite loss), validate every `train.eval_every`."""
     tc = cfg.train
     if latest is not None:
-        try:
-            state = load_checkpoint(
-                latest, model=s.raw_model, optimizer=s.optimizer, map_location=s.device
-            )
-        except RuntimeError as exc:  # load_state_dict: shapes or keys do not fit this model
-            raise ValueError(
-                f"checkpoint {latest} does not fit this model ({_first_mismatch(exc)}); "
-                f"use a fresh checkpoint.dir for this run"
-            ) from exc
-        bad = first_non_finite(state_tensors(s.raw_model, s.optimizer))
-        if bad is not None:
-            raise ValueError(
-                f"checkpoint {latest} holds non-finite values ({bad}): it cannot be resumed; "
-                f"move it out of {cfg.checkpoint.dir} to resume from an earlier one, or use a "
-                f"fresh checkpoint.dir"
-            )
-        s.checkpointer.last_saved = latest
-        log.info("resumed from %s at step %d", latest, start)
-        if "rng" in state["extra"]:
-            restore_rng_state(state["extra"]["rng"], s.device)
-
+        _resume(cfg, s, latest=latest, start=start)
     name, peak, ceiling = device_peaks(s)
-    world = s.rank.world  # MFU: the global rate against every process's device
-    log.info(
-        "training %s on %s%s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
-        cfg.model.name,
-        name,
-        f" x {world} processes" if world > 1 else "",
-        s.dtype,
-        s.tokens_per_step,
-        s.flops_per_token,
-        start,
-        tc.max_steps,
-    )
+    _announce(cfg, s, device_name=name, start=start)
 
     clock = make_phase_clock(s.device)  # the trial's clock: same step, same one sync per step
     data_wait_s = 0.0
@@ -144,6 +115,7 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
     step = start
     mark_time, mark_step = time.perf_counter(), step
     while step < tc.max_steps:
+        # -- the step: cosine lr, forward/backward/update, and its checkpoint when one is due
         lr = cosine_lr(
             step,
             lr=cfg.optim.lr,
@@ -158,53 +130,108 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
         )
         data_wait_s += phases["data_wait"]
         step = done
+        # -- the log line: the rate since the last one; a non-finite loss stops the run
         if step % tc.log_every == 0 or step == tc.max_steps:
             now = time.perf_counter()  # run_step synchronised: the device's work is done
-            loss = loss_t.item()
-            if not math.isfinite(loss):  # a save would have stopped it; log_every got there first
-                raise diverged(step=step, loss=loss, last_good=s.checkpointer.last_saved)
-            tps = s.tokens_per_step * (step - mark_step) / (now - mark_time)
-            wait_frac = data_wait_s / (now - mark_time)
-            record = {
-                "step": step,
-                "loss": loss,
-                "lr": lr,
-                "tokens_per_s": tps,
-                "data_wait_frac": wait_frac,
-            }
-            record["mfu_spec"] = (
-                mfu(
-                    tokens_per_s=tps,
-                    flops_per_token=s.flops_per_token,
-                    peak_flops=peak.flops * world,
-                )
-                if peak
-                else None
-            )
-            record["mfu_ceiling"] = mfu(
-                tokens_per_s=tps,
-                flops_per_token=s.flops_per_token,
-                peak_flops=ceiling.flops * world,
-            )
-            log.info(
-                "step %d | loss %.4f | lr %.2e | %.0f tokens/s | data wait %.1f%% | mfu spec %s "
-                "ceiling %.1f%%",
-                step,
-                loss,
-                lr,
-                tps,
-                100 * wait_frac,
-                "n/a" if record["mfu_spec"] is None else f"{100 * record['mfu_spec']:.1f}%",
-                100 * record["mfu_ceiling"],
-            )
+            record = _progress_record(
+                s, step=step, loss=loss_t.item(), lr=lr, seconds=now - mark_time,
+                steps=step - mark_step, data_wait_s=data_wait_s, peak=peak, ceiling=ceiling,
+            )  # fmt: skip
             history.append(record)
             mark_time, mark_step, data_wait_s = time.perf_counter(), step, 0.0
+        # -- validation
         if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
             val = eval_loss(s, num_batches=tc.eval_batches)
             log.info("step %d | val loss %.4f", step, val)
             history.append({"step": step, "val_loss": val})
             mark_time = time.perf_counter()  # evaluation is not training throughput
     return {"start_step": start, "end_step": step, "history": history}
+
+
+def _resume(cfg: Config, s: Session, *, latest: Path, start: int) -> None:
+    """Load `latest` into the session; refuse a checkpoint that does not fit this model or holds
+    non-finite values (ValueError naming the file and the fix)."""
+    try:
+        state = load_checkpoint(
+            latest, model=s.raw_model, optimizer=s.optimizer, map_location=s.device
+        )
+    except RuntimeError as exc:  # load_state_dict: shapes or keys do not fit this model
+        raise ValueError(
+            f"checkpoint {latest} does not fit this model ({_first_mismatch(exc)}); "
+            f"use a fresh checkpoint.dir for this run"
+        ) from exc
+    bad = first_non_finite(state_tensors(s.raw_model, s.optimizer))
+    if bad is not None:
+        raise ValueError(
+            f"checkpoint {latest} holds non-finite values ({bad}): it cannot be resumed; "
+            f"move it out of {cfg.checkpoint.dir} to resume from an earlier one, or use a "
+            f"fresh checkpoint.dir"
+        )
+    s.checkpointer.last_saved = latest
+    log.info("resumed from %s at step %d", latest, start)
+    if "rng" in state["extra"]:
+        restore_rng_state(state["extra"]["rng"], s.device)
+
+
+def _announce(cfg: Config, s: Session, *, device_name: str, start: int) -> None:
+    world = s.rank.world
+    log.info(
+        "training %s on %s%s (%s): %d tokens/step, %.3g FLOP/token, steps %d -> %d",
+        cfg.model.name,
+        device_name,
+        f" x {world} processes" if world > 1 else "",
+        s.dtype,
+        s.tokens_per_step,
+        s.flops_per_token,
+        start,
+        cfg.train.max_steps,
+    )
+
+
+def _progress_record(
+    s: Session, *, step: int, loss: float, lr: float, seconds: float, steps: int,
+    data_wait_s: float, peak, ceiling,
+) -> dict:  # fmt: skip
+    """The history record and log line of `steps` steps that took `seconds` (`data_wait_s` of
+    them waiting for data); a non-finite loss raises NonFiniteState instead."""
+    if not math.isfinite(loss):  # a save would have stopped it; log_every got there first
+        raise diverged(step=step, loss=loss, last_good=s.checkpointer.last_saved)
+    world = s.rank.world  # MFU: the global rate against every process's device
+    tps = s.tokens_per_step * steps / seconds
+    wait_frac = data_wait_s / seconds
+    record = {
+        "step": step,
+        "loss": loss,
+        "lr": lr,
+        "tokens_per_s": tps,
+        "data_wait_frac": wait_frac,
+    }
+    record["mfu_spec"] = (
+        mfu(
+            tokens_per_s=tps,
+            flops_per_token=s.flops_per_token,
+            peak_flops=peak.flops * world,
+        )
+        if peak
+        else None
+    )
+    record["mfu_ceiling"] = mfu(
+        tokens_per_s=tps,
+        flops_per_token=s.flops_per_token,
+        peak_flops=ceiling.flops * world,
+    )
+    log.info(
+        "step %d | loss %.4f | lr %.2e | %.0f tokens/s | data wait %.1f%% | mfu spec %s "
+        "ceiling %.1f%%",
+        step,
+        loss,
+        lr,
+        tps,
+        100 * wait_frac,
+        "n/a" if record["mfu_spec"] is None else f"{100 * record['mfu_spec']:.1f}%",
+        100 * record["mfu_ceiling"],
+    )
+    return record
 
 
 def _first_mismatch(exc: RuntimeError) -> str:

@@ -4,10 +4,10 @@ YAML under `conf/` selects presets and overrides fields; these dataclasses are t
 typo or a wrong type fails at load time, and `check_combinations` checks the rules that span
 fields before any step runs.
 
-Torch-free (listed in `train.TORCH_FREE`): the rules below that a config obeys are stated once,
-here, and the sweeper refuses points with the very functions the trainer refuses configs with
-(`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`, `resolve_dtype_name`,
-`sequences_per_device`, `num_checkpointed_blocks`).
+Torch-free (listed in `train.TORCH_FREE`). The rules that span fields are stated on plain values
+in `train/config_rules.py` (the sweeper calls them too); `check_batch` and `check_combinations`
+below apply them to a whole config, and every rule is re-exported here, so `from train.config
+import resolve_dtype_name` works as it always has.
 """
 
 from __future__ import annotations
@@ -15,26 +15,33 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+# The cross-field rules, re-exported: callers import them from here as from their own module.
+from train.config_rules import (  # noqa: F401
+    CUDAGRAPH_MODES,
+    HALF_ONLY_CUDA_ATTENTION,
+    attention_dtype_conflict,
+    cudagraph_conflict,
+    dtype_unsupported,
+    grad_accum_for,
+    num_checkpointed_blocks,
+    parse_activation_checkpointing,
+    resolve_dtype_name,
+    sequences_per_device,
+    valid_splits,
+    world_size,
+)
+
 log = logging.getLogger(__name__)
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# Modes that capture CUDA graphs. With gradient accumulation they error or silently produce wrong
-# gradients (pytorch/pytorch#169545, #96693), so such combinations are refused.
-CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
-# SDPA backends whose CUDA kernels take fp16/bf16 only: torch's can_use_flash_attention and
-# can_use_cudnn_attention (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) accept kHalf and
-# kBFloat16, the efficient kernel also kFloat. Seen on an H100 with torch 2.11: fp32 causal SDPA
-# runs forward and backward under efficient and math, and raises under flash and cudnn.
-HALF_ONLY_CUDA_ATTENTION = ("flash", "cudnn")
 
 
 @dataclass(kw_only=True)
@@ -69,28 +76,6 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
-
-
-def parse_activation_checkpointing(s: str) -> int:
-    """ "none" -> 0, "every" -> 1, "every_<k>" -> k (checkpoint every k-th block)."""
-    if s == "none":
-        return 0
-    if s == "every":
-        return 1
-    m = re.fullmatch(r"every_([0-9]+)", s)
-    if m and int(m.group(1)) >= 1:
-        return int(m.group(1))
-    raise ValueError(
-        f"runtime.activation_checkpointing must be 'none', 'every' or 'every_<k>' with k >= 1 "
-        f"(e.g. 'every_2'), got {s!r}"
-    )
-
-
-def num_checkpointed_blocks(n_layer: int, activation_checkpointing: str) -> int:
-    """Blocks recomputed in backward: block i is checkpointed when (i + 1) % k == 0 (the model's
-    rule, train.model.gpt), so n_layer // k of them."""
-    k = parse_activation_checkpointing(activation_checkpointing)
-    return n_layer // k if k else 0
 
 
 def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -374,42 +359,6 @@ class Config:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def world_size(nproc: int = 1) -> int:
-    """Processes taking part in one optimizer step: torchrun's WORLD_SIZE inside a launched
-    process, else the runtime.nproc the run will be launched with."""
-    return int(os.environ.get("WORLD_SIZE", nproc))
-
-
-def sequences_per_device(*, tokens_per_step: int, block_size: int, world: int = 1) -> int | None:
-    """Sequences one device runs per optimizer step (micro_batch x grad_accum), or None when the
-    tokens per step do not divide evenly into sequences on `world` devices."""
-    n, rem = divmod(tokens_per_step, block_size * world)
-    return n if n > 0 and rem == 0 else None
-
-
-def valid_splits(*, tokens_per_step: int, block_size: int, world: int = 1) -> list[tuple[int, int]]:
-    """Every (micro_batch, grad_accum) with micro_batch x grad_accum x block_size x world ==
-    tokens_per_step."""
-    per_device = sequences_per_device(
-        tokens_per_step=tokens_per_step, block_size=block_size, world=world
-    )
-    if per_device is None:
-        return []
-    return [(mb, per_device // mb) for mb in range(1, per_device + 1) if per_device % mb == 0]
-
-
-def grad_accum_for(
-    micro_batch: Any, *, tokens_per_step: int, block_size: int, world: int = 1
-) -> int | None:
-    """The grad_accum that keeps the tokens per step at this micro_batch, or None if none does."""
-    per_device = sequences_per_device(
-        tokens_per_step=tokens_per_step, block_size=block_size, world=world
-    )
-    if per_device is None or not isinstance(micro_batch, int) or micro_batch < 1:
-        return None
-    return per_device // micro_batch if per_device % micro_batch == 0 else None
-
-
 def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
     """Refuse a split that changes the tokens per step, listing the splits that keep it."""
     got = batch.micro_batch * batch.grad_accum * block_size * world
@@ -426,60 +375,6 @@ def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
         f"batch.micro_batch ({batch.micro_batch}) x batch.grad_accum ({batch.grad_accum}) x "
         f"model.block_size ({block_size}) x world ({world}) = {got}, but batch.tokens_per_step is "
         f"{batch.tokens_per_step}. Valid micro_batch x grad_accum splits: {listed}"
-    )
-
-
-def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool) -> str:
-    """runtime.dtype as a run resolves it: `auto` is bf16 on a CUDA device that has it, else fp32
-    (bf16 is slower than fp32 on most CPUs). Torch-free: the trainer (train.run.loop.resolve_dtype),
-    the sweeper and the memory model all resolve through this one rule."""
-    if requested in (None, "auto"):
-        return "bf16" if device_type == "cuda" and bf16_supported else "fp32"
-    return str(requested)
-
-
-def dtype_unsupported(dtype: str, *, device_type: str, bf16_supported: bool = True) -> str | None:
-    """Why a device of `device_type` cannot compute in the resolved `dtype`, or None. CPU fp16
-    kernels are slow or missing for many ops, so a result there would mean nothing; a CUDA device
-    without native bf16 would emulate it and make the throughput numbers lie."""
-    if device_type == "cpu" and dtype == "fp16":
-        return "runtime.dtype=fp16 is not supported on CPU"
-    if device_type == "cuda" and dtype == "bf16" and not bf16_supported:
-        return "runtime.dtype=bf16 on a CUDA device without bf16 support"
-    return None
-
-
-def cudagraph_conflict(compile_mode: Any, grad_accum: Any, *, device_type: str) -> str | None:
-    """Why torch.compile mode `compile_mode` cannot run with `grad_accum` micro-batches per step
-    on `device_type`, or None. The CUDAGRAPH_MODES capture CUDA graphs, which with gradient
-    accumulation error or silently corrupt gradients (pytorch/pytorch#169545, #96693)."""
-    if device_type != "cuda" or compile_mode not in CUDAGRAPH_MODES or (grad_accum or 1) <= 1:
-        return None
-    return (
-        f"runtime.compile={compile_mode} captures CUDA graphs, unsafe with "
-        f"batch.grad_accum={grad_accum} > 1 (pytorch/pytorch#169545, #96693)"
-    )
-
-
-def attention_dtype_conflict(
-    attention: str, dtype: str, *, device_type: str, bf16_supported: bool = True
-) -> str | None:
-    """Why SDPA backend `attention` cannot run at precision `dtype` on `device_type`, or None.
-
-    `dtype` is runtime.dtype: "auto" counts as what it resolves to (bf16 on a CUDA device with
-    `bf16_supported`, else fp32, as train.run.loop.resolve_dtype does). Torch-free, so the sweeper
-    drops these combinations before sampling with the same rule the trainer refuses them by; the
-    trainer's SDPA probe still checks what a rule cannot see (head size, GPU generation).
-    """
-    if device_type != "cuda" or attention not in HALF_ONLY_CUDA_ATTENTION:
-        return None
-    resolved = resolve_dtype_name(dtype, device_type=device_type, bf16_supported=bf16_supported)
-    if resolved != "fp32":
-        return None
-    runs = "runs fp32" if dtype == "fp32" else "resolves to fp32 (this GPU has no bf16)"
-    return (
-        f"runtime.attention={attention} has no fp32 kernel on CUDA (flash and cuDNN attention "
-        f"take fp16/bf16 only) and runtime.dtype={dtype} {runs}"
     )
 
 

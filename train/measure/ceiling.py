@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from train.device import DTYPES, device_name, sync, tf32_state
 from train.measure.ceiling_cache import cache_key, default_cache_path, load_entries, save_entries
-from train.run.device import DTYPES, device_name, sync, tf32_state
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from train.run.device import cpu_model_name, device_name
+from train.device import cpu_model_name, device_name
 
 log = logging.getLogger(__name__)
 

@@ -20,32 +20,44 @@ reports no CPU measurement for compiled models rather than an eager one under a 
 
 The counter costs a Python call per aten op: +23% to +45% step time on the tiny and small-cpu
 models here (medians of 15 steps, metered against plain, on a shared 2-core CPU), too much inside
-a timed window, so the trial measures CPU memory over ONE extra step after the window.
+a timed window, so the trial measures CPU memory over ONE extra step after the window. The caller
+runs that step (`measure_memory(s, step=...)`): the meter sits below `train/run/` and never imports
+the training loop.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from train.device import reset_peak_memory, sync
 from train.measure.memory_model import GIB, MODEL_SHAPE, MemoryInputs, predict_memory
-from train.measure.meters import PhaseClock
-from train.run import device as dev
 
 if TYPE_CHECKING:
-    from train.run.loop import Session
+    from train.config import Config
 
 log = logging.getLogger(__name__)
 
 CUDA_METHOD = "cuda_max_memory_allocated"
 CPU_METHOD = "cpu_dispatch_counter"
 FUSED_ATTENTION = ("flash", "efficient", "cudnn")
+
+
+class MeteredSession(Protocol):
+    """What the meter reads of a built run (a `train.run.loop.Session` is one)."""
+
+    cfg: Config
+    device: torch.device
+    dtype: str  # the resolved precision
+    attention_backend: str  # the SDPA kernel that actually ran
+    raw_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
 
 
 class _StorageCounter(TorchDispatchMode):
@@ -119,8 +131,8 @@ class PeakMemory:
         self._running = True
         self._gib = None
         if self.device.type == "cuda":
-            dev.sync(self.device)
-            dev.reset_peak_memory(self.device)
+            sync(self.device)
+            reset_peak_memory(self.device)
         elif self._counter is not None:
             self._counter.peak = self._counter.live
             self._counter.__enter__()
@@ -130,7 +142,7 @@ class PeakMemory:
             raise RuntimeError("PeakMemory.stop() called before start()")
         self._running = False
         if self.device.type == "cuda":
-            dev.sync(self.device)
+            sync(self.device)
             self._gib = torch.cuda.max_memory_allocated(self.device) / GIB
         elif self._counter is not None:
             self._counter.__exit__(None, None, None)
@@ -153,7 +165,7 @@ def training_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
         yield from (v for v in state.values() if isinstance(v, torch.Tensor))
 
 
-def session_inputs(s: Session) -> MemoryInputs:
+def session_inputs(s: MeteredSession) -> MemoryInputs:
     """The memory model's view of a built session (the SDPA kernel that actually ran, the dtype
     the run resolved to)."""
     mc, rt = s.cfg.model, s.cfg.runtime
@@ -170,7 +182,7 @@ def session_inputs(s: Session) -> MemoryInputs:
     )
 
 
-def predicted_gib(s: Session) -> float | None:
+def predicted_gib(s: MeteredSession) -> float | None:
     """The memory model's peak for this session, or None (with a warning) if it cannot say."""
     try:
         return predict_memory(session_inputs(s)).peak_gib
@@ -179,13 +191,15 @@ def predicted_gib(s: Session) -> float | None:
         return None
 
 
-def measure_memory(s: Session) -> dict[str, float | str | None]:
+def measure_memory(
+    s: MeteredSession, *, step: Callable[[int], object]
+) -> dict[str, float | str | None]:
     """The trial result's `memory` entry: {predicted_gib, measured_gib, measured_by}.
 
     Call it right after the measured window. CUDA: the allocator's peak since the reset after
     warm-up (the window's steps). CPU, eager: one extra optimizer step under the counter (of two
-    micro-batches at most). Otherwise (CPU with torch.compile, other devices) measured_gib and
-    measured_by are None.
+    micro-batches at most); `step(n)` runs that step of `n` micro-batches, untimed. Otherwise (CPU
+    with torch.compile, other devices) measured_gib and measured_by are None.
     """
     entry: dict[str, float | str | None] = {
         "predicted_gib": predicted_gib(s),
@@ -196,15 +210,13 @@ def measure_memory(s: Session) -> dict[str, float | str | None]:
         entry["measured_gib"] = torch.cuda.max_memory_allocated(s.device) / GIB
         entry["measured_by"] = CUDA_METHOD
     elif s.device.type == "cpu" and s.cfg.runtime.compile == "none":
-        from train.run.loop import train_step
-
         accum = s.cfg.batch.grad_accum
         meter = PeakMemory(s.device)
         meter.track(training_tensors(s.raw_model, s.optimizer))
         # two micro-batches reach the step's peak (the second runs with `.grad` and the first's
         # logits alive), so a long grad_accum need not be taken in full
         with meter:
-            train_step(s, lr=s.cfg.optim.lr, clock=PhaseClock(), micro_batches=min(2, accum))
+            step(min(2, accum))
         entry["measured_gib"] = meter.measured_gib
         entry["measured_by"] = meter.measured_by
     elif s.device.type == "cpu":

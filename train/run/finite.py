@@ -79,9 +79,9 @@ def diverged(
     """The one-line stop: the step, the loss, the first bad tensor, what is kept and the fix."""
     what = "" if bad == "loss" else f", first non-finite tensor: {bad}"
     return NonFiniteState(
-        f"training diverged at step {step}: loss {loss:.6g}{what}; nothing non-finite was saved and "
-        f"{describe_last_good(last_good)}; lower optim.lr or set optim.grad_clip > 0, and resume "
-        f"with train.resume=force"
+        f"training diverged at step {step}: loss {loss:.6g}{what}; nothing non-finite was saved "
+        f"and {describe_last_good(last_good)}; lower optim.lr or set optim.grad_clip > 0, and "
+        f"resume with train.resume=force"
     )
 
 

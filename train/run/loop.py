@@ -343,6 +343,12 @@ def train_step(
     return total
 
 
+def untimed_step(s: Session, micro_batches: int) -> None:
+    """One optimizer step of `micro_batches` at the configured lr, on a clock nobody reads: the
+    step the memory meter counts after a trial's window (train/measure/memory_meter.py)."""
+    train_step(s, lr=s.cfg.optim.lr, clock=PhaseClock(), micro_batches=micro_batches)
+
+
 @torch.no_grad()
 def eval_loss(s: Session, *, num_batches: int) -> float:
     """Mean validation loss over a fixed, seeded set of micro-batches (the same ones every time)."""

@@ -237,7 +237,58 @@ def build_result(
     """The result of a trial from its raw measurements, or a failed one when `raw` or `session`
     is None. `session` is the run's `train.run.loop.Session`; `peak`, `ceiling` and `memory` are
     the device's spec peak, measured ceiling and allocator reading (each None when unknown)."""
-    result: TrialResult = {
+    result = _unmeasured_result(
+        failure=failure,
+        memory_report=memory_report,
+        fingerprint=fingerprint,
+        wall_s=wall_s,
+        config=resolved_config if resolved_config is not None else _config_dict(cfg),
+    )
+    if raw is None or session is None or cfg is None:
+        return result
+
+    steps = raw["step_times"]
+    tokens_per_s = session.tokens_per_step * len(steps) / sum(steps)
+    world = session.rank.world  # MFU: the global rate against every process's device
+    result.update(
+        status="pruned" if raw["pruned"] else "complete",
+        tokens_per_s=tokens_per_s,
+        tokens_per_step=session.tokens_per_step,
+        world_size=world,
+        step_time_s=cast(StepTimes, summarize(steps)),
+        warmup_s=raw["warmup_s"],
+        compile_s=raw["warmup_compile"]["compile_s"],
+        compile=_compile_stats(cfg.runtime.compile, raw),
+        time_frac=_time_fractions(raw, world=world),
+        checkpoint_s=raw["checkpoint_s"],
+        checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
+        flops_per_token=session.flops_per_token,
+        mfu=_mfu(tokens_per_s, session.flops_per_token, peak=peak, ceiling=ceiling, world=world),
+        peak_memory_gib=memory.gib if memory else None,
+        memory_kind=memory.kind if memory else None,
+        loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"]},
+        device=_device_info(session, device_name, peak=peak, ceiling=ceiling),
+        attention_backend=session.attention_backend,
+        fused_optimizer=session.fused_optimizer,
+        device_samples=raw["device_samples"],
+        intervals=raw["intervals"],
+        trace=str(trace) if trace else None,
+        projection=raw["projection"],
+        full_step_estimate_s=raw["full_step_estimate_s"],
+    )
+    return result
+
+
+def _unmeasured_result(
+    *,
+    failure: Failure | None,
+    memory_report: dict[str, Any] | None,
+    fingerprint: dict,
+    wall_s: float,
+    config: dict[str, Any],
+) -> TrialResult:
+    """Every key, in the order written, with nothing measured: a failed result as it stands."""
+    return {
         "schema_version": SCHEMA_VERSION,
         "status": "failed",
         "failure": Failure(kind=failure["kind"], message=failure["message"]) if failure else None,
@@ -267,65 +318,49 @@ def build_result(
         "full_step_estimate_s": None,
         "wall_s": wall_s,
         "fingerprint": fingerprint,
-        "config": resolved_config if resolved_config is not None else _config_dict(cfg),
+        "config": config,
     }
-    if raw is None or session is None or cfg is None:
-        return result
 
-    steps = raw["step_times"]
-    tokens_per_s = session.tokens_per_step * len(steps) / sum(steps)
-    fpt = session.flops_per_token
+
+def _compile_stats(mode: str, raw: Measurement) -> CompileStats:
+    """What torch.compile did in the window, and its graph breaks over the whole trial."""
     window = raw["window_compile"]
-    world = session.rank.world  # MFU: the global rate against every process's device
-    fracs = time_fractions(raw["phases"], steps)
+    return {
+        "mode": mode,
+        "frames_compiled_window": window["frames_compiled"],
+        "graph_breaks_window": window["graph_breaks"],
+        "recompiled_in_window": window["frames_compiled"] > 0,
+        "graph_breaks_total": raw["warmup_compile"]["graph_breaks"] + window["graph_breaks"],
+    }
+
+
+def _time_fractions(raw: Measurement, *, world: int) -> TimeFractions:
+    fracs = time_fractions(raw["phases"], raw["step_times"])
     if world == 1:
         fracs.pop("comms")  # a single process has no gradient communication to report
-    result.update(
-        status="pruned" if raw["pruned"] else "complete",
-        tokens_per_s=tokens_per_s,
-        tokens_per_step=session.tokens_per_step,
-        world_size=world,
-        step_time_s=cast(StepTimes, summarize(steps)),
-        warmup_s=raw["warmup_s"],
-        compile_s=raw["warmup_compile"]["compile_s"],
-        compile={
-            "mode": cfg.runtime.compile,
-            "frames_compiled_window": window["frames_compiled"],
-            "graph_breaks_window": window["graph_breaks"],
-            "recompiled_in_window": window["frames_compiled"] > 0,
-            "graph_breaks_total": raw["warmup_compile"]["graph_breaks"] + window["graph_breaks"],
-        },
-        time_frac=cast(TimeFractions, fracs),
-        checkpoint_s=raw["checkpoint_s"],
-        checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
-        flops_per_token=fpt,
-        mfu={
-            "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt,
-                        peak_flops=peak.flops * world) if peak else None,
-            "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=fpt,
-                           peak_flops=ceiling.flops * world) if ceiling else None,
-        },
-        peak_memory_gib=memory.gib if memory else None,
-        memory_kind=memory.kind if memory else None,
-        loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"]},
-        device={
-            "type": session.device.type,
-            "name": device_name,
-            "dtype": session.dtype,
-            "peak_flops": peak.flops if peak else None,
-            "peak_source": peak.source if peak else None,
-            "ceiling_flops": ceiling.flops if ceiling else None,
-            "ceiling_source": ceiling.source if ceiling else None,
-        },
-        attention_backend=session.attention_backend,
-        fused_optimizer=session.fused_optimizer,
-        device_samples=raw["device_samples"],
-        intervals=raw["intervals"],
-        trace=str(trace) if trace else None,
-        projection=raw["projection"],
-        full_step_estimate_s=raw["full_step_estimate_s"],
-    )
-    return result
+    return cast(TimeFractions, fracs)
+
+
+def _mfu(tokens_per_s: float, flops_per_token: float, *, peak, ceiling, world: int) -> Mfu:
+    """MFU of the global rate against `world` devices' spec peak and measured ceiling."""
+    return {
+        "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token,
+                    peak_flops=peak.flops * world) if peak else None,
+        "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token,
+                       peak_flops=ceiling.flops * world) if ceiling else None,
+    }  # fmt: skip
+
+
+def _device_info(session, device_name: str | None, *, peak, ceiling) -> DeviceInfo:
+    return {
+        "type": session.device.type,
+        "name": device_name,
+        "dtype": session.dtype,
+        "peak_flops": peak.flops if peak else None,
+        "peak_source": peak.source if peak else None,
+        "ceiling_flops": ceiling.flops if ceiling else None,
+        "ceiling_source": ceiling.source if ceiling else None,
+    }
 
 
 def write_result(result: TrialResult, path: Path) -> None:

@@ -1,0 +1,279 @@
+"""The warm-up and the measured window of one trial: `measure`, told as its steps.
+
+Warm-up steps first, short ones (compilation and allocator growth happen there and are timed
+apart); the last sizes a full step, which decides whether the window measures full steps or short
+ones projected to full ones. The window then runs until `trial.max_steps`, or `trial.max_seconds`
+past `trial.min_steps`, or a prune; `train/trial/measurement.py` runs the trial around it and
+`train/trial/result.py` turns what it returns into the result JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+from train.measure import compile_stats
+from train.measure.compile_stats import CompileSnapshot
+from train.measure.meters import (
+    EventPhaseClock,
+    PhaseClock,
+    micro_batch_times,
+    project_step,
+    projects,
+    short_step,
+    summarize,
+    time_fractions,
+    window_rate,
+)
+from train.measure.nvml import NvmlSampler
+from train.run import device as dev
+from train.run.distributed import any_rank, from_main
+from train.run.loop import Session, check_finite, make_phase_clock, run_step
+from train.trial.failure import plant_fault
+from train.trial.progress import Heartbeat, ProgressFile
+from train.trial.pruning import Reporter
+from train.trial.result import Interval, Measurement
+
+# the trial's logger: the projection and prune lines read as they always have
+log = logging.getLogger("train.trial.measurement")
+Clock = PhaseClock | EventPhaseClock
+
+
+@dataclass(kw_only=True)
+class _WarmUp:
+    """What the warm-up leaves: its time, its losses, and its last step to size a full one from."""
+
+    seconds: float
+    compile: dict[str, float | int]  # compile_stats.delta over the warm-up
+    compile_after: CompileSnapshot  # where the window's count starts
+    first_loss: float  # nan without warm-up steps
+    losses: list[float]  # every warm-up step's mean loss over the global batch
+    last_wall_s: float  # the last step's wall time and phases, as run_step measured them
+    last_phases: dict[str, float]
+
+
+@dataclass(kw_only=True)
+class _Window:
+    """The measured window as it runs: one entry per optimizer step."""
+
+    projected: bool  # short steps measured, full ones projected from them
+    grad_accum: int
+    last_loss: float
+    step_times: list[float] = field(default_factory=list)  # full steps: measured, or projected
+    short_times: list[float] = field(default_factory=list)  # the short steps projected from
+    phases: list[dict[str, float]] = field(default_factory=list)
+    checkpoint_s: list[float] = field(default_factory=list)
+    intervals: list[Interval] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    pruned: bool = False
+
+    def add_step(self, wall_s: float, phases: dict[str, float], clock: Clock) -> None:
+        """Record one step's time and phases (a short step projected to the full one first)."""
+        if self.projected:
+            self.short_times.append(wall_s)
+            wall_s, phases = project_step(
+                wall_s, phases, micro_s=micro_batch_times(clock.last_spans),
+                grad_accum=self.grad_accum,
+            )  # fmt: skip
+        self.step_times.append(wall_s)
+        self.phases.append(phases)
+
+    def interval(self, *, step: int, every: int, tokens_per_step: int) -> Interval:
+        """The interval of the last `every` steps, ending at measured step `step`."""
+        recent = self.step_times[-every:]
+        fracs = time_fractions(self.phases[-every:], recent)
+        interval: Interval = {
+            "step": step,
+            "tokens_per_s": window_rate(tokens_per_step * len(recent), sum(recent)),
+            "step_time_s": sorted(recent)[len(recent) // 2],
+            "data_wait_frac": fracs["data_wait"],
+        }
+        self.intervals.append(interval)
+        return interval
+
+
+def measure(
+    s: Session,
+    *,
+    reporter: Reporter | None,
+    progress: ProgressFile,
+    heartbeat: Heartbeat | None = None,
+) -> Measurement:
+    """Warm up, then measure. Returns the raw measurements that `build_result` turns into the JSON.
+
+    Every step is `run_step`'s: the step, its checkpoint save when one is due, one synchronize,
+    then the phase times (CUDA events on a GPU), exactly as in the production run. Warm-up steps
+    are short (at most `trial.project_micro_steps` micro-batches: compile and allocator growth do
+    not depend on the accumulation count); the last one sizes a full step. When a full step would
+    take longer than `trial.project_above_s`, the window measures short steps too and projects
+    each to the full step (`project_step`): grad_accum x the measured micro-batch phases + the
+    step's optimizer, checkpoint and overhead, once.
+    """
+    t, accum = s.cfg.trial, s.cfg.batch.grad_accum
+    short = short_step(accum, t.project_micro_steps)
+    clock = make_phase_clock(s.device)
+    heartbeat = heartbeat or Heartbeat(progress, interval_s=0)  # not started: phase lines only
+
+    # -- warm-up: compile, autotune, allocator growth; timed, never part of the measured numbers
+    heartbeat.phase("warmup")
+    warm = _warm_up(s, clock, micro_batches=short)
+    full_estimate_s = _full_step_estimate(s, warm, clock)
+    projected = projects(
+        grad_accum=accum,
+        project_micro_steps=t.project_micro_steps,
+        above_s=t.project_above_s,
+        full_step_s=full_estimate_s,
+    )
+    micro = short if projected else accum
+    heartbeat.stop()
+    _announce_window(progress, warm, full_estimate_s=full_estimate_s, micro=micro, accum=accum,
+                     above_s=t.project_above_s, projected=projected)  # fmt: skip
+    dev.reset_peak_memory(s.device)
+
+    # -- measured window
+    window = _Window(projected=projected, grad_accum=accum, last_loss=warm.first_loss)
+    sampler = NvmlSampler(device_index=s.device.index or 0) if s.device.type == "cuda" else None
+    with sampler if sampler is not None else nullcontext():
+        _run_window(s, window, clock=clock, micro=micro, reporter=reporter, progress=progress)
+    window_compile = compile_stats.delta(warm.compile_after, compile_stats.snapshot())
+    s.checkpointer.wait()
+    return {
+        "step_times": window.step_times,
+        "phases": window.phases,
+        "checkpoint_s": window.checkpoint_s,
+        "intervals": window.intervals,
+        "warmup_s": warm.seconds,
+        "warmup_compile": warm.compile,
+        "window_compile": window_compile,
+        "loss_first": warm.first_loss,
+        "loss_last": window.last_loss,
+        "losses": warm.losses + window.losses,
+        "pruned": window.pruned,
+        "device_samples": sampler.summary() if sampler is not None else None,
+        "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
+        "projection": {
+            "micro_batches_per_step": micro,
+            "grad_accum": accum,
+            "short_step_s": summarize(window.short_times),
+        }
+        if projected
+        else None,
+        "full_step_estimate_s": full_estimate_s,
+    }
+
+
+def _warm_up(s: Session, clock: Clock, *, micro_batches: int) -> _WarmUp:
+    """`trial.warmup_steps` short steps of `micro_batches`, each loss checked finite."""
+    before = compile_stats.snapshot()
+    warm_start = time.perf_counter()
+    first_loss = float("nan")
+    losses: list[float] = []
+    wall_s, phases = 0.0, clock.take()
+    for i in range(s.cfg.trial.warmup_steps):
+        step_start = time.perf_counter()
+        loss_t, phases, _ = run_step(s, lr=s.cfg.optim.lr, clock=clock, micro_batches=micro_batches)
+        wall_s = time.perf_counter() - step_start
+        loss = loss_t.item()
+        losses.append(loss)
+        check_finite(loss, i)
+        if i == 0:
+            first_loss = loss
+    seconds = time.perf_counter() - warm_start
+    after = compile_stats.snapshot()
+    return _WarmUp(
+        seconds=seconds, compile=compile_stats.delta(before, after), compile_after=after,
+        first_loss=first_loss, losses=losses, last_wall_s=wall_s, last_phases=phases,
+    )  # fmt: skip
+
+
+def _full_step_estimate(s: Session, warm: _WarmUp, clock: Clock) -> float:
+    """A full step's seconds, projected from the last warm-up step: rank 0's figure on every rank.
+
+    Ranks decide from rank 0's clock: a projected window on one rank and full steps on another
+    would wait on each other's all-reduces forever."""
+    full_s, _ = project_step(
+        warm.last_wall_s, warm.last_phases, micro_s=micro_batch_times(clock.last_spans),
+        grad_accum=s.cfg.batch.grad_accum,
+    )  # fmt: skip
+    return from_main(full_s, s.rank, s.device)
+
+
+def _announce_window(
+    progress: ProgressFile, warm: _WarmUp, *, full_estimate_s: float, micro: int, accum: int,
+    above_s: float, projected: bool,
+) -> None:  # fmt: skip
+    """The warm-up's end in the progress file; the log says when the window will project."""
+    progress.write(
+        event="warmup_done",
+        warmup_s=warm.seconds,
+        full_step_estimate_s=full_estimate_s,
+        projected=projected,
+    )
+    if projected:
+        log.info(
+            "a full step (%d micro-batches) would take ~%.1f s > trial.project_above_s=%g: "
+            "measuring steps of %d micro-batches and projecting",
+            accum, full_estimate_s, above_s, micro,
+        )  # fmt: skip
+
+
+def _run_window(
+    s: Session, window: _Window, *, clock: Clock, micro: int, reporter: Reporter | None,
+    progress: ProgressFile,
+) -> None:  # fmt: skip
+    """Measured steps until `trial.max_steps`, or `trial.max_seconds` past `trial.min_steps`, or
+    a prune. The step clock covers training only: reporting and the ranks' agreement are not."""
+    t = s.cfg.trial
+    window_start = time.perf_counter()
+    prev = window_start
+    while len(window.step_times) < t.max_steps:
+        step = len(window.step_times) + 1
+        if step == 1 and t.fault != "none" and s.rank.rank == t.fault_rank % s.rank.world:
+            plant_fault(t.fault, s)
+        loss_t, phases, stall = run_step(
+            s,
+            lr=s.cfg.optim.lr,
+            clock=clock,
+            micro_batches=micro,
+            checkpoint_step=step if s.checkpointer.due(step) else None,
+        )
+        if stall is not None:
+            window.checkpoint_s.append(stall)
+        now = time.perf_counter()
+        window.add_step(now - prev, phases, clock)
+        prev = now
+        window.last_loss = loss_t.item()
+        window.losses.append(window.last_loss)
+        check_finite(window.last_loss, t.warmup_steps + step)
+        if step % t.report_every == 0:
+            report_start = time.perf_counter()
+            if _report_interval(s, window, step=step, reporter=reporter, progress=progress):
+                window.pruned = True
+                break
+            # reporting to the study (a database round trip) is the sweep's bookkeeping, not
+            # training: the next step's clock starts after it
+            prev += time.perf_counter() - report_start
+        agree_start = time.perf_counter()
+        if any_rank(now - window_start >= t.max_seconds and step >= t.min_steps, s.rank,
+                    s.device):  # fmt: skip
+            break
+        prev += time.perf_counter() - agree_start  # the ranks' agreement is not training
+
+
+def _report_interval(
+    s: Session, window: _Window, *, step: int, reporter: Reporter | None, progress: ProgressFile
+) -> bool:
+    """Write the interval ending at `step` and report the running rate to the study; whether any
+    rank's pruner stops the trial here."""
+    interval = window.interval(
+        step=step, every=s.cfg.trial.report_every, tokens_per_step=s.tokens_per_step
+    )
+    running = window_rate(s.tokens_per_step * step, sum(window.step_times))
+    progress.write(event="interval", running_tokens_per_s=running, **interval)
+    prune = reporter is not None and reporter.report(step=step, value=running)
+    if any_rank(prune, s.rank, s.device):
+        log.info("pruned at measured step %d (running %.0f tokens/s)", step, running)
+        return True
+    return False
