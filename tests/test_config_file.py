@@ -1,4 +1,4 @@
-"""train/config_file.py: a config file read before Hydra, and train/run/paths.py: paths a run
+"""train/config_file.py: a config file read before Hydra, and train/paths.py: paths a run
 writes, checked before any step. Pure and table-tested; the real commands are in
 tests/test_bad_inputs.py."""
 
@@ -17,7 +17,7 @@ from train.config_file import (
     read_config_file,
     read_pinned_config,
 )
-from train.run.paths import check_file_target, check_folder_target, folder_problem
+from train.paths import check_file_target, check_folder_target, folder_problem
 
 
 @pytest.fixture

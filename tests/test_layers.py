@@ -34,7 +34,8 @@ SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("config", "config_file"),  # the schema and its rules; reading best.yaml before Hydra
+    ("config_rules", "paths"),  # torch-free rules on plain values; can a run write its paths
+    ("config", "config_file"),  # the schema; reading best.yaml before Hydra
     ("keys",),  # the trainer's config keys, from the schema
     ("device", "proc"),  # what a device offers and does; process plumbing (deathsig, probe)
     ("model",),
@@ -47,17 +48,7 @@ TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 # Back arrows known and owned by an open issue; each names its importing file and imported room.
-KNOWN = {
-    # train/data/synthetic.py checks the dataset folder writable with train/run/paths.py
-    # (check_folder_target) while run/loop.py imports data: the one train arrow left after the
-    # measure <-> run cut; moving paths.py below data (or into data) removes it.
-    ("train/data/synthetic.py", "run"),
-    # measure -> run: the tie issue 21 cuts (the device helpers move out of train/run/ to a room
-    # below measure). Committed train/ still has these three; delete them once that cut is in.
-    ("train/measure/ceiling.py", "run"),
-    ("train/measure/fingerprint.py", "run"),
-    ("train/measure/memory_meter.py", "run"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _level(layers: tuple[tuple[str, ...], ...]) -> dict[str, int]:

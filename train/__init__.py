@@ -45,7 +45,7 @@ TORCH_FREE: tuple[str, ...] = (
     "train.run",
     "train.run.disk_full",
     "train.run.identity",
-    "train.run.paths",
+    "train.paths",
     "train.trial",
     "train.trial.pinned",
     "train.trial.progress",

@@ -46,7 +46,7 @@ from train.run.loop import (
     make_phase_clock,
     run_step,
 )
-from train.run.paths import check_checkpoint_target
+from train.paths import check_checkpoint_target
 from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 
 log = logging.getLogger("train")

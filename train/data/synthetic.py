@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from train.data.dataset import DataConfig
-from train.run.paths import check_folder_target
+from train.paths import check_folder_target
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from train.run.loop import (
     run_step,
     untimed_step,
 )
-from train.run.paths import check_checkpoint_target, check_file_target
+from train.paths import check_checkpoint_target, check_file_target
 from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
