@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
@@ -12,6 +11,7 @@ from sweeper.settings import SweepSettings
 from sweeper.space.space import SearchSpace
 from sweeper.study.budget import Budget
 from sweeper.study.objective import ObjectiveConfig
+from sweeper.tracking import Tracker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,6 +21,6 @@ class SweepContext:
     settings: SweepSettings
     budget: Budget
     jobs: JobLauncher  # launches a batch of trial jobs through Hydra's launcher
-    tracker: Any  # sweeper.tracking.SweepTracker, or its no-op stand-in when MLflow is off
+    tracker: Tracker  # sweeper.tracking.SweepTracker, or its no-op stand-in when MLflow is off
     fixed: list[str]  # overrides every trial carries (the non-searched part of the request)
     objective: ObjectiveConfig

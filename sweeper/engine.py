@@ -49,6 +49,7 @@ from sweeper.study.export_claim import (
     register_worker,
 )
 from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
+from sweeper.tracking import Tracker
 from sweeper.verify.stage import Verification, verify
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class SweepEngine:
         return {"best_yaml": str(best_path) if best_path else None, "study": started.study_name}
 
     @staticmethod
-    def _interrupted(started: Started, tracker: Any, sweep_dir: Path) -> None:
+    def _interrupted(started: Started, tracker: Tracker, sweep_dir: Path) -> None:
         """Ctrl-C or SIGTERM: record the running trials as interrupted, close the MLflow runs, and
         say in one line how to resume; exit 130 without a traceback."""
         kill_all_children()
@@ -121,7 +122,7 @@ class SweepEngine:
         sys.exit(130)
 
     def _run(
-        self, prepared: Prepared, started: Started, tracker: Any, sweep_dir: Path
+        self, prepared: Prepared, started: Started, tracker: Tracker, sweep_dir: Path
     ) -> Path | None:
         """Search, then (the last worker on the study) verify, export, report and explain; the
         exported best.yaml, if any. Exits 1 when this worker had to export and could not."""
@@ -191,7 +192,12 @@ class SweepEngine:
         sys.exit(1)
 
     def _verify_and_export(
-        self, ctx: SweepContext, started: Started, tracker: Any, sweep_dir: Path, notes: list[str]
+        self,
+        ctx: SweepContext,
+        started: Started,
+        tracker: Tracker,
+        sweep_dir: Path,
+        notes: list[str],
     ) -> Path | None:
         """Verify the study's contenders, export the winner, print the report and explain it."""
         settings, study = started.settings, started.study
@@ -223,7 +229,7 @@ class SweepEngine:
     def _export(
         started: Started,
         verification: Verification,
-        tracker: Any,
+        tracker: Tracker,
         sweep_dir: Path,
         costs: dict[str, Any] | None,
     ) -> Path:

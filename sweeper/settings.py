@@ -1,9 +1,10 @@
 """The sweeper's settings, typed, validated once and frozen.
 
-Hydra hands the sweeper its `hydra.sweeper` node (the schema is `ThroughputSweeperConf` in
-hydra_plugins/throughput_sweeper/config.py, which documents every field and holds the defaults).
-`SweepSettings.from_config` turns that node into a frozen, keyword-only dataclass: a value the sweep
-derives later (the CPU wall cap, a grid's trial count) is a `dataclasses.replace`, never a mutation.
+Hydra hands the sweeper its `hydra.sweeper` node. Its schema, `ThroughputSweeperConf` in
+hydra_plugins/throughput_sweeper/config.py, is the one declaration of the fields (what each means,
+its default); `SweepSettings` subclasses it, so it re-declares none. `SweepSettings.from_config`
+turns the node into a checked, frozen, keyword-only dataclass: a value the sweep derives later (the
+CPU wall cap, a grid's trial count) is a `dataclasses.replace`, never a mutation.
 The race's rules (`RaceRules`, from the verify_* fields) are checked here with the rest, so a race
 that could never decide is refused before anything runs; the judge that applies them is
 sweeper/verify/race_rules.py.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -54,7 +55,7 @@ class RaceRules:
             )
 
 
-def rules_from(settings: Any) -> RaceRules:
+def rules_from(settings: ThroughputSweeperConf) -> RaceRules:
     """The race's rules from the sweep settings (hydra.sweeper.verify_*), checked."""
     return RaceRules(
         min_rounds=settings.verify_repeats,
@@ -64,47 +65,13 @@ def rules_from(settings: Any) -> RaceRules:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SweepSettings:
-    """`hydra.sweeper.*`, field for field (see ThroughputSweeperConf for what each one means)."""
-
-    search_name: str
-    space: dict[str, Any] = field(hash=False)
-    sampler: str
-    pruner: str
-    n_startup_trials: int
-    pruner_warmup_steps: int
-    pruner_startup_trials: int
-    n_trials: int
-    max_wall_s: float
-    cpu_max_wall_s: float
-    polish_trials: int
-    n_jobs: int
-    max_failure_rate: float
-    min_trials_for_failure_rate: int
-    trial_timeout_s: float
-    stall_timeout_s: float
-    plan: bool
-    plan_device: str
-    storage: str
-    study_name: str
-    seed: int
-    objective: str
-    planned_steps: int
-    planned_tokens: int
-    planned_checkpoint_every: int
-    usd_per_hour: float
-    prices: dict[str, float] = field(hash=False)
-    verify_top_k: int
-    verify_repeats: int
-    verify_max_rounds: int
-    verify_confidence: float
-    verify_margin: float
-    noise_floor: float
-    mlflow: bool
-    mlflow_tracking_uri: str
-    mlflow_artifact_location: str
-    mlflow_experiment: str
+# A dataclass again only for an __init__ that calls __post_init__ (the schema has none); no field is
+# added here: a new setting is declared in ThroughputSweeperConf alone.
+@dataclass(kw_only=True)
+class SweepSettings(ThroughputSweeperConf):
+    """`hydra.sweeper.*`, checked once and frozen. The fields, what each one means and its default
+    are ThroughputSweeperConf's; this class adds the checks, `from_config` and the derived `polish`
+    count. An assignment raises `dataclasses.FrozenInstanceError`; derive with `replace`."""
 
     def __post_init__(self) -> None:
         # Bounds a sweep cannot run without; the sampler, pruner, objective and noise floor are
@@ -138,6 +105,16 @@ class SweepSettings:
                 f"hydra.sweeper.max_failure_rate must be a share in [0, 1], got "
                 f"{self.max_failure_rate}"
             )
+        object.__setattr__(self, "_checked", True)  # frozen from here on
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # frozen=True is not available: a frozen dataclass may not subclass Hydra's mutable schema
+        if getattr(self, "_checked", False):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any] | DictConfig) -> SweepSettings:
@@ -146,20 +123,20 @@ class SweepSettings:
         if isinstance(settings, DictConfig):
             settings = OmegaConf.to_container(settings, resolve=True)
         given = {k: v for k, v in settings.items() if k != "_target_"}
-        defaults = dataclasses.asdict(ThroughputSweeperConf())
-        unknown = sorted(set(given) - set(defaults))
+        names = {f.name for f in dataclasses.fields(cls)} - {"_target_"}
+        unknown = sorted(set(given) - names)
         if unknown:
             raise ValueError(
-                f"unknown hydra.sweeper setting(s) {unknown}; the fields are "
-                f"{sorted(k for k in defaults if k != '_target_')}"
+                f"unknown hydra.sweeper setting(s) {unknown}; the fields are {sorted(names)}"
             )
-        values = {k: v for k, v in {**defaults, **given}.items() if k != "_target_"}
-        space = values["space"]
-        if isinstance(space, DictConfig):
-            space = OmegaConf.to_container(space)
-        values["space"] = dict(space or {})
-        values["prices"] = dict(values.get("prices") or {})
-        return cls(**values)
+        if "space" in given:
+            space = given["space"]
+            if isinstance(space, DictConfig):
+                space = OmegaConf.to_container(space)
+            given["space"] = dict(space or {})
+        if "prices" in given:
+            given["prices"] = dict(given["prices"] or {})
+        return cls(**given)
 
     @property
     def polish(self) -> int:
@@ -168,10 +145,6 @@ class SweepSettings:
         if self.polish_trials >= 0:
             return self.polish_trials
         return self.n_trials // 4 if self.sampler != "grid" else 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The settings as a plain dict (the plan's report reads them by name)."""
-        return dataclasses.asdict(self)
 
 
 def _check_cost(s: SweepSettings) -> None:

@@ -14,7 +14,6 @@ import logging
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -33,6 +32,7 @@ from sweeper.study.study import (
     requeue_unrun,
     sampler_seed,
 )
+from sweeper.tracking import NullTracker, SweepTracker, Tracker
 from train.trial.pruning import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
@@ -143,12 +143,11 @@ def queue_design(
         log.info("TPE starts from %d spread-out points (a Latin-hypercube design)", len(points))
 
 
-def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Any:
+def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Tracker:
     """The MLflow tracker (a no-op one when hydra.sweeper.mlflow=false) with the sweep's parent
     run open: the settings as params, the device and the checkout as tags."""
-    from sweeper.tracking import NullTracker, SweepTracker
-
     p, s, device = prepared, started.settings, prepared.device
+    tracker: Tracker
     if not s.mlflow:
         tracker = NullTracker()
     else:

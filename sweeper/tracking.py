@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from sweeper.masking import mask_secrets
 from sweeper.metrics import dig, mlflow_paths
@@ -59,6 +59,40 @@ T = TypeVar("T")
 
 
 SWEEP_OWNER_TAG = "sweep_owner"  # host:pid of the sweep process that holds the parent run
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """What the sweep calls on its tracker: `SweepTracker` (MLflow) or `NullTracker` (tracking
+    off). Every method returns quietly; a tracker never fails a sweep."""
+
+    overhead_s: float  # seconds spent inside the tracker's methods
+    last_log_s: float | None  # seconds the last log_trial took
+
+    def start_sweep(self, *, run_name: str, params: dict, tags: dict) -> None: ...
+
+    def log_trial(
+        self,
+        *,
+        number: int,
+        state: str,
+        reason: str | None,
+        params: dict,
+        result: TrialResult | None,
+        job_dir: Path | None,
+        kind: str = "search",
+        repeat: int | None = None,
+    ) -> str | None: ...
+
+    def tag_winner(self, run_id: str) -> None: ...
+
+    def log_best(
+        self, *, best_yaml: Path | None, extra_artifacts: list[Path], metrics: dict, tags: dict
+    ) -> None: ...
+
+    def log_cost(self, cost: Mapping[str, Any]) -> None: ...
+
+    def finish(self, status: str = "FINISHED") -> None: ...
 
 
 def default_tracking_uri(cwd: Path) -> str:

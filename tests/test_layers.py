@@ -23,8 +23,8 @@ SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),  # hydra.sweeper.* typed and checked once (the race's rules too)
     ("study",),  # the Optuna state, its budget and objective
     ("launch",),  # one trial as a Hydra job in a child process
+    ("tracking",),  # MLflow, and the Tracker protocol the context names
     ("context",),  # what the search and the race share
-    ("tracking",),  # MLflow
     ("plan",),  # everything before the first trial
     ("verify",),  # the race
     ("report",),  # what the user reads; any stage above may print through it

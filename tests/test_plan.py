@@ -15,6 +15,7 @@ from sweeper.plan.device import DeviceFacts, device_facts, known_plan_devices, p
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, build_plan, startup_lines
 from sweeper.plan.scan import drop_dead_values, scan
 from sweeper.report.plan_text import format_plan
+from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
 
@@ -199,7 +200,8 @@ def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> No
     space = parse_space({"batch.micro_batch": "choice(4, 8, 32)"}, ctx)
     device = DeviceFacts(name=H100, device_type=device_type, memory_gib=ctx.device_memory_gib,
                          bf16_supported=True, cpu_count=2, source="plan device")  # fmt: skip
-    plan = build_plan(space=space, ctx=ctx, device=device, settings={**SETTINGS, **settings})
+    plan = build_plan(space=space, ctx=ctx, device=device,
+                      settings=SweepSettings.from_config({**SETTINGS, **settings}))  # fmt: skip
     assert plan.n_search == n_search and plan.n_verify == 12  # (top 3 + the start) x 3
     mean = plan.scan.mean_trial_s
     # a verification run measures real full steps: longer than a projected search trial
@@ -219,7 +221,8 @@ def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
     space = parse_space({"batch.micro_batch": "choice(8, 16, 32)",
                          "runtime.attention": "choice(flash, efficient)"}, ctx)  # fmt: skip
     device = plan_device_facts(H100, cpu_count=2)
-    text = format_plan(build_plan(space=space, ctx=ctx, device=device, settings=SETTINGS))
+    text = format_plan(build_plan(space=space, ctx=ctx, device=device,
+                                  settings=SweepSettings.from_config(SETTINGS)))  # fmt: skip
     assert "dropped by the memory model (predicted peak > 72.9 GiB usable" in text
     # the two fused kernels predict the same memory: one row each for 16 and 32
     assert re.search(r"77\.7 GiB\s+16\s+bf16\s+none\s+2\s+flash,efficient / none", text)

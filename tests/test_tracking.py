@@ -3,6 +3,7 @@ and the SQLite default; plus the pure helpers (metric names, run names)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -18,7 +19,9 @@ from sweeper.tracking import (
     HTTP_RETRIES_ENV,
     HTTP_TIMEOUT_ENV,
     MAX_PARAM_CHARS,
+    NullTracker,
     SweepTracker,
+    Tracker,
     default_tracking_uri,
     final_metrics,
     trial_run_name,
@@ -70,6 +73,16 @@ def test_constructor_validates() -> None:
         SweepTracker(tracking_uri=None, experiment="e", artifact_location=None, request_timeout_s=0)
     with pytest.raises(ValueError, match="max_retries must be >= 0"):
         SweepTracker(tracking_uri=None, experiment="e", artifact_location=None, max_retries=-1)
+
+
+def test_the_mlflow_tracker_and_the_null_one_are_trackers() -> None:
+    """The engine, the search and the race take a `Tracker`; its methods are SweepTracker's,
+    keyword for keyword, and the no-op stand-in answers each of them."""
+    mlflow = SweepTracker(tracking_uri="sqlite:///x.db", experiment="e", artifact_location=None)
+    assert isinstance(mlflow, Tracker) and isinstance(NullTracker(), Tracker)
+    for name in ("start_sweep", "log_trial", "tag_winner", "log_best", "log_cost", "finish"):
+        wanted = inspect.signature(getattr(Tracker, name)).parameters
+        assert inspect.signature(getattr(SweepTracker, name)).parameters.keys() == wanted.keys()
 
 
 # -- fakes ----------------------------------------------------------------------------------------

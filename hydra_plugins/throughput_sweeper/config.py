@@ -1,4 +1,9 @@
-"""The sweeper's settings, registered as `hydra/sweeper=throughput`. Search spaces fill `space`."""
+"""The sweeper's settings, registered as `hydra/sweeper=throughput`. Search spaces fill `space`.
+
+The one declaration of `hydra.sweeper.*`: each field's meaning and default are here, and
+sweeper/settings.py's `SweepSettings` subclasses this dataclass to check and freeze the values
+(so a new setting is added here only). Light on purpose: Hydra imports it at every start.
+"""
 
 # No `from __future__ import annotations`: Hydra loads plugin modules without registering them in
 # sys.modules, and dataclasses then cannot resolve string annotations.
@@ -8,7 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ThroughputSweeperConf:
     _target_: str = "hydra_plugins.throughput_sweeper.throughput_sweeper.ThroughputSweeper"
     search_name: str = "custom"  # name of the search space (conf/search/<name>.yaml sets it)

@@ -10,4 +10,4 @@ sweeper/report/plan_text.py's).
 - `plan`: the trial counts and the predicted wall time (`SweepPlan`, `build_plan`).
 """
 
-__all__ = ["device", "gpu_slots", "plan", "prepare", "preflight", "scan"]
+__all__ = ["device", "gpu_slots", "plan", "preflight", "prepare", "scan"]

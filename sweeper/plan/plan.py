@@ -14,6 +14,7 @@ from typing import Any
 from sweeper.numbers import fmt_secs
 from sweeper.plan.device import DeviceFacts
 from sweeper.plan.scan import Scan, scan
+from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import point_limits
 from sweeper.space.memory import predict
@@ -63,7 +64,7 @@ class SweepPlan:
 
     device: DeviceFacts
     model: dict[str, Any]  # name, num_params, flops_per_token, tokens_per_step, block_size
-    settings: dict[str, Any]  # search_name, sampler, pruner, objective, n_trials, ...
+    settings: SweepSettings  # search_name, sampler, pruner, objective, n_trials, ...
     space: SearchSpace  # after constraints, dropped choices and dead values
     scan: Scan
     usable_gib: float | None  # device memory less the allocator margin
@@ -81,7 +82,7 @@ def build_plan(
     space: SearchSpace,
     ctx: SpaceContext,
     device: DeviceFacts,
-    settings: dict[str, Any],
+    settings: SweepSettings,
     found: Scan | None = None,
 ) -> SweepPlan:
     """The plan of a sweep of `space` on `device` with the sweeper's `settings` (n_trials,
@@ -89,8 +90,8 @@ def build_plan(
     stall_timeout_s, and names for the report)."""
     if found is None:
         found = scan(
-            space, ctx, timeout_s=float(settings.get("trial_timeout_s") or 0),
-            stall_timeout_s=float(settings.get("stall_timeout_s") or 0),
+            space, ctx, timeout_s=settings.trial_timeout_s,
+            stall_timeout_s=settings.stall_timeout_s,
         )  # fmt: skip
     b = ctx.base
     n_params = gpt2_num_params(
@@ -107,24 +108,24 @@ def build_plan(
         "tokens_per_step": ctx.tokens_per_step,
         "block_size": ctx.block_size,
     }
-    n_trials = int(settings.get("n_trials") or 0)
-    if settings.get("sampler") == "grid":
+    n_trials = settings.n_trials
+    if settings.sampler == "grid":
         n_search: int | None = min(n_trials, found.kept) if n_trials > 0 else found.kept
     else:
         n_search = n_trials if n_trials > 0 else None
     # the top k and the starting config (re-measured beside them unless it is one of them), each
     # with real full steps: a run is sized like the starting config's trial, never projected
-    k, repeats = int(settings.get("verify_top_k") or 0), int(settings.get("verify_repeats") or 0)
+    k, repeats = settings.verify_top_k, settings.verify_repeats
     start, start_runs = starting_config_line(space, ctx)
     n_verify = (k + start_runs) * repeats
     verify_s = point_limits(
         {"trial.project_above_s": 0}, ctx,
-        timeout_s=float(settings.get("trial_timeout_s") or 0),
-        stall_timeout_s=float(settings.get("stall_timeout_s") or 0),
+        timeout_s=settings.trial_timeout_s,
+        stall_timeout_s=settings.stall_timeout_s,
     ).expected.total_s  # fmt: skip
-    cap = float(settings.get("max_wall_s") or 0)
+    cap = settings.max_wall_s
     if cap <= 0 and device.device_type == "cpu":
-        cap = float(settings.get("cpu_max_wall_s") or 0)
+        cap = settings.cpu_max_wall_s
     mean = found.mean_trial_s
     wall = None
     if mean is not None and n_search is not None:
@@ -135,7 +136,7 @@ def build_plan(
     return SweepPlan(
         start=start,
         start_runs=start_runs,
-        device=device, model=model, settings=dict(settings), space=space, scan=found,
+        device=device, model=model, settings=settings, space=space, scan=found,
         usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
         wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,

@@ -14,13 +14,13 @@ from sweeper.space.limits import ASSUMED_MFU, SAFETY
 
 if TYPE_CHECKING:
     from sweeper.plan.prepare import Prepared
+    from sweeper.settings import SweepSettings
 
 
 def print_plan(prepared: Prepared) -> dict:
     """Print the plan of the prepared sweep (nothing starts); what the sweep call returns."""
     p = prepared
-    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings.as_dict(),
-                      found=p.found)  # fmt: skip
+    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings, found=p.found)
     console.print(format_plan(plan), markup=False)
     return {"plan": True, "kept": p.found.kept, "dropped": p.found.dropped_points}
 
@@ -36,25 +36,44 @@ def _values(p: Any) -> str:
 
 
 def format_plan(plan: SweepPlan) -> str:
-    """The plan as the lines plan mode prints."""
-    d, m, s, sc = plan.device, plan.model, plan.settings, plan.scan
-    lines = [f"plan: model={m['name']} on {d.name} ({d.source}), nothing is run"]
+    """The plan as the lines plan mode prints: what runs where, the space that is left, the points
+    the memory model drops, each point class's step and limits, and the trials and wall time."""
+    return "\n".join(
+        [
+            *_setup_lines(plan),
+            *_space_lines(plan),
+            *_dropped_lines(plan),
+            *_class_lines(plan),
+            *_trial_lines(plan),
+        ]
+    )
+
+
+def _setup_lines(plan: SweepPlan) -> list[str]:
+    """The device, the model, the search and the starting config."""
+    d, m, s = plan.device, plan.model, plan.settings
     memory = (
         f"{d.memory_gib:.4g} GiB, {plan.usable_gib:.1f} GiB usable"
         if d.memory_gib is not None and plan.usable_gib is not None
         else "memory not modelled"
     )
-    lines += [
+    return [
+        f"plan: model={m['name']} on {d.name} ({d.source}), nothing is run",
         f"  device      {memory}; {d.cpu_count} CPUs for data workers"
         + (" (this machine's)" if d.source == "plan device" else ""),
         f"  model       {m['num_params']:,} params, {m['flops_per_token']:.4g} FLOPs/token, "
         f"{m['tokens_per_step']:,} tokens/step ({m['tokens_per_step'] // m['block_size']:,} "
         f"sequences of {m['block_size']})",
-        f"  search      {s.get('search_name')}: sampler {s.get('sampler')}, pruner "
-        f"{s.get('pruner')}, objective {s.get('objective')}",
+        f"  search      {s.search_name}: sampler {s.sampler}, pruner {s.pruner}, objective "
+        f"{s.objective}",
         f"  {plan.start}",
-        "space after constraints and the memory model:",
     ]
+
+
+def _space_lines(plan: SweepPlan) -> list[str]:
+    """Each knob's values after the constraints, and how many points each rule removed."""
+    sc = plan.scan
+    lines = ["space after constraints and the memory model:"]
     width = max((len(p.key) for p in plan.space.params), default=0)
     lines += [f"  {p.key:<{width}}  {_values(p)}" for p in plan.space.params]
     how = "sampled" if sc.sampled else "enumerated"
@@ -69,31 +88,38 @@ def format_plan(plan: SweepPlan) -> str:
         lines.append(f"  refused {n:,}: {reason}")
     for key, dead in sc.dead_values.items():
         lines.append(f"  {key}: {dead} dropped (no runnable point has them)")
-    if sc.dropped:
+    return lines
+
+
+def _dropped_lines(plan: SweepPlan) -> list[str]:
+    """The points the memory model drops, grouped, each with its predicted peak."""
+    if not plan.scan.dropped:
+        return []
+    lines = [
+        f"dropped by the memory model (predicted peak > {plan.usable_gib:.1f} GiB usable on "
+        f"{plan.device.name}):",
+        "   predicted  micro_batch  dtype  act_ckpt  points  attention / compile",
+    ]
+    for g in plan.scan.dropped:
+        k = g.knobs
         lines.append(
-            f"dropped by the memory model (predicted peak > {plan.usable_gib:.1f} GiB usable on "
-            f"{d.name}):"
+            f"  {g.peak_gib:6.1f} GiB  {k['batch.micro_batch']!s:>11}  "
+            f"{k['runtime.dtype']!s:<5}  {k['runtime.activation_checkpointing']!s:<8}  "
+            f"{g.points:>6,}  {k['runtime.attention']} / {k['runtime.compile']}"
         )
-        lines.append(
-            "   predicted  micro_batch  dtype  act_ckpt  points  attention / compile"
-        )
-        for g in sc.dropped:
-            k = g.knobs
-            lines.append(
-                f"  {g.peak_gib:6.1f} GiB  {k['batch.micro_batch']!s:>11}  "
-                f"{k['runtime.dtype']!s:<5}  {k['runtime.activation_checkpointing']!s:<8}  "
-                f"{g.points:>6,}  {k['runtime.attention']} / {k['runtime.compile']}"
-            )
-    lines.append(
+    return lines
+
+
+def _class_lines(plan: SweepPlan) -> list[str]:
+    """Each point class's floor, predicted step, limits and trial wall time."""
+    lines = [
         f"per point class (tf32: fp32 with runtime.tf32=true): floor = step at 100% of the "
         f"datasheet peak; step = at {ASSUMED_MFU:.0%} MFU; limits = {SAFETY:g}x the predicted trial"
-        " (never below 600 s / 300 s)"
-    )
-    lines.append(
+        " (never below 600 s / 300 s)",
         "  precision  compile                     act_ckpt  points     floor      step"
-        "  hard limit     stall  trial wall (min-max)"
-    )
-    for c in sc.classes:
+        "  hard limit     stall  trial wall (min-max)",
+    ]
+    for c in plan.scan.classes:
         k = c.knobs
         lines.append(
             f"  {k['precision']!s:<9}  {k['runtime.compile']!s:<26}  "
@@ -102,14 +128,19 @@ def format_plan(plan: SweepPlan) -> str:
             f"{fmt_secs(c.stall_timeout_s) if c.stall_timeout_s else 'off':>8}  "
             f"{fmt_secs(c.wall_mean_s)} ({fmt_secs(c.wall_min_s)}-{fmt_secs(c.wall_max_s)})"
         )
-    mean = sc.mean_trial_s
+    return lines
+
+
+def _trial_lines(plan: SweepPlan) -> list[str]:
+    """The search and verification trials, and the predicted sweep wall time."""
+    s, mean = plan.settings, plan.scan.mean_trial_s
     search = "no trial limit" if plan.n_search is None else f"{plan.n_search} search"
-    lines.append(
+    lines = [
         f"trials: {search} of {fmt_secs(mean)} on average (set-up and compile included) + "
-        f"{plan.n_verify} verification runs ((top {s.get('verify_top_k')}"
-        f"{' + the starting config' if plan.start_runs else ''}) x {s.get('verify_repeats')}) of "
+        f"{plan.n_verify} verification runs ((top {s.verify_top_k}"
+        f"{' + the starting config' if plan.start_runs else ''}) x {s.verify_repeats}) of "
         f"~{fmt_secs(plan.verify_trial_s)} (real full steps){_race_tail(s)}"
-    )
+    ]
     if plan.wall_s is None:
         lines.append("predicted sweep wall: unknown (no runnable point, or no trial limit)")
     else:
@@ -120,12 +151,14 @@ def format_plan(plan: SweepPlan) -> str:
         if plan.wall_cap_s is not None and plan.wall_s >= plan.wall_cap_s:
             detail += f"; capped by the {fmt_secs(plan.wall_cap_s)} wall budget"
         lines.append(f"predicted sweep wall: {fmt_secs(plan.wall_s)} ({detail})")
-    return "\n".join(lines)
+    return lines
 
 
-def _race_tail(s: dict) -> str:
+def _race_tail(s: SweepSettings) -> str:
     """The race's first rounds are counted above; say how far an undecided race may go on."""
-    most, least = int(s.get("verify_max_rounds") or 0), int(s.get("verify_repeats") or 0)
-    if most <= least:
+    if s.verify_max_rounds <= s.verify_repeats:
         return ""
-    return f"; the race may go on to {most} rounds while undecided, within the wall budget"
+    return (
+        f"; the race may go on to {s.verify_max_rounds} rounds while undecided, within the wall "
+        "budget"
+    )

@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 
 from sweeper.report.console import console
+from sweeper.tracking import Tracker
 from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
 from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
 
@@ -23,7 +24,7 @@ def tell_story(
     *,
     baseline: dict | None,
     planned_steps: int,
-    tracker: Any,
+    tracker: Tracker,
     noise_floor: float = 0.01,
 ) -> None:
     """Print the bottleneck verdict for the winner and for the starting config, side by side,
