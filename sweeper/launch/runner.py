@@ -316,76 +316,106 @@ def run_child(
     if stall_timeout_s is not None and stall_timeout_s <= 0:
         raise ValueError(f"stall_timeout_s must be > 0 or None, got {stall_timeout_s}")
     job_dir = Path(job_dir)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    log_path, result_path = job_dir / LOG_NAME, job_dir / RESULT_NAME
-    for stale in (result_path, job_dir / PROGRESS_NAME):
-        if stale.exists():
-            log.warning("removing %s left by an earlier run in the same job dir", stale)
-            stale.unlink()
+    log_path, result_path = _clean_job_dir(job_dir)
     child_env = child_environment(env)
-
     _install_signal_handlers()
     start = time.monotonic()
-    proc = start_trial_process(
-        argv,
-        env=child_env,
-        cwd=cwd,
-        log_path=log_path,
-        preexec_fn=_preexec_pdeathsig(os.getpid()),
-    )
-    child = _Child(proc=proc)
-    _LIVE[proc.pid] = child
-    log.debug("started trial pid %d: %s", proc.pid, argv)
-
-    tail = _ProgressTail(job_dir / PROGRESS_NAME)
-    timeout_reason: str | None = None
+    child = _start(argv, env=child_env, cwd=cwd, log_path=log_path)
     try:
-        last_activity, log_size = start, 0
-
-        def drain() -> None:
-            nonlocal last_activity, log_size
-            events, grew = tail.read()
-            size = _file_size(log_path)
-            if grew or size != log_size:
-                last_activity, log_size = time.monotonic(), size
-            for event in events:
-                if on_progress is not None:
-                    on_progress(event)
-
-        while True:
-            try:
-                proc.wait(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            drain()
-            now = time.monotonic()
-            quiet_s = now - last_activity
-            if now - start >= timeout_s:
-                timeout_reason = (
-                    f"timed out after {timeout_s:g} s (no progress for {quiet_s:.0f} s)"
-                )
-            elif stall_timeout_s is not None and quiet_s >= stall_timeout_s:
-                timeout_reason = (
-                    f"stalled: no progress line or log output for {quiet_s:.0f} s "
-                    f"(limit {stall_timeout_s:g} s), killed after {now - start:.0f} s"
-                )
-            if timeout_reason is not None:
-                log.warning("trial pid %d %s", proc.pid, timeout_reason)
-                _stop(child, why=timeout_reason, grace_s=term_grace_s)
-                break
-        drain()  # lines written just before exit
+        timeout_reason = _watch(
+            child, _ProgressTail(job_dir / PROGRESS_NAME), log_path=log_path, start=start,
+            timeout_s=timeout_s, stall_timeout_s=stall_timeout_s, on_progress=on_progress,
+            term_grace_s=term_grace_s,
+        )  # fmt: skip
     except BaseException:
         _stop(child, why="interrupted", grace_s=term_grace_s)
         raise
     finally:
-        # Sweep up stragglers (workers the leader failed to reap), then forget the child.
-        _signal_group(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=term_grace_s)
-        _LIVE.pop(proc.pid, None)
+        _reap(child, grace_s=term_grace_s)
     wall_s = time.monotonic() - start
     return _classify(child, timeout_reason, result_path, log_path, wall_s)
+
+
+def _clean_job_dir(job_dir: Path) -> tuple[Path, Path]:
+    """Make `job_dir` and remove the result and progress files an earlier run in it left, so
+    what is read afterwards is this run's; (log path, result path)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (job_dir / RESULT_NAME, job_dir / PROGRESS_NAME):
+        if stale.exists():
+            log.warning("removing %s left by an earlier run in the same job dir", stale)
+            stale.unlink()
+    return job_dir / LOG_NAME, job_dir / RESULT_NAME
+
+
+def _start(argv: list[str], *, env: dict, cwd: Path | None, log_path: Path) -> _Child:
+    """Start the child in its own session, with its parent-death signal, and register it."""
+    proc = start_trial_process(
+        argv, env=env, cwd=cwd, log_path=log_path, preexec_fn=_preexec_pdeathsig(os.getpid())
+    )
+    child = _Child(proc=proc)
+    _LIVE[proc.pid] = child
+    log.debug("started trial pid %d: %s", proc.pid, argv)
+    return child
+
+
+def _watch(
+    child: _Child, tail: _ProgressTail, *, log_path: Path, start: float, timeout_s: float,
+    stall_timeout_s: float | None, on_progress: Callable[[dict], None] | None,
+    term_grace_s: float,
+) -> str | None:  # fmt: skip
+    """Poll the child until it exits, passing its progress lines to `on_progress`; past the hard
+    or the stall limit, stop it and return why (None when it exited by itself)."""
+    proc, last_activity, log_size = child.proc, start, 0
+
+    def drain() -> None:
+        nonlocal last_activity, log_size
+        events, grew = tail.read()
+        size = _file_size(log_path)
+        if grew or size != log_size:
+            last_activity, log_size = time.monotonic(), size
+        for event in events:
+            if on_progress is not None:
+                on_progress(event)
+
+    timeout_reason: str | None = None
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        drain()
+        now = time.monotonic()
+        timeout_reason = _overrun(now - start, now - last_activity, timeout_s, stall_timeout_s)
+        if timeout_reason is not None:
+            log.warning("trial pid %d %s", proc.pid, timeout_reason)
+            _stop(child, why=timeout_reason, grace_s=term_grace_s)
+            break
+    drain()  # lines written just before exit
+    return timeout_reason
+
+
+def _overrun(
+    elapsed_s: float, quiet_s: float, timeout_s: float, stall_timeout_s: float | None
+) -> str | None:
+    """Why a child still running after `elapsed_s`, quiet for `quiet_s`, must be stopped; None
+    while it is within both limits."""
+    if elapsed_s >= timeout_s:
+        return f"timed out after {timeout_s:g} s (no progress for {quiet_s:.0f} s)"
+    if stall_timeout_s is not None and quiet_s >= stall_timeout_s:
+        return (
+            f"stalled: no progress line or log output for {quiet_s:.0f} s "
+            f"(limit {stall_timeout_s:g} s), killed after {elapsed_s:.0f} s"
+        )
+    return None
+
+
+def _reap(child: _Child, *, grace_s: float) -> None:
+    """Sweep up stragglers (workers the leader failed to reap), then forget the child."""
+    _signal_group(child.proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.proc.wait(timeout=grace_s)
+    _LIVE.pop(child.proc.pid, None)
 
 
 def _classify(

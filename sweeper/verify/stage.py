@@ -23,8 +23,8 @@ from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
 from sweeper.settings import rules_from
 from sweeper.study.objective import direction
-from sweeper.verify.race_rounds import lead_over_start, run_race
-from sweeper.verify.race_rules import interval_text
+from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
+from sweeper.verify.race_rules import Standing, interval_text
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate, Verdict, race_verdict
 from train.trial.result import read_result
@@ -98,77 +98,21 @@ def contenders(study: optuna.Study, top_k: int, *, maximize: bool) -> list[Froze
 
 def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
     """Re-measure the contenders and the starting config; the rows and the noise-aware winner."""
-    study, space, settings, objective = ctx.study, ctx.space, ctx.settings, ctx.objective
+    study = ctx.study
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         log.error("no trial completed: nothing to verify or export")
         return NOTHING_VERIFIED
-    top = contenders(study, settings.verify_top_k, maximize=direction(objective) == "maximize")
-    # The starting config is always re-measured beside the finalists, so the report compares
-    # like with like (the same rounds, the same real full steps), whatever its search rank.
     base_trial = find_baseline(study, baseline)
-    start_added = base_trial is not None and all(t.number != base_trial.number for t in top)
-    if start_added:
-        top.append(base_trial)
-    cands = {
-        t.number: Candidate(
-            key=json.dumps(t.params, sort_keys=True, default=str),
-            params=dict(t.params),
-            overrides=[
-                *ctx.fixed,
-                *space.to_overrides(t.params),
-                *REAL_STEPS,
-                *trial_limits(space, settings, t.params, dict(REAL_STEP_KEYS)),
-            ],
-            values=[],
-            simplicity=space.defaults_distance(t.params, space.ctx.base),
-        )
-        for t in top
-    }
-    if start_added:
-        which = f"the top {len(cands) - 1} and the starting config"
-    elif base_trial is not None:
-        which = f"the top {len(cands)}, the starting config among them"
-    else:
-        which = f"the top {len(cands)}"
-    rules = rules_from(settings)
-    log.info(
-        "verifying %d config%s (%s) in a race of %d to %d rounds: each round runs every survivor "
-        "once, in a shuffled order, with real full optimizer steps (never projected)",
-        len(cands), "s" if len(cands) != 1 else "", which, rules.min_rounds, rules.max_rounds,
-    )  # fmt: skip
+    start = base_trial.number if base_trial is not None else None
+    cands = race_entrants(ctx, base_trial)
     record, standing = run_race(cands, ctx)
     results = {n: [r for r in record.results[n] if r is not None] for n in cands}
     if standing.outcome is None:
         log.error("every verification run failed: no winner is exported")
         return Verification(rows=[], results=results, winner=None)
-    start = base_trial.number if base_trial is not None else None
-    verdict = race_verdict(cands, standing, direction=direction(objective),
-                           noise_floor=settings.noise_floor)  # fmt: skip
-    number = next(n for n, c in cands.items() if c is verdict.winner)
-    lead = lead_over_start(record, ctx, winner=number, start=start)
-    if lead is not None:
-        verdict.reason = (
-            f"{verdict.reason[:-1]}; lead over the starting config {interval_text(lead)}."
-        )
-    log.debug("verdict: %s", verdict.reason)  # printed with the report (sweeper/report/story.py)
-    rows = []
-    for n, c in cands.items():
-        if not results[n]:
-            continue
-        row = verified_row(n, c, results[n], winner=n == number)
-        row.update(search_basis(study.trials[n]))
-        row["start"] = n == start
-        rows.append(row)
-    # the winner is the first row; the rest by their verified median
-    rows.sort(key=lambda r: (not r["winner"], -r["tokens_per_s"]))
-    run_id = study.trials[number].user_attrs.get("mlflow_run_id")
-    if run_id:
-        ctx.tracker.tag_winner(run_id)
-    study.set_user_attr("verdict", {
-        "winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive,
-        "outcome": standing.outcome, "rounds": standing.rounds,
-        "lead_over_start": None if lead is None else dataclasses.asdict(lead),
-    })  # fmt: skip
+    number, verdict, lead = _judge(ctx, cands, record, standing, start=start)
+    rows = verified_rows(study, cands, results, winner=number, start=start)
+    _record_winner(ctx, number, verdict, standing, lead)
     winner = Winner(
         number=number,
         trial=study.trials[number],
@@ -180,6 +124,106 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
         lead_over_start=lead,
     )
     return Verification(rows=rows, results=results, winner=winner)
+
+
+def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int, Candidate]:
+    """The race's candidates by trial number: the contenders, and the starting config beside them
+    whatever its search rank, so the report compares like with like (the same rounds, the same
+    real full steps). Logs who races and for how many rounds."""
+    maximize = direction(ctx.objective) == "maximize"
+    top = contenders(ctx.study, ctx.settings.verify_top_k, maximize=maximize)
+    start_added = base_trial is not None and all(t.number != base_trial.number for t in top)
+    if start_added:
+        top.append(base_trial)
+    cands = {t.number: _candidate(ctx, t) for t in top}
+    if start_added:
+        which = f"the top {len(cands) - 1} and the starting config"
+    elif base_trial is not None:
+        which = f"the top {len(cands)}, the starting config among them"
+    else:
+        which = f"the top {len(cands)}"
+    rules = rules_from(ctx.settings)
+    log.info(
+        "verifying %d config%s (%s) in a race of %d to %d rounds: each round runs every survivor "
+        "once, in a shuffled order, with real full optimizer steps (never projected)",
+        len(cands), "s" if len(cands) != 1 else "", which, rules.min_rounds, rules.max_rounds,
+    )  # fmt: skip
+    return cands
+
+
+def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
+    """A search trial's config as a race candidate: its overrides run real full steps."""
+    space = ctx.space
+    return Candidate(
+        key=json.dumps(trial.params, sort_keys=True, default=str),
+        params=dict(trial.params),
+        overrides=[
+            *ctx.fixed,
+            *space.to_overrides(trial.params),
+            *REAL_STEPS,
+            *trial_limits(space, ctx.settings, trial.params, dict(REAL_STEP_KEYS)),
+        ],
+        values=[],
+        simplicity=space.defaults_distance(trial.params, space.ctx.base),
+    )
+
+
+def _judge(
+    ctx: SweepContext,
+    cands: dict[int, Candidate],
+    record: RaceRecord,
+    standing: Standing,
+    *,
+    start: int | None,
+) -> tuple[int, Verdict, Comparison | None]:
+    """The race's verdict, the winner's trial number, and the winner's paired lead over the
+    starting config (added to the verdict's reason)."""
+    verdict = race_verdict(cands, standing, direction=direction(ctx.objective),
+                           noise_floor=ctx.settings.noise_floor)  # fmt: skip
+    number = next(n for n, c in cands.items() if c is verdict.winner)
+    lead = lead_over_start(record, ctx, winner=number, start=start)
+    if lead is not None:
+        verdict.reason = (
+            f"{verdict.reason[:-1]}; lead over the starting config {interval_text(lead)}."
+        )
+    log.debug("verdict: %s", verdict.reason)  # printed with the report (sweeper/report/story.py)
+    return number, verdict, lead
+
+
+def verified_rows(
+    study: optuna.Study,
+    cands: dict[int, Candidate],
+    results: dict[int, list[dict]],
+    *,
+    winner: int,
+    start: int | None,
+) -> list[dict]:
+    """A row per candidate with a verified run: the winner first, the rest by verified median."""
+    rows = []
+    for n, c in cands.items():
+        if not results[n]:
+            continue
+        row = verified_row(n, c, results[n], winner=n == winner)
+        row.update(search_basis(study.trials[n]))
+        row["start"] = n == start
+        rows.append(row)
+    rows.sort(key=lambda r: (not r["winner"], -r["tokens_per_s"]))
+    return rows
+
+
+def _record_winner(
+    ctx: SweepContext, number: int, verdict: Verdict, standing: Standing, lead: Comparison | None
+) -> None:
+    """The winner tagged on its MLflow run, and the verdict recorded on the study (its user attr
+    "verdict": the winning trial, the reason, how the race ended and the lead over the start)."""
+    run_id = ctx.study.trials[number].user_attrs.get("mlflow_run_id")
+    if run_id:
+        ctx.tracker.tag_winner(run_id)
+    ctx.study.set_user_attr("verdict", {
+        "winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive,
+        "outcome": standing.outcome, "rounds": standing.rounds,
+        "lead_over_start": None if lead is None else dataclasses.asdict(lead),
+    })  # fmt: skip
 
 
 def search_basis(trial: FrozenTrial) -> dict:
