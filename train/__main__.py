@@ -24,6 +24,7 @@ from train.config import Config, check_batch, world_size
 from train.config_file import exit_on_bad_config_file
 from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
+from train.paths import check_checkpoint_target
 from train.run.checkpoint import (
     CheckpointDiskFull,
     CheckpointReadError,
@@ -46,7 +47,6 @@ from train.run.loop import (
     make_phase_clock,
     run_step,
 )
-from train.paths import check_checkpoint_target
 from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 
 log = logging.getLogger("train")

@@ -351,8 +351,9 @@ class Config:
     ddp: DdpConfig = field(default_factory=DdpConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    # The sections an exported best.yaml pinned, written near its top (sweeper/export.py): a file
-    # that lacks any was cut short, and train/config_file.py refuses it before Hydra; [] = not one
+    # The sections an exported best.yaml pinned, written near its top (sweeper/report/export.py):
+    # a file that lacks any was cut short, and train/config_file.py refuses it before Hydra;
+    # [] = not one
     pinned_sections: list[str] = field(default_factory=list)
     # Where a pinned config came from (the sweep's measured metrics, spread, fingerprint, command).
     # Informational: the trainer carries it and never reads it.

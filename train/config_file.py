@@ -4,9 +4,9 @@
 Hydra parses the primary config itself, and a file that is not UTF-8 or not YAML ends there in a
 traceback. So the entry points read the file first, with the parser Hydra uses (OmegaConf's), and
 answer in one line naming the file, what is wrong and the fix. A sweep's best.yaml lists the
-sections it pinned (`pinned_sections`, near its top; sweeper/export.py): a file that lacks any was
-cut short or edited, and training it would fill the gap with the schema's defaults, a config the
-sweep never measured, so it is refused.
+sections it pinned (`pinned_sections`, near its top; sweeper/report/export.py): a file that
+lacks any was cut short or edited, and training it would fill the gap with the schema's defaults,
+a config the sweep never measured, so it is refused.
 
 Torch-free (train.TORCH_FREE).
 """

@@ -195,7 +195,8 @@ def projects(
 ) -> bool:
     """Whether a trial measures short steps and projects them: a full step is longer than
     `above_s` (trial.project_above_s; 0 = never) and longer than a short one. The trial decides
-    with its warm-up's estimate, the sweeper's limits with a predicted step (sweeper/limits.py)."""
+    with its warm-up's estimate, the sweeper's limits with a predicted step
+    (sweeper/space/limits.py)."""
     return grad_accum > short_step(grad_accum, project_micro_steps) and 0 < above_s < full_step_s
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from train.config import Config
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
+from train.paths import check_checkpoint_target, check_file_target
 from train.run import device as dev
 from train.run.distributed import current_rank
 from train.run.loop import (
@@ -32,7 +33,6 @@ from train.run.loop import (
     run_step,
     untimed_step,
 )
-from train.paths import check_checkpoint_target, check_file_target
 from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
