@@ -33,6 +33,7 @@ from sweeper.plan.prepare import Prepared, prepare
 from sweeper.report.console import console, final_report, trial_states
 from sweeper.report.cost import cost_lines, sweep_costs
 from sweeper.report.export import export_winner
+from sweeper.report.handoff import handoff_report, plan_from_results
 from sweeper.report.plan_text import print_plan
 from sweeper.report.story import tell_story
 from sweeper.search.search import Search
@@ -51,6 +52,7 @@ from sweeper.study.export_claim import (
 from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
 from sweeper.tracking import Tracker
 from sweeper.verify.stage import Verification, verify
+from train.handoff.interval import CheckpointPlan
 
 log = logging.getLogger(__name__)
 
@@ -202,12 +204,16 @@ class SweepEngine:
         """Verify the study's contenders, export the winner, print the report and explain it."""
         settings, study = started.settings, started.study
         verification = verify(ctx, baseline=started.baseline)
-        best_path, costs = None, None
+        best_path, costs, plan = None, None, None
         if verification.winner is not None:
+            # production saves at an interval chosen from the winner's measured save stall
+            plan = plan_from_results(verification.winner.results, mtbf_h=settings.mtbf_h,
+                                     planned_every=settings.planned_checkpoint_every,
+                                     planned_steps=ctx.objective.planned_steps)  # fmt: skip
             costs = sweep_costs(study, verification, baseline=started.baseline,
                                 objective=ctx.objective, usd_per_hour=settings.usd_per_hour,
-                                prices=settings.prices)  # fmt: skip
-            best_path = self._export(started, verification, tracker, sweep_dir, costs)
+                                prices=settings.prices, mtbf_h=settings.mtbf_h)  # fmt: skip
+            best_path = self._export(started, verification, tracker, sweep_dir, costs, plan)
         final_report(
             trials=study.get_trials(deepcopy=False),
             duplicate_attr=DUPLICATE_ATTR,
@@ -219,6 +225,9 @@ class SweepEngine:
             for line in cost_lines(costs):
                 console.print(line)
             tracker.log_cost(costs)
+        if best_path is not None:  # the interval, and the nanoGPT and llm.c files beside it
+            for line in handoff_report(best_path, study.get_trials(deepcopy=False), plan):
+                console.print(line)
         if verification.winner is not None:
             tell_story(study, verification, baseline=started.baseline,
                     planned_steps=settings.planned_steps, tracker=tracker,
@@ -232,6 +241,7 @@ class SweepEngine:
         tracker: Tracker,
         sweep_dir: Path,
         costs: dict[str, Any] | None,
+        plan: CheckpointPlan | None = None,
     ) -> Path:
         """best.yaml, the plots, and both on the parent MLflow run with the winner's numbers."""
         from sweeper.report.plots import sweep_plots
@@ -246,6 +256,7 @@ class SweepEngine:
             planned_checkpoint_every=started.settings.planned_checkpoint_every,
             cost=costs,
             compared=comparison(started.study, rows),
+            checkpoint=plan,
         )
         artifacts = sweep_plots(started.study, sweep_dir, rows, verification.results)
         tracker.log_best(

@@ -43,8 +43,8 @@ TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
     ("measure",),  # meters, FLOPs, peaks, memory, cost
     ("run",),  # the step loop, checkpoints, DDP
     ("trial",),  # one bounded run -> result JSON
-    ("explain",),  # reads results
-    ("__main__",),  # the production run
+    ("explain", "handoff"),  # reads results; best.yaml for nanoGPT and llm.c (pure)
+    ("__main__", "export"),  # the production run; python -m train.export
 )
 
 # Back arrows known and owned by an open issue; each names its importing file and imported room.

@@ -58,9 +58,14 @@ class ThroughputSweeperConf:
     # 0 = derived from planned_tokens / batch.tokens_per_step; > 0 overrides planned_tokens
     planned_steps: int = 0
     planned_tokens: int = 10_000_000_000  # production-run length in tokens (the seed's 10B)
-    # checkpoint interval of that run: time_to_train prices each measured save at it, and
-    # best.yaml saves at it; 0 = each trial's own checkpoint.every_steps
+    # checkpoint interval of that run: time_to_train prices each measured save at it; best.yaml
+    # saves at the Young/Daly interval from the winner's measured save (mtbf_h), at most this;
+    # 0 = no cap (the search prices each trial's own checkpoint.every_steps)
     planned_checkpoint_every: int = 0
+    # mean time between failures of ONE device, hours (train/handoff/interval.py): Llama 3 paper
+    # (2024, sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100s = 54 x 24 x
+    # 16,384 / 419 = 50,677 GPU-hours; rounded down. A job of N devices fails N times as often
+    mtbf_h: float = 50_000.0
     usd_per_hour: float = 0.0  # device price, USD per hour; 0 = unknown: show hours only
     # device name (or a part of it, e.g. "H100") -> USD per hour, used when usd_per_hour is 0;
     # there are no default prices: give the rate you pay

@@ -7,6 +7,8 @@ written by sweeper/numbers.py, one way each.
 - `cost`: the time-to-train and price lines of the starting config and the winner.
 - `plots`: Optuna's HTML views and the static PNG summary.
 - `export`: best.yaml, the winning trainer config pinned with its evidence.
+- `handoff`: the production checkpoint interval (Young/Daly), and best_nanogpt.py and best_llmc.sh
+  beside best.yaml with what each target cannot express.
 """
 
-__all__ = ["console", "cost", "export", "plan_text", "plots", "story"]
+__all__ = ["console", "cost", "export", "handoff", "plan_text", "plots", "story"]

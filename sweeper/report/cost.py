@@ -13,11 +13,13 @@ carry (sweeper/tracking.py `cost_metrics`); `cost_lines` turns it into the repor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sweeper.report.handoff import plan_from_results
 from sweeper.study.objective import ObjectiveConfig, result_train_time
 from train.measure.cost import TOKENS_PER_BILLION, device_price, usd_per_1b_tokens
 
@@ -85,25 +87,37 @@ def sweep_costs(
     objective: ObjectiveConfig,
     usd_per_hour: float = 0.0,
     prices: Mapping[str, float] | None = None,
+    mtbf_h: float | None = None,
 ) -> dict[str, Any]:
     """{"start": ..., "winner": ...}: each `run_cost` or None (no starting config measured,
-    nothing verified). The starting config's verified runs, else its search run."""
+    nothing verified). The starting config's verified runs, else its search run. With `mtbf_h`,
+    each is priced at its own production checkpoint interval (Young/Daly from its measured save
+    stall, sweeper/report/handoff.py), the interval its best.yaml would pin."""
     from sweeper.verify.stage import find_baseline, trial_result
 
     doc: dict[str, Any] = {"start": None, "winner": None}
-    price = {"objective": objective, "usd_per_hour": usd_per_hour, "prices": prices}
+
+    def price(results: list) -> dict[str, Any]:
+        plan = None if mtbf_h is None else plan_from_results(
+            results, mtbf_h=mtbf_h, planned_every=objective.planned_checkpoint_every,
+            planned_steps=objective.planned_steps)  # fmt: skip
+        at = objective if plan is None else dataclasses.replace(
+            objective, planned_checkpoint_every=plan.every_steps)  # fmt: skip
+        return {"objective": at, "usd_per_hour": usd_per_hour, "prices": prices}
+
     winner = verification.winner
     if winner is not None:
         doc["winner"] = run_cost(winner.results, trial=winner.number,
-                                 basis=_basis(winner.results), **price)  # fmt: skip
+                                 basis=_basis(winner.results), **price(winner.results))  # fmt: skip
     base = find_baseline(study, baseline)
     if base is not None:
         runs = [r for r in verification.results.get(base.number) or [] if r]
         search = trial_result(base)
         if not runs and search:
-            doc["start"] = run_cost([search], trial=base.number, basis="its search run", **price)
+            doc["start"] = run_cost([search], trial=base.number, basis="its search run",
+                                    **price([search]))  # fmt: skip
         else:
-            doc["start"] = run_cost(runs, trial=base.number, basis=_basis(runs), **price)
+            doc["start"] = run_cost(runs, trial=base.number, basis=_basis(runs), **price(runs))
     return doc
 
 

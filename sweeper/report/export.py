@@ -23,6 +23,7 @@ from sweeper.masking import mask_secrets
 
 if TYPE_CHECKING:
     from sweeper.verify.stage import Winner
+    from train.handoff.interval import CheckpointPlan
 
 log = logging.getLogger(__name__)
 
@@ -191,18 +192,25 @@ def export_winner(
     planned_checkpoint_every: int,
     cost: Mapping[str, Any] | None = None,
     compared: Mapping[str, Any] | None = None,
+    checkpoint: CheckpointPlan | None = None,
 ) -> Path:
     """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path.
     `cost` (sweeper/report/cost.py sweep_costs) becomes provenance.cost when given; `compared`
     ({trials, workers, raced}: the study's completed trials, how many workers ran them, and the
-    contenders verified) becomes provenance.sweep.compared."""
+    contenders verified) becomes provenance.sweep.compared. `checkpoint` (the production interval
+    from the winner's measured save stall, sweeper/report/handoff.py) replaces the trial's
+    checkpoint.every_steps and becomes provenance.checkpoint."""
     from omegaconf import OmegaConf  # light, but only needed here
 
     job_dir = Path(winner.trial.user_attrs["job_dir"])
     pinned = OmegaConf.to_container(OmegaConf.load(job_dir / "trial_config.yaml"))
     pinned.pop("defaults", None)
     planned, measured = planned_checkpoint_every, pinned["checkpoint"]["every_steps"]
-    if planned > 0 and measured != planned:
+    if checkpoint is not None:  # the trial saved every few steps to see a save in its window
+        log.info("best.yaml saves every %d steps (%s; the trial saved every %d)",
+                 checkpoint.every_steps, checkpoint.rule, measured)  # fmt: skip
+        pinned["checkpoint"]["every_steps"] = checkpoint.every_steps
+    elif planned > 0 and measured != planned:
         # the trial saved often to measure a save; production saves at the planned interval
         log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
                  "the trial saved every %d)", planned, measured)
@@ -237,6 +245,10 @@ def export_winner(
     )
     if cost is not None:  # time to train the planned tokens and $ per 1B, start and winner
         doc["provenance"]["cost"] = _plain(cost)
+    doc["provenance"]["checkpoint"] = (  # the interval, its saving overhead, work lost
+        checkpoint.as_dict() if checkpoint is not None
+        else {"every_steps": pinned["checkpoint"]["every_steps"], "rule": "no save measured"}
+    )  # fmt: skip
     if compared is not None:  # which trials this file's winner was chosen from
         doc["provenance"]["sweep"]["compared"] = _plain(compared)
     header = (

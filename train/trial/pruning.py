@@ -73,3 +73,16 @@ class StudyReporter:
         reported = study_value(value, direction=self._direction, objective=self._objective)
         self._trial.report(reported, step)
         return bool(self._trial.should_prune())
+
+
+def study_trials(storage: str, study_name: str) -> list:
+    """Every trial of a stored study (python -m train.export prices what nanoGPT and llm.c cannot
+    express with them); ValueError in one line when the study cannot be read."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except Exception as exc:  # any storage error means: not reachable
+        raise ValueError(f"study {study_name!r} in {storage} cannot be read ({exc})") from None
+    return study.get_trials(deepcopy=False)

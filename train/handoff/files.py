@@ -1,0 +1,70 @@
+"""One target's handoff file for a best.yaml: the text, its cannot-express lines, or the refusal.
+
+`handoff(doc, "nanogpt" | "llmc", trials=...)` checks the winner against the target, prices each
+gap with the study's trials (train/handoff/gaps.py) and renders the file; where the target
+cannot train the winner at all it renders a file that refuses to run, naming the key and the best
+measured config the target can express. Pure: the caller reads the study and writes the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from train.handoff import llmc, nanogpt
+from train.handoff.gaps import HandoffRefused, MeasuredTrial, best_expressible, priced
+
+TARGETS = {"nanogpt": nanogpt, "llmc": llmc}
+RENDER = {"nanogpt": nanogpt.nanogpt_file, "llmc": llmc.llmc_script}
+REFUSE = {"nanogpt": nanogpt.refusal_file, "llmc": llmc.refusal_script}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handoff:
+    target: str  # "nanogpt" | "llmc"
+    file_name: str  # best_nanogpt.py | best_llmc.sh
+    text: str
+    lines: list[str]  # what the target cannot express (priced), or the refusal and the fallback
+    refused: HandoffRefused | None = None
+
+
+def handoff(
+    doc: Mapping[str, Any],
+    target: str,
+    *,
+    trials: Iterable[MeasuredTrial] | None = None,
+    reachable: str = "",
+) -> Handoff:
+    """The target's file for `doc` (best.yaml as a dict). `trials` None: the study was not read
+    (`reachable` says why, and every price reads "not measured")."""
+    if target not in TARGETS:
+        raise ValueError(f"--to must be one of {sorted(TARGETS)}, got {target!r}")
+    module = TARGETS[target]
+    trials = None if trials is None else list(trials)
+    notes = source_notes(doc, module.TARGET)
+    try:
+        facts = module.check(doc)
+    except HandoffRefused as refused:
+        lines = [str(refused), best_expressible(doc, trials, module.check, reachable=reachable)]
+        text = REFUSE[target](refused, notes=notes, lines=lines[1:])
+        return Handoff(target=target, file_name=module.FILE_NAME, text=text, lines=lines,
+                       refused=refused)  # fmt: skip
+    winner = ((doc.get("provenance") or {}).get("sweep") or {}).get("trial")
+    found = priced(module.gaps(doc, facts), trials, winner=winner, reachable=reachable)
+    lines = [g.line() for g in found]
+    text = RENDER[target](doc, notes=notes, lines=lines)
+    return Handoff(target=target, file_name=module.FILE_NAME, text=text, lines=lines)
+
+
+def source_notes(doc: Mapping[str, Any], target: str) -> list[str]:
+    """Where the winner came from and what it measured."""
+    prov = doc.get("provenance") or {}
+    sweep, metrics = prov.get("sweep") or {}, prov.get("metrics") or {}
+    device = (prov.get("fingerprint") or {}).get("device_name") or "this machine"
+    tps = metrics.get("tokens_per_s")
+    measured = f"{tps:,.0f} tokens/s on {device}" if tps else "no measurement recorded"
+    return [
+        f"{target} handoff of best.yaml (study {sweep.get('study', '?')}, trial "
+        f"{sweep.get('trial', '?')}): {measured}",
+    ]

@@ -1,0 +1,188 @@
+"""best.yaml as a nanoGPT configurator file (`python train.py best_nanogpt.py`).
+
+nanoGPT's train.py (karpathy/nanoGPT) declares its settings as module globals and `exec`s the file
+named on its command line over them (configurator.py), so the file is plain `name = value` lines.
+The names and their meaning are train.py's:
+
+- `gradient_accumulation_steps` is the GLOBAL figure: under torchrun, train.py asserts it divides
+  by the world size and divides it (`gradient_accumulation_steps //= ddp_world_size`); this
+  project's `batch.grad_accum` is per process. So the file holds grad_accum x world.
+- tokens per step = gradient_accumulation_steps x batch_size x block_size (train.py's
+  `tokens_per_iter` once divided back), which must equal `batch.tokens_per_step`.
+- `dtype` is 'float32' | 'bfloat16' | 'float16', applied through autocast on CUDA only: on a CPU
+  train.py uses no autocast, so a CPU run is float32 whatever `dtype` says.
+- `compile = True` is torch.compile's default mode; TF32 is always on; batches are read in the
+  training process (`get_batch`, pinned on CUDA); DDP is one rank per GPU (`cuda:<local_rank>`)
+  with default bucket settings; checkpoints are `torch.save` at `eval_interval` (every one when
+  `always_save_checkpoint`), one `ckpt.pt` overwritten; the seed is 1337 + rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from train.handoff.gaps import Facts, Gap, HandoffRefused, check_tokens, facts_of
+
+TARGET = "nanoGPT"
+FILE_NAME = "best_nanogpt.py"
+DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # train.py's ptdtype keys
+NANOGPT_SEED = 1337  # train.py: torch.manual_seed(1337 + seed_offset)
+DDP_DEFAULTS = {"bucket_cap_mb": 25.0, "gradient_as_bucket_view": False, "static_graph": False}
+
+
+def check(doc: Mapping[str, Any]) -> Facts:
+    """The winner's facts, once nanoGPT can train it at all with the same science."""
+    facts = facts_of(doc)
+    if facts.device_type == "cpu" and facts.dtype != "fp32":
+        raise HandoffRefused(TARGET, "runtime.dtype", (
+            f"resolves to {facts.dtype} on a CPU, and nanoGPT's train.py runs a CPU in float32 "
+            f"(no autocast on device 'cpu'): a different precision"))  # fmt: skip
+    if facts.device_type == "cpu" and facts.world > 1:
+        raise HandoffRefused(TARGET, "runtime.nproc", (
+            f"is {facts.world} processes on a CPU, and nanoGPT's DDP puts each rank on "
+            f"cuda:<local_rank>"))  # fmt: skip
+    check_tokens(doc, target=TARGET, world=facts.world)
+    return facts
+
+
+def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
+    """Every knob of the winner nanoGPT has no setting for, and what it runs instead."""
+    rt, data, ckpt, cuda = (
+        doc["runtime"],
+        doc["data"],
+        doc["checkpoint"],
+        facts.device_type == "cuda",
+    )
+    out = []
+
+    def gap(key: str, instead: tuple, why: str) -> None:
+        section, name = key.split(".")
+        out.append(Gap(key=key, value=doc[section][name], instead=instead, why=why))
+
+    if rt["compile"] not in ("none", "default"):
+        gap("runtime.compile", ("default",), "nanoGPT compiles in torch.compile's default mode "
+            "only (compile = True)")  # fmt: skip
+    if rt["activation_checkpointing"] != "none":
+        gap("runtime.activation_checkpointing", ("none",), "nanoGPT has no activation "
+            "checkpointing: it keeps every activation (more memory; it may not fit)")  # fmt: skip
+    if rt["attention"] != "auto":
+        gap("runtime.attention", ("auto",), "nanoGPT calls SDPA and lets PyTorch pick the kernel")
+    if cuda and not rt["tf32"]:
+        gap("runtime.tf32", (True,), "nanoGPT turns TF32 on for matmuls and cuDNN")
+    if rt["seed"] != NANOGPT_SEED:
+        gap("runtime.seed", (NANOGPT_SEED,), "nanoGPT seeds 1337 + rank")
+    if int(data["num_workers"]) > 0:
+        gap("data.num_workers", (0,), "nanoGPT reads each batch in the training process "
+            "(get_batch), so no workers and no prefetch")  # fmt: skip
+    if cuda and not data["pin_memory"]:
+        gap("data.pin_memory", (True,), "nanoGPT always pins batches on CUDA")
+    if ckpt["mode"] != "sync":
+        gap("checkpoint.mode", ("sync",), "nanoGPT saves with torch.save inside the step "
+            "(synchronous)")  # fmt: skip
+    if int(ckpt["keep"]) != 1:
+        gap("checkpoint.keep", (1,), "nanoGPT overwrites one ckpt.pt")
+    if cuda and str(doc["optim"]["fused"]).lower() == "false":
+        gap("optim.fused", ("auto", "true"), "nanoGPT uses fused AdamW wherever CUDA has it")
+    if facts.world > 1:
+        for name, default in DDP_DEFAULTS.items():
+            if doc["ddp"][name] != default:
+                gap(f"ddp.{name}", (default,), f"nanoGPT wraps DDP with its default ({default})")
+    every, evals = int(ckpt["every_steps"]), int(doc["train"]["eval_every"])
+    if every == 0:
+        gap("checkpoint.every_steps", (), "nanoGPT cannot turn saving off: it still saves when "
+            "the validation loss improves (always_save_checkpoint = False)")  # fmt: skip
+    elif evals != every:
+        gap("train.eval_every", (every,), f"nanoGPT evaluates at each save (eval_interval = "
+            f"{every}): validation and saving share one interval")  # fmt: skip
+    return out
+
+
+def nanogpt_file(doc: Mapping[str, Any], *, notes: list[str], lines: list[str]) -> str:
+    """The configurator file: `notes` (comment lines) on top, then `name = value` lines. `lines`
+    are the cannot-express lines (gaps priced, best expressible config)."""
+    facts = check(doc)
+    m, b, o, t, rt = doc["model"], doc["batch"], doc["optim"], doc["train"], doc["runtime"]
+    every, evals = int(doc["checkpoint"]["every_steps"]), int(t["eval_every"])
+    settings: dict[str, Any] = {
+        "out_dir": str(doc["checkpoint"]["dir"]),
+        "eval_interval": every or evals or int(t["max_steps"]) + 1,
+        "eval_iters": int(t["eval_batches"]),
+        "log_interval": int(t["log_every"]),
+        "always_save_checkpoint": every > 0,
+        "init_from": "scratch",
+        "wandb_log": False,
+        # train.py reads os.path.join('data', dataset): an absolute folder is taken as it is
+        "dataset": str(doc["data"]["dir"]),
+        "gradient_accumulation_steps": int(b["grad_accum"]) * facts.world,  # global
+        "batch_size": int(b["micro_batch"]),
+        "block_size": int(m["block_size"]),
+        "n_layer": int(m["n_layer"]),
+        "n_head": int(m["n_head"]),
+        "n_embd": int(m["n_embd"]),
+        "dropout": float(m["dropout"]),
+        "bias": bool(m["bias"]),
+        "learning_rate": float(o["lr"]),
+        "max_iters": int(t["max_steps"]),
+        "weight_decay": float(o["weight_decay"]),
+        "beta1": float(o["beta1"]),
+        "beta2": float(o["beta2"]),
+        "grad_clip": float(o["grad_clip"]),
+        "decay_lr": True,
+        "warmup_iters": int(o["warmup_steps"]),
+        "lr_decay_iters": int(t["max_steps"]),
+        "min_lr": float(o["min_lr"]),
+        "device": "cuda" if facts.device_type == "cuda" else "cpu",
+        "dtype": DTYPE_NAMES[facts.dtype],
+        "compile": rt["compile"] != "none",
+    }
+    if facts.world > 1:
+        settings["backend"] = "nccl"
+    head = [*notes, *command_notes(doc, facts), *data_notes(doc)]
+    if lines:
+        head += ["What nanoGPT cannot express (what the sweep measured it to be worth):"]
+        head += [f"  - {line}" for line in lines]
+    else:
+        head += ["What nanoGPT cannot express: nothing; every knob of the winner maps."]
+    body = [f"{name} = {val!r}" for name, val in settings.items()]
+    return "".join(f"# {line}".rstrip() + "\n" for line in head) + "\n".join(body) + "\n"
+
+
+def command_notes(doc: Mapping[str, Any], facts: Facts) -> list[str]:
+    """The exact command, and the batch arithmetic it relies on."""
+    b, block = doc["batch"], int(doc["model"]["block_size"])
+    threads = int(doc["runtime"]["threads"])
+    env = f"OMP_NUM_THREADS={threads} " if threads else ""  # runtime.threads: torch's intra-op
+    if facts.world > 1:
+        run = f"{env}torchrun --standalone --nproc_per_node={facts.world} train.py {FILE_NAME}"
+    else:
+        run = f"{env}python train.py {FILE_NAME}"
+    ga = int(b["grad_accum"]) * facts.world
+    return [
+        f"Run (in nanoGPT's folder): {run}",
+        f"gradient_accumulation_steps is GLOBAL and assumes world size {facts.world}: train.py "
+        f"divides it by the world size, giving {b['grad_accum']} per process (best.yaml's "
+        f"batch.grad_accum)",
+        f"tokens per step: {ga} x {b['micro_batch']} x {block} = {int(b['tokens_per_step']):,} "
+        f"(gradient_accumulation_steps x batch_size x block_size = batch.tokens_per_step)",
+    ]
+
+
+def data_notes(doc: Mapping[str, Any]) -> list[str]:
+    """What nanoGPT needs in the data folder to train the same tokens and vocabulary."""
+    data, vocab = doc["data"], int(doc["model"]["vocab_size"])
+    out = [f"data: train.py reads {data['dir']}/train.bin and val.bin as headerless uint16 "
+           f"(best.yaml: {data['train_file']}, {data['val_file']}, format {data['format']}); "
+           f"it samples random windows, not this project's seeded order"]  # fmt: skip
+    if vocab != 50304:
+        out.append(f"vocab_size {vocab}: train.py takes it from meta.pkl "
+                   f"({{'vocab_size': {vocab}}}) "
+                   f"in that folder; without one it builds 50304")  # fmt: skip
+    return out
+
+
+def refusal_file(refused: HandoffRefused, *, notes: list[str], lines: list[str]) -> str:
+    """A configurator file that stops train.py with the reason (configurator.py execs it)."""
+    head = [*notes, str(refused), *lines]
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in head)
+    return comments + f"raise SystemExit({f'{FILE_NAME}: {refused}'!r})\n"
