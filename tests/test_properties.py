@@ -49,6 +49,9 @@ FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChec
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in flat.items():
+        if "." not in key:  # a top-level field (pinned_sections)
+            out[key] = value
+            continue
         section, name = key.split(".", 1)
         out.setdefault(section, {})[name] = value
     return out
@@ -279,5 +282,8 @@ def test_a_config_round_trips_through_best_yaml(cfg: Config, tmp_path: Path) -> 
     with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
         loaded = OmegaConf.to_object(compose("best"))
     assert isinstance(loaded, Config)
+    assert loaded.pinned_sections == doc["pinned_sections"]  # the export records what it pinned
+    assert set(loaded.pinned_sections) >= {"model", "batch", "runtime", "provenance"}
     loaded.provenance = {}
+    loaded.pinned_sections = cfg.pinned_sections
     assert loaded == cfg
