@@ -5,6 +5,7 @@ predicted step and limits, and the predicted wall time. The numbers are sweeper/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sweeper.numbers import fmt_secs
@@ -91,44 +92,66 @@ def _space_lines(plan: SweepPlan) -> list[str]:
     return lines
 
 
+Column = tuple[str, str, Callable[[Any], str]]  # title, alignment and width, the row's cell
+
+
+def _table(columns: list[Column], rows: list[Any]) -> list[str]:
+    """A header line of the columns' titles, then a line per row: each column is (title, alignment
+    and width as in a format spec, the row's cell as text), two spaces before each."""
+    return [
+        "".join(f"  {title:{align}}" for title, align, _ in columns),
+        *("".join(f"  {cell(row):{align}}" for _, align, cell in columns) for row in rows),
+    ]
+
+
+def _knob(key: str) -> Callable[[Any], str]:
+    """A column's cell: the row's value of knob `key`, as text."""
+    return lambda row: str(row.knobs[key])
+
+
 def _dropped_lines(plan: SweepPlan) -> list[str]:
     """The points the memory model drops, grouped, each with its predicted peak."""
     if not plan.scan.dropped:
         return []
-    lines = [
+    title = (
         f"dropped by the memory model (predicted peak > {plan.usable_gib:.1f} GiB usable on "
-        f"{plan.device.name}):",
-        "   predicted  micro_batch  dtype  act_ckpt  points  attention / compile",
-    ]
-    for g in plan.scan.dropped:
-        k = g.knobs
-        lines.append(
-            f"  {g.peak_gib:6.1f} GiB  {k['batch.micro_batch']!s:>11}  "
-            f"{k['runtime.dtype']!s:<5}  {k['runtime.activation_checkpointing']!s:<8}  "
-            f"{g.points:>6,}  {k['runtime.attention']} / {k['runtime.compile']}"
-        )
-    return lines
+        f"{plan.device.name}):"
+    )
+    return [title, *_table(DROPPED_COLUMNS, plan.scan.dropped)]
 
 
 def _class_lines(plan: SweepPlan) -> list[str]:
     """Each point class's floor, predicted step, limits and trial wall time."""
-    lines = [
+    title = (
         f"per point class (tf32: fp32 with runtime.tf32=true): floor = step at 100% of the "
         f"datasheet peak; step = at {ASSUMED_MFU:.0%} MFU; limits = {SAFETY:g}x the predicted trial"
-        " (never below 600 s / 300 s)",
-        "  precision  compile                     act_ckpt  points     floor      step"
-        "  hard limit     stall  trial wall (min-max)",
-    ]
-    for c in plan.scan.classes:
-        k = c.knobs
-        lines.append(
-            f"  {k['precision']!s:<9}  {k['runtime.compile']!s:<26}  "
-            f"{k['runtime.activation_checkpointing']!s:<8}  {c.points:>6,}  "
-            f"{fmt_secs(c.floor_s):>8}  {fmt_secs(c.step_s):>8}  {fmt_secs(c.timeout_s):>10}  "
-            f"{fmt_secs(c.stall_timeout_s) if c.stall_timeout_s else 'off':>8}  "
-            f"{fmt_secs(c.wall_mean_s)} ({fmt_secs(c.wall_min_s)}-{fmt_secs(c.wall_max_s)})"
-        )
-    return lines
+        " (never below 600 s / 300 s)"
+    )
+    return [title, *_table(CLASS_COLUMNS, plan.scan.classes)]
+
+
+# (title, alignment and width, cell): a dropped group of points, then a point class
+DROPPED_COLUMNS: list[Column] = [
+    ("predicted", ">10", lambda g: f"{g.peak_gib:6.1f} GiB"),
+    ("micro_batch", ">11", _knob("batch.micro_batch")),
+    ("dtype", "<5", _knob("runtime.dtype")),
+    ("act_ckpt", "<8", _knob("runtime.activation_checkpointing")),
+    ("points", ">6", lambda g: f"{g.points:,}"),
+    ("attention / compile", "", lambda g: f"{g.knobs['runtime.attention']} / "
+                                          f"{g.knobs['runtime.compile']}"),
+]  # fmt: skip
+CLASS_COLUMNS: list[Column] = [
+    ("precision", "<9", _knob("precision")),
+    ("compile", "<26", _knob("runtime.compile")),
+    ("act_ckpt", "<8", _knob("runtime.activation_checkpointing")),
+    ("points", ">6", lambda c: f"{c.points:,}"),
+    ("floor", ">8", lambda c: fmt_secs(c.floor_s)),
+    ("step", ">8", lambda c: fmt_secs(c.step_s)),
+    ("hard limit", ">10", lambda c: fmt_secs(c.timeout_s)),
+    ("stall", ">8", lambda c: fmt_secs(c.stall_timeout_s) if c.stall_timeout_s else "off"),
+    ("trial wall (min-max)", "", lambda c: f"{fmt_secs(c.wall_mean_s)} "
+                                           f"({fmt_secs(c.wall_min_s)}-{fmt_secs(c.wall_max_s)})"),
+]  # fmt: skip
 
 
 def _trial_lines(plan: SweepPlan) -> list[str]:
