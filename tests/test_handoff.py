@@ -4,7 +4,6 @@ measured price of each gap, the Young/Daly checkpoint interval, and a real sweep
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import shlex
@@ -14,6 +13,7 @@ import sys
 import pytest
 import yaml
 
+from tests.nested import changed
 from tests.sweep_helpers import finished_sweep, sweep_dirs
 from train.export import main as export_main
 from train.handoff import llmc, nanogpt
@@ -120,7 +120,7 @@ def test_the_batch_survives_every_split_world_precision_and_compile(
     ],
 )
 def test_each_knob_nanogpt_has_no_setting_for_is_named(change, key) -> None:
-    doc = _with(best_doc(), change)
+    doc = changed(best_doc(), change)
     assert [line.split("=")[0] for line in handoff(doc, "nanogpt").lines] == [key]
 
 
@@ -143,7 +143,7 @@ def test_each_knob_nanogpt_has_no_setting_for_is_named(change, key) -> None:
 def test_a_value_that_would_change_the_science_is_refused_naming_the_key(
     target, change, match
 ) -> None:
-    doc = _with(best_doc(), change)
+    doc = changed(best_doc(), change)
     module = {"nanogpt": nanogpt, "llmc": llmc}[target]
     with pytest.raises(HandoffRefused, match=match):
         module.check(doc)
@@ -197,7 +197,7 @@ def test_a_gap_is_priced_by_the_trial_that_ran_the_winners_other_knobs() -> None
 
 
 def test_a_winner_llmc_cannot_train_names_the_best_measured_config_it_can() -> None:
-    doc = _with(best_doc(), {"model.n_layer": 2, "model.n_embd": 64, "model.n_head": 2})
+    doc = changed(best_doc(), {"model.n_layer": 2, "model.n_embd": 64, "model.n_head": 2})
     trials = [
         MeasuredTrial(number=3, params={"model.n_layer": 2}, tokens_per_s=9e5),
         MeasuredTrial(number=4, params={"model.n_layer": 12, "model.n_embd": 768,
@@ -273,14 +273,3 @@ def test_a_smoke_sweep_pins_the_measured_interval_and_writes_both_handoffs(tmp_p
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "best_nanogpt.py").read_text() == nano  # the CLI's is the same
-
-
-def _with(doc: dict, change: dict) -> dict:
-    out = copy.deepcopy(doc)
-    for key, v in change.items():
-        *path, name = key.split(".")
-        node = out
-        for part in path:
-            node = node[part]
-        node[name] = v
-    return out

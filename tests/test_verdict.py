@@ -1,10 +1,10 @@
 """The bottleneck verdict on hand-made trial results (train/explain/diagnosis.py)."""
 
-import copy
 import math
 
 import pytest
 
+from tests.nested import changed
 from train.explain.diagnosis import (
     CHECKPOINT_BOUND_MIN_FRAC,
     DATA_BOUND_MIN_FRAC,
@@ -50,14 +50,7 @@ BASE = {
 
 def make(**changes) -> dict:
     """BASE with dotted-path changes, e.g. make(**{"time_frac.data_wait": 0.4})."""
-    r = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = r
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return r
+    return changed(BASE, changes)
 
 
 def fracs(**kw) -> dict:
