@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from configs import compose_config, cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
+from configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402  (a sibling in scripts/)
 
 from train.trial.measurement import run_trial  # noqa: E402
 
@@ -37,9 +37,7 @@ WALL_GOAL = 3.0  # real trial wall / projected trial wall
 
 def trial_config(args: argparse.Namespace, tmp: Path, *, projected: bool):
     overrides = [
-        *cpu_trial_overrides(tmp, model=args.model, micro_batch=args.micro_batch,
-                             grad_accum=args.grad_accum, block_size=args.block_size,
-                             warmup_steps=args.warmup_steps, steps=args.steps),
+        *cpu_trial_overrides_of(args, tmp),
         f"trial.project_micro_steps={args.micro_steps}",
         # forced either way: projected whatever the step's length, or real full steps
         f"trial.project_above_s={1e-9 if projected else 0}",
@@ -60,13 +58,8 @@ def run(args: argparse.Namespace, tmp: Path, *, projected: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="small-cpu")
-    p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--grad-accum", type=int, default=32)
+    add_cpu_trial_args(p, model="small-cpu", grad_accum=32, warmup_steps=1, steps=6)
     p.add_argument("--micro-steps", type=int, default=4, help="micro-batches per projected step")
-    p.add_argument("--warmup-steps", type=int, default=1)
-    p.add_argument("--steps", type=int, default=6, help="measured steps per trial")
     p.add_argument("--pairs", type=int, default=3, help="interleaved projected/real pairs")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")

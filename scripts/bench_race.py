@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402
-from configs import compose_config, cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
+from configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402  (a sibling in scripts/)
 
 from sweeper.settings import SweepSettings  # noqa: E402
 from sweeper.verify.race_rounds import run_race  # noqa: E402
@@ -67,9 +67,7 @@ class InProcessJobs:
 def base_overrides(args: argparse.Namespace, tmp: Path) -> list[str]:
     """The faster config: no checkpoint saves, real full steps (nothing projected)."""
     return [
-        *cpu_trial_overrides(tmp, model=args.model, micro_batch=args.micro_batch,
-                             grad_accum=args.grad_accum, block_size=args.block_size,
-                             warmup_steps=args.warmup_steps, steps=args.steps),
+        *cpu_trial_overrides_of(args, tmp),
         "checkpoint.every_steps=0",
         "trial.project_above_s=0",
     ]  # fmt: skip
@@ -91,12 +89,7 @@ def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny")
-    p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--grad-accum", type=int, default=4)
-    p.add_argument("--warmup-steps", type=int, default=2)
-    p.add_argument("--steps", type=int, default=12, help="measured steps per trial")
+    add_cpu_trial_args(p, model="tiny", grad_accum=4, warmup_steps=2, steps=12)
     p.add_argument("--gaps", type=float, nargs="+", default=[0.05, 0.10])
     p.add_argument("--races", type=int, default=10, help="races per gap")
     args = p.parse_args(argv)

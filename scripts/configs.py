@@ -4,6 +4,7 @@ and each script puts the repository root there before importing this)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -44,3 +45,22 @@ def cpu_trial_overrides(
         f"trial.min_steps={steps}",
         "trial.max_seconds=600",
     ]
+
+
+def add_cpu_trial_args(
+    p: argparse.ArgumentParser, *, model: str, grad_accum: int, warmup_steps: int, steps: int
+) -> None:
+    """The command-line arguments `cpu_trial_overrides_of` reads, with the script's defaults."""
+    p.add_argument("--model", default=model)
+    p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=grad_accum)
+    p.add_argument("--warmup-steps", type=int, default=warmup_steps)
+    p.add_argument("--steps", type=int, default=steps, help="measured steps per trial")
+
+
+def cpu_trial_overrides_of(args: argparse.Namespace, tmp: Path) -> list[str]:
+    """`cpu_trial_overrides` of the arguments `add_cpu_trial_args` added."""
+    return cpu_trial_overrides(tmp, model=args.model, micro_batch=args.micro_batch,
+                               grad_accum=args.grad_accum, block_size=args.block_size,
+                               warmup_steps=args.warmup_steps, steps=args.steps)  # fmt: skip
