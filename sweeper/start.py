@@ -33,11 +33,11 @@ from sweeper.study.study import (
     sampler_seed,
 )
 from sweeper.tracking import NullTracker, SweepTracker, Tracker
+from train.paths import PROJECT_DIR
 from train.trial.pruning import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 DESIGN_ATTR = "design"  # a queued startup point of the Latin-hypercube design
 

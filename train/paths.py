@@ -14,6 +14,9 @@ import os
 import tempfile
 from pathlib import Path
 
+# the repository root (train/ and sweeper/ in it): a cwd for the children, a PYTHONPATH, git
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
 
 def folder_problem(folder: Path) -> str | None:
     """Why files cannot be made in `folder` (made first if absent), or None.

@@ -18,11 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeper.launch.runner import run_child, trial_argv
 from sweeper.space.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
+from train.paths import PROJECT_DIR
 
 log = logging.getLogger(__name__)
 
 TRIAL_CONFIG_NAME = "trial_config"
-PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def pin_config(cfg: DictConfig) -> dict:

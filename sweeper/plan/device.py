@@ -10,12 +10,10 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from train.measure.flops import chip_for_device_name
 from train.measure.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
-
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+from train.paths import PROJECT_DIR
 
 
 def probe_device(timeout_s: float = 180.0) -> dict:

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from train.config import Config
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
-from train.paths import check_checkpoint_target, check_file_target
+from train.paths import PROJECT_DIR, check_checkpoint_target, check_file_target
 from train.run import device as dev
 from train.run.distributed import current_rank
 from train.run.loop import (
@@ -48,7 +48,6 @@ from train.trial.result import (
 from train.trial.window import measure
 
 log = logging.getLogger(__name__)
-PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def make_reporter(cfg: Config) -> Reporter | None:
