@@ -20,6 +20,12 @@ TRIED: list[str] = []  # every input _judge saw
 CLEAN: list[str] = []  # the ones it saw rejected cleanly
 JUDGED_BY: set[str] = set()  # node ids of the tests that called _judge
 
+# A mistyped key, set or added: both commands answer it with the nearest schema key.
+MISTYPED = [
+    ("+batch.micro_bach=8", ["batch.micro_bach", "did you mean batch.micro_batch"]),
+    ("batch.micro_bach=8", ["batch.micro_bach", "did you mean batch.micro_batch"]),
+]
+
 # (override, words the one line must contain: the setting and the fix)
 SWEEP_CASES = [
     ("hydra.sweeper.storage=sqlite:////proc/nope.db", ["hydra.sweeper.storage", "sqlite:///"]),
@@ -32,15 +38,13 @@ SWEEP_CASES = [
     ("hydra.sweeper.pruner=bogus", ["hydra.sweeper.pruner='bogus'", "median"]),
     ("hydra.sweep.dir=/proc/nope", ["hydra.sweep.dir=/proc/nope", "writable"]),
     ("batch.micro_batch=3,5", ["batch.micro_batch=3,5", "1x32"]),
-    ("+batch.micro_bach=8", ["batch.micro_bach", "did you mean batch.micro_batch"]),
+    *MISTYPED,
     ("+runtime.compiel=none", ["runtime.compiel", "did you mean runtime.compile"]),
-    ("batch.micro_bach=8", ["batch.micro_bach", "did you mean batch.micro_batch"]),
     ("hydra.sweeper.n_trails=3", ["hydra.sweeper.n_trails", "did you mean hydra.sweeper.n_trials"]),
 ]
 
 TRAIN_CASES = [
-    ("+batch.micro_bach=8", ["batch.micro_bach", "did you mean batch.micro_batch"]),
-    ("batch.micro_bach=8", ["batch.micro_bach", "did you mean batch.micro_batch"]),
+    *MISTYPED,
     ("runtime.compile=bogus", ["runtime.compile", "one of"]),
     ("batch.micro_batch=-1", ["batch.micro_batch", "positive"]),
     ("model.n_head=5", ["model.n_head", "divisible"]),
