@@ -5,14 +5,15 @@ trained from it on one H100/H200, each stage under ten minutes, state handed thr
     python3 scripts/gpu_acceptance.py --stage 2 --state state.tar.gz --out $OUT  # sweep
     python3 scripts/gpu_acceptance.py --stage 3 --state state.tar.gz --out $OUT  # sweep, resumed
     python3 scripts/gpu_acceptance.py --stage 4 --state state.tar.gz --out $OUT  # production
+    python3 scripts/gpu_acceptance.py --stage 5 --state state.tar.gz --out $OUT  # ddp (>= 2 GPUs)
     python3 scripts/gpu_acceptance.py --table docs/gpu-acceptance-h100.json      # README table
     python3 scripts/gpu_acceptance.py --kit-size                                 # what travels
     python3 scripts/gpu_acceptance.py --dry-run --stage plan --out /tmp/out      # tiny, on a CPU
 
 Each stage writes state.tar.gz, evidence.json and its logs to --out. Exit code: 0 when the next
 stage can go on (done, cut by its deadline, stopped before a race round that could not fit,
-skipped), 1 when the stage failed (its state is packed all the same: run it again), 2 for a usage
-error. The logic lives in scripts/acceptance/.
+skipped: `ddp` on a host with one GPU), 1 when the stage failed (its state is packed all the
+same: run it again), 2 for a usage error. The logic lives in scripts/acceptance/.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from acceptance import (  # noqa: E402  (scripts/ is on sys.path: a sibling package)
-    STAGE_ORDER,
+    NUMBERED,
     kit_size,
     profile_named,
     readme_section,
@@ -44,7 +45,7 @@ log = logging.getLogger("gpu_acceptance")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--stage", help=f"plan | sweep | production, or 1-{len(STAGE_ORDER)}")
+    what.add_argument("--stage", help=f"plan | sweep | production | ddp, or 1-{len(NUMBERED)}")
     what.add_argument(
         "--table", type=Path, metavar="EVIDENCE",
         help="print the README's GPU section (markdown) from an evidence file",

@@ -23,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from acceptance.commands import race_stop_reason, sweep_argv  # noqa: E402
+from acceptance.commands import ddp_argv, ddp_split, race_stop_reason, sweep_argv  # noqa: E402
 from acceptance.deadline import run_until  # noqa: E402
 from acceptance.evidence import production_figures  # noqa: E402
 from acceptance.kit import LIMIT_BYTES, kit_size  # noqa: E402
@@ -31,6 +31,7 @@ from acceptance.plan import Point, memory_points, predicted_gib, starting_point 
 from acceptance.profiles import TINY, XL, stage_named  # noqa: E402
 from acceptance.readme_table import readme_section  # noqa: E402
 from acceptance.run import open_work, run_stage  # noqa: E402
+from acceptance.stages import ddp_skip_reason  # noqa: E402
 from acceptance.state import MAX_STATE_BYTES, Manifest, pack_state, unpack_state  # noqa: E402
 
 GPT2_XL = {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024,
@@ -39,22 +40,95 @@ GPT2_XL = {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024,
 
 @pytest.mark.parametrize(
     ("given", "stage"),
-    [("1", "plan"), ("2", "sweep"), ("3", "sweep"), ("4", "production"), ("sweep", "sweep")],
-)
+    [("1", "plan"), ("2", "sweep"), ("3", "sweep"), ("4", "production"), ("5", "ddp"),
+     ("sweep", "sweep"), ("ddp", "ddp")],
+)  # fmt: skip
 def test_stage_by_name_or_number(given: str, stage: str) -> None:
     assert stage_named(given) == stage
 
 
-@pytest.mark.parametrize("given", ["0", "5", "race", ""])
+@pytest.mark.parametrize("given", ["0", "6", "race", ""])
 def test_unknown_stage_is_refused(given: str) -> None:
     with pytest.raises(ValueError, match="is not a stage"):
         stage_named(given)
 
 
 def test_xl_budget_is_25_minutes_with_every_stage_under_10() -> None:
-    assert XL.total_budget_s == 1500
+    assert XL.total_budget_s == 1500  # the single-GPU stages; ddp is extra, several GPUs only
     assert all(s < 600 for s in XL.budget_s.values())
     assert XL.budget_for("sweep", repeat=0) == 540 and XL.budget_for("sweep", repeat=1) == 480
+    assert XL.multi_gpu_budget_s == XL.budget_for("ddp", repeat=0) == 360
+
+
+@pytest.mark.parametrize(
+    ("profile", "gpus", "why"),
+    [
+        (XL, 1, "skipped: 1 GPU"),
+        (XL, 0, "skipped: 0 GPUs"),
+        (XL, 2, ""),
+        (XL, 8, ""),
+        (TINY, 0, ""),  # the CPU dry run: gloo ranks on any host
+    ],
+)
+def test_ddp_runs_only_with_a_gpu_per_process(profile, gpus: int, why: str) -> None:
+    assert ddp_skip_reason(profile, gpus) == why
+
+
+def test_ddp_stage_on_one_gpu_is_skipped_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The xl profile's ddp stage on a host with one GPU (a fake count): recorded as skipped,
+    exit 0 (the run goes on), no child started, no evidence of a run needed."""
+    import acceptance.stages
+    import gpu_acceptance
+
+    monkeypatch.setattr(acceptance.stages, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(acceptance.stages, "run_until", lambda *a, **k: pytest.fail("ran"))
+    t0 = time.monotonic()
+    code = gpu_acceptance.main(["--stage", "5", "--work", str(tmp_path / "work"),
+                                "--out", str(tmp_path / "out")])  # fmt: skip
+    assert code == 0 and time.monotonic() - t0 < 10
+    evidence = json.loads((tmp_path / "out" / "evidence.json").read_text())
+    assert evidence["ddp"] == {"outcome": "skipped", "reason": "skipped: 1 GPU",
+                               "device_count": 1, "nproc": 2}  # fmt: skip
+    assert [(s["stage"], s["outcome"], s["note"]) for s in evidence["stages"]] == [
+        ("ddp", "skipped", "skipped: 1 GPU")
+    ]
+    assert (tmp_path / "out" / "state.tar.gz").is_file()
+    assert "Data-parallel trial: skipped: 1 GPU (it needs 2)." in readme_section(evidence)
+
+
+@pytest.mark.parametrize(
+    ("single", "split"),
+    [((16, 64), (16, 32)), ((8, 4), (8, 2)), ((8, 1), (4, 1)), ((2, 3), (1, 3))],
+)
+def test_ddp_split_keeps_the_tokens_per_step(single, split) -> None:
+    assert ddp_split(*single, world=2) == split
+    assert split[0] * split[1] * 2 == single[0] * single[1]
+
+
+def test_ddp_split_that_cannot_be_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not split over 2 processes"):
+        ddp_split(1, 1, world=2)
+
+
+def test_ddp_command_runs_best_yaml_on_two_processes(tmp_path: Path) -> None:
+    best = tmp_path / "sweep" / "best.yaml"
+    argv = ddp_argv(XL, tmp_path, best_yaml=best, start=None, split=(16, 32))
+    assert argv[1:7] == ["-m", "train.trial", "--config-path", str(tmp_path / "sweep"),
+                         "--config-name", "best"]  # fmt: skip
+    for pinned in (
+        "runtime.nproc=2",
+        "batch.micro_batch=16",
+        "batch.grad_accum=32",
+        "trial.project_above_s=0",
+        f"trial.out={tmp_path / 'ddp' / 'trial.json'}",
+    ):
+        assert pinned in argv
+    start = Point(micro_batch=16, compile="default", activation_checkpointing="none")
+    argv = ddp_argv(XL, tmp_path, best_yaml=None, start=start, split=(16, 32))
+    assert "model=gpt2-xl" in argv and "batch.tokens_per_step=1048576" in argv
+    assert argv.index("batch.grad_accum=64") < argv.index("batch.grad_accum=32")  # the split wins
 
 
 @pytest.mark.parametrize(
@@ -352,13 +426,62 @@ def test_dry_run_of_every_stage_with_a_cut_sweep_resumed(tmp_path: Path) -> None
     assert prod["returncode"] == 0 and prod["tokens_per_s"] > 0 and prod["race_tokens_per_s"] > 0
     assert evidence["device"]["packages"]["optuna"] == optuna.__version__
 
-    proc = _cli("--table", str(outs[3] / "evidence.json"))
+    # the extra stage: best.yaml as 2 gloo ranks (NCCL's code path with backend gloo)
+    shutil.rmtree(work)
+    out5 = tmp_path / "out5"
+    proc = _cli("--dry-run", "--stage", "5", "--state", str(_handed_on(outs[3])),
+                "--out", str(out5))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stage ddp (run 1): done" in proc.stdout
+    _handed_on(out5)
+    evidence = json.loads((out5 / "evidence.json").read_text())
+    ddp = evidence["ddp"]
+    assert (ddp["config"], ddp["backend"], ddp["world_size"]) == ("best.yaml", "gloo", 2)
+    one, each = ddp["single_split"], ddp["per_process_split"]
+    assert one["micro_batch"] * one["grad_accum"] == 2 * each["micro_batch"] * each["grad_accum"]
+    assert ddp["tokens_per_s"] > 0 and 0 < ddp["comms_frac"] < 1
+    assert ddp["single_gpu_tokens_per_s"] == evidence["sweep"]["best"]["race_tokens_per_s"]
+    assert ddp["scaling_efficiency"] == pytest.approx(
+        ddp["tokens_per_s"] / (2 * ddp["single_gpu_tokens_per_s"])
+    )
+
+    proc = _cli("--table", str(out5 / "evidence.json"))
     assert proc.returncode == 0, proc.stderr
     assert "| sweep (1) | cut |" in proc.stdout
     assert "Production run (`python -m train" in proc.stdout
+    assert "| ddp (1) | done |" in proc.stdout
+    assert "| best.yaml, 2 x gloo |" in proc.stdout
 
 
 def test_a_search_stage_always_ends_where_the_race_starts() -> None:
     line = "[t][HYDRA] verifying 2 configs (the top 1 and the starting config) ..."
     why = race_stop_reason(line, left_s=1e6, race_round_s=float("inf"))
     assert why == "the search is done and the race is the next sweep stage's"
+
+
+def test_dry_run_ddp_stage_without_best_yaml_runs_the_starting_config(tmp_path: Path) -> None:
+    """No best.yaml (the sweep never finished): the ddp stage runs the plan's starting config as
+    2 gloo ranks, against the start's single-process figure, from a state handed in."""
+    work = tmp_path / "work"
+    folder, evidence, _ = open_work(profile=TINY, state=None, work=work, sweep_overrides=[])
+    evidence["plan"] = {"start": {"micro_batch": 8, "compile": "none",
+                                  "activation_checkpointing": "none"}}  # fmt: skip
+    evidence["sweep"] = {"trials": [{"number": 0, "start": True, "outcome": "complete",
+                                     "tokens_per_s": 1000.0}]}  # fmt: skip
+    (folder / "evidence.json").write_text(json.dumps(evidence))
+    state = tmp_path / "in" / "state.tar.gz"
+    pack_state(folder, state, manifest=_manifest(folder))
+    import shutil
+
+    shutil.rmtree(work)
+    report = run_stage("ddp", profile=TINY, state=state, work=work, out=tmp_path / "out")
+    assert report.outcome == "done", report.note
+    ddp = json.loads((tmp_path / "out" / "evidence.json").read_text())["ddp"]
+    assert ddp["config"] == "start" and ddp["world_size"] == 2
+    assert (ddp["single_split"], ddp["per_process_split"]) == (
+        {"micro_batch": 8, "grad_accum": 4},
+        {"micro_batch": 8, "grad_accum": 2},
+    )
+    assert ddp["single_gpu_source"] == "the starting config's search trial 0"
+    assert ddp["scaling_efficiency"] == pytest.approx(ddp["tokens_per_s"] / 2000.0)
+    assert 0 < ddp["comms_frac"] < 1

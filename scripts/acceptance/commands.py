@@ -114,3 +114,52 @@ def race_stop_reason(line: str, *, left_s: float, race_round_s: float) -> str:
             f"~{race_round_s:.0f} s of its first round: the next sweep stage races"
         )
     return ""
+
+
+def ddp_split(micro_batch: int, grad_accum: int, *, world: int) -> tuple[int, int]:
+    """The per-process (micro_batch, grad_accum) of a one-process split on `world` processes at
+    the same tokens per step (train/config.py's check_batch: micro_batch x grad_accum x block x
+    world). Each process keeps the micro-batch (the same kernels as the single-GPU figure) and
+    takes 1/world of the accumulation; where that does not divide, the micro-batch is split."""
+    if grad_accum % world == 0:
+        return micro_batch, grad_accum // world
+    if micro_batch % world == 0:
+        return micro_batch // world, grad_accum
+    raise ValueError(
+        f"micro-batch {micro_batch} x grad_accum {grad_accum} does not split over {world} "
+        f"processes at the same tokens per step"
+    )
+
+
+def ddp_argv(
+    profile: Profile,
+    work: Path,
+    *,
+    best_yaml: Path | None,
+    start: Point | None,
+    split: tuple[int, int],
+) -> list[str]:
+    """`python -m train.trial [--config-path <sweep dir> --config-name best] ... runtime.nproc=N`:
+    one data-parallel trial of best.yaml's config (or, without one, the starting config) under
+    torch's launcher, each process `split` = (micro_batch, grad_accum) so the tokens per step
+    stay the profile's; the trial window of real full steps; result and run dir in work/ddp."""
+    micro_batch, grad_accum = split
+    if best_yaml is not None:
+        base = ["--config-path", str(best_yaml.parent), "--config-name", best_yaml.stem]
+    elif start is not None:
+        base = [*trainer_overrides(profile, work), *start.overrides(profile)]
+    else:
+        raise ValueError("a data-parallel trial needs best.yaml or a starting config")
+    return [
+        sys.executable,
+        "-m",
+        "train.trial",
+        *base,
+        f"runtime.nproc={profile.ddp_nproc}",
+        f"batch.micro_batch={micro_batch}",
+        f"batch.grad_accum={grad_accum}",
+        *profile.ddp_trial_overrides,
+        f"checkpoint.dir={work / 'ckpt'}",
+        f"trial.out={work / 'ddp' / 'trial.json'}",
+        f"hydra.run.dir={work / 'ddp' / 'run'}",
+    ]

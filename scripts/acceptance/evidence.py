@@ -4,7 +4,8 @@ Every number in it is read from this run's own files (trial result.json, the Opt
 production run's train_summary.json) or from the cited tables those already use (the spec peak);
 nothing is typed in. Shape (schema `gpu-acceptance/1`):
 
-    profile, model, tokens_per_step, budget_s {stage: s}, total_budget_s
+    profile, model, tokens_per_step, budget_s {stage: s}, total_budget_s (the single-GPU
+                stages), multi_gpu_budget_s (the ddp stage, extra)
     device      name, type, count, memory_gib, driver, torch, cuda, cudnn, python, packages,
                 spec peak and source, measured matmul ceiling and source
     stages      [{stage, run, outcome (done | cut | stopped | failed | skipped), wall_s,
@@ -16,6 +17,10 @@ nothing is typed in. Shape (schema `gpu-acceptance/1`):
                 best {yaml, knobs, tokens_per_s}
     production  command, steps, tokens_per_s (median after the first step), first step, MFU,
                 the race's verified tokens/s beside it and their ratio
+    ddp         outcome (ran | skipped), reason ("skipped: 1 GPU"), device_count, nproc, backend,
+                config (best.yaml | start), single and per-process splits, command, the trial's
+                figures (tokens/s, MFU against nproc devices, time_frac), comms_frac, the
+                single-GPU tokens/s and its source, scaling_efficiency = tokens/s / (nproc x it)
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ def new_evidence(*, profile: Any) -> dict[str, Any]:
         "tokens_per_step": profile.tokens_per_step,
         "budget_s": dict(profile.budget_s),
         "total_budget_s": profile.total_budget_s,
+        "multi_gpu_budget_s": profile.multi_gpu_budget_s,
         "device": {},
         "stages": [],
         "plan": {},
         "memory": [],
         "sweep": {},
         "production": {},
+        "ddp": {},
     }
 
 

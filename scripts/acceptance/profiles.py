@@ -3,16 +3,21 @@ a CPU (the dry run the tests take through the very same stages).
 
 Pure data. The budgets are the GPU host's rules: one command runs at most 10 minutes, so every
 stage's deadline stays under 600 s with room for packing the state, and the four stages of the
-xl profile add up to 25 minutes of device time at most.
+xl profile add up to 25 minutes of device time at most. The `ddp` stage (a data-parallel trial on
+two GPUs) is extra, outside those 25 minutes: it runs only on a host with several GPUs and ends at
+once, spending no device time, on a host with one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STAGES = ("plan", "sweep", "production")
+STAGES = ("plan", "sweep", "production", "ddp")
 # The run in order: a second sweep stage resumes the first (a no-op once best.yaml exists).
 STAGE_ORDER = ("plan", "sweep", "sweep", "production")
+# After the run, on a host with several GPUs only: not in the 25 minutes of STAGE_ORDER.
+MULTI_GPU_STAGES = ("ddp",)
+NUMBERED = (*STAGE_ORDER, *MULTI_GPU_STAGES)  # --stage 1-5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +45,10 @@ class Profile:
     check_steps: int = 2
     check_max_seconds: float = 10.0
     production_steps: int = 4  # optimizer steps of the production run (the first is warm-up)
+    # the ddp stage: one trial of best.yaml (or the start) on `ddp_nproc` processes (one GPU each,
+    # NCCL; gloo on a CPU), real full steps in this window (compared with the race's real steps)
+    ddp_nproc: int = 2
+    ddp_trial_overrides: tuple[str, ...] = ()
     # seconds a stage may take (its deadline), by stage; the second sweep stage has its own
     budget_s: dict[str, float] = field(default_factory=dict, hash=False)
     # the first `search_runs` sweep stages only search: no wall budget of the sweep's own (it
@@ -59,13 +68,19 @@ class Profile:
 
     @property
     def total_budget_s(self) -> float:
-        """Device time of the whole run: each stage of STAGE_ORDER at its deadline."""
+        """Device time of the whole run: each stage of STAGE_ORDER at its deadline (the
+        multi-GPU stages are extra: `multi_gpu_budget_s`)."""
         seen: dict[str, int] = {}
         total = 0.0
         for stage in STAGE_ORDER:
             total += self.budget_for(stage, repeat=seen.get(stage, 0))
             seen[stage] = seen.get(stage, 0) + 1
         return total
+
+    @property
+    def multi_gpu_budget_s(self) -> float:
+        """Device time of the stages that run only on a host with several GPUs."""
+        return sum(self.budget_for(stage, repeat=0) for stage in MULTI_GPU_STAGES)
 
 
 XL = Profile(
@@ -88,11 +103,21 @@ XL = Profile(
     ),
     memory_points=3,
     production_steps=4,
+    # 1 warm-up step (compile) and 2-3 real full steps of 1M tokens (~10-14 s each on 2 H100s)
+    ddp_trial_overrides=(
+        "trial.warmup_steps=1",
+        "trial.min_steps=2",
+        "trial.max_steps=3",
+        "trial.max_seconds=30",
+        "trial.project_above_s=0",
+    ),
     # plan: probe, plan, 3 memory points (an eager one ~30 s, a compiled one ~130 s on an H100);
     # sweep 1: the search, 4 trials (~30 s eager, ~130 s compiled, 2026-11-23 H100 figures);
     # sweep 2: the race, the winner and the start with real full steps (~181 s a compiled run);
     # production: compile ~100 s + 4 steps of ~20-27 s. Sum: 1,500 s = 25 min.
-    budget_s={"plan": 240.0, "sweep#1": 540.0, "sweep#2": 480.0, "production": 240.0},
+    # ddp (extra, several GPUs only): 2 ranks start and compile (~100 s, in parallel), a warm-up
+    # and 3 full steps (~60 s), the NCCL set-up and the stops: 360 s.
+    budget_s={"plan": 240.0, "sweep#1": 540.0, "sweep#2": 480.0, "production": 240.0, "ddp": 360.0},
     race_round_s=360.0,
 )
 
@@ -117,7 +142,14 @@ TINY = Profile(
     check_steps=2,
     check_max_seconds=5.0,
     production_steps=4,
-    budget_s={"plan": 120.0, "sweep": 180.0, "production": 120.0},
+    ddp_trial_overrides=(
+        "trial.warmup_steps=1",
+        "trial.max_steps=3",
+        "trial.min_steps=2",
+        "trial.max_seconds=3",
+        "trial.project_above_s=0",
+    ),
+    budget_s={"plan": 120.0, "sweep": 180.0, "production": 120.0, "ddp": 120.0},
     race_round_s=0.0,
     pack_margin_s=10.0,
     grace_s=5.0,
@@ -134,12 +166,13 @@ def profile_named(name: str) -> Profile:
 
 
 def stage_named(stage: str) -> str:
-    """A stage by name (plan | sweep | production) or by its number in STAGE_ORDER (1-4)."""
+    """A stage by name (plan | sweep | production | ddp) or by its number in STAGE_ORDER and
+    then MULTI_GPU_STAGES (1-5)."""
     if stage in STAGES:
         return stage
-    if stage.isdigit() and 1 <= int(stage) <= len(STAGE_ORDER):
-        return STAGE_ORDER[int(stage) - 1]
+    if stage.isdigit() and 1 <= int(stage) <= len(NUMBERED):
+        return NUMBERED[int(stage) - 1]
     raise ValueError(
         f"--stage {stage!r} is not a stage; use a name ({', '.join(STAGES)}) or a number 1-"
-        f"{len(STAGE_ORDER)} ({', '.join(f'{i}={s}' for i, s in enumerate(STAGE_ORDER, 1))})"
+        f"{len(NUMBERED)} ({', '.join(f'{i}={s}' for i, s in enumerate(NUMBERED, 1))})"
     )

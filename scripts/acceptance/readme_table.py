@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from acceptance.profiles import MULTI_GPU_STAGES
+
 
 def _num(x: float | None, fmt: str, scale: float = 1.0) -> str:
     return "n/a" if x is None else format(x * scale, fmt)
@@ -123,13 +125,51 @@ def summary_lines(ev: dict[str, Any]) -> list[str]:
     return lines
 
 
+def ddp_lines(ev: dict[str, Any]) -> list[str]:
+    """The data-parallel stage: a row of its figures, or why it did not run ([] before it)."""
+    d = ev.get("ddp") or {}
+    if not d:
+        return []
+    if d.get("outcome") == "skipped":
+        return [f"Data-parallel trial: {d.get('reason')} (it needs {d.get('nproc') or 2})."]
+    n = d.get("nproc") or 2
+    split = d.get("per_process_split") or {}
+    row = [
+        f"{d.get('config')}, {n} x {d.get('backend')}",
+        f"mb {split.get('micro_batch')} x accum {split.get('grad_accum')}",
+        d.get("status") or d.get("failure") or "n/a",
+        _num(d.get("tokens_per_s"), ",.0f"),
+        _num(d.get("mfu_spec"), ".1%"),
+        _num(d.get("mfu_ceiling"), ".1%"),
+        _num(d.get("comms_frac"), ".1%"),
+        _num(d.get("single_gpu_tokens_per_s"), ",.0f"),
+        _num(d.get("scaling_efficiency"), ".1%"),
+    ]
+    headers = ["config", "per process", "status", "tokens/s", "MFU spec", "MFU ceiling",
+               "comms", "1-GPU tokens/s", "scaling"]  # fmt: skip
+    return [
+        f"Data-parallel trial (`{d.get('command')}`), MFU against {n} devices, beside the "
+        f"single-GPU figure ({d.get('single_gpu_source')}):",
+        "",
+        *_table(headers, [row]),
+    ]
+
+
 def readme_section(ev: dict[str, Any]) -> str:
     """The whole markdown block for the README's GPU section."""
+    multi = [s["wall_s"] for s in ev.get("stages") or [] if s["stage"] in MULTI_GPU_STAGES]
     total = ev.get("wall_s_total")
+    if total is not None:
+        total -= sum(multi)  # the single-GPU stages' device time, against their budget
+    extra = ""
+    if multi:
+        extra = (f"; the data-parallel stage, extra: {sum(multi):.0f} s of "
+                 f"{ev.get('multi_gpu_budget_s') or 0:.0f} s")  # fmt: skip
+    ddp = ddp_lines(ev)
     parts = [
         f"Profile `{ev.get('profile')}`: {ev.get('model')} at {ev.get('tokens_per_step', 0):,} "
         f"tokens per step; device time {_num(total, '.0f')} s of a "
-        f"{ev.get('total_budget_s', 0):.0f} s budget.",
+        f"{ev.get('total_budget_s', 0):.0f} s budget{extra}.",
         "",
         device_line(ev),
         "",
@@ -148,5 +188,6 @@ def readme_section(ev: dict[str, Any]) -> str:
         *race_table(ev),
         "",
         *summary_lines(ev),
+        *(["", *ddp] if ddp else []),
     ]
     return "\n".join(parts) + "\n"

@@ -1,4 +1,4 @@
-"""The three stages' bodies: plan, sweep, production.
+"""The stages' bodies: plan, sweep, production, and ddp on a host with several GPUs.
 
 Each reads what earlier stages left in the work folder and the evidence, runs its children
 against the stage's deadline, and writes its part of the evidence. None of them packs the state or
@@ -12,6 +12,9 @@ acceptance/run.py.
                 sweep stage: the first searches and stops where the race starts, the next
                 races (and finishes the search if the first was cut) to a verified best.yaml
     production  `python -m train --config-path <sweep dir> --config-name best` for a few steps
+    ddp         one trial of best.yaml (or the start) with runtime.nproc=2: NCCL on two GPUs
+                (gloo ranks in the CPU dry run), beside the single-GPU race figure; skipped at
+                once on a host with one GPU
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any
 from acceptance.commands import (
     REPO,
     child_env,
+    ddp_argv,
+    ddp_split,
     production_argv,
     race_stop_reason,
     storage_url,
@@ -233,8 +238,114 @@ def production_stage(ctx: StageContext) -> StageOutcome:
     return StageOutcome(outcome="done")
 
 
+def _start_point(doc: dict[str, Any]) -> Point:
+    """The starting config the plan stage recorded (evidence plan.start)."""
+    return Point(micro_batch=doc["micro_batch"], compile=doc["compile"],
+                 activation_checkpointing=doc["activation_checkpointing"])  # fmt: skip
+
+
+def ddp_skip_reason(profile: Profile, device_count: int) -> str:
+    """Why the ddp stage does not run ("" when it does): a CUDA profile needs a GPU per process;
+    a CPU profile runs its processes as gloo ranks on any host."""
+    if profile.device != "cuda" or device_count >= profile.ddp_nproc:
+        return ""
+    return f"skipped: {device_count} GPU{'' if device_count == 1 else 's'}"
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch sees (CUDA_VISIBLE_DEVICES applies), 0 without CUDA."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def single_gpu_reference(evidence: dict[str, Any], *, best: bool) -> tuple[float | None, str]:
+    """The single-GPU tokens/s the data-parallel trial is compared with, and where it is from:
+    best.yaml's median over its real full-step race runs; without best.yaml, the starting
+    config's search trial (or its memory point)."""
+    sweep = evidence.get("sweep") or {}
+    if best:
+        tps = (sweep.get("best") or {}).get("race_tokens_per_s")
+        return tps, "best.yaml's race (real full steps, median)"
+    for t in sweep.get("trials", []):
+        if t.get("start") and t.get("outcome") == "complete" and t.get("tokens_per_s"):
+            return t["tokens_per_s"], f"the starting config's search trial {t['number']}"
+    start = (evidence.get("plan") or {}).get("start") or {}
+    name = _start_point(start).name if start else None
+    for m in evidence.get("memory", []):
+        if m.get("point") == name and m.get("status") == "complete" and m.get("tokens_per_s"):
+            return m["tokens_per_s"], f"the starting config's memory point {name}"
+    return None, "none measured"
+
+
+def ddp_stage(ctx: StageContext, *, device_count: Callable[[], int] | None = None) -> StageOutcome:
+    """One data-parallel trial on `ddp_nproc` GPUs: tokens/s, MFU against those devices, the
+    exposed comms fraction, and the scaling efficiency against the single-GPU figure. On a host
+    with fewer GPUs it records why and ends at once."""
+    p = ctx.profile
+    count = (device_count or cuda_device_count)() if p.device == "cuda" else 0
+    skip = ddp_skip_reason(p, count)
+    if skip:
+        ctx.evidence["ddp"] = {"outcome": "skipped", "reason": skip, "device_count": count,
+                               "nproc": p.ddp_nproc}  # fmt: skip
+        return StageOutcome(outcome="skipped", note=skip)
+    best = ctx.sweep_dir / "best.yaml"
+    start_doc = ctx.evidence.get("plan", {}).get("start")
+    if not best.is_file() and not start_doc:
+        raise ValueError("no best.yaml and no starting config in the evidence: run --stage plan "
+                         "(and the sweep) first")  # fmt: skip
+    start = _start_point(start_doc) if start_doc else None
+    if best.is_file():
+        from omegaconf import OmegaConf
+
+        doc = OmegaConf.load(best)
+        one = (int(doc.batch.micro_batch), int(doc.batch.grad_accum))
+    else:
+        assert start is not None
+        one = (start.micro_batch, start.grad_accum(p))
+    split = ddp_split(*one, world=p.ddp_nproc)
+    argv = ddp_argv(p, ctx.work, best_yaml=best if best.is_file() else None, start=start,
+                    split=split)  # fmt: skip
+    result_path = ctx.work / "ddp" / "trial.json"
+    result_path.unlink(missing_ok=True)  # an earlier, failed try's result is not this one's
+    ran = run_until(argv, cwd=ctx.work, env=child_env(), log_path=ctx.logs / "ddp.log",
+                    deadline=ctx.deadline, label="data-parallel trial", clock=ctx.clock,
+                    grace_s=p.grace_s)  # fmt: skip
+    from train.trial.result import read_result
+
+    result = read_result(result_path)
+    figures = result_figures(result)
+    single, source = single_gpu_reference(ctx.evidence, best=best.is_file())
+    tps = figures.get("tokens_per_s")
+    ctx.evidence["ddp"] = {
+        "outcome": "ran",
+        "device_count": count or None,
+        "nproc": p.ddp_nproc,
+        "backend": "nccl" if p.device == "cuda" else "gloo",
+        "config": "best.yaml" if best.is_file() else "start",
+        "single_split": {"micro_batch": one[0], "grad_accum": one[1]},
+        "per_process_split": {"micro_batch": split[0], "grad_accum": split[1]},
+        "command": " ".join(["python", *argv[1:]]),
+        "returncode": ran.returncode,
+        "wall_s": ran.wall_s,
+        "world_size": (result or {}).get("world_size"),
+        **figures,
+        "comms_frac": (figures.get("time_frac") or {}).get("comms"),
+        "single_gpu_tokens_per_s": single,
+        "single_gpu_source": source,
+        "scaling_efficiency": tps / (p.ddp_nproc * single) if tps and single else None,
+    }
+    if ran.cut:
+        return StageOutcome(outcome="cut", note="the stage's deadline stopped the trial")
+    if ran.returncode != 0 or figures.get("status") != "complete" or tps is None:
+        why = figures.get("failure_message") or f"exit {ran.returncode}"
+        return StageOutcome(outcome="failed", note=f"the data-parallel trial failed: {why}")
+    return StageOutcome(outcome="done")
+
+
 BODIES: dict[str, Callable[[StageContext], StageOutcome]] = {
     "plan": plan_stage,
     "sweep": sweep_stage,
     "production": production_stage,
+    "ddp": ddp_stage,
 }
