@@ -51,6 +51,7 @@ from sweeper.study.export_claim import (
 )
 from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
 from sweeper.tracking import Tracker
+from sweeper.verify.race_rounds import RACE_ATTR
 from sweeper.verify.stage import Verification, verify
 from train.handoff.interval import CheckpointPlan
 
@@ -257,6 +258,7 @@ class SweepEngine:
             cost=costs,
             compared=comparison(started.study, rows),
             checkpoint=plan,
+            race=started.study.user_attrs.get(RACE_ATTR),
         )
         artifacts = sweep_plots(started.study, sweep_dir, rows, verification.results)
         tracker.log_best(

@@ -124,25 +124,37 @@ def test_compile_in_a_short_run_is_compile_dominated(workdir) -> None:
     assert diagnose(r, planned_steps=10**7).verdict != "compile-dominated"
 
 
-def test_pick_result_from_a_sweep_dir(tmp_path) -> None:
-    def write(job: str, tps: float, mb: int, status: str = "complete") -> Path:
-        p = tmp_path / job / "result.json"
-        p.parent.mkdir()
+def test_pick_result_from_a_sweep_dir(tmp_path, capsys) -> None:
+    def write(job: str, tps: float, mb: int, status: str = "complete", name="result.json") -> Path:
+        p = tmp_path / job / name
+        p.parent.mkdir(exist_ok=True)
         cfg = {"model": {"name": "tiny"}, "batch": {"micro_batch": mb}, "data": {"num_workers": 0}}
-        p.write_text(json.dumps({"schema_version": 1, "status": status, "tokens_per_s": tps,
-                                 "config": cfg}))
+        p.write_text(
+            json.dumps({"schema_version": 1, "status": status, "tokens_per_s": tps, "config": cfg})
+        )
         return p
 
+    def best(sweep: dict) -> None:
+        doc = {"batch": {"micro_batch": 8}, "provenance": {"sweep": sweep}}  # a config for none
+        (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
+
     write("0", 900.0, 4)
-    mid = write("1", 500.0, 8)
+    write("1", 500.0, 8)
     write("2", 400.0, 8)
     median_all = write("3", 600.0, 8)
     write("4", 9999.0, 8, status="failed")
-    write("5", 700.0, 2)
+    winners_median = write("5", 700.0, 2)
+    write("1", 1e6, 8, name="trial.json")  # a re-run of job 1's trial_config.yaml: not the sweep's
     assert pick_result(tmp_path) == median_all  # no best.yaml: 400..900 complete -> 600
-    (tmp_path / "best.yaml").write_text(yaml.safe_dump(
-        {"model": {"name": "tiny"}, "batch": {"micro_batch": 8}, "data": {"num_workers": 0}}))
-    assert pick_result(tmp_path) == mid  # best.yaml's runs: 400, 500, 600 -> median 500
+    best({"trial": 3, "runs": ["0", "1", "5", "4"]})  # trial 3's search run and race runs
+    assert pick_result(tmp_path) == winners_median  # its complete runs 900, 500, 700 -> 700
+    assert capsys.readouterr().err == ""
+    best({"trial": 3})  # an older best.yaml: no runs recorded, said in one line
+    assert pick_result(tmp_path) == median_all
+    assert capsys.readouterr().err.count("names no complete run of trial 3") == 1
+    best({})
+    assert pick_result(tmp_path) == median_all
+    assert "records no trial number" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no complete trial result"):
         pick_result(tmp_path / "4")
 

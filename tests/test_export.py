@@ -273,3 +273,21 @@ def test_exported_winner_never_pins_the_shared_checkpoint_folder(
                              storage="sqlite:///x.db", planned_checkpoint_every=0)  # fmt: skip
         dirs.append(OmegaConf.load(path).checkpoint.dir)
     assert dirs == [str(tmp_path / "checkpoints" / s / "trial-7") for s in ("first", "second")]
+
+
+def test_best_yaml_pins_the_threads_the_race_ran_with_and_names_the_winners_runs(tmp_path):
+    """Under joblib n_jobs=2 on 2 cores every race run had 1 torch thread (OMP_NUM_THREADS=1):
+    best.yaml pins 1, not the trial's 0 (torch's default), and says so; its runs are the job
+    folders of trial 7's search run and race runs, which `train.explain --result` reads."""
+    from sweeper.report.export import pin_measured_threads, winner_runs
+
+    pinned = {"runtime": {"threads": 0}}
+    said = pin_measured_threads(pinned, [{"fingerprint": {"torch_threads": 1}}, None] * 2)
+    assert pinned["runtime"]["threads"] == 1 and said["threads"] == 1 and said["requested"] == 0
+    pinned = {"runtime": {"threads": 0}}
+    assert pin_measured_threads(pinned, [{"fingerprint": {}}])["threads"] == 0
+    assert pinned["runtime"]["threads"] == 0
+    search_run = SimpleNamespace(user_attrs={"job_dir": str(tmp_path / "3")})
+    winner = SimpleNamespace(number=7, trial=search_run)
+    race = {"rounds": [{"7": {"job_dir": str(tmp_path / "9")}, "2": {}}, {"7": None}]}
+    assert winner_runs(winner, race, sweep_dir=tmp_path) == ["3", "9"]

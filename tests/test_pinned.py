@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.launch.job import pin_config, write_trial_config
+from sweeper.launch.job import pin_config, study_overrides, write_trial_config
 from tests.conftest import compose_dictconfig, fast_overrides, run_cli
+from train.config import Config
 
 
 @pytest.fixture
@@ -76,3 +77,34 @@ def test_bad_pinned_invocations_fail_clearly(tmp_path, pinned, args, message):
     proc = run_cli("train.trial", ["--pinned", path, *args], cwd=tmp_path)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+STUDY = {"study_storage": "sqlite:////tmp/x y/optuna.db", "study_name": "s", "trial_id": 7}
+
+
+def test_a_re_run_of_a_pinned_file_never_attaches_to_the_sweeps_study(tmp_path, pinned):
+    """A file that names a study (one written before the study left trial_config.yaml) runs
+    reporting to none: no "step already reported", no pruning; the command line still can."""
+    from train.trial.pinned import load_raw
+
+    doc = OmegaConf.load(pinned)
+    OmegaConf.update(doc, "trial", STUDY, merge=True)
+    OmegaConf.save(doc, pinned)
+    raw = OmegaConf.merge(OmegaConf.structured(Config), load_raw(pinned, []))
+    assert (raw.trial.study_storage, raw.trial.study_name, raw.trial.trial_id) == ("", "", -1)
+    given = load_raw(pinned, ["trial.study_storage=sqlite:///o.db", "trial.trial_id=3"])
+    assert (given.trial.study_storage, given.trial.trial_id) == ("sqlite:///o.db", 3)
+
+
+def test_the_sweeper_passes_the_study_on_the_command_line_not_in_the_file(tmp_path):
+    """sweeper/launch/job.py: the study settings leave the document and become overrides that
+    read back as the same values."""
+    from train.trial.pinned import apply_overrides
+
+    doc = {"trial": {**STUDY, "out": "trial.json"}}
+    overrides = study_overrides(doc)
+    assert doc == {"trial": {"out": "trial.json"}}
+    back = OmegaConf.create({"trial": {}})
+    apply_overrides(back, overrides)
+    assert OmegaConf.to_container(back.trial) == STUDY
+    assert study_overrides({"trial": {"study_storage": "", "study_name": "", "trial_id": -1}}) == []

@@ -23,6 +23,10 @@ from train.paths import PROJECT_DIR
 log = logging.getLogger(__name__)
 
 TRIAL_CONFIG_NAME = "trial_config"
+# The study a search trial reports to: passed on the child's command line, never written into
+# trial_config.yaml, so `python -m train.trial --pinned trial_config.yaml` (a re-run of the
+# pinned trial) never attaches to the sweep's study (train/trial/pinned.py drops them too)
+STUDY_KEYS = ("study_storage", "study_name", "trial_id")
 
 
 def pin_config(cfg: DictConfig) -> dict:
@@ -32,6 +36,20 @@ def pin_config(cfg: DictConfig) -> dict:
     for section, key in (("data", "dir"), ("checkpoint", "dir")):
         doc[section][key] = str(Path(doc[section][key]).expanduser().resolve())
     return doc
+
+
+def study_overrides(doc: dict) -> list[str]:
+    """Take the study settings out of `doc` (reset to their defaults, in place) and return them
+    as the child's command-line overrides; none for a trial that reports to no study."""
+    from sweeper.space.overrides import hydra_quote
+
+    trial = doc.get("trial", {})
+    taken = {k: trial.pop(k) for k in STUDY_KEYS if k in trial}
+    if not taken.get("study_storage"):
+        return []
+    return [
+        f"trial.{k}={v if isinstance(v, int) else hydra_quote(str(v))}" for k, v in taken.items()
+    ]
 
 
 def write_trial_config(doc: dict, job_dir: Path) -> Path:
@@ -79,8 +97,11 @@ def run_job(cfg: DictConfig) -> dict:
     job_dir = Path(hc.runtime.output_dir)
     sweeper_cfg = hc.sweeper
     doc = pin_config(cfg)
+    study = study_overrides(doc)
     config_file = write_trial_config(doc, job_dir)
-    argv = trial_argv(python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=[])
+    argv = trial_argv(
+        python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=study
+    )
     env = trial_env()
     timeout_s, stall_timeout_s = job_limits(sweeper_cfg)
     outcome = run_child(

@@ -160,6 +160,48 @@ def train_command(best_path: Path) -> str:
     )
 
 
+def pin_measured_threads(pinned: dict, results: list[dict]) -> dict[str, Any]:
+    """Set runtime.threads in `pinned` (in place) to the torch threads the winner's verification
+    runs measured with (their fingerprint's torch_threads), and say so: a launcher's cap (joblib
+    gives each worker cpus // n_jobs threads through OMP_NUM_THREADS) or torch's default (0)
+    becomes the number the verified tokens/s was measured at, so training from best.yaml runs
+    as the race did. Unchanged, and said, where no run recorded its threads."""
+    rt = pinned["runtime"]
+    seen = sorted({int(r["fingerprint"]["torch_threads"]) for r in results
+                   if r and (r.get("fingerprint") or {}).get("torch_threads")})  # fmt: skip
+    requested = int(rt.get("threads") or 0)
+    if len(seen) != 1:
+        return {
+            "threads": requested,
+            "source": "the trial's setting (the race recorded "
+            + ("no thread count)" if not seen else f"several: {seen})"),
+        }
+    if seen[0] != requested:
+        log.info("best.yaml pins runtime.threads=%d: the torch threads the race measured with "
+                 "(the trial asked for %d)", seen[0], requested)  # fmt: skip
+    rt["threads"] = seen[0]
+    return {
+        "threads": seen[0],
+        "requested": requested,
+        "source": "the race: one config at a time, as its runs recorded (torch_threads)",
+    }
+
+
+def winner_runs(winner: Winner, race: Mapping[str, Any] | None, *, sweep_dir: Path) -> list[str]:
+    """The job folders of the winner's search run and verification runs, relative to `sweep_dir`
+    where they lie inside it (absolute otherwise), in the order they ran."""
+    dirs = [winner.trial.user_attrs.get("job_dir")]
+    for stored in (race or {}).get("rounds", []):
+        dirs.append((stored.get(str(winner.number)) or {}).get("job_dir"))
+    root = Path(sweep_dir).resolve()
+    runs = []
+    for d in dirs:
+        if d:
+            p = Path(d).resolve()
+            runs.append(str(p.relative_to(root)) if p.is_relative_to(root) else str(p))
+    return runs
+
+
 def _plain(value: Any) -> Any:
     """A deep copy made of dict/list/str/int/float/bool/None only, which YAML round-trips."""
     if isinstance(value, Mapping):
@@ -193,13 +235,17 @@ def export_winner(
     cost: Mapping[str, Any] | None = None,
     compared: Mapping[str, Any] | None = None,
     checkpoint: CheckpointPlan | None = None,
+    race: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path.
     `cost` (sweeper/report/cost.py sweep_costs) becomes provenance.cost when given; `compared`
     ({trials, workers, raced}: the study's completed trials, how many workers ran them, and the
     contenders verified) becomes provenance.sweep.compared. `checkpoint` (the production interval
     from the winner's measured save stall, sweeper/report/handoff.py) replaces the trial's
-    checkpoint.every_steps and becomes provenance.checkpoint."""
+    checkpoint.every_steps and becomes provenance.checkpoint. `race` (the study's race record,
+    sweeper/verify/race_rounds.py RACE_ATTR) names the winner's verification runs: with its
+    search run they become provenance.sweep.runs, the job folders `python -m train.explain
+    --result` explains. runtime.threads is pinned as the race ran it (provenance.measured_as)."""
     from omegaconf import OmegaConf  # light, but only needed here
 
     job_dir = Path(winner.trial.user_attrs["job_dir"])
@@ -215,6 +261,7 @@ def export_winner(
         log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
                  "the trial saved every %d)", planned, measured)
         pinned["checkpoint"]["every_steps"] = planned
+    measured_as = pin_measured_threads(pinned, winner.results)
     row = next(r for r in rows if r["trial"] == winner.number)
     path = sweep_dir / "best.yaml"
     ckpt_dir = own_checkpoint_dir(
@@ -230,6 +277,8 @@ def export_winner(
             "study": study_name,
             "storage": mask_secrets(storage),
             "trial": winner.number,
+            # the job folders (relative to the sweep dir) that measured trial `trial`
+            "runs": winner_runs(winner, race, sweep_dir=sweep_dir),
             "verdict": winner.verdict.reason,
             "decisive": winner.verdict.decisive,
             # how the verification race ended, and the paired lead over the starting config
@@ -249,6 +298,7 @@ def export_winner(
         checkpoint.as_dict() if checkpoint is not None
         else {"every_steps": pinned["checkpoint"]["every_steps"], "rule": "no save measured"}
     )  # fmt: skip
+    doc["provenance"]["measured_as"] = measured_as  # the conditions the race measured it in
     if compared is not None:  # which trials this file's winner was chosen from
         doc["provenance"]["sweep"]["compared"] = _plain(compared)
     header = (

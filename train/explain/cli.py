@@ -94,32 +94,54 @@ def result_floor(result: dict, *, target_step_time_s: float | None = None) -> Fl
     ))
 
 
-def _matches(config: dict, pinned: dict) -> bool:
-    """Whether a trial's config is the pinned one (best.yaml) on the knobs a sweep turns."""
-    sections = ("model", "batch", "runtime", "optim", "checkpoint")
-    same = all(config.get(s) == pinned.get(s) for s in sections if s in pinned)
-    keys = ("num_workers", "prefetch_factor", "pin_memory", "format")
-    data, pdata = config.get("data", {}), pinned.get("data", {})
-    return same and all(data.get(k) == pdata.get(k) for k in keys if k in pdata)
+# what a sweep's trial job writes into its folder (sweeper/launch/runner.py RESULT_NAME); a re-run's
+# trial.json (`python -m train.trial --pinned <job>/trial_config.yaml`) is not one of the sweep's
+RUN_RESULT = "result.json"
+
+
+def exported_runs(best: Path) -> tuple[int | None, list[Path]]:
+    """The trial best.yaml was exported from (provenance.sweep.trial) and its runs' result files
+    (provenance.sweep.runs: job folders, relative to best.yaml's folder)."""
+    sweep = (read_pinned_config(best).get("provenance") or {}).get("sweep") or {}
+    trial = sweep.get("trial")
+    runs = [best.parent / str(run) / RUN_RESULT for run in sweep.get("runs") or []]
+    return (int(trial) if trial is not None else None), runs
 
 
 def pick_result(path: Path) -> Path:
-    """A result file itself, or from a sweep dir: the runs of best.yaml's config (else all complete
-    ones), and of those the median by tokens/s: a representative run, not the luckiest."""
+    """A result file itself, or from a sweep dir: the runs of the trial best.yaml was exported
+    from (by its recorded trial number and job folders, never by matching configs; else, said in
+    one line, all complete runs), and of those the median by tokens/s: a representative run, not
+    the luckiest. Only the sweep's job results count, not files re-runs wrote there."""
     if path.is_file():
         return path
     found = []
-    for p in sorted(path.rglob("*.json")):
-        r = read_result(p)  # None for the other JSON files under a sweep dir
+    for p in sorted(path.rglob(RUN_RESULT)):
+        r = read_result(p)  # None for a file that is no trial result
         if r is not None and r["status"] == "complete":
             found.append((p, r))
     if not found:
-        raise ValueError(f"no complete trial result (*.json with schema_version) under {path}")
+        raise ValueError(
+            f"no complete trial result ({RUN_RESULT} with schema_version) under {path}"
+        )
     best = next(iter(sorted(path.rglob("best.yaml"))), None)
     if best is not None:
-        pinned = read_pinned_config(best)  # a broken file: one line naming it
-        winners = [(p, r) for p, r in found if _matches(r.get("config", {}), pinned)]
-        found = winners or found
+        trial, runs = exported_runs(best)  # a broken file: one line naming it
+        wanted = {q.resolve() for q in runs}
+        winners = [(p, r) for p, r in found if p.resolve() in wanted]
+        if winners:
+            found = winners
+        else:
+            why = (
+                "records no trial number"
+                if trial is None
+                else f"names no complete run of trial {trial} under {path}"
+            )
+            print(
+                f"note: {best} {why}: explaining the median of all {len(found)} complete runs, "
+                "not the exported trial",
+                file=sys.stderr,
+            )
     found.sort(key=lambda pr: pr[1]["tokens_per_s"])
     return found[len(found) // 2][0]
 

@@ -6,7 +6,10 @@ would compose it twice (once to learn the run mode, once to run) and set up a ru
 trial on a 2-core CPU, a tenth of a short trial. Validation is the same: the file is merged into the
 `Config` schema (types) and built into the dataclasses (`__post_init__` checks). Overrides use
 Hydra's override grammar (parsed by Hydra's own parser, so a value quoted for a Hydra command line
-reads back the same); only plain assignments are accepted. Relative paths (`trial.out`) are taken
+reads back the same); only plain assignments are accepted. The study a trial reports to
+(trial.study_storage, study_name, trial_id) comes from the command line only: a file's own are
+dropped, so re-running a sweep's trial_config.yaml never attaches to the sweep's study (no
+"step already reported", no pruning of the re-run). Relative paths (`trial.out`) are taken
 relative to FILE's directory. Log lines go to stderr in Hydra's job-log format.
 """
 
@@ -22,6 +25,9 @@ from train.config import Config
 from train.config_file import read_pinned_config
 
 log = logging.getLogger(__name__)
+
+# the study settings a pinned file never carries into its run (see the module's docstring)
+STUDY_KEYS = ("study_storage", "study_name", "trial_id")
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job_logging default
 
@@ -44,6 +50,12 @@ def load_raw(path: Path, overrides: list[str]) -> DictConfig:
     where the trial's result goes)."""
     raw = OmegaConf.create(read_pinned_config(path))  # a broken file: one line naming it
     raw.pop("defaults", None)  # Hydra's defaults list: the schema is merged in instead
+    dropped = [k for k in STUDY_KEYS if OmegaConf.select(raw, f"trial.{k}") not in (None, "", -1)]
+    for key in dropped:
+        raw.trial.pop(key)
+    if dropped:
+        log.info("%s: its study settings (trial.%s) are not used: a re-run reports to no study",
+                 path.name, ", trial.".join(dropped))  # fmt: skip
     apply_overrides(raw, overrides)
     return raw
 
