@@ -224,6 +224,32 @@ def _escape_interpolations(value: Any) -> Any:
     return value
 
 
+def _pin_production_interval(
+    pinned: dict, *, planned: int, checkpoint: CheckpointPlan | None
+) -> None:
+    """The trial saved every few steps to see a save in its window; production saves at the
+    interval chosen from the measured stall (`checkpoint`), else at the planned one."""
+    measured = pinned["checkpoint"]["every_steps"]
+    if checkpoint is not None:
+        log.info("best.yaml saves every %d steps (%s; the trial saved every %d)",
+                 checkpoint.every_steps, checkpoint.rule, measured)  # fmt: skip
+        pinned["checkpoint"]["every_steps"] = checkpoint.every_steps
+    elif planned > 0 and measured != planned:
+        log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
+                 "the trial saved every %d)", planned, measured)
+        pinned["checkpoint"]["every_steps"] = planned
+
+
+def _race_record(winner: Winner) -> dict[str, Any]:
+    """How the verification race ended, and the paired lead over the starting config."""
+    lead = winner.lead_over_start
+    return {
+        "outcome": winner.outcome,
+        "rounds": winner.rounds,
+        "lead_over_start": None if lead is None else _plain(dataclasses.asdict(lead)),
+    }
+
+
 def export_winner(
     winner: Winner,
     rows: list[dict],
@@ -251,16 +277,7 @@ def export_winner(
     job_dir = Path(winner.trial.user_attrs["job_dir"])
     pinned = OmegaConf.to_container(OmegaConf.load(job_dir / "trial_config.yaml"))
     pinned.pop("defaults", None)
-    planned, measured = planned_checkpoint_every, pinned["checkpoint"]["every_steps"]
-    if checkpoint is not None:  # the trial saved every few steps to see a save in its window
-        log.info("best.yaml saves every %d steps (%s; the trial saved every %d)",
-                 checkpoint.every_steps, checkpoint.rule, measured)  # fmt: skip
-        pinned["checkpoint"]["every_steps"] = checkpoint.every_steps
-    elif planned > 0 and measured != planned:
-        # the trial saved often to measure a save; production saves at the planned interval
-        log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
-                 "the trial saved every %d)", planned, measured)
-        pinned["checkpoint"]["every_steps"] = planned
+    _pin_production_interval(pinned, planned=planned_checkpoint_every, checkpoint=checkpoint)
     measured_as = pin_measured_threads(pinned, winner.results)
     row = next(r for r in rows if r["trial"] == winner.number)
     path = sweep_dir / "best.yaml"
@@ -282,14 +299,7 @@ def export_winner(
             "verdict": winner.verdict.reason,
             "decisive": winner.verdict.decisive,
             # how the verification race ended, and the paired lead over the starting config
-            "race": {
-                "outcome": winner.outcome,
-                "rounds": winner.rounds,
-                "lead_over_start": (
-                    None if winner.lead_over_start is None
-                    else _plain(dataclasses.asdict(winner.lead_over_start))
-                ),
-            },
+            "race": _race_record(winner),
         },
     )
     if cost is not None:  # time to train the planned tokens and $ per 1B, start and winner
