@@ -321,3 +321,27 @@ def test_ceiling_cuda_bf16_is_teraflops(tmp_path: Path) -> None:
         torch.device("cuda", 0), "bf16", cache_path=tmp_path / "c.json"
     )
     assert result.flops > 1e13  # any bf16-capable GPU does > 10 TFLOP/s on an 8192 matmul
+
+
+def test_ceiling_refresh_measures_and_replaces_a_low_entry(tmp_path: Path) -> None:
+    path = tmp_path / "ceiling.json"
+    first = _ceiling(path)
+    doc = json.loads(path.read_text())
+    (key,) = doc["entries"]
+    doc["entries"][key]["flops"] = 1.0  # a ceiling measured while the machine was busy
+    path.write_text(json.dumps(doc))
+    assert _ceiling(path).flops == 1.0  # the cache is trusted as it is
+    fresh = _ceiling(path, refresh=True)
+    assert not fresh.cached and fresh.flops > 1e6
+    assert json.loads(path.read_text())["entries"][key]["flops"] == fresh.flops
+    assert first.flops > 1e6
+
+
+@pytest.mark.parametrize(
+    ("cached", "mfu_ceiling", "stale"),
+    [(True, 1.15, True), (True, 1.0, False), (True, 0.4, False), (False, 1.15, False),
+     (True, None, False)],
+)  # fmt: skip
+def test_a_cached_ceiling_the_step_beat_is_stale(cached: bool, mfu_ceiling, stale: bool) -> None:
+    c = ceiling.Ceiling(flops=1e9, source="linear", cached=cached)
+    assert ceiling.is_stale(c, mfu_ceiling) is stale

@@ -471,3 +471,26 @@ def test_heartbeats_come_during_warmup_and_stop_before_the_window(
     assert beats and {b["phase"] for b in beats} <= {"setup", "warmup"}
     assert "heartbeat" not in kinds[done:]  # a hang in the window must go quiet
     assert "interval" in kinds[done:]
+
+
+def test_a_cached_ceiling_below_the_trials_own_rate_is_measured_again(
+    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ceiling cached while the machine was busy read low, and every later trial showed an MFU
+    against it above 100% (seen on this VM: 103-115%). The trial measures it again."""
+    from train.measure.ceiling_cache import default_cache_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = make_config()
+    first, _ = _trial(cfg, tmp_path, "first.json")
+    path = default_cache_path()
+    doc = json.loads(path.read_text())
+    for entry in doc["entries"].values():
+        entry["flops"] = 1.0  # planted: far below any real step's rate
+    path.write_text(json.dumps(doc))
+    result, _ = _trial(cfg, tmp_path, "second.json")
+    assert result["status"] == "complete"
+    assert 0 < result["mfu"]["ceiling"] <= 1.0
+    assert result["device"]["ceiling_flops"] > 1e6
+    assert all(e["flops"] > 1e6 for e in json.loads(path.read_text())["entries"].values())
+    assert first["mfu"]["ceiling"] is not None

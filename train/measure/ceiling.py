@@ -47,11 +47,13 @@ def measure_matmul_ceiling(
     min_time_s: float = 0.3,
     cache_path: Path | None = None,
     use_cache: bool = True,
+    refresh: bool = False,
 ) -> Ceiling:
     """Time an n x n matmul in `dtype` on `device` and return the best FLOP/s seen.
 
     cache_path None means default_cache_path(); use_cache=False always measures and
-    leaves the cache file alone.
+    leaves the cache file alone; refresh=True measures and replaces the cached entry (one
+    measured while the machine was busy reads low, and every later trial would inherit it).
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -66,7 +68,7 @@ def measure_matmul_ceiling(
     name = device_name(device)
     key = _cache_key(name=name, dtype=dtype, size=size)
     path = cache_path if cache_path is not None else default_cache_path()
-    if use_cache:
+    if use_cache and not refresh:
         hit = load_entries(path).get(key)
         if isinstance(hit, dict) and isinstance(hit.get("flops"), int | float):
             return Ceiling(flops=float(hit["flops"]), source=str(hit.get("source")), cached=True)
@@ -80,6 +82,12 @@ def measure_matmul_ceiling(
         entries[key] = {"flops": flops, "source": source, "measured_at": time.time()}
         save_entries(path, entries)
     return Ceiling(flops=flops, source=source, cached=False)
+
+
+def is_stale(ceiling: Ceiling, mfu_ceiling: float | None) -> bool:
+    """A cached ceiling the model's whole step beat (MFU against it above 100%) was measured low:
+    the step's matmuls cannot outrun the bare matmul on the same device, dtype and threads."""
+    return ceiling.cached and mfu_ceiling is not None and mfu_ceiling > 1.0
 
 
 def _time_matmul(

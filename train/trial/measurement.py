@@ -19,6 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config
+from train.measure.ceiling import is_stale, measure_matmul_ceiling
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
 from train.paths import PROJECT_DIR, check_checkpoint_target, check_file_target
@@ -106,19 +107,14 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         memory_report = measure_memory(s, step=partial(untimed_step, s))
         trace = profile_steps(s, out_path.parent) if cfg.trial.profile else None
         memory = dev.peak_memory_gib(s.device)
-        result = build_result(
-            cfg=cfg,
-            session=s,
-            raw=raw,
-            device_name=name,
-            peak=peak,
-            ceiling=ceiling,
-            memory=memory,
-            memory_report=memory_report,
-            fingerprint=fingerprint,
-            trace=trace,
-            wall_s=time.time() - started,
-        )
+        build = partial(build_result, cfg=cfg, session=s, raw=raw, device_name=name, peak=peak,
+                        memory=memory, memory_report=memory_report, fingerprint=fingerprint,
+                        trace=trace, wall_s=time.time() - started)  # fmt: skip
+        result = build(ceiling=ceiling)
+        if is_stale(ceiling, result["mfu"]["ceiling"]):
+            log.warning("the cached matmul ceiling (%s) is below this trial's own rate: measuring "
+                        "it again", ceiling.source)  # fmt: skip
+            result = build(ceiling=measure_matmul_ceiling(s.device, s.dtype, refresh=True))
         if rank.main:  # another rank's result would only repeat rank 0's
             write_result(result, out_path)
         finished = True
