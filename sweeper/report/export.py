@@ -93,10 +93,9 @@ def best_config_document(
         data["dir"] = str(data_dir.resolve())
     if checkpoint_dir is not None:
         doc["checkpoint"]["dir"] = checkpoint_dir
-    trial = doc["trial"]
-    for key, default in SWEEP_ONLY_TRIAL_DEFAULTS.items():
-        if key in trial:
-            trial[key] = default
+    # written out even where the trial's file lacks them (a trial now gets its study on the
+    # command line): best.yaml says plainly that it attaches to no study
+    doc["trial"].update(SWEEP_ONLY_TRIAL_DEFAULTS)
 
     sweep_doc = _plain(sweep)
     if "storage" in sweep_doc:
