@@ -76,7 +76,9 @@ def run_until(
                 why = stop_reason[0] if stop_reason else "deadline"
                 _stop(proc, label=label, grace_s=grace_s, why=why)
                 break
-            stop_event.wait(timeout=min(1.0, max(0.05, left)))
+            # a short poll: a stage lasts minutes, and a cut should land within 0.1 s of its
+            # deadline (a tiny dry-run trial can finish inside a 1 s wait, and then nothing is cut)
+            stop_event.wait(timeout=min(0.1, max(0.05, left)))
         code = proc.wait()
         reader.join(timeout=10)
         _kill_group(proc.pid)  # whatever the child left behind (its group is ours)
