@@ -44,6 +44,26 @@ def test_first_non_finite(tensors: dict[str, list[float]], expected: str | None)
     assert first_non_finite(iter(named)) == expected
 
 
+def test_one_device_with_several_dtypes_syncs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every host read is counted: one `.tolist()` for the device, no `.cpu()` or `.item()`."""
+    reads: list[str] = []
+    for method in ("tolist", "cpu", "item"):
+        real = getattr(torch.Tensor, method)
+
+        def counted(self: torch.Tensor, *a: object, _m: str = method, _r=real, **k: object):
+            reads.append(_m)
+            return _r(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, method, counted)
+    named = [
+        ("w32", torch.ones(3)),
+        ("w16", torch.ones(4, dtype=torch.bfloat16)),
+        ("w64", torch.ones(2, dtype=torch.float64)),
+    ]
+    assert first_non_finite(iter(named)) is None
+    assert reads == ["tolist"]
+
+
 def _model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
     model = nn.Linear(4, 3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -5,11 +5,12 @@ checkpoint is saved meanwhile, `checkpoint.keep` then deletes the last good one 
 and the good weights are gone. So no state is written before this check says it is finite: the
 step's loss, every parameter and every floating-point optimizer tensor (AdamW's moments).
 
-The check is one reduction per tensor group and one device sync: `torch._foreach_norm` (the L2
+The check is one reduction per tensor group and one sync per device: `torch._foreach_norm` (the L2
 norm: NaN and inf propagate into it; ~10x faster on a CPU than the infinity norm, measured on torch
-2.13), stacked, then one `.tolist()`. Only a tensor whose norm is not finite is then looked at
-element by element, since squares of huge but finite values can overflow the norm. A save already
-waits for the device (it reads the state), so ordinary steps gain no sync;
+2.13), its finiteness kept on the device, then one `.tolist()` per device. Only a tensor whose
+norm is not finite is then looked at element by element, since squares of huge but finite values
+can overflow the norm. A save already waits for the device (it reads the state), so ordinary steps
+gain no sync;
 scripts/bench_finite_check.py measures what the check costs against a step.
 """
 
@@ -51,18 +52,19 @@ def first_non_finite(named: Iterator[tuple[str, torch.Tensor]]) -> str | None:
             groups.setdefault((t.device, t.dtype), []).append((name, t))
     if not groups:
         return None
-    members: list[tuple[str, torch.Tensor]] = []
-    norms: list[torch.Tensor] = []
-    for group in groups.values():
+    by_device: dict[torch.device, tuple[list[tuple[str, torch.Tensor]], list[torch.Tensor]]] = {}
+    for (device, _), group in groups.items():
+        members, flags = by_device.setdefault(device, ([], []))
         members.extend(group)
         found = torch._foreach_norm([t for _, t in group], 2)
-        norms.append(torch.stack([n.float() for n in found]).cpu())
-    finite = torch.cat(norms).isfinite().tolist()  # the one sync
-    for (name, t), ok in zip(members, finite, strict=True):
-        # a flagged norm is a NaN or an inf, or squares of huge finite values that overflowed:
-        # only an element-wise look tells them apart (rare: a healthy state never gets here)
-        if not ok and not bool(torch.isfinite(t).all()):
-            return name
+        flags.append(torch.stack(list(found)).isfinite())  # stays on the device
+    for members, flags in by_device.values():
+        finite = torch.cat(flags).tolist()  # the one sync of this device
+        for (name, t), ok in zip(members, finite, strict=True):
+            # a flagged norm is a NaN or an inf, or squares of huge finite values that overflowed:
+            # only an element-wise look tells them apart (rare: a healthy state never gets here)
+            if not ok and not bool(torch.isfinite(t).all()):
+                return name
     return None
 
 
