@@ -20,12 +20,21 @@ def main(cfg: DictConfig) -> dict:
 
 
 def check_command_line() -> None:
-    """A mistyped key is refused in one line with the nearest schema key, before Hydra starts."""
+    """A mistyped key is refused in one line with the nearest schema key, and a launcher plugin
+    that is not installed in one line naming the extra, before Hydra starts."""
     import dataclasses
+    import logging
     import sys
 
     from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+    from sweeper.plan.extras import missing_plugin_error
     from train.keys import exit_on_mistyped_keys
+
+    missing = missing_plugin_error(sys.argv[1:])
+    if missing:
+        logging.basicConfig(format="[%(levelname)s] %(message)s")
+        logging.getLogger("sweep").error("%s", missing)
+        raise SystemExit(2)
 
     fields = [f.name for f in dataclasses.fields(ThroughputSweeperConf)]
     exit_on_mistyped_keys(sys.argv[1:], sweeper_fields=fields)

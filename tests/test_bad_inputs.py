@@ -89,6 +89,21 @@ def test_trainer_refuses_before_any_step(tmp_path: Path, override: str, words: l
     assert "step 1" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["composed", "--pinned"])
+@pytest.mark.parametrize("override,words", MISTYPED, ids=[c[0] for c in MISTYPED])
+def test_trial_refuses_a_mistyped_key(tmp_path: Path, exported_best: str, pinned: bool,
+                                      override: str, words: list[str]):  # fmt: skip
+    """`python -m train.trial` answers a mistyped key as the sweep and the trainer do (issue 25),
+    composed or after `--pinned FILE`, before anything runs."""
+    head = [f"hydra.run.dir={tmp_path / 'run'}"]
+    if pinned:
+        (tmp_path / "best.yaml").write_text(exported_best)
+        head = ["--pinned", str(tmp_path / "best.yaml")]
+    proc = _python_m("train.trial", *head, override, cwd=tmp_path)
+    _judge(f"trial {'--pinned ' if pinned else ''}{override}", proc, words)
+    assert not list(tmp_path.rglob("trial.json"))  # no trial ran, none was recorded
+
+
 # --- broken files the user hands over (issue 19): one line naming the file and the fix, before
 # anything runs (best.yaml before Hydra, the storage before the zygote, paths before any step)
 

@@ -3,6 +3,7 @@ the plan predicted. `hydra.sweeper.plan=true` stops here (the text it prints is
 sweeper/report/plan_text.py's).
 
 - `preflight`: settings refused before anything starts, one line each.
+- `extras`: a launcher plugin the command line names but this install lacks (the `[scale]` extra).
 - `prepare`: the sweep's request turned into a `Prepared` sweep (base config, device, space).
 - `device`: the device a sweep plans for, probed in a child process or named (`DeviceFacts`).
 - `gpu_slots`: which GPUs each parallel trial owns.
@@ -10,4 +11,4 @@ sweeper/report/plan_text.py's).
 - `plan`: the trial counts and the predicted wall time (`SweepPlan`, `build_plan`).
 """
 
-__all__ = ["device", "gpu_slots", "plan", "preflight", "prepare", "scan"]
+__all__ = ["device", "extras", "gpu_slots", "plan", "preflight", "prepare", "scan"]

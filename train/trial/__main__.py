@@ -4,13 +4,15 @@ FILE [key=value ...]`: a fully resolved file, what the sweeper's children run (p
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from train.config_file import exit_on_bad_config_file
+from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.trial.measurement import run_composed
 
 
@@ -18,6 +20,11 @@ from train.trial.measurement import run_composed
 def main(dcfg: DictConfig) -> int:
     from hydra.core.hydra_config import HydraConfig
 
+    try:  # a `+key=` Hydra added: the same one line as `python -m train`, before any step
+        check_trainer_keys(flat_keys(OmegaConf.to_container(dcfg, resolve=False)))
+    except ValueError as exc:
+        logging.getLogger("train.trial").error("invalid config: %s", exc)
+        raise SystemExit(2) from None
     code = run_composed(dcfg, base_dir=Path(HydraConfig.get().runtime.output_dir))
     if code:
         raise SystemExit(code)
@@ -28,6 +35,9 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--pinned"]:
         from train.trial.pinned import main_pinned
 
+        # the overrides after FILE get the same one line (a `+key=` too: --pinned adds no keys)
+        exit_on_mistyped_keys([arg.removeprefix("+") for arg in sys.argv[3:]])
         sys.exit(main_pinned(sys.argv[2:]))
+    exit_on_mistyped_keys(sys.argv[1:])  # one line with the nearest schema key, before Hydra
     sys.argv[1:] = exit_on_bad_config_file(sys.argv[1:])  # a broken best.yaml: one line
     main()
