@@ -44,6 +44,7 @@ TORCH_FREE: tuple[str, ...] = (
     "train.measure.flops",
     "train.measure.memory_model",
     "train.measure.meters",
+    "train.measure.window_ci",
     "train.model",
     "train.proc",
     "train.proc.deathsig",

@@ -294,6 +294,11 @@ class TrialConfig:
     # sweep's fault handling: none | crash | nan | oom | hang | sigkill | disk_full
     fault: str = "none"
     fault_rank: int = 0  # the process that plants it in a data-parallel trial (runtime.nproc > 1)
+    # the window also ends once the 95% t-interval of the mean step time is within +-target_ci of
+    # it (0.02 = +-2%; train/measure/window_ci.py), after ci_min_steps measured steps (and the
+    # first checkpoint save inside the window); 0 = off: min_steps/max_steps/max_seconds only
+    target_ci: float = 0.0
+    ci_min_steps: int = 3
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:
@@ -312,6 +317,12 @@ class TrialConfig:
                 f"trial.project_above_s must be >= 0 (0 = never project) and "
                 f"trial.project_micro_steps >= 1, got {self.project_above_s} and "
                 f"{self.project_micro_steps}"
+            )
+        if not 0 <= self.target_ci < 1 or self.ci_min_steps < 2:
+            raise ValueError(
+                f"trial.target_ci must be a share in [0, 1) (0.02 = +-2%; 0 = off) and "
+                f"trial.ci_min_steps >= 2 (a spread needs two steps), got {self.target_ci} and "
+                f"{self.ci_min_steps}"
             )
         if self.max_seconds <= 0 or self.report_every < 1 or self.profile_steps < 1:
             raise ValueError(

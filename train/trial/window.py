@@ -3,7 +3,8 @@
 Warm-up steps first, short ones (compilation and allocator growth happen there and are timed
 apart); the last sizes a full step, which decides whether the window measures full steps or short
 ones projected to full ones. The window then runs until `trial.max_steps`, or `trial.max_seconds`
-past `trial.min_steps`, or a prune; `train/trial/measurement.py` runs the trial around it and
+past `trial.min_steps`, or the step time's confidence interval is within `trial.target_ci`
+(train/measure/window_ci.py), or a prune; `train/trial/measurement.py` runs the trial around it and
 `train/trial/result.py` turns what it returns into the result JSON.
 """
 
@@ -28,6 +29,7 @@ from train.measure.meters import (
     window_rate,
 )
 from train.measure.nvml import NvmlSampler
+from train.measure.window_ci import ci_reached, first_ci_step, relative_half_width
 from train.run import device as dev
 from train.run.distributed import any_rank, from_main
 from train.run.loop import Session, check_finite, make_phase_clock, run_step
@@ -68,6 +70,8 @@ class _Window:
     intervals: list[Interval] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     pruned: bool = False
+    # why the window ended: max_steps | max_seconds | target_ci | pruned
+    stopped_by: str = "max_steps"
 
     def add_step(self, wall_s: float, phases: dict[str, float], clock: Clock) -> None:
         """Record one step's time and phases (a short step projected to the full one first)."""
@@ -151,6 +155,8 @@ def measure(
         "loss_last": window.last_loss,
         "losses": warm.losses + window.losses,
         "pruned": window.pruned,
+        "window_stop": {"by": window.stopped_by, "steps": len(window.step_times),
+                        "ci": relative_half_width(window.step_times)},
         "device_samples": sampler.summary() if sampler is not None else None,
         "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
         "projection": {
@@ -224,8 +230,13 @@ def _run_window(
     progress: ProgressFile,
 ) -> None:  # fmt: skip
     """Measured steps until `trial.max_steps`, or `trial.max_seconds` past `trial.min_steps`, or
-    a prune. The step clock covers training only: reporting and the ranks' agreement are not."""
+    the mean step time known to +-`trial.target_ci` (from the first step `first_ci_step` allows),
+    or a prune. The step clock covers training only: reporting and the ranks' agreement are not.
+    Prune reports carry the measured step index, so trials are compared at equal measured steps
+    whichever rule ends each window."""
     t = s.cfg.trial
+    ci_from = first_ci_step(ci_min_steps=t.ci_min_steps, max_steps=t.max_steps,
+                            checkpoint_every=s.cfg.checkpoint.every_steps)  # fmt: skip
     window_start = time.perf_counter()
     prev = window_start
     while len(window.step_times) < t.max_steps:
@@ -250,14 +261,21 @@ def _run_window(
         if step % t.report_every == 0:
             report_start = time.perf_counter()
             if _report_interval(s, window, step=step, reporter=reporter, progress=progress):
-                window.pruned = True
+                window.pruned, window.stopped_by = True, "pruned"
                 break
             # reporting to the study (a database round trip) is the sweep's bookkeeping, not
             # training: the next step's clock starts after it
             prev += time.perf_counter() - report_start
         agree_start = time.perf_counter()
-        if any_rank(now - window_start >= t.max_seconds and step >= t.min_steps, s.rank,
-                    s.device):  # fmt: skip
+        timed_out = now - window_start >= t.max_seconds and step >= t.min_steps
+        measured = ci_reached(window.step_times, target_ci=t.target_ci, first_step=ci_from)
+        if any_rank(timed_out or measured, s.rank, s.device):
+            if step < t.max_steps:
+                window.stopped_by = "max_seconds" if timed_out else "target_ci"
+            if window.stopped_by == "target_ci":
+                log.info("mean step time known to +-%.1f%% after %d measured steps "
+                         "(trial.target_ci=%g): window ends", 100 * relative_half_width(
+                             window.step_times), step, t.target_ci)  # fmt: skip
             break
         prev += time.perf_counter() - agree_start  # the ranks' agreement is not training
 

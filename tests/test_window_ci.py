@@ -1,0 +1,96 @@
+"""The early stop of a trial's measured window (train/measure/window_ci.py): the t quantile, the
+interval, the first step it may end at, the stop rule and its forward run for the plan (tables);
+a real tiny trial that ends on it; pruning at equal measured steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from train.measure.window_ci import (
+    ci_reached,
+    first_ci_step,
+    relative_half_width,
+    steps_to_ci,
+    t_quantile,
+)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 7, 10, 19, 30, 100])
+@pytest.mark.parametrize("p", [0.9, 0.95, 0.975, 0.995])
+def test_t_quantile_matches_scipy(p, df) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    # the expansion is within 0.2% where the window uses it (95% two-sided: p = 0.975), 1% in
+    # the far tail at 3 degrees of freedom
+    rel = 2e-3 if p <= 0.975 else 1e-2
+    assert t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), rel=rel)
+
+
+@pytest.mark.parametrize(("p", "df"), [(0.5, 3), (1.0, 3), (0.95, 0)])
+def test_t_quantile_refuses_bad_arguments(p, df) -> None:
+    with pytest.raises(ValueError, match=r"0\.5 < p < 1"):
+        t_quantile(p, df)
+
+
+@pytest.mark.parametrize(
+    ("times", "half"),
+    [
+        ([1.0], math.inf),  # no spread from one step
+        ([1.0, 1.0, 1.0], 0.0),
+        # mean 1, sd 0.1, n 4: t(0.975, 3) = 3.182 x 0.1 / 2 = 0.159
+        ([0.9, 1.1, 0.9, 1.1], 3.182 * math.sqrt(4 / 3) * 0.1 / 2),
+    ],
+)  # fmt: skip
+def test_relative_half_width(times, half) -> None:
+    assert relative_half_width(times) == pytest.approx(half, rel=2e-3)
+
+
+@pytest.mark.parametrize(
+    ("ci_min", "every", "max_steps", "first"),
+    [
+        (3, 0, 20, 3),  # no checkpoint: ci_min_steps
+        (3, 6, 20, 6),  # the window measures its first save before it may end
+        (3, 2, 20, 3),
+        (3, 30, 20, 3),  # a save past max_steps is never measured: ignored
+        (2, 0, 20, 2),
+        (8, 0, 5, 5),  # never past max_steps
+    ],
+)  # fmt: skip
+def test_first_ci_step(ci_min, every, max_steps, first) -> None:
+    got = first_ci_step(ci_min_steps=ci_min, checkpoint_every=every, max_steps=max_steps)
+    assert got == first
+
+
+TIGHT = [1.00, 1.01, 0.99, 1.00, 1.005]  # CV ~0.8%
+WIDE = [1.0, 1.3, 0.8, 1.2, 0.9]  # CV ~20%
+
+
+@pytest.mark.parametrize(
+    ("times", "target", "first", "stop"),
+    [
+        (TIGHT, 0.02, 3, True),
+        (TIGHT[:3], 0.02, 3, False),  # sd 1%: t(2) = 4.30 x 1% / sqrt(3) = 2.48% > 2%
+        ([1.0, 1.005, 0.995], 0.02, 3, True),  # sd 0.5%: 1.24%
+        (TIGHT[:2], 0.02, 3, False),  # before the first step the rule may end at
+        (TIGHT, 0.0, 3, False),  # off
+        (WIDE, 0.02, 3, False),
+        (WIDE, 0.5, 3, True),
+    ],
+)  # fmt: skip
+def test_ci_reached(times, target, first, stop) -> None:
+    assert ci_reached(times, target_ci=target, first_step=first) is stop
+
+
+@pytest.mark.parametrize(
+    ("cv", "target", "first", "max_steps", "steps"),
+    [
+        (0.01, 0.02, 3, 20, 4),  # t(3) x 1% / 2 = 1.59% <= 2%; n = 3 gives 2.48%
+        (0.005, 0.02, 3, 20, 3),  # 4.30 x 0.5% / 1.73 = 1.24%
+        (0.10, 0.02, 3, 20, 20),  # never within 2% in 20 steps: max_steps
+        (0.01, 0.02, 6, 20, 6),  # not before the first save
+        (0.01, 0.0, 3, 20, 20),  # off: the window runs to its maximum
+    ],
+)  # fmt: skip
+def test_steps_to_ci(cv, target, first, max_steps, steps) -> None:
+    assert steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps) == steps
