@@ -44,6 +44,7 @@ SWEEP_ONLY_TRIAL_DEFAULTS: dict[str, Any] = {
     "trial_id": -1,
     "progress_file": "",
     "out": "trial.json",
+    "compile_record": "",
 }
 
 
@@ -96,6 +97,10 @@ def best_config_document(
     # written out even where the trial's file lacks them (a trial now gets its study on the
     # command line): best.yaml says plainly that it attaches to no study
     doc["trial"].update(SWEEP_ONLY_TRIAL_DEFAULTS)
+    # runtime.compile_cache: the sweep's cache folder, which the production run compiles from
+    # (train/proc/compile_cache.py); a sweep that ran with it off leaves torch's default
+    if doc["runtime"].get("compile_cache") == "off":
+        doc["runtime"]["compile_cache"] = ""
 
     sweep_doc = _plain(sweep)
     if "storage" in sweep_doc:
@@ -179,10 +184,21 @@ def pin_measured_threads(pinned: dict, results: list[dict]) -> dict[str, Any]:
         log.info("best.yaml pins runtime.threads=%d: the torch threads the race measured with "
                  "(the trial asked for %d)", seen[0], requested)  # fmt: skip
     rt["threads"] = seen[0]
+    # the race set runtime.threads itself where a launcher capped its jobs (launch/threads.py)
+    uncapped = requested == 0 and all(
+        int(((r.get("config") or {}).get("runtime") or {}).get("threads") or 0) == seen[0]
+        for r in results if r
+    )  # fmt: skip
     return {
         "threads": seen[0],
         "requested": requested,
-        "source": "the race: one config at a time, as its runs recorded (torch_threads)",
+        "uncapped": uncapped,
+        "source": (
+            "the race, uncapped: one config at a time at the production run's torch threads "
+            "(torch's default in a fresh process, set for the race instead of the launcher's cap)"
+            if uncapped
+            else "the race: one config at a time, as its runs recorded (torch_threads)"
+        ),
     }
 
 

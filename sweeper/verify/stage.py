@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
+from sweeper.launch.threads import THREADS_KEY, uncapped
 from sweeper.settings import rules_from
 from sweeper.study.objective import direction
 from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
@@ -136,6 +137,7 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
     if start_added:
         top.append(base_trial)
     cands = {t.number: _candidate(ctx, t) for t in top}
+    _say_uncapped(ctx, cands)
     if start_added:
         which = f"the top {len(cands) - 1} and the starting config"
     elif base_trial is not None:
@@ -151,18 +153,33 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
     return cands
 
 
+def _say_uncapped(ctx: SweepContext, cands: dict[int, Candidate]) -> None:
+    """Log the torch threads the race runs at where it lifted the launcher's thread cap (the
+    override `uncapped` appended last)."""
+    lifted = {c.overrides[-1] for c in cands.values() if c.overrides[-1].startswith(THREADS_KEY)}
+    if lifted:
+        log.info(
+            "the race runs one config at a time without %s's thread cap: %s, as the production "
+            "run gets (torch's default in a fresh process here)",
+            type(ctx.jobs.launcher).__name__, ", ".join(sorted(lifted)),
+        )  # fmt: skip
+
+
 def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
-    """A search trial's config as a race candidate: its overrides run real full steps."""
+    """A search trial's config as a race candidate: its overrides run real full steps, at the
+    production run's torch threads where the launcher caps its jobs' (sweeper/launch/threads.py)."""
     space = ctx.space
+    overrides = [
+        *ctx.fixed,
+        *space.to_overrides(trial.params),
+        *REAL_STEPS,
+        *trial_limits(space, ctx.settings, trial.params, dict(REAL_STEP_KEYS)),
+    ]
+    launcher = type(ctx.jobs.launcher).__name__
     return Candidate(
         key=json.dumps(trial.params, sort_keys=True, default=str),
         params=dict(trial.params),
-        overrides=[
-            *ctx.fixed,
-            *space.to_overrides(trial.params),
-            *REAL_STEPS,
-            *trial_limits(space, ctx.settings, trial.params, dict(REAL_STEP_KEYS)),
-        ],
+        overrides=uncapped(overrides, base=space.ctx.base, launcher=launcher),
         values=[],
         simplicity=space.defaults_distance(trial.params, space.ctx.base),
     )
