@@ -24,11 +24,21 @@ from hydra.core.config_store import ConfigStore
 # The cross-field rules, re-exported: callers import them from here as from their own module.
 from train.config_rules import (  # noqa: F401
     CUDAGRAPH_MODES,
+    FLASH_IMPLS,
+    FLOAT8_RECIPES,
     HALF_ONLY_CUDA_ATTENTION,
+    LOSS_MODES,
+    SELECTIVE,
     attention_dtype_conflict,
+    check_compile_cache,
+    check_loss,
     cudagraph_conflict,
     dtype_unsupported,
+    flash_impl_unsupported,
+    float8_unsupported,
     grad_accum_for,
+    is_selective,
+    loss_chunk_rows,
     num_checkpointed_blocks,
     parse_activation_checkpointing,
     resolve_dtype_name,
@@ -41,7 +51,8 @@ log = logging.getLogger(__name__)
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
-ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+# SDPA backends, then the flash implementations torch may register (FA3, FA4: CUDA only)
+ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math", *FLASH_IMPLS)
 
 
 @dataclass(kw_only=True)
@@ -84,7 +95,9 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
-TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill", "disk_full")
+# coarse_weights is no failure but a planted precision loss (train/trial/coarse.py): the trial
+# completes and trains worse, for the numerics guard to catch
+TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill", "disk_full", "coarse_weights")
 DATA_FORMATS = ("auto", "nanogpt", "llmc")
 CHECKPOINT_MODES = ("sync", "async")
 
@@ -228,8 +241,24 @@ class RuntimeConfig:
     dtype: str = "auto"  # auto (bf16 on a CUDA device that has it, else fp32) | fp32 | bf16 | fp16
     tf32: bool = True  # TF32 tensor cores for fp32 matmuls (CUDA Ampere and newer)
     compile: str = "none"  # torch.compile mode, or none for eager
-    attention: str = "auto"  # SDPA backend: auto | flash | efficient | cudnn | math
-    activation_checkpointing: str = "none"  # none | every | every_<k> (every k-th block)
+    # torch.compile's cache folder (train/proc/compile_cache.py): '' = torch's default, 'off' =
+    # compile cold every time, or a folder (a sweep passes its own; best.yaml carries it)
+    compile_cache: str = ""
+    # SDPA backend: auto | flash | efficient | cudnn | math, or a flash implementation the installed
+    # torch lists (fa3 | fa4: torch.nn.attention.activate_flash_attention_impl, CUDA only)
+    attention: str = "auto"
+    # float8 matmuls in the transformer blocks' linears through torchao: none | tensorwise |
+    # rowwise (needs runtime.dtype=bf16 and a GPU with compute capability >= 8.9; changes the math)
+    float8: str = "none"
+    # torchao's emulate mode: float8 rounding with high-precision matmuls, on any device (no
+    # speed-up): tests the float8 plumbing on a CPU
+    float8_emulate: bool = False
+    # none | every | every_<k> (every k-th block) | selective (every block, op-level: matmul and
+    # attention outputs kept, pointwise ops recomputed; train/model/recompute.py)
+    activation_checkpointing: str = "none"
+    # full | chunked (the LM head and cross-entropy in chunks of rows, never the whole fp32
+    # logits; train/model/loss.py)
+    loss: str = "full"
     threads: int = 0  # intra-op CPU threads; 0 keeps torch's default
     seed: int = 1337  # model init and data order
     # processes per node: > 1 starts the run under torchrun (torch.distributed.run) with DDP, one
@@ -240,13 +269,16 @@ class RuntimeConfig:
         if self.nproc < 1:
             raise ValueError(f"runtime.nproc must be >= 1 (processes per node), got {self.nproc}")
         one_of("runtime.compile", self.compile, COMPILE_MODES)
+        check_compile_cache(self.compile_cache, field="runtime.compile_cache")
         one_of("runtime.dtype", self.dtype, DTYPES)
         one_of("runtime.attention", self.attention, ATTENTION_BACKENDS)
+        one_of("runtime.float8", self.float8, FLOAT8_RECIPES)
         if self.threads < 0:
             raise ValueError(
                 f"runtime.threads must be >= 0 (0 = torch default), got {self.threads}"
             )
         parse_activation_checkpointing(self.activation_checkpointing)
+        check_loss(self.loss)
 
 
 @dataclass(kw_only=True)
@@ -285,13 +317,17 @@ class TrialConfig:
     study_storage: str = ""  # Optuna storage URL to report intermediate values to; empty = off
     study_name: str = ""  # study to report to
     trial_id: int = -1  # Optuna trial id to report to
+    # the sweep's record of each graph's first measured compile (train/measure/compile_graphs.py),
+    # a JSON file shared by its trials; empty = none: the trial's own compile is charged
+    compile_record: str = ""
     # a full optimizer step predicted (from the warm-up) to take longer than this is measured as
     # steps of `project_micro_steps` micro-batches and projected to the full step; 0 = always
     # measure real full steps (the sweep re-measures its start and winner that way)
     project_above_s: float = 5.0
     project_micro_steps: int = 4  # micro-batches per measured step when projecting (and warm-up)
     # test hook, off by default: plant a failure at the first measured step to exercise the
-    # sweep's fault handling: none | crash | nan | oom | hang | sigkill | disk_full
+    # sweep's fault handling: none | crash | nan | oom | hang | sigkill | disk_full |
+    # coarse_weights (rounds every weight after each step: a precision loss, not a failure)
     fault: str = "none"
     fault_rank: int = 0  # the process that plants it in a data-parallel trial (runtime.nproc > 1)
     # the window also ends once the 95% t-interval of the mean step time is within +-target_ci of
@@ -390,10 +426,19 @@ def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
     )
 
 
-def check_combinations(cfg: Config, *, device_type: str, dtype: str | None = None) -> None:
+def check_combinations(
+    cfg: Config,
+    *,
+    device_type: str,
+    dtype: str | None = None,
+    capability: tuple[int, int] | None = None,
+    flash_impls: list[str] | None = None,
+) -> None:
     """Cross-field rules: combinations that cannot work or give wrong answers are refused up
     front. `dtype` is the resolved precision where the caller knows it (runtime.dtype=auto
-    depends on the device); without it, auto is taken as bf16 on CUDA."""
+    depends on the device); without it, auto is taken as bf16 on CUDA. `capability` is the CUDA
+    device's compute capability and `flash_impls` the flash attention implementations the
+    installed torch lists (lower-cased), where the caller knows them."""
     check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size(cfg.runtime.nproc))
     rt = cfg.runtime
     conflict = attention_dtype_conflict(
@@ -414,6 +459,12 @@ def check_combinations(cfg: Config, *, device_type: str, dtype: str | None = Non
     unsupported = dtype_unsupported(rt.dtype, device_type=device_type)
     if unsupported:
         raise ValueError(f"{unsupported}; use bf16 or fp32")
+    unsupported = float8_unsupported(
+        rt.float8, dtype=dtype or rt.dtype, device_type=device_type, capability=capability,
+        emulate=rt.float8_emulate,
+    ) or flash_impl_unsupported(rt.attention, device_type=device_type, installed=flash_impls)
+    if unsupported:
+        raise ValueError(unsupported)
     cpus = len(os.sched_getaffinity(0))
     if cfg.data.num_workers + max(rt.threads, 1) > 2 * cpus:
         log.warning(

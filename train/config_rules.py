@@ -7,13 +7,14 @@ Torch-free (listed in `train.TORCH_FREE`) and below the schema: it imports nothi
 Each rule is stated once, here, and the sweeper refuses points with the very functions the trainer
 refuses configs with (`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`,
 `resolve_dtype_name`, `sequences_per_device`, `valid_splits`, `grad_accum_for`,
-`num_checkpointed_blocks`). `train/config.py` applies them to a whole config (`check_batch`,
-`check_combinations`) and re-exports them, so `from train.config import resolve_dtype_name` works
+`num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`). `train/config.py`
+applies them to a whole config (`check_batch`, `check_combinations`) and re-exports them, so `from train.config import resolve_dtype_name` works
 as it always has.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from typing import Any
@@ -28,24 +29,70 @@ CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 HALF_ONLY_CUDA_ATTENTION = ("flash", "cudnn")
 
 
+# runtime.activation_checkpointing=selective: every block checkpointed with an op-level policy
+# (train/model/recompute.py) that keeps the matmul and attention outputs and recomputes only the
+# cheap pointwise ops (LayerNorm, GELU, residual adds) in backward: torchtitan's `selective` op
+# policy.
+SELECTIVE = "selective"
+# runtime.loss: `full` computes the (B*T, vocab) logits and their cross-entropy at once; `chunked`
+# computes the LM head and the loss a chunk of rows at a time (train/model/loss.py), never holding
+# the full fp32 logits or their gradient.
+LOSS_MODES = ("full", "chunked")
+# chunked loss: the smallest chunk (rows), and the most chunks a step is cut into (the chunk loop
+# is unrolled under torch.compile, so few, large chunks)
+LOSS_CHUNK_MIN_ROWS = 128
+LOSS_CHUNK_MAX_CHUNKS = 32
+
+
 def parse_activation_checkpointing(s: str) -> int:
-    """ "none" -> 0, "every" -> 1, "every_<k>" -> k (checkpoint every k-th block)."""
+    """ "none" -> 0, "every" -> 1, "every_<k>" -> k (checkpoint every k-th block); "selective"
+    -> 1 (every block, op-level: `is_selective`)."""
     if s == "none":
         return 0
-    if s == "every":
+    if s in ("every", SELECTIVE):
         return 1
     m = re.fullmatch(r"every_([0-9]+)", s)
     if m and int(m.group(1)) >= 1:
         return int(m.group(1))
     raise ValueError(
         f"runtime.activation_checkpointing must be 'none', 'every' or 'every_<k>' with k >= 1 "
-        f"(e.g. 'every_2'), got {s!r}"
+        f"(e.g. 'every_2'), or 'selective' (op-level: keep matmul and attention outputs, "
+        f"recompute pointwise ops), got {s!r}"
     )
+
+
+def is_selective(activation_checkpointing: str) -> bool:
+    """Whether the policy is op-level selective (every block, matmul outputs kept)."""
+    return parse_activation_checkpointing(activation_checkpointing) > 0 and (
+        activation_checkpointing == SELECTIVE
+    )
+
+
+def check_loss(loss: str) -> None:
+    """Refuse a runtime.loss outside LOSS_MODES, naming the key and the choices."""
+    if loss not in LOSS_MODES:
+        raise ValueError(
+            f"runtime.loss must be one of {LOSS_MODES} (chunked: the LM head and cross-entropy "
+            f"in chunks of rows, never the full fp32 logits), got {loss!r}"
+        )
+
+
+def loss_chunk_rows(*, rows: int, n_embd: int, vocab_size: int) -> int:
+    """Rows of the (rows, n_embd) final hidden states the chunked loss takes at once.
+
+    A chunk's logits are made about as large as the hidden states (chunk x vocab ~ rows x n_embd,
+    the rule Liger-Kernel's fused linear cross-entropy uses), rounded up to a power of two, at
+    least LOSS_CHUNK_MIN_ROWS rows and at most LOSS_CHUNK_MAX_CHUNKS chunks: gpt2-xl at
+    micro-batch 16 (16,384 rows, 1600 wide, vocab 50304) runs 16 chunks of 1024 rows."""
+    target = -(-rows * n_embd // vocab_size)  # ceil
+    chunk = 1 << max(0, (target - 1).bit_length())  # the next power of two
+    chunk = max(chunk, LOSS_CHUNK_MIN_ROWS, -(-rows // LOSS_CHUNK_MAX_CHUNKS))
+    return max(1, min(chunk, rows))
 
 
 def num_checkpointed_blocks(n_layer: int, activation_checkpointing: str) -> int:
     """Blocks recomputed in backward: block i is checkpointed when (i + 1) % k == 0 (the model's
-    rule, train.model.gpt), so n_layer // k of them."""
+    rule, train.model.gpt), so n_layer // k of them (selective: every block, op-level)."""
     k = parse_activation_checkpointing(activation_checkpointing)
     return n_layer // k if k else 0
 
@@ -138,3 +185,106 @@ def attention_dtype_conflict(
         f"runtime.attention={attention} has no fp32 kernel on CUDA (flash and cuDNN attention "
         f"take fp16/bf16 only) and runtime.dtype={dtype} {runs}"
     )
+
+
+# runtime.float8 recipes (torchao's Float8LinearConfig.from_recipe_name names, and "none").
+FLOAT8_RECIPES = ("none", "tensorwise", "rowwise")
+# float8 tensor cores (the e4m3/e5m2 matmuls torch._scaled_mm runs) exist from compute capability
+# 8.9 on: Ada (8.9), Hopper (9.0), Blackwell (10.x). torchao's float8 training checks the same.
+FLOAT8_MIN_CAPABILITY = (8, 9)
+# runtime.attention values that activate a flash attention implementation torch registers
+# (torch.nn.attention.list_flash_attention_impls(), torch >= 2.11; "FA3" -> "fa3"). They run
+# only on CUDA; which of them exists is asked of the installed torch (train/model/attention.py).
+FLASH_IMPLS = ("fa3", "fa4")
+
+
+def torchao_installed() -> bool:
+    """Whether torchao can be imported here, asked without importing it (nor torch)."""
+    return importlib.util.find_spec("torchao") is not None
+
+
+def float8_unsupported(
+    float8: str,
+    *,
+    dtype: str,
+    device_type: str,
+    capability: tuple[int, int] | None,
+    emulate: bool = False,
+    bf16_supported: bool = True,
+    torchao: bool | None = None,
+) -> str | None:
+    """Why runtime.float8=`float8` cannot run here, as one line with the fix, or None.
+
+    `dtype` is runtime.dtype ("auto" resolves as the trainer resolves it); `capability` is the
+    CUDA device's (major, minor), None where unknown or on a CPU. With `emulate` (torchao's
+    emulate mode: float8 rounding in high-precision matmuls, no speed-up) any device passes the
+    hardware rule, so a CPU can test the plumbing. `torchao` None probes the installed packages.
+    """
+    if float8 in (None, "none"):
+        return None
+    if torchao is None:
+        torchao = torchao_installed()
+    if not torchao:
+        return (
+            f"runtime.float8={float8} needs torchao, which is not installed: pip install "
+            f"'throughput-sweep[gpu]' (or torchao), or runtime.float8=none"
+        )
+    need = ".".join(map(str, FLOAT8_MIN_CAPABILITY))
+    if not emulate and device_type != "cuda":
+        return (
+            f"runtime.float8={float8} needs a CUDA GPU with compute capability >= {need} "
+            f"(float8 tensor cores), and this run's device is {device_type}; use such a GPU, or "
+            f"runtime.float8_emulate=true to test the plumbing (emulated, no speed-up)"
+        )
+    if not emulate and capability is not None and tuple(capability) < FLOAT8_MIN_CAPABILITY:
+        got = ".".join(map(str, capability))
+        return (
+            f"runtime.float8={float8} needs compute capability >= {need} (float8 tensor cores: "
+            f"Ada, Hopper, Blackwell), this GPU has {got}; use runtime.float8=none"
+        )
+    resolved = resolve_dtype_name(dtype, device_type=device_type, bf16_supported=bf16_supported)
+    if resolved != "bf16":
+        return (
+            f"runtime.float8={float8} needs runtime.dtype=bf16 (torchao's float8 training casts "
+            f"from bf16 activations and weights), got runtime.dtype={dtype} ({resolved}); set "
+            f"runtime.dtype=bf16 or runtime.float8=none"
+        )
+    return None
+
+
+def flash_impl_unsupported(
+    attention: str, *, device_type: str, installed: tuple[str, ...] | list[str] | None
+) -> str | None:
+    """Why runtime.attention=`attention` (a flash implementation such as "fa3") cannot run here,
+    as one line with the fix, or None. `installed` is what the installed torch lists
+    (list_flash_attention_impls(), lower-cased) and can activate (its package importable); None
+    where not known (a plan device)."""
+    if attention not in FLASH_IMPLS:
+        return None
+    if device_type != "cuda":
+        return (
+            f"runtime.attention={attention} is a CUDA flash attention implementation and this "
+            f"run's device is {device_type}; use runtime.attention=auto (or flash/math)"
+        )
+    if installed is not None and attention not in installed:
+        return (
+            f"runtime.attention={attention}: no such flash attention implementation is installed "
+            f"here (torch's list_flash_attention_impls() with its package importable: "
+            f"{sorted(installed)}); use runtime.attention=auto or flash"
+        )
+    return None
+
+
+def check_compile_cache(value: object, *, field: str = "runtime.compile_cache") -> None:
+    """torch.compile's cache setting (train/proc/compile_cache.py): '' (torch's default), 'off',
+    or a folder; a path that is a file is refused."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be '' (torch's default), 'off' or a folder, got {value!r}")
+    if value in ("", "off"):
+        return
+    path = os.path.expanduser(value)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(
+            f"{field}={value!r} is a file, not a folder; give a folder for torch's compile cache "
+            f"or 'off' to compile cold every time"
+        )

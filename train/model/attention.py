@@ -12,11 +12,21 @@ built on). Each fused backend is its own aten op; the math backend decomposes in
 so "no fused op seen" means math. We do not use `torch._fused_sdp_choice`: it is private, it
 reports the dispatcher's intended choice rather than what ran, and it cannot see a backward
 failure.
+
+The flash implementations torch registers (torch >= 2.11: `list_flash_attention_impls()`, "FA3"
+and "FA4" in torch 2.11-2.13) are runtime.attention values of their own ("fa3", "fa4"):
+`activate_flash_attention_impl` swaps the kernels behind SDPA's flash backend for the named
+implementation, process-wide, and the flash backend alone is then allowed. FA3 runs on compute
+capability 9.0 (Hopper), FA4 on 9.0 and 10.x, fp16/bf16 only; each needs its provider package
+(`flash_attn_interface`, `flash_attn.cute`). They are refused where the installed torch lists no
+such implementation or the device is not CUDA (train/config_rules.py flash_impl_unsupported), and
+the probe raises where activation or the kernel fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import warnings
 from collections.abc import Iterator
@@ -30,6 +40,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+FLASH_IMPLS = ("fa3", "fa4")  # train/config_rules.py FLASH_IMPLS: activated, then SDPA's flash
+# The package each of torch's registered implementations imports when activated (the default
+# module_path of register_flash_attention_fa3/_fa4 in torch/nn/attention/_fa3.py and _fa4.py).
+_IMPL_PROVIDERS = {"fa3": "flash_attn_interface", "fa4": "flash_attn"}
 
 _SDP_BACKENDS: dict[str, SDPBackend] = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -49,16 +63,54 @@ _FUSED_OPS: dict[str, str] = {
 
 
 def _check_name(name: str) -> None:
-    if name not in BACKENDS:
-        raise ValueError(f"runtime.attention must be one of {BACKENDS}, got {name!r}")
+    if name not in BACKENDS + FLASH_IMPLS:
+        raise ValueError(
+            f"runtime.attention must be one of {BACKENDS + FLASH_IMPLS}, got {name!r}"
+        )
+
+
+def listed_flash_impls() -> list[str]:
+    """The flash attention implementations this torch registers, lower-cased ([] before 2.11)."""
+    lister = getattr(torch.nn.attention, "list_flash_attention_impls", None)
+    return [str(name).lower() for name in lister()] if lister is not None else []
+
+
+def installed_flash_impls() -> list[str]:
+    """The listed implementations whose provider package is installed (activation imports it)."""
+    return [
+        name for name in listed_flash_impls()
+        if name not in _IMPL_PROVIDERS or importlib.util.find_spec(_IMPL_PROVIDERS[name])
+    ]  # fmt: skip
+
+
+def activate_flash_impl(name: str) -> None:
+    """Make SDPA's flash backend run implementation `name` ("fa3"), process-wide; a ValueError
+    naming runtime.attention where torch lists no such implementation or its package fails."""
+    if name not in listed_flash_impls():
+        raise ValueError(
+            f"runtime.attention={name}: this torch ({torch.__version__}) lists no such flash "
+            f"attention implementation (it lists {listed_flash_impls()}); use auto or flash"
+        )
+    current = torch.nn.attention.current_flash_attention_impl()
+    if current is not None and current.lower() == name:
+        return
+    try:
+        torch.nn.attention.activate_flash_attention_impl(name.upper())
+    except (ImportError, RuntimeError) as e:
+        raise ValueError(
+            f"runtime.attention={name} cannot be activated: {type(e).__name__}: {e}; install "
+            f"its package ({_IMPL_PROVIDERS.get(name, 'its provider')}) or use auto or flash"
+        ) from e
+    log.info("flash attention implementation %s activated", name.upper())
 
 
 def sdpa_context(name: str) -> contextlib.AbstractContextManager[Any]:
-    """Context manager that lets SDPA use only `name` ("auto": whatever torch picks)."""
+    """Context manager that lets SDPA use only `name` ("auto": whatever torch picks; "fa3",
+    "fa4": the flash backend, whose kernels `activate_flash_impl` swapped)."""
     _check_name(name)
     if name == "auto":
         return contextlib.nullcontext()
-    return sdpa_kernel([_SDP_BACKENDS[name]])
+    return sdpa_kernel([_SDP_BACKENDS["flash" if name in FLASH_IMPLS else name]])
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -126,7 +178,8 @@ def probe_backend(
 ) -> str:
     """Run one SDPA call with the real shapes under `name` and return the backend that ran.
 
-    Returns "flash" | "efficient" | "cudnn" | "math" (or "overrideable" on out-of-tree devices).
+    Returns "flash" | "efficient" | "cudnn" | "math" (or "overrideable" on out-of-tree devices),
+    or "fa3"/"fa4" where that implementation was activated and the flash backend ran.
     A named backend that cannot run raises ValueError with torch's reasons and the backends that
     can. A small `batch` is enough (and cheaper): the choice depends on head_dim, dtype, device
     and masking, not on the batch size.
@@ -134,6 +187,8 @@ def probe_backend(
     _check_name(name)
     device = torch.device(device)
     shape = (batch, n_head, seq_len, head_dim)
+    if name in FLASH_IMPLS:
+        activate_flash_impl(name)
     with _capture_warnings() as caught:
         try:
             used = _run_once(name, device=device, dtype=dtype, shape=shape)
@@ -147,5 +202,7 @@ def probe_backend(
                 f"shape (B, nh, T, hs)={shape}: {' | '.join(reasons)}. "
                 f"Backends that run here: {ok} (or 'auto')."
             ) from e
+    if name in FLASH_IMPLS and used == "flash":
+        used = name  # the flash backend ran on the activated implementation's kernels
     log.info("SDPA backend requested %r, ran %r (%s, %s, %s)", name, used, device, dtype, shape)
     return used

@@ -23,8 +23,10 @@ from train.data.synthetic import ensure_dataset
 from train.measure.ceiling import Ceiling, measure_matmul_ceiling
 from train.measure.flops import Peak, flops_per_token, lookup_peak
 from train.measure.meters import EventPhaseClock, PhaseClock
-from train.model.attention import probe_backend
+from train.model.attention import installed_flash_impls, probe_backend
+from train.model.float8 import convert_to_float8, float8_report
 from train.model.gpt import GPT
+from train.proc.compile_cache import use_compile_cache
 from train.run import device as dev
 from train.run.checkpoint import Checkpointer, rng_state
 from train.run.distributed import (
@@ -67,6 +69,8 @@ class Session:
     tokens_per_step: int  # the global figure: micro_batch x grad_accum x block_size x world
     rank: Rank = field(default_factory=Rank)
     comms: ExposedComms | None = None  # the DDP comm hook's clock marks (data-parallel only)
+    # runtime.float8's conversion (train/model/float8.py float8_report); None = bf16 matmuls
+    float8: dict | None = None
 
 
 def resolve_dtype(requested: str, device: torch.device) -> str:
@@ -101,8 +105,11 @@ def build_model(
     rt = cfg.runtime
     torch.manual_seed(rt.seed)
     raw_model = GPT(
-        cfg.model, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention
+        cfg.model, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention,
+        loss=rt.loss,
     ).to(device)
+    if rt.float8 != "none":  # after the build, before the optimizer and torch.compile see it
+        convert_to_float8(raw_model, recipe=rt.float8, emulate=rt.float8_emulate)
     optimizer, fused = raw_model.configure_optimizer(
         lr=cfg.optim.lr,
         weight_decay=cfg.optim.weight_decay,
@@ -112,8 +119,16 @@ def build_model(
     )
     model: nn.Module = raw_model
     if rt.compile != "none":
+        use_compile_cache(rt.compile_cache)  # the folder before the first compile reads it
         model = torch.compile(raw_model, mode=None if rt.compile == "default" else rt.compile)
     return raw_model, model, optimizer, fused
+
+
+def float8_capability(device: torch.device, float8: str) -> tuple[int, int] | None:
+    """The CUDA compute capability runtime.float8's rule needs (asked only when it is set)."""
+    if device.type != "cuda" or float8 == "none":
+        return None
+    return torch.cuda.get_device_capability(device)
 
 
 def cpu_threads(requested: int, rank: Rank, *, device_type: str) -> int:
@@ -152,7 +167,10 @@ def build_session(
     )
     dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
     dtype = resolve_dtype(rt.dtype, device)
-    check_combinations(cfg, device_type=device.type, dtype=dtype)
+    check_combinations(
+        cfg, device_type=device.type, dtype=dtype, flash_impls=installed_flash_impls(),
+        capability=float8_capability(device, rt.float8),
+    )  # fmt: skip
     check_data(cfg)
     threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
     dev.set_tf32(rt.tf32)
@@ -210,6 +228,7 @@ def build_session(
         tokens_per_step=tokens_per_step,
         rank=rank,
         comms=comms,
+        float8=float8_report(raw_model, cfg.runtime),
     )
 
 

@@ -1,0 +1,214 @@
+"""runtime.float8 (torchao float8 training) and runtime.attention's flash implementations (#22).
+
+- the torch-free refusal rule, by table, with the device facts faked (a CPU, an A100's 8.0, an
+  L4's 8.9, an H100's 9.0, torchao missing) and through the trainer's check_combinations;
+- which linears the filter converts in gpt2-xl and tiny (built on the meta device);
+- a tiny model trains 50 steps with float8 tensorwise emulated on this CPU through the real
+  trainer, its loss finite and falling;
+- without emulate, `python -m train` refuses in one line (exit 2), `python -m train.trial` in one
+  error line and its summary (exit 2, the failure recorded as invalid_config).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import train.__main__ as main_mod
+from tests.conftest import run_cli
+from train.config import ModelConfig, check_combinations, flash_impl_unsupported
+from train.config_rules import float8_unsupported
+from train.model.float8 import float8_report, left_out_reason, plan
+
+CPU_REFUSAL = (
+    "runtime.float8=tensorwise needs a CUDA GPU with compute capability >= 8.9 (float8 tensor "
+    "cores), and this run's device is cpu; use such a GPU, or runtime.float8_emulate=true to "
+    "test the plumbing (emulated, no speed-up)"
+)
+
+# (float8, dtype, device_type, capability, emulate, torchao, words of the refusal or None)
+RULE_CASES = [
+    ("none", "fp32", "cpu", None, False, False, None),
+    ("tensorwise", "bf16", "cpu", None, False, True, CPU_REFUSAL),
+    ("tensorwise", "fp32", "cpu", None, False, True, CPU_REFUSAL),  # the device first
+    ("tensorwise", "bf16", "cpu", None, True, True, None),  # emulate: plumbing on a CPU
+    ("rowwise", "auto", "cpu", None, True, True, "needs runtime.dtype=bf16"),  # auto = fp32 here
+    ("tensorwise", "bf16", "cuda", (8, 0), False, True, "this GPU has 8.0"),  # A100
+    ("tensorwise", "bf16", "cuda", (8, 6), False, True, "this GPU has 8.6"),  # A10
+    ("tensorwise", "bf16", "cuda", (8, 9), False, True, None),  # L4 (Ada)
+    ("rowwise", "auto", "cuda", (9, 0), False, True, None),  # H100: auto resolves to bf16
+    ("rowwise", "bf16", "cuda", (10, 0), False, True, None),  # B200
+    ("tensorwise", "fp16", "cuda", (9, 0), False, True, "needs runtime.dtype=bf16"),
+    ("tensorwise", "fp32", "cuda", (9, 0), False, True, "got runtime.dtype=fp32 (fp32)"),
+    ("tensorwise", "bf16", "cuda", (8, 0), True, True, None),  # emulated on an A100
+    ("tensorwise", "bf16", "cuda", (9, 0), False, False, "needs torchao, which is not installed"),
+    ("rowwise", "bf16", "cuda", None, False, True, None),  # a plan device: capability unknown
+]
+
+
+@pytest.mark.parametrize("float8,dtype,device_type,cap,emulate,torchao,words", RULE_CASES)
+def test_the_float8_rule(float8, dtype, device_type, cap, emulate, torchao, words) -> None:
+    got = float8_unsupported(
+        float8, dtype=dtype, device_type=device_type, capability=cap, emulate=emulate,
+        torchao=torchao,
+    )  # fmt: skip
+    if words is None:
+        assert got is None
+    else:
+        assert got is not None and words in got and f"runtime.float8={float8}" in got
+        assert "\n" not in got
+
+
+def test_the_float8_rule_probes_torchao_without_importing_it() -> None:
+    # torchao is installed in this venv; the probe answers from its spec alone
+    assert float8_unsupported("tensorwise", dtype="bf16", device_type="cuda",
+                              capability=(9, 0)) is None  # fmt: skip
+
+
+# (attention, device_type, installed, words or None)
+IMPL_CASES = [
+    ("fa3", "cpu", ["fa3", "fa4"], "this run's device is cpu"),
+    ("fa3", "cuda", [], "no such flash attention implementation is installed"),
+    ("fa4", "cuda", ["fa3"], "no such flash attention implementation is installed"),
+    ("fa3", "cuda", ["fa3"], None),
+    ("fa3", "cuda", None, None),  # a plan device: what is installed there is not known
+    ("flash", "cpu", [], None),  # SDPA's own backends are not this rule's
+]
+
+
+@pytest.mark.parametrize("attention,device_type,installed,words", IMPL_CASES)
+def test_the_flash_impl_rule(attention, device_type, installed, words) -> None:
+    got = flash_impl_unsupported(attention, device_type=device_type, installed=installed)
+    assert (got is None) if words is None else (words in got and "runtime.attention" in got)
+
+
+def test_the_trainer_applies_both_rules(make_config) -> None:
+    cfg = make_config("runtime.float8=tensorwise", "runtime.dtype=bf16")
+    with pytest.raises(ValueError, match=r"this GPU has 8\.0"):
+        check_combinations(cfg, device_type="cuda", dtype="bf16", capability=(8, 0))
+    check_combinations(cfg, device_type="cuda", dtype="bf16", capability=(9, 0))
+    with pytest.raises(ValueError, match=r"runtime\.attention=fa3 is a CUDA flash"):
+        check_combinations(make_config("runtime.attention=fa3"), device_type="cpu")
+
+
+def _meta_gpt(**shape):
+    from train.model.gpt import GPT
+
+    with torch.device("meta"):
+        return GPT(ModelConfig(**shape))
+
+
+XL = dict(name="gpt2-xl", n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50304)
+
+
+@pytest.mark.parametrize(
+    "recipe,emulate,converted",
+    [
+        # all four block linears pass torchao's tensorwise thresholds at n_embd 1600
+        ("tensorwise", False, {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}),
+        # rowwise: out <= 2048 leaves out both output projections (1600 wide)
+        ("rowwise", False, {"attn.c_attn", "mlp.c_fc"}),
+    ],
+)
+def test_the_filter_on_gpt2_xl(recipe: str, emulate: bool, converted: set[str]) -> None:
+    summary = plan(_meta_gpt(**XL), recipe=recipe, emulate=emulate)
+    assert summary.left_out["lm_head"] == "tied LM head stays bf16"
+    blocks = {fqn.split(".", 3)[3] for fqn in summary.converted}
+    assert blocks == converted
+    assert len(summary.converted) == 48 * len(converted)
+
+
+def test_the_filter_on_tiny() -> None:
+    model = _meta_gpt()  # n_embd 64: every linear far below torchao's thresholds
+    assert plan(model, recipe="tensorwise", emulate=False).converted == []
+    emulated = plan(model, recipe="tensorwise", emulate=True)  # the plumbing: sizes ignored
+    assert len(emulated.converted) == 2 * 4 and "lm_head" in emulated.left_out
+
+
+@pytest.mark.parametrize(
+    "fqn,out_f,in_f,recipe,emulate,words",
+    [
+        ("lm_head", 50304, 1600, "tensorwise", True, "tied LM head"),
+        ("transformer.h.0.mlp.c_fc", 100, 64, "tensorwise", True, "multiples of 16"),
+        ("transformer.h.0.attn.c_proj", 1024, 4096, "tensorwise", False, "too small"),
+        ("transformer.h.0.attn.c_proj", 1040, 4096, "tensorwise", False, ""),
+        ("transformer.h.0.mlp.c_fc", 4096, 2048, "rowwise", False, "too small"),
+        ("transformer.h.0.mlp.c_fc", 4112, 2048, "rowwise", False, ""),
+    ],
+)
+def test_left_out_reason(fqn, out_f, in_f, recipe, emulate, words) -> None:
+    got = left_out_reason(fqn, out_features=out_f, in_features=in_f, recipe=recipe,
+                          emulate=emulate)  # fmt: skip
+    assert (got == "") if not words else (words in got)
+
+
+def test_a_tiny_model_trains_50_steps_in_emulated_float8(make_config) -> None:
+    """The real trainer (python -m train's run) with runtime.float8=tensorwise emulated on this
+    CPU: the blocks' linears are torchao Float8Linear and the loss stays finite and falls."""
+    cfg = make_config(
+        "runtime.dtype=bf16", "runtime.float8=tensorwise", "runtime.float8_emulate=true",
+        "batch.tokens_per_step=256", "batch.micro_batch=2", "batch.grad_accum=2",
+        "train.max_steps=50", "train.log_every=10", "train.eval_every=0",
+        "optim.lr=5e-3", "optim.min_lr=5e-4", "optim.warmup_steps=5",
+    )  # fmt: skip
+    summary = main_mod.run(cfg)
+    assert (summary["start_step"], summary["end_step"]) == (0, 50)
+    losses = [h["loss"] for h in summary["history"] if "loss" in h]
+    assert len(losses) == 5 and all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < losses[0] - 0.2, losses
+    assert losses[-1] < math.log(cfg.model.vocab_size), losses
+
+
+def test_float8_report_counts_the_converted_linears() -> None:
+    from types import SimpleNamespace
+
+    from train.model.float8 import convert_to_float8
+    from train.model.gpt import GPT
+
+    model = GPT(ModelConfig())
+    rt = SimpleNamespace(float8="tensorwise", float8_emulate=True)
+    convert_to_float8(model, recipe="tensorwise", emulate=True)
+    assert float8_report(model, rt) == {
+        "recipe": "tensorwise", "emulated": True, "linears_converted": 8, "linears_total": 9,
+    }  # fmt: skip
+    assert model.lm_head.weight is model.transformer.wte.weight  # still tied, still nn.Linear
+    assert type(model.lm_head) is torch.nn.Linear
+    assert float8_report(model, SimpleNamespace(float8="none", float8_emulate=False)) is None
+
+
+def _error_lines(proc) -> list[str]:
+    """The lines naming the key, on stdout and stderr together (Hydra's log handler writes to
+    stdout; the trial's summary line goes there too)."""
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out[-3000:]
+    return [ln for ln in out.splitlines() if "runtime.float8" in ln]
+
+
+def test_without_emulate_the_trainer_refuses_in_one_line(synthetic_dir: Path, tmp_path: Path):
+    proc = run_cli("train", [
+        "runtime.device=cpu", "runtime.dtype=bf16", "runtime.float8=tensorwise",
+        "train.max_steps=2", f"data.dir={synthetic_dir}", f"hydra.run.dir={tmp_path}",
+        f"checkpoint.dir={tmp_path / 'ck'}",
+    ], cwd=tmp_path, timeout=180)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = _error_lines(proc)
+    assert len(lines) == 1 and lines[0].endswith("[train][ERROR] - " + CPU_REFUSAL), lines
+
+
+def test_without_emulate_the_trial_refuses_in_one_line(synthetic_dir: Path, tmp_path: Path):
+    proc = run_cli("train.trial", [
+        "runtime.device=cpu", "runtime.dtype=bf16", "runtime.float8=tensorwise",
+        f"data.dir={synthetic_dir}", f"hydra.run.dir={tmp_path}",
+    ], cwd=tmp_path, timeout=180)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = _error_lines(proc)
+    # the log's error line, and the summary the trial prints last (the same reason)
+    assert lines[0].endswith("[ERROR] - trial failed (invalid_config): " + CPU_REFUSAL), lines
+    assert lines[1:] == ["trial FAILED (invalid_config): " + CPU_REFUSAL], lines
+    import json
+
+    result = json.loads((tmp_path / "trial.json").read_text())
+    assert result["failure"] == {"kind": "invalid_config", "message": CPU_REFUSAL}
