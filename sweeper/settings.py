@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+from train.config_rules import check_compile_cache
 from train.measure.cost import validate_prices
 
 
@@ -53,6 +54,46 @@ class RaceRules:
             raise ValueError(
                 f"hydra.sweeper.verify_margin={self.margin}: use a share in [0, 0.5), e.g. 0.02"
             )
+
+
+GUARD_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardRules:
+    """The numerics guard's settings (hydra.sweeper.numerics_guard*), checked: the guard itself is
+    sweeper/verify/guard.py, its arithmetic sweeper/verify/guard_rules.py."""
+
+    mode: str = "auto"  # auto (on where the space searches a math-changing key) | on | off
+    steps: int = 20
+    seeds: int = 2
+    k: float = 2.0
+    floor: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.mode not in GUARD_MODES:
+            raise ValueError(f"hydra.sweeper.numerics_guard={self.mode!r}: use auto, on or off")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 5:
+            raise ValueError(f"hydra.sweeper.numerics_guard_steps={self.steps!r}: use an integer "
+                             f">= 5 (a curve of a few windows), e.g. 20")  # fmt: skip
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 2:
+            raise ValueError(f"hydra.sweeper.numerics_guard_seeds={self.seeds!r}: a seed spread "
+                             f"needs at least 2 reference runs (2 is the default)")  # fmt: skip
+        if not (isinstance(self.k, int | float) and 0 < self.k < float("inf")):
+            raise ValueError(f"hydra.sweeper.numerics_guard_k={self.k!r}: use a finite number > 0 "
+                             f"(the tolerance is k x the seed spread), e.g. 2")  # fmt: skip
+        if not (isinstance(self.floor, int | float) and 0 <= self.floor < float("inf")):
+            raise ValueError(f"hydra.sweeper.numerics_guard_floor={self.floor!r}: use a finite "
+                             f"number of nats >= 0, e.g. 0.01")  # fmt: skip
+
+
+def guard_rules_from(settings: ThroughputSweeperConf) -> GuardRules:
+    """The guard's settings, checked; numerics_guard true/false read as on/off."""
+    mode = str(settings.numerics_guard).strip().lower()
+    mode = {"true": "on", "false": "off"}.get(mode, mode)
+    return GuardRules(mode=mode, steps=settings.numerics_guard_steps,
+                      seeds=settings.numerics_guard_seeds, k=settings.numerics_guard_k,
+                      floor=settings.numerics_guard_floor)  # fmt: skip
 
 
 def rules_from(settings: ThroughputSweeperConf) -> RaceRules:
@@ -89,6 +130,7 @@ class SweepSettings(ThroughputSweeperConf):
                     f"{getattr(self, name)}"
                 )
         _check_cost(self)
+        _check_compile_cache(self.compile_cache)
         if self.polish_trials < -1:
             raise ValueError(
                 f"hydra.sweeper.polish_trials must be -1 (automatic), 0 (off) or positive, got "
@@ -100,6 +142,7 @@ class SweepSettings(ThroughputSweeperConf):
                 f"{self.verify_max_rounds}"
             )
         rules_from(self)  # the race's own checks (confidence, margin, rounds), before anything runs
+        guard_rules_from(self)  # the numerics guard's mode, steps, seeds, k and floor
         if not 0 <= self.max_failure_rate <= 1:
             raise ValueError(
                 f"hydra.sweeper.max_failure_rate must be a share in [0, 1], got "
@@ -175,3 +218,16 @@ def _check_cost(s: SweepSettings) -> None:
             f"{s.mtbf_h!r}"
         )
     validate_prices(s.prices, field="hydra.sweeper.prices")
+
+
+def _check_compile_cache(value: Any) -> None:
+    """hydra.sweeper.compile_cache: auto, off or a folder (sweeper/launch/compile_cache.py)."""
+    field = "hydra.sweeper.compile_cache"
+    if value == "auto":
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(
+            f"{field} must be auto (a folder beside the sweep's storage), off (compile cold in "
+            f"every trial) or a folder, got {value!r}"
+        )
+    check_compile_cache(value, field=field)

@@ -22,6 +22,10 @@ class ThroughputSweeperConf:
     sampler: str = "tpe"  # tpe | random | grid
     pruner: str = "median"  # median | percentile | none
     n_startup_trials: int = 4  # random trials before TPE models, and before the pruner judges
+    # queue the prior's points first (sweeper/plan/prior.py: the largest micro-batch that fits,
+    # bf16, compiled, fused attention, new levers; on a CPU threads and workers only), each with
+    # its reason; they count among the n_startup_trials
+    prior: bool = True
     pruner_warmup_steps: int = 5  # measured steps a trial runs before it can be pruned
     pruner_startup_trials: int = 2  # trials that must finish before the pruner judges any
     n_trials: int = 12  # finished trials (any state) the search stops at; 0 = no limit
@@ -49,6 +53,10 @@ class ThroughputSweeperConf:
     # mode it replaces the probed device's name and memory for the memory model and the limits
     plan_device: str = ""
     storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
+    # torch.compile's cache, shared by every trial and race run (train/proc/compile_cache.py):
+    # auto = a compile_cache folder beside a SQLite storage's file (else in the sweep dir), a
+    # folder, or off (every trial compiles cold); best.yaml carries the folder to the production run
+    compile_cache: str = "auto"
     study_name: str = ""  # empty = throughput-<model>-<search>-<device>
     # sampler seed; -1 = derived from host and pid, so several workers on one study explore
     # different points (a fixed seed makes one worker's search reproducible)
@@ -79,6 +87,17 @@ class ThroughputSweeperConf:
     verify_confidence: float = 0.95  # confidence of each paired test
     verify_margin: float = 0.02  # survivors within this share of the leader are equivalent
     noise_floor: float = 0.01  # leads smaller than this share of the median are never decisive
+    # The numerics guard (sweeper/verify/guard.py): before a contender whose math differs from
+    # the starting config's (sweeper/space/math_keys.py: dtype, TF32, float8, chunked loss,
+    # attention kernel) may race, it trains numerics_guard_steps steps from the starting config's
+    # seed on the same batches, and its loss curve must stay within the tolerance: k x the
+    # starting config's own seed-to-seed spread (numerics_guard_seeds runs), at least the floor.
+    # auto = on where the space searches a math-changing key | on | off
+    numerics_guard: str = "auto"
+    numerics_guard_steps: int = 20  # optimizer steps of each curve run
+    numerics_guard_seeds: int = 2  # reference (starting config) runs, one seed each
+    numerics_guard_k: float = 2.0  # tolerance = k x the reference's seed-to-seed spread ...
+    numerics_guard_floor: float = 0.01  # ... never below this many nats of loss
     mlflow: bool = True  # log the sweep (parent run) and every trial (nested runs) to MLflow
     # tracking URI; empty = $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
     mlflow_tracking_uri: str = ""

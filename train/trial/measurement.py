@@ -35,6 +35,7 @@ from train.run.loop import (
     untimed_step,
 )
 from train.run.torchrun import needs_launch, under_torchrun
+from train.trial.compile_charge import add_compile_charge
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
 from train.trial.progress import Heartbeat, ProgressFile
@@ -116,6 +117,9 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
                         "it again", ceiling.source)  # fmt: skip
             result = build(ceiling=measure_matmul_ceiling(s.device, s.dtype, refresh=True))
         if rank.main:  # another rank's result would only repeat rank 0's
+            # the graph's compile as the sweep charges it: the same for every trial of the graph
+            add_compile_charge(result, record=cfg.trial.compile_record,
+                               measured_by=str(out_path.parent))  # fmt: skip
             write_result(result, out_path)
         finished = True
     except Exception as exc:

@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
 
+from train.measure.compile_graphs import graph_key
+from train.measure.compile_stats import CACHE_COUNTS, cache_state
 from train.measure.flops import mfu
 from train.measure.meters import summarize, time_fractions
 
@@ -73,6 +75,28 @@ class CompileStats(TypedDict):
     graph_breaks_window: int
     recompiled_in_window: bool  # a frame compiled inside the window: its steps include compiling
     graph_breaks_total: int
+    # whether the warm-up's compile came from the compile cache, and the compile time_to_train
+    # charges for the graph (absent in results written before the shared compile cache)
+    cache: NotRequired[CompileCache]
+
+
+class CompileCache(TypedDict):
+    """The compile cache's part in a trial's compile (train/proc/compile_cache.py), and the graph's
+    compile as the sweep charges it (train/measure/compile_graphs.py)."""
+
+    # hit (warm) | miss (cold) | partial | off (caches disabled: cold) | none (nothing compiled)
+    state: str
+    fxgraph_hits: int  # Inductor FX-graph cache lookups that found the graph
+    fxgraph_misses: int
+    autograd_hits: int  # AOTAutograd cache lookups that found the graph
+    autograd_misses: int
+    setting: str  # runtime.compile_cache: '' (torch's default), 'off' or the folder
+    graph: str | None  # the graph's key (compile_graphs.graph_key); None when eager
+    # seconds charged for compiling this graph: its first compile measured in the sweep's record
+    # (the same for every trial of the graph), else this trial's own compile_s
+    graph_compile_s: float | None
+    graph_compile_cache: str | None  # that measurement's state: miss or off = a cold compile
+    graph_compile_by: str | None  # the job folder that measured it
 
 
 class TimeFractions(TypedDict, total=False):
@@ -184,6 +208,10 @@ class CompileDelta(TypedDict):
     frames_compiled: int
     graph_breaks: int
     compile_s: float
+    fxgraph_hits: NotRequired[int]  # the compile cache's lookups (compile_stats.delta)
+    fxgraph_misses: NotRequired[int]
+    autograd_hits: NotRequired[int]
+    autograd_misses: NotRequired[int]
 
 
 class Measurement(TypedDict):
@@ -250,6 +278,7 @@ def build_result(
     steps = raw["step_times"]
     tokens_per_s = session.tokens_per_step * len(steps) / sum(steps)
     world = session.rank.world  # MFU: the global rate against every process's device
+    rt = cfg.runtime
     result.update(
         status="pruned" if raw["pruned"] else "complete",
         tokens_per_s=tokens_per_s,
@@ -258,7 +287,8 @@ def build_result(
         step_time_s=cast(StepTimes, summarize(steps)),
         warmup_s=raw["warmup_s"],
         compile_s=raw["warmup_compile"]["compile_s"],
-        compile=_compile_stats(cfg.runtime.compile, raw),
+        compile=_compile_stats(cfg.runtime.compile, raw, cache_setting=rt.compile_cache,
+                               graph=graph_key(result["config"])),
         time_frac=_time_fractions(raw, world=world),
         checkpoint_s=raw["checkpoint_s"],
         checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
@@ -322,15 +352,30 @@ def _unmeasured_result(
     }
 
 
-def _compile_stats(mode: str, raw: Measurement) -> CompileStats:
-    """What torch.compile did in the window, and its graph breaks over the whole trial."""
-    window = raw["window_compile"]
+def _compile_stats(
+    mode: str, raw: Measurement, *, cache_setting: str = "", graph: str | None = None
+) -> CompileStats:
+    """What torch.compile did in the window, its graph breaks over the whole trial, and whether
+    the warm-up's compile came from the cache (the graph's charge is added by the trial, from the
+    sweep's record: train/trial/measurement.py)."""
+    window, warm = raw["window_compile"], raw["warmup_compile"]
+    counts = {k: int(warm.get(k, 0)) for k in CACHE_COUNTS}
+    state = cache_state(
+        hits=counts["fxgraph_hits"] + counts["autograd_hits"],
+        misses=counts["fxgraph_misses"] + counts["autograd_misses"],
+        compiled=mode != "none" and warm["frames_compiled"] > 0,
+        enabled=cache_setting != "off",
+    )
+    cache = {"state": state, **counts, "setting": cache_setting, "graph": graph,
+             "graph_compile_s": None, "graph_compile_cache": None,
+             "graph_compile_by": None}  # fmt: skip
     return {
         "mode": mode,
         "frames_compiled_window": window["frames_compiled"],
         "graph_breaks_window": window["graph_breaks"],
         "recompiled_in_window": window["frames_compiled"] > 0,
-        "graph_breaks_total": raw["warmup_compile"]["graph_breaks"] + window["graph_breaks"],
+        "graph_breaks_total": warm["graph_breaks"] + window["graph_breaks"],
+        "cache": cast(CompileCache, cache),
     }
 
 

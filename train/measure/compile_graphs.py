@@ -1,0 +1,152 @@
+"""Which knobs change the compiled graph, and each graph's compile measured once per sweep.
+
+torch.compile's caches key a graph by its code, shapes and compile config
+(train/proc/compile_cache.py), so two configurations that differ only in how data is loaded,
+where checkpoints go or how long the trial runs compile the same graph: the second finds the
+first's in the cache. `graph_key` names that graph from a trainer config, leaving out the knobs
+that cannot change it (NOT_GRAPH: data loading, checkpointing, the optimizer, the trial's window,
+the seed, thread count, the run length and how it is split into micro-batches per step). Anything
+not listed there counts as changing the graph, so a new knob is never wrongly shared.
+
+The sweep charges a production run's compile from the graph, not from the trial's luck (a trial
+that found its graph cached compiled in seconds; the same config cold takes a minute on a GPU):
+`charge_compile` keeps a small JSON record of each graph's first measured compile, shared by every
+trial of the sweep (a file lock keeps parallel trials honest), and hands every later trial of the
+graph the same figure. Pure functions and file I/O; no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RECORD_NAME = "graphs.json"  # the record's file name beside a cache folder
+RECORD_VERSION = 1
+
+# Dotted trainer keys (or whole sections, ending in ".") that never change the compiled model:
+# what feeds it, what saves it, the optimizer (not compiled: train/run/loop.py build_model), the
+# measurement's own window, the seed, CPU threads (a runtime setting of the same kernels), the
+# cache's own folder, and the step's length in micro-batches (each micro-batch runs the same graph).
+NOT_GRAPH: tuple[str, ...] = (
+    "data.",
+    "checkpoint.",
+    "optim.",
+    "trial.",
+    "train.",
+    "provenance",
+    "pinned_sections",
+    "model.name",
+    "batch.tokens_per_step",
+    "batch.grad_accum",
+    "runtime.seed",
+    "runtime.threads",
+    "runtime.compile_cache",
+    "ddp.timeout_s",
+)
+
+
+def changes_graph(key: str) -> bool:
+    """Whether the dotted trainer key `key` can change the compiled graph (NOT_GRAPH)."""
+    return not any(
+        key.startswith(p) if p.endswith(".") else key == p or key.startswith(p + ".")
+        for p in NOT_GRAPH
+    )
+
+
+def flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys (a flat one comes back unchanged)."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def graph_knobs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs of `config` (nested or dotted) that change the compiled graph, sorted."""
+    return {k: v for k, v in sorted(flat(config).items()) if changes_graph(k)}
+
+
+def graph_key(config: Mapping[str, Any]) -> str | None:
+    """A short name for the graph `config` compiles (equal knobs, equal key); None when it
+    compiles nothing (runtime.compile=none)."""
+    knobs = graph_knobs(config)
+    if knobs.get("runtime.compile", "none") == "none":
+        return None
+    text = json.dumps(knobs, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def distinct_graphs(points: Iterable[Mapping[str, Any]], *, base: Mapping[str, Any]) -> int:
+    """How many graphs a set of points compiles: each point (dotted overrides) over `base` (the
+    trainer config the points override); eager points compile none. For a plan: a sweep with a
+    shared cache pays one cold compile per graph, not one per trial."""
+    flat_base = flat(base)
+    keys = {graph_key({**flat_base, **flat(p)}) for p in points}
+    return len(keys - {None})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphCompile:
+    """A graph's compile as the record holds it: what time_to_train charges for the graph."""
+
+    compile_s: float  # the first measured compile's seconds
+    cache: str  # that measurement's cache state (compile_stats.cache_state): miss = cold
+    measured_by: str  # who measured it (a trial's job folder)
+    first: bool  # this call wrote the entry (its own compile is the graph's)
+
+
+def record_key(graph: str, *, device: str, torch_version: str) -> str:
+    """The record's entry for a graph on a device under a torch version (a cache folder moved to
+    another machine or torch compiles again, and so may cost another time)."""
+    return f"{graph}|{device}|torch {torch_version}"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def read_record(path: Path) -> dict[str, dict[str, Any]]:
+    """The record's graphs ({} when there is none, or it is unreadable: it only saves work)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    graphs = doc.get("graphs") if isinstance(doc, dict) else None
+    return graphs if isinstance(graphs, dict) else {}
+
+
+def charge_compile(
+    path: Path, *, entry: str, compile_s: float, cache: str, measured_by: str
+) -> GraphCompile:
+    """The graph's compile charge from the record at `path`: the first trial to report a graph
+    writes its own compile there; every later one gets that entry back, whatever it saw."""
+    path = Path(path)
+    with _locked(path):
+        graphs = read_record(path)
+        known = graphs.get(entry)
+        if known is not None:
+            return GraphCompile(compile_s=float(known["compile_s"]), cache=str(known["cache"]),
+                                measured_by=str(known["measured_by"]), first=False)  # fmt: skip
+        graphs[entry] = {"compile_s": compile_s, "cache": cache, "measured_by": measured_by}
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"version": RECORD_VERSION, "graphs": graphs}, indent=1))
+        tmp.replace(path)
+    return GraphCompile(compile_s=compile_s, cache=cache, measured_by=measured_by, first=True)
