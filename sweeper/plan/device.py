@@ -11,7 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
-from train.measure.flops import chip_for_device_name
+from train.measure.flops import capability_for_device_name, chip_for_device_name
 from train.measure.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
 from train.paths import PROJECT_DIR
 
@@ -41,6 +41,12 @@ class DeviceFacts:
     bf16_supported: bool
     cpu_count: int  # CPUs for data workers
     source: str  # "probed" | "plan device"
+    # compute capability (runtime.float8 needs >= 8.9): probed, or a plan device's from the chip
+    # table (train/measure/flops.py CHIP_CAPABILITY); None on a CPU or where unknown
+    cuda_capability: tuple[int, int] | None = None
+    # runtime.attention's flash implementations installed where trials run; None: not known (a
+    # plan device: what the GPU host has installed is not known here)
+    flash_attention_impls: tuple[str, ...] | None = None
 
 
 def known_plan_devices() -> list[str]:
@@ -61,6 +67,7 @@ def plan_device_facts(name: str, *, cpu_count: int) -> DeviceFacts:
     return DeviceFacts(
         name=name, device_type="cuda", memory_gib=memory, bf16_supported=True,
         cpu_count=cpu_count, source="plan device",
+        cuda_capability=capability_for_device_name(name),
     )  # fmt: skip
 
 
@@ -76,8 +83,19 @@ def device_facts(probed: dict | None, *, plan_device: str, cpu_count: int) -> De
         bf16_supported=bool(probed.get("bf16_supported")),
         cpu_count=int(probed.get("cpu_count") or cpu_count),
         source="probed",
+        cuda_capability=_pair(probed.get("cuda_capability")),
+        # an older probe's JSON lacks the key: [] (none known to be installed)
+        flash_attention_impls=tuple(probed.get("flash_attention_impls") or ()),
     )
     if not plan_device:
         return facts
     named = plan_device_facts(plan_device, cpu_count=facts.cpu_count)
-    return replace(facts, name=named.name, memory_gib=named.memory_gib, source="plan device")
+    return replace(facts, name=named.name, memory_gib=named.memory_gib, source="plan device",
+                   cuda_capability=named.cuda_capability, flash_attention_impls=None)  # fmt: skip
+
+
+def _pair(value: object) -> tuple[int, int] | None:
+    """A probed [major, minor] as a tuple; None where absent."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    return int(value[0]), int(value[1])

@@ -30,6 +30,7 @@ PLAN_KEYS = (
     "batch.micro_batch", "batch.grad_accum", "batch.tokens_per_step", "runtime.device",
     "runtime.compile", "runtime.dtype", "runtime.tf32", "runtime.attention",
     "runtime.activation_checkpointing", "data.num_workers", "checkpoint.every_steps",
+    "runtime.float8", "runtime.float8_emulate",  # float8's rule reads the dtype and the device
 )  # fmt: skip
 PLAN_PREFIXES = ("model.", "trial.")
 # The knobs a memory estimate depends on (train.measure.memory_model.MemoryInputs), as

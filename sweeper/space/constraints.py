@@ -19,6 +19,8 @@ from train.config import (
     attention_dtype_conflict,
     cudagraph_conflict,
     dtype_unsupported,
+    flash_impl_unsupported,
+    float8_unsupported,
     grad_accum_for,
 )
 
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
 CUDA_ONLY_ATTENTION = ("efficient", "cudnn")
 MICRO_BATCH, GRAD_ACCUM, WORKERS = "batch.micro_batch", "batch.grad_accum", "data.num_workers"
 CHECKPOINT_EVERY, CHECKPOINT_DIR = "checkpoint.every_steps", "checkpoint.dir"
-DEVICE_BOUND = ("runtime.dtype", "runtime.attention")  # keys whose values the device may lack
+# keys whose values the device may lack
+DEVICE_BOUND = ("runtime.dtype", "runtime.attention", "runtime.float8")
 
 
 def cpus_here() -> int:
@@ -52,6 +55,11 @@ class SpaceContext:
     device_name: str = ""  # as torch names it (or a plan device); for messages and peaks
     # total device memory; None = no memory-model refusals (a CPU, unless a plan device is named)
     device_memory_gib: float | None = None
+    # the CUDA device's compute capability (runtime.float8 needs >= 8.9); None: a CPU or unknown
+    cuda_capability: tuple[int, int] | None = None
+    # runtime.attention's flash implementations installed where trials run (train/proc/probe.py);
+    # None: not known (a plan device), so not refused
+    flash_attention_impls: tuple[str, ...] | None = None
     # trials of this sweep that ran out of memory (sweeper/space/memory.py), appended as they happen
     ooms: list[OutOfMemory] = field(default_factory=list)
 
@@ -82,6 +90,16 @@ def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContex
         return dtype_unsupported(value, device_type=device_type, bf16_supported=ctx.bf16_supported)
     if key == "runtime.attention" and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
         return f"runtime.attention={value} has no CPU kernel"
+    if key == "runtime.attention":
+        return flash_impl_unsupported(
+            str(value), device_type=device_type, installed=ctx.flash_attention_impls
+        )
+    if key == "runtime.float8":  # the device's part of the rule: dtype is checked per point
+        return float8_unsupported(
+            str(value or "none"), dtype="bf16", device_type=device_type,
+            capability=ctx.cuda_capability,
+            emulate=bool(ctx.base.get("runtime.float8_emulate", False)),
+        )  # fmt: skip
     return None
 
 
@@ -120,6 +138,13 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
         device_type=device_type,
         bf16_supported=ctx.bf16_supported,
     )
+    if reason is not None:
+        return reason
+    reason = float8_unsupported(
+        str(full.get("runtime.float8") or "none"), dtype=str(full.get("runtime.dtype", "auto")),
+        device_type=device_type, capability=ctx.cuda_capability,
+        emulate=bool(full.get("runtime.float8_emulate", False)), bf16_supported=ctx.bf16_supported,
+    )  # fmt: skip
     if reason is not None:
         return reason
     workers = full.get(WORKERS)

@@ -139,6 +139,30 @@ _NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
+# CUDA compute capability by chip (NVIDIA's CUDA GPUs compute capability table): float8 tensor
+# cores (runtime.float8) need 8.9 or newer; plan mode reads it for a device it cannot probe.
+CHIP_CAPABILITY: dict[str, tuple[int, int]] = {
+    "a100": (8, 0), "a10": (8, 6), "l4": (8, 9), "h100-sxm": (9, 0), "h100-pcie": (9, 0),
+    "h100-nvl": (9, 0), "h200": (9, 0), "h200-nvl": (9, 0), "gh200": (9, 0), "b200": (10, 0),
+}  # fmt: skip
+
+
+def capability_for_device_name(device_name: str) -> tuple[int, int] | None:
+    """The compute capability of a named CUDA device (CHIP_CAPABILITY), or None when unknown."""
+    chip = chip_for_device_name(device_name)
+    return CHIP_CAPABILITY.get(chip) if chip else None
+
+
+def mfu_basis(*, dtype: str, float8: str = "none") -> str:
+    """What a trial's MFU is measured against, in words. A float8 trial's MFU is bf16-equivalent:
+    the same model FLOPs (6N + 12LHQT) per token against the bf16 dense peak, not the float8 peak
+    (twice as high on H100/H200), so a float8 win shows as a higher MFU than its bf16 rival's and
+    the two stay comparable; it is not the tensor cores' float8 utilisation."""
+    if float8 not in (None, "none"):
+        return f"bf16-equivalent (float8 {float8} matmuls, against the bf16 dense peak)"
+    return f"{dtype} dense peak"
+
+
 def chip_for_device_name(device_name: str) -> str | None:
     """Map a CUDA device name (as torch.cuda.get_device_name returns it) to a PEAKS key."""
     for pattern, chip in _NAME_RULES:

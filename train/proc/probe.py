@@ -13,6 +13,8 @@ import os
 def probe() -> dict:
     import torch
 
+    from train.model.attention import installed_flash_impls
+
     cuda = torch.cuda.is_available()
     return {
         "torch": torch.__version__,
@@ -26,6 +28,10 @@ def probe() -> dict:
             torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda else None
         ),
         "cpu_count": len(os.sched_getaffinity(0)),
+        # device 0's compute capability [major, minor] (runtime.float8 needs >= 8.9); None on a CPU
+        "cuda_capability": list(torch.cuda.get_device_capability(0)) if cuda else None,
+        # runtime.attention's flash implementations this torch lists and can activate
+        "flash_attention_impls": installed_flash_impls(),
     }
 
 
