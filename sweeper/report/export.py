@@ -324,6 +324,9 @@ def export_winner(
         else {"every_steps": pinned["checkpoint"]["every_steps"], "rule": "no save measured"}
     )  # fmt: skip
     doc["provenance"]["measured_as"] = measured_as  # the conditions the race measured it in
+    # the numerics guard's check of its math against the starting config's (sweeper/verify/guard.py)
+    guard = getattr(winner, "numerics_guard", None)
+    doc["provenance"]["numerics_guard"] = _plain(guard or {"verdict": "off"})
     if compared is not None:  # which trials this file's winner was chosen from
         doc["provenance"]["sweep"]["compared"] = _plain(compared)
     header = (

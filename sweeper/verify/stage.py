@@ -24,6 +24,7 @@ from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
 from sweeper.launch.threads import THREADS_KEY, uncapped
 from sweeper.settings import rules_from
 from sweeper.study.objective import direction
+from sweeper.verify.guard import guard_entrants
 from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
 from sweeper.verify.race_rules import Standing, interval_text
 from sweeper.verify.race_stats import Comparison
@@ -47,6 +48,8 @@ class Winner:
     outcome: str = ""  # how the race ended: decided | equivalent | not significant
     rounds: int = 0  # rounds the race ran
     lead_over_start: Comparison | None = None  # its speed over the starting config's, paired
+    # the numerics guard's record (sweeper/verify/guard.py): passed, not needed, or off, and why
+    numerics_guard: dict | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +60,7 @@ class Verification:
     rows: list[dict]
     results: dict[int, list[dict]]
     winner: Winner | None
+    notes: list[str] = field(default_factory=list)  # the report's lines (the numerics guard's)
 
 
 NOTHING_VERIFIED = Verification(rows=[], results={}, winner=None)
@@ -106,11 +110,17 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
     base_trial = find_baseline(study, baseline)
     start = base_trial.number if base_trial is not None else None
     cands = race_entrants(ctx, base_trial)
+    guard = guard_entrants(ctx, cands, baseline=baseline, start=start)  # math kept, or not raced
+    cands = guard.passed
+    if not cands:
+        log.error("every contender failed the numerics guard and the starting config was not "
+                  "measured: nothing is exported (see the numerics guard lines above)")
+        return Verification(rows=[], results={}, winner=None, notes=guard.notes)
     record, standing = run_race(cands, ctx)
     results = {n: [r for r in record.results[n] if r is not None] for n in cands}
     if standing.outcome is None:
         log.error("every verification run failed: no winner is exported")
-        return Verification(rows=[], results=results, winner=None)
+        return Verification(rows=[], results=results, winner=None, notes=guard.notes)
     number, verdict, lead = _judge(ctx, cands, record, standing, start=start)
     rows = verified_rows(study, cands, results, winner=number, start=start)
     _record_winner(ctx, number, verdict, standing, lead)
@@ -123,8 +133,9 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
         outcome=standing.outcome,
         rounds=standing.rounds,
         lead_over_start=lead,
+        numerics_guard=guard.records.get(number),
     )
-    return Verification(rows=rows, results=results, winner=winner)
+    return Verification(rows=rows, results=results, winner=winner, notes=guard.notes)
 
 
 def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int, Candidate]:

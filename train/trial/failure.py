@@ -66,6 +66,13 @@ def plant_fault(kind: str, session: Session | None = None) -> None:
     """The trial.fault test hook: fail the way real trials fail, so the sweep's handling is tested
     on real processes (a crash, a NaN loss, an out-of-memory error, a hang, a kill by the OS, a
     checkpoint written to a full disk)."""
+    if kind == "coarse_weights":  # a precision loss the trial survives, not a failure
+        from train.trial.coarse import plant_coarse_weights
+
+        if session is None:
+            raise ValueError("trial.fault=coarse_weights needs the trial's session")
+        plant_coarse_weights(session)
+        return
     log.warning("trial.fault=%s: planting a failure (test hook)", kind)
     if kind == "disk_full":
         if session is None:

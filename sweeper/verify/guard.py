@@ -1,0 +1,216 @@
+"""The numerics guard: before a contender whose math differs from the starting config's may race
+(and so win and be exported), it must keep the starting config's loss curve.
+
+The math-changing keys are sweeper/space/math_keys.py's. The guard trains the starting config
+(the reference) `numerics_guard_seeds` times, one seed each, and every contender that changes a
+math key once, from the reference's first seed on the same batches (train/trial/curve.py: the same
+seed and the same micro-batch split draw the same batches); each run is `numerics_guard_steps`
+optimizer steps. The tolerance is k x the reference's own seed-to-seed spread, measured here, at
+least a floor (sweeper/verify/guard_rules.py). A contender outside it fails the guard: recorded
+in the study (user attr `numerics_guard`) with its reason and both curves, tagged in MLflow, and
+left out of the race, so it can never be exported; the race picks among the rest (the starting
+config always passes). Contenders that change no math key race unguarded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeper.context import SweepContext
+from sweeper.settings import GuardRules, guard_rules_from
+from sweeper.space.limits import limit_overrides, point_limits
+from sweeper.space.math_keys import changes_text, math_changes, searched_math_keys
+from sweeper.space.overrides import format_override
+from sweeper.verify.guard_log import log_guard_run, tag_sweep
+from sweeper.verify.guard_rules import (
+    GuardCheck,
+    Tolerance,
+    check,
+    curve_text,
+    tolerance,
+    window_size,
+)
+from sweeper.verify.winner import Candidate
+from train.trial.curve import curve_keys, loss_curve
+
+log = logging.getLogger(__name__)
+
+GUARD_ATTR = "numerics_guard"  # study user attr: the guard's settings, tolerance and verdicts
+# keys pinned to the reference's values in a contender's curve run: they choose the batches
+SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
+DEFAULT_SEED = 1337  # train/config.py RuntimeConfig.seed, for a base config that lacks it
+
+
+@dataclass(kw_only=True)
+class GuardOutcome:
+    """Who may race, each contender's guard record (best.yaml's provenance), the report lines."""
+
+    passed: dict[int, Candidate]
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def guard_mode(rules: GuardRules, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
+    """Whether the guard runs, and why in a few words."""
+    keys = searched_math_keys(searched)
+    if rules.mode == "off":
+        return False, "off (hydra.sweeper.numerics_guard=off)"
+    if rules.mode == "on":
+        return True, "on (hydra.sweeper.numerics_guard=on)"
+    if keys:
+        return True, f"on (auto: the space searches {', '.join(keys)})"
+    return False, "off (auto: the space searches no math-changing key)"
+
+
+def searched_values(ctx: SweepContext) -> dict[str, list[Any] | None]:
+    """{key: its values, None for a range} of every searched key."""
+    return {p.key: p.values() for p in ctx.space.searched}
+
+
+def guard_entrants(
+    ctx: SweepContext, cands: dict[int, Candidate], *, baseline: dict | None, start: int | None
+) -> GuardOutcome:
+    """The race's entrants that pass the guard (all of them when it is off or nothing changes
+    the math), with each one's record and the report's lines."""
+    rules = guard_rules_from(ctx.settings)
+    on, why = guard_mode(rules, searched_values(ctx))
+    if not on:
+        off = {n: {"verdict": "off", "why": why} for n in cands}
+        return GuardOutcome(passed=cands, records=off)
+    base = dict(ctx.space.ctx.base)
+    ref_point = ctx.space.point(baseline) if baseline is not None else {}
+    reference = {**base, **ref_point}
+    changed = {n: math_changes(reference, {**base, **ctx.space.point(c.params)})
+               for n, c in cands.items()}  # fmt: skip
+    records = {n: {"verdict": "not needed", "why": "the starting config's math"}
+               for n, ch in changed.items() if not ch}  # fmt: skip
+    guarded = {n: ch for n, ch in changed.items() if ch}
+    if not guarded:
+        log.info("numerics guard %s: no contender changes the math", why)
+        return GuardOutcome(passed=cands, records=records)
+    log.info("numerics guard %s: %d contender(s) change the math (%s); training the starting "
+             "config from %d seeds and each of them for %d steps", why, len(guarded),
+             "; ".join(f"trial {n}: {changes_text(ch)}" for n, ch in guarded.items()),
+             rules.seeds, rules.steps)  # fmt: skip
+    seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
+    ref_curves, ref_fail = _reference_curves(ctx, ref_point, rules, seed0=seed0, start=start)
+    tol = None
+    if len(ref_curves) >= 2:
+        tol = tolerance(ref_curves, k=rules.k, floor=rules.floor, window=window_size(rules.steps))
+        log.info("numerics guard: %s", tol.derivation())
+        tag_sweep(ctx.tracker, tol)
+    outcome = GuardOutcome(passed={}, records=records)
+    summary: dict[str, Any] = {
+        "steps": rules.steps, "seed": seed0, "k": rules.k, "floor": rules.floor,
+        "reference_curves": {str(s): c for s, c in ref_curves.items()},
+        "tolerance": tol.as_dict() if tol else None, "candidates": {},
+    }  # fmt: skip
+    for n, c in cands.items():
+        if n not in guarded:
+            outcome.passed[n] = c
+            continue
+        rec = _guard_one(ctx, n, c, guarded[n], reference=reference, tol=tol,
+                         ref_curve=ref_curves.get(seed0), ref_fail=ref_fail, rules=rules,
+                         seed0=seed0)  # fmt: skip
+        rec.update({k: summary[k] for k in ("steps", "seed", "k", "floor")})
+        rec["tolerance"] = summary["tolerance"]
+        outcome.records[n] = rec
+        summary["candidates"][str(n)] = rec
+        if rec["verdict"] == "passed":
+            outcome.passed[n] = c
+        outcome.notes.extend(_report_lines(n, rec, seed0=seed0))
+    if tol is not None and seed0 in ref_curves:
+        outcome.notes[:0] = [f"numerics guard: {tol.derivation()}",
+                             f"  loss by step, starting config (seed {seed0}): "
+                             f"{curve_text(ref_curves[seed0])}"]  # fmt: skip
+    ctx.study.set_user_attr(GUARD_ATTR, summary)
+    return outcome
+
+
+def _curve_job(
+    ctx: SweepContext, point: dict[str, Any], rules: GuardRules, *, seed: int
+) -> list[str]:
+    """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
+    keys = curve_keys(steps=rules.steps, seed=seed)
+    limits = point_limits({**point, **keys}, ctx.space.ctx, timeout_s=ctx.settings.trial_timeout_s,
+                          stall_timeout_s=ctx.settings.stall_timeout_s)  # fmt: skip
+    return [
+        *ctx.fixed,
+        *(format_override(k, v) for k, v in {**point, **keys}.items()),
+        *limit_overrides(limits),
+    ]
+
+
+def _reference_curves(
+    ctx: SweepContext, ref_point: dict[str, Any], rules: GuardRules, *, seed0: int,
+    start: int | None,
+) -> tuple[dict[int, list[float]], str]:  # fmt: skip
+    """The starting config's curve by seed (the failed runs left out), and why runs failed."""
+    seeds = [seed0 + i for i in range(rules.seeds)]
+    outs = ctx.jobs.launch([_curve_job(ctx, ref_point, rules, seed=s) for s in seeds])
+    curves, failures = {}, []
+    for seed, out in zip(seeds, outs, strict=True):
+        curve = loss_curve(out.get("result"))
+        if curve is None:
+            failures.append(f"seed {seed}: {out['state']} ({out.get('reason') or 'no loss curve'})")
+        else:
+            curves[seed] = curve
+        log_guard_run(ctx.tracker, number=-1 if start is None else start, role="reference",
+                      seed=seed, out=out, params=ref_point, curves={"guard/loss": curve or []},
+                      tags={})  # fmt: skip
+    if failures:
+        log.warning("numerics guard: reference run(s) failed: %s", "; ".join(failures))
+    return curves, "; ".join(failures)
+
+
+def _guard_one(
+    ctx: SweepContext, n: int, c: Candidate, changes: dict, *, reference: dict[str, Any],
+    tol: Tolerance | None, ref_curve: list[float] | None, ref_fail: str, rules: GuardRules,
+    seed0: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Train contender `n` from the reference's first seed on its batches and judge its curve."""
+    rec: dict[str, Any] = {"changes": changes_text(changes), "reference_curve": ref_curve}
+    if tol is None or ref_curve is None:
+        rec.update(verdict="failed", reason="not checked: the starting config's curve runs "
+                   f"failed ({ref_fail or 'too few seeds'}), so there is no tolerance")  # fmt: skip
+        return rec
+    point = ctx.space.point(c.params)
+    for key in SAME_BATCHES:  # the reference's batches, whatever split the contender runs
+        if key in reference and point.get(key, reference[key]) != reference[key]:
+            point[key] = reference[key]
+    (out,) = ctx.jobs.launch([_curve_job(ctx, point, rules, seed=seed0)])
+    curve = loss_curve(out.get("result"))
+    rec["job_dir"] = out.get("job_dir")
+    result: GuardCheck | None = None
+    if curve is None:
+        rec.update(verdict="failed", curve=None, reason=f"its curve run did not complete: "
+                   f"{out['state']} ({out.get('reason') or 'no loss curve'})")  # fmt: skip
+    else:
+        result = check(curve, ref_curve, tol)
+        rec.update(verdict="passed" if result.passed else "failed", curve=curve,
+                   reason=result.reason, divergence=result.divergence.value,
+                   at_step=result.divergence.step)  # fmt: skip
+    log_guard_run(ctx.tracker, number=n, role="candidate", seed=seed0, out=out, params=point,
+                  curves={"guard/loss": curve or [], "guard/reference_loss": ref_curve},
+                  tags={"guard.verdict": rec["verdict"], "guard.reason": rec["reason"],
+                        "guard.changes": rec["changes"]},
+                  metrics={"guard/divergence": rec.get("divergence"),
+                           "guard/tolerance": tol.value})  # fmt: skip
+    level = logging.INFO if rec["verdict"] == "passed" else logging.WARNING
+    log.log(level, "numerics guard: trial %d (%s) %s: %s", n, rec["changes"],
+            rec["verdict"].upper(), rec["reason"])  # fmt: skip
+    return rec
+
+
+def _report_lines(n: int, rec: dict[str, Any], *, seed0: int) -> list[str]:
+    """What the final report says about contender `n`: the verdict, why, and both curves."""
+    verdict = rec["verdict"]
+    tail = "" if verdict == "passed" else ": not raced, never exported"
+    lines = [f"numerics guard: trial {n} ({rec['changes']}) {verdict.upper()}{tail}; "
+             f"{rec['reason']}"]  # fmt: skip
+    if rec.get("curve"):
+        lines.append(f"  loss by step, trial {n} (seed {seed0}, same batches): "
+                     f"{curve_text(rec['curve'])}")  # fmt: skip
+    return lines

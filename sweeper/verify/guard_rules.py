@@ -1,0 +1,151 @@
+"""The numerics guard's arithmetic: how far two loss curves drift apart, the tolerance measured
+from the reference's own seed-to-seed spread, and the verdict on a candidate. Pure.
+
+Both curves are per-step training losses of the same number of steps. A curve's single steps are
+noisy (each step sees other batches), so curves are compared by their sliding means over a window
+of a few steps: the divergence of two curves is the largest gap between their windowed means, and
+the step where that window starts. The reference (the starting config) trains from two or more
+seeds; the largest divergence between any two of them is the seed spread: how far the same math
+drifts when only the seed (initial weights and batch order) changes. The tolerance is k x the
+spread, never below a floor; a candidate trains from the reference's first seed on the same
+batches, and passes when its divergence from that reference curve is within the tolerance.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+def window_size(steps: int) -> int:
+    """Steps per sliding window: a fifth of the curve (4 of 20 steps), at least 1."""
+    return max(1, steps // 5)
+
+
+def windowed_means(curve: Sequence[float], window: int) -> list[float]:
+    """The mean of every `window` consecutive values (len(curve) - window + 1 of them)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if len(curve) < window:
+        raise ValueError(f"a curve of {len(curve)} steps is shorter than the window ({window})")
+    return [sum(curve[i : i + window]) / window for i in range(len(curve) - window + 1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence:
+    """The largest gap between two curves' windowed means, in nats, and where it is."""
+
+    value: float  # |mean_a - mean_b| over the worst window; inf where a curve is not finite
+    step: int  # the worst window's first step (0-based)
+    window: int
+
+    @property
+    def steps_text(self) -> str:
+        last = self.step + self.window - 1
+        return f"step {self.step}" if last == self.step else f"steps {self.step}-{last}"
+
+
+def divergence(a: Sequence[float], b: Sequence[float], *, window: int) -> Divergence:
+    """How far curve `a` drifts from curve `b`: over their common length, the largest gap between
+    their `window`-step means. A non-finite loss in either is an infinite divergence."""
+    n = min(len(a), len(b))
+    if n == 0:
+        raise ValueError("cannot compare an empty loss curve")
+    window = min(window, n)
+    gaps = [
+        abs(x - y)
+        for x, y in zip(windowed_means(a[:n], window), windowed_means(b[:n], window), strict=True)
+    ]
+    worst = max(range(len(gaps)), key=lambda i: (not math.isfinite(gaps[i]), gaps[i]))
+    value = gaps[worst] if math.isfinite(gaps[worst]) else math.inf
+    return Divergence(value=value, step=worst, window=window)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    """The guard's tolerance and how it was derived from the reference's seeds."""
+
+    value: float  # max(k x spread, floor), nats
+    spread: float  # the largest divergence between two reference seeds, nats
+    k: float
+    floor: float
+    window: int
+    pairs: tuple[tuple[int, int, Divergence], ...]  # (seed a, seed b, their divergence)
+
+    def derivation(self) -> str:
+        """One line that says where the number comes from."""
+        worst = max(self.pairs, key=lambda p: p[2].value)
+        rule = (
+            f"{self.k:g} x seed spread {self.spread:.4f}"
+            if self.k * self.spread >= self.floor
+            else f"the floor {self.floor:g} (k {self.k:g} x seed spread {self.spread:.4f} = "
+            f"{self.k * self.spread:.4f} is below it)"
+        )
+        pairs = "; ".join(f"seeds {a} vs {b}: {d.value:.4f} at {d.steps_text}"
+                          for a, b, d in self.pairs)  # fmt: skip
+        return (
+            f"tolerance {self.value:.4f} nats = {rule}; the seed spread is the largest gap "
+            f"between the reference's {self.window}-step mean losses over its "
+            f"{len({s for p in self.pairs for s in p[:2]})} seeds ({pairs}; largest: seeds "
+            f"{worst[0]} vs {worst[1]})"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "value": self.value,
+            "spread": self.spread,
+            "k": self.k,
+            "floor": self.floor,
+            "window": self.window,
+            "derivation": self.derivation(),
+        }
+
+
+def tolerance(
+    curves: Mapping[int, Sequence[float]], *, k: float, floor: float, window: int
+) -> Tolerance:
+    """The tolerance from the reference's curves by seed (two or more): k x their largest
+    pairwise divergence, at least `floor`."""
+    if len(curves) < 2:
+        raise ValueError(f"a seed spread needs at least 2 reference curves, got {len(curves)}")
+    pairs = tuple(
+        (a, b, divergence(curves[a], curves[b], window=window))
+        for a, b in itertools.combinations(sorted(curves), 2)
+    )
+    spread = max(d.value for _, _, d in pairs)
+    return Tolerance(value=max(k * spread, floor), spread=spread, k=k, floor=floor,
+                     window=window, pairs=pairs)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardCheck:
+    """A candidate's verdict: within the tolerance or not, and why, in one sentence."""
+
+    passed: bool
+    divergence: Divergence
+    tolerance: float
+    reason: str
+
+
+def check(candidate: Sequence[float], reference: Sequence[float], tol: Tolerance) -> GuardCheck:
+    """Whether `candidate` stays within `tol` of `reference` (the same seed, the same batches)."""
+    d = divergence(candidate, reference, window=tol.window)
+    n = min(len(candidate), len(reference))
+    mean_gap = (sum(candidate[:n]) - sum(reference[:n])) / n
+    passed = d.value <= tol.value
+    ratio = "inf" if not math.isfinite(d.value) else f"{d.value / tol.value:.2g}x"
+    where = "within" if passed else "OUTSIDE"
+    reason = (
+        f"its loss curve drifts {d.value:.4f} nats from the reference's at {d.steps_text} "
+        f"({tol.window}-step means; {ratio} the tolerance {tol.value:.4f}: {where} it); over "
+        f"{n} steps its loss is {'higher' if mean_gap > 0 else 'lower'} by {abs(mean_gap):.4f} "
+        f"on average, last step {candidate[n - 1]:.4f} vs {reference[n - 1]:.4f}"
+    )
+    return GuardCheck(passed=passed, divergence=d, tolerance=tol.value, reason=reason)
+
+
+def curve_text(curve: Sequence[float]) -> str:
+    """A curve as the report prints it: every step's loss to 3 decimals."""
+    return " ".join(f"{x:.3f}" for x in curve)

@@ -1,0 +1,54 @@
+"""A loss curve from a trial: train a config for N optimizer steps from a fixed seed and read back
+every step's training loss.
+
+No new mode: a trial already records every step's mean loss over the global batch (its result's
+`loss.steps`, warm-up steps first; train/trial/result.py). `curve_keys` are the trial settings
+that make those steps a curve two configs can be compared on: exactly `steps` full optimizer steps
+(the one warm-up step full too, never projected, no time budget that could cut the window short,
+no checkpoint saves), from `seed`. The seed (runtime.seed) fixes the initial weights and the
+batch order: batch i's windows are drawn from (seed, split, i) alone (train/data/dataset.py), so
+two configs with the same seed and the same batch.micro_batch see the same batches in the same
+steps, whatever else they change. The numerics guard (sweeper/verify/guard.py) trains its curves
+this way; `python -m train.trial` with these keys does it by hand.
+
+Torch-free (listed in `train.TORCH_FREE`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+WARMUP_STEPS = 1
+# seconds no curve run reaches: the window ends at its step count only
+NO_TIME_LIMIT_S = 1e9
+# at least any grad_accum: the warm-up step takes every micro-batch, as the window's steps do
+ALL_MICRO_BATCHES = 1_000_000
+
+
+def curve_keys(*, steps: int, seed: int) -> dict[str, Any]:
+    """The trainer keys of a curve run of `steps` optimizer steps from `seed`."""
+    if steps < WARMUP_STEPS + 2:
+        raise ValueError(f"a loss curve needs at least {WARMUP_STEPS + 2} steps, got {steps}")
+    window = steps - WARMUP_STEPS
+    return {
+        "runtime.seed": seed,
+        "trial.warmup_steps": WARMUP_STEPS,
+        "trial.max_steps": window,
+        "trial.min_steps": window,
+        "trial.max_seconds": NO_TIME_LIMIT_S,
+        "trial.target_ci": 0.0,  # a precise step time must not end the curve early either
+        "trial.project_above_s": 0,
+        "trial.project_micro_steps": ALL_MICRO_BATCHES,
+        "trial.profile": False,
+        "checkpoint.every_steps": 0,
+    }
+
+
+def loss_curve(result: Mapping[str, Any] | None) -> list[float] | None:
+    """Every step's training loss of a complete trial's result, or None (failed, pruned, or an
+    older result without `loss.steps`)."""
+    if not result or result.get("status") != "complete":
+        return None
+    steps = (result.get("loss") or {}).get("steps")
+    return [float(x) for x in steps] if steps else None
