@@ -51,6 +51,7 @@ from sweeper.study.export_claim import (
 )
 from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
 from sweeper.tracking import Tracker
+from sweeper.tracking.stopped import log_stopped_trials
 from sweeper.verify.race_rounds import RACE_ATTR
 from sweeper.verify.stage import Verification, verify
 from train.handoff.interval import CheckpointPlan
@@ -100,7 +101,7 @@ class SweepEngine:
         try:
             best_path = self._run(prepared, started, tracker, sweep_dir)
         except KeyboardInterrupt:
-            self._interrupted(started, tracker, sweep_dir)
+            self._interrupted(started, tracker, sweep_dir, point=prepared.space.point)
         except BaseException:
             tracker.finish("FAILED")
             raise
@@ -110,11 +111,13 @@ class SweepEngine:
         return {"best_yaml": str(best_path) if best_path else None, "study": started.study_name}
 
     @staticmethod
-    def _interrupted(started: Started, tracker: Tracker, sweep_dir: Path) -> None:
-        """Ctrl-C or SIGTERM: record the running trials as interrupted, close the MLflow runs, and
-        say in one line how to resume; exit 130 without a traceback."""
+    def _interrupted(started: Started, tracker: Tracker, sweep_dir: Path, *, point) -> None:
+        """Ctrl-C or SIGTERM: record the running trials as interrupted (each with its MLflow run),
+        close the parent run KILLED (the resumed sweep reopens it), and say in one line how to
+        resume; exit 130 without a traceback."""
         kill_all_children()
         stopped = fail_own_running(started.study, reason="interrupted: the sweep was stopped")
+        log_stopped_trials(tracker, started.study, stopped, sweep_dir=sweep_dir, point=point)
         tracker.finish("KILLED")
         log.error(
             "sweep interrupted (%d running trial(s) recorded as interrupted); resume with: %s",

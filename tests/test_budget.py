@@ -97,14 +97,15 @@ def test_verify_reserve(settings, walls, real_s, reserve) -> None:
 @pytest.mark.parametrize(
     ("settings", "elapsed", "eta"),
     [
-        # 3 trials left and 2 x 2 verification runs at the median 10 s
-        ({"n_trials": 5, "verify_top_k": 2, "verify_repeats": 2}, 0.0, 70.0),
+        # 3 trials left and the race: the top 2 and the start, 2 rounds, at the median 10 s
+        ({"n_trials": 5, "verify_top_k": 2, "verify_repeats": 2}, 0.0, 90.0),
         ({"n_trials": 0}, 0.0, None),  # no trial limit and no wall budget: unknown
         ({"n_trials": 0, "max_wall_s": 100.0}, 40.0, 60.0),  # the wall budget's rest
         # the wall budget ends the sweep before the trials would
         ({"n_trials": 5, "verify_top_k": 2, "verify_repeats": 2, "max_wall_s": 100.0}, 50.0,
          50.0),
-        ({"n_trials": 5, "max_wall_s": 100.0}, 150.0, 0.0),  # past the budget: never negative
+        # past the budget: the race's first round (the top 3 and the start) still runs
+        ({"n_trials": 5, "max_wall_s": 100.0}, 150.0, 40.0),
     ],
 )  # fmt: skip
 def test_eta(settings, elapsed, eta) -> None:

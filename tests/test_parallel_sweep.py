@@ -75,7 +75,7 @@ class TimedSlots:
         self.busy: set[int] = set()
         self.lock = threading.Lock()
 
-    def launch_one(self, job: list[str], *, slot: int) -> dict:
+    def launch_one(self, job: list[str], *, slot: int, name: str | None = None) -> dict:
         with self.lock:
             assert slot not in self.busy, f"slot {slot} given to two jobs at once"
             self.busy.add(slot)

@@ -67,7 +67,7 @@ class Hill:
     def __init__(self) -> None:
         self.points: list[dict] = []
 
-    def launch_one(self, job: list[str], *, slot: int) -> dict:
+    def launch_one(self, job: list[str], *, slot: int, name: str | None = None) -> dict:
         point = dict(o.split("=", 1) for o in job if o.startswith(("batch.micro", "data.num")))
         mb, workers = int(point["batch.micro_batch"]), int(point["data.num_workers"])
         self.points.append({"mb": mb, "workers": workers})

@@ -33,7 +33,7 @@ class Launcher:
         self.job_idx, self.rounds = len(list(root.glob("*"))), []
         self.rng = random.Random(len(self.speeds) + self.job_idx)
 
-    def launch(self, batch: list[list[str]]) -> list[dict]:
+    def launch(self, batch: list[list[str]], names: list[str] | None = None) -> list[dict]:
         drift = self.rng.uniform(0.6, 1.4)
         order = [int(o[0].split("=")[1]) for o in batch]
         self.rounds.append(order)

@@ -26,6 +26,10 @@ class ThroughputSweeper(Sweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
+        from sweeper.launch.quiet import route_sweep_logging
+
+        # Hydra's per-job launch lines and known library chatter: the sweep's log file only
+        route_sweep_logging(config)
         self._engine.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> Any:

@@ -7,6 +7,8 @@ verification rounds share to start jobs and read their endings.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,31 @@ def first_free_job(sweep_dir: Path) -> int:
     return max(taken, default=-1) + 1
 
 
+def job_name(number: int, *, repeat: int | None = None) -> str:
+    """The name a job's folder is linked under in the sweep dir: its trial number, since Hydra
+    numbers its jobs by its own counter (`trial-3`; a verification run `trial-3-verify-r2`)."""
+    return f"trial-{number}" if repeat is None else f"trial-{number}-verify-r{repeat}"
+
+
+def link_job(sweep_dir: Path, name: str, job_dir: Path) -> None:
+    """`<sweep_dir>/<name>` -> `job_dir` (relative when inside the sweep dir), replacing an older
+    link of that name (a later race of the same trial); a real folder of that name is left alone.
+    A link that cannot be made (a filesystem without links) costs nothing but the link."""
+    link = sweep_dir / name
+    if link.exists() and not link.is_symlink():
+        return
+    try:
+        target = job_dir.relative_to(sweep_dir)
+    except ValueError:
+        target = job_dir
+    with contextlib.suppress(OSError):
+        if link.is_symlink():
+            if Path(os.readlink(link)) == target:
+                return
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
+
+
 def pin_devices(job: list[str], slot: str) -> list[str]:
     """A job with its slot's CUDA_VISIBLE_DEVICES (Hydra sets it for the job's duration:
     `hydra.job.env_set`); an empty slot pins nothing."""
@@ -89,6 +116,7 @@ class JobLauncher:
         self, launcher: Any, *, sweep_dir: Path | None = None, slots: list[str] | None = None
     ) -> None:
         self.launcher = launcher
+        self.sweep_dir = sweep_dir
         self.job_idx = first_free_job(sweep_dir) if sweep_dir is not None else 0
         self.slots = list(slots or [])
         self.parallel = kinds.parallel(type(launcher).__name__)
@@ -99,16 +127,28 @@ class JobLauncher:
             first, self.job_idx = self.job_idx, self.job_idx + count
         return first
 
-    def launch(self, batch: list[list[str]]) -> list[dict[str, Any]]:
+    def launch(
+        self, batch: list[list[str]], *, names: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         """Run jobs one after another (each on the first GPU slot); their outcomes, in order.
         Timed runs that must not share the machine (the race's rounds) go through here."""
-        return [self.launch_one(job, slot=0) for job in batch]
+        names = names or [None] * len(batch)  # type: ignore[list-item]
+        return [self.launch_one(job, slot=0, name=n) for job, n in zip(batch, names, strict=True)]
 
-    def launch_one(self, job: list[str], *, slot: int) -> dict[str, Any]:
-        """Run one job on GPU slot `slot` (an index into `slots`) and return its outcome."""
+    def launch_one(self, job: list[str], *, slot: int, name: str | None = None) -> dict[str, Any]:
+        """Run one job on GPU slot `slot` (an index into `slots`) and return its outcome. `name`
+        (`job_name`) links the job's folder by trial number, from its start (Hydra's folder is
+        the job number under the default `hydra.sweep.subdir`) and, once it ran, to the folder
+        the job reports."""
         pinned = pin_devices(job, self.slots[slot] if self.slots else "")
-        (ret,) = self.launcher.launch([pinned], initial_job_idx=self._take_index(1))
-        return job_output(ret)
+        idx = self._take_index(1)
+        if name and self.sweep_dir is not None:
+            link_job(self.sweep_dir, name, self.sweep_dir / str(idx))
+        (ret,) = self.launcher.launch([pinned], initial_job_idx=idx)
+        out = job_output(ret)
+        if name and self.sweep_dir is not None and out.get("job_dir"):
+            link_job(self.sweep_dir, name, Path(out["job_dir"]))
+        return out
 
     def abort(self) -> None:
         """Stop the jobs running in other processes (Ctrl-C, SIGTERM): joblib's loky workers are

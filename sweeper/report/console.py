@@ -24,7 +24,7 @@ console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isat
 
 def _bar(done: int, total: int, width: int = 20) -> str:
     if total <= 0:
-        return ""
+        return f"{done} trial(s)"
     filled = min(width, round(width * done / total))
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
 
@@ -43,10 +43,13 @@ def trial_line(
     done: int,
     total: int,
     best: float | None,
-    eta_s: float | None,
+    eta_s: float | None = None,
+    eta: Any = None,
 ) -> None:
-    """One line per finished trial (knobs, tokens/s, MFU, state), then the progress line with
-    the best value so far and the ETA."""
+    """One line per finished trial, named by its trial number (its job folder is linked as
+    trial-<n>: sweeper/launch/batch.py): knobs, tokens/s, MFU, state and wall; then the progress
+    line with the best value so far and the ETA (`eta`, sweeper/study/eta.py: learned from the
+    walls measured so far; a bare `eta_s` otherwise)."""
     if result and result.get("tokens_per_s"):
         mfu = result.get("mfu") or {}
         measured = (
@@ -55,10 +58,15 @@ def trial_line(
         )
     else:
         measured = f"{'-':>10}"
+    wall = (result or {}).get("wall_s")
+    took = f"  in {wall:.1f} s" if isinstance(wall, int | float) else ""
     why = f"  ({reason.splitlines()[0][:120]})" if reason and state != "complete" else ""
-    console.print(f"trial {number:>3} {state:<14} {measured}  {knobs_text(params)}{why}")
+    # markup off: a knob value or a reason in [brackets] is text, not a rich style
+    console.print(f"trial {number:>3} {state:<14} {measured}  {knobs_text(params)}{took}{why}",
+                  markup=False)  # fmt: skip
     best_text = "-" if best is None else f"{best:,.1f}"
-    console.print(f"  {_bar(done, total)}  best {best_text}  eta {fmt_duration(eta_s)}")
+    eta_text = eta.text() if eta is not None else f"eta {fmt_duration(eta_s)}"
+    console.print(f"  {_bar(done, total)}  best {best_text}  {eta_text}", markup=False)
 
 
 def search_run_text(row: dict) -> str:
@@ -70,7 +78,10 @@ def search_run_text(row: dict) -> str:
 
 
 def _cell(row: dict, key: str) -> str:
-    """A verified row's number as the final table prints it (by its unit in sweeper/metrics.py)."""
+    """A verified row's number as the final table prints it (by its unit in sweeper/metrics.py);
+    a spread (CV) only where it rests on more than one run."""
+    if key == "cv" and (row.get("n") or 0) < 2:
+        return "-"
     unit = BY_ROW_KEY[key].unit
     if unit == "tokens/s":
         return f"{row[key]:,.0f}"

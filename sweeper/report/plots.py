@@ -1,11 +1,15 @@
-"""Sweep plots: Optuna's interactive HTML views of the study, and one static PNG summary.
+"""Sweep plots, as static PNGs sized for an artifact store: Optuna's four views of the study and
+one summary of the verified configs.
 
-HTML: each file embeds plotly.js (`include_plotlyjs=True`, ~4.7 MB per file), so it opens offline,
-from any copy of the sweep dir, and inside MLflow's artifact viewer (an iframe where a relative
-`plotly.min.js` from `include_plotlyjs="directory"` would not load). The CDN mode needs a network.
+Optuna's views (history, importances, parallel coordinates, slice) are drawn by
+`optuna.visualization.matplotlib`, 20-80 KB a file. They were Plotly HTML files that each embedded
+plotly.js (4.8 MB a file, about 19 MB per sweep, stored in the sweep dir and again on the MLflow
+run); a CDN-loaded page would need a network the user may not have. To browse a study
+interactively, open its storage in `optuna-dashboard`.
 
-PNG: matplotlib through the Agg canvas of a `Figure` object, never pyplot, so no global backend or
-figure state is touched in the sweep process.
+The summary is drawn on a matplotlib `Figure` object (the Agg canvas), never pyplot, so no global
+figure state is touched in the sweep process. Optuna's functions do use pyplot: they run under the
+Agg backend and inside `rc_context` (they set a style sheet), and each figure is closed.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import logging
 import statistics
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,32 +36,45 @@ MAX_GROUPS_PER_KNOB = 8  # a numeric knob with more distinct values is binned in
 NUM_BINS = 5
 
 
-def optuna_html(study: Any, out_dir: Path, *, include_plotlyjs: bool | str = True) -> list[Path]:
-    """Write optimization history, param importances, parallel coordinate and slice views of
-    `study` as self-contained HTML files in `out_dir`; a view that cannot be drawn is skipped."""
-    from optuna import visualization as vis
+OPTUNA_VIEWS = ("optimization_history", "param_importances", "parallel_coordinate", "slice")
+PNG_DPI = 90  # Optuna's 6.4 x 4.8 in views at 576 x 432 px: readable, tens of KB
+
+
+def optuna_pngs(study: Any, out_dir: Path) -> list[Path]:
+    """Write Optuna's optimization history, param importances, parallel coordinate and slice
+    views of `study` as PNGs in `out_dir`; a view that cannot be drawn is skipped."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # the sweep is a batch process: never a window, whatever $DISPLAY says
+    import matplotlib.pyplot as plt
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.visualization import matplotlib as vis
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    views: dict[str, Callable[[Any], Any]] = {
-        "optimization_history": vis.plot_optimization_history,
-        "param_importances": vis.plot_param_importances,
-        "parallel_coordinate": vis.plot_parallel_coordinate,
-        "slice": vis.plot_slice,
-    }
     n_complete = sum(1 for t in study.trials if t.state.name == "COMPLETE")
     written = []
-    for name, plot in views.items():
+    for name in OPTUNA_VIEWS:
         if name == "param_importances" and n_complete < 2:
             log.info("skipping param importances: %d complete trial(s), needs 2", n_complete)
             continue
-        try:
-            fig = plot(study)
-        except Exception as e:  # too few complete trials, a single-valued param, ...
-            log.info("skipping the %s plot: %s: %s", name, type(e).__name__, e)
-            continue
-        path = out_dir / f"{name}.html"
-        fig.write_html(path, include_plotlyjs=include_plotlyjs, full_html=True)
+        path = out_dir / f"{name}.png"
+        with matplotlib.rc_context(), warnings.catch_warnings():
+            # the matplotlib views are marked experimental; we pin optuna and test them
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            # a knob with one value so far: matplotlib widens its axis itself, and says so
+            warnings.filterwarnings("ignore", message="Attempting to set identical")
+            try:
+                drawn = getattr(vis, f"plot_{name}")(study)
+                fig = (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
+            except Exception as e:  # too few complete trials, a single-valued param, ...
+                log.info("skipping the %s plot: %s: %s", name, type(e).__name__, e)
+                plt.close("all")
+                continue
+            fig.savefig(path, dpi=PNG_DPI, bbox_inches="tight")
+            plt.close(fig)
         written.append(path)
     return written
 
@@ -289,11 +305,11 @@ def plot_rows(rows: list[dict], results: dict[int, list[dict]]) -> list[dict]:
 def sweep_plots(
     study: Any, sweep_dir: Path, rows: list[dict], results: dict[int, list[dict]]
 ) -> list[Path]:
-    """Optuna's HTML views and the PNG summary under <sweep_dir>/plots; the files drawn. A plot
+    """Optuna's views and the summary under <sweep_dir>/plots, as PNGs; the files drawn. A plot
     that cannot be drawn is a warning, never a failed sweep."""
     artifacts: list[Path] = []
     try:
-        artifacts += optuna_html(study, sweep_dir / "plots")
+        artifacts += optuna_pngs(study, sweep_dir / "plots")
         trials = [
             {
                 "number": t.number,

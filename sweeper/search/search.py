@@ -19,7 +19,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
-from sweeper.launch.batch import real_trial_s, trial_limits
+from sweeper.launch.batch import job_name, real_trial_s, trial_limits
 from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
 from sweeper.search.polish import interleave, neighbours, point_key
@@ -97,7 +97,8 @@ class Search:
                         beating.append(trial)
                         self.launched += 1
                         if width == 1:
-                            out = self.ctx.jobs.launch_one(job, slot=slot)
+                            out = self.ctx.jobs.launch_one(job, slot=slot,
+                                                           name=job_name(trial.number))
                             self._finish(trial, out, beating, free, slot)
                             continue
                         running[trial.number] = (trial, slot)
@@ -119,7 +120,7 @@ class Search:
 
         def work() -> None:
             try:
-                out = self.ctx.jobs.launch_one(job, slot=slot)
+                out = self.ctx.jobs.launch_one(job, slot=slot, name=job_name(number))
             except Exception as exc:  # the launcher failed: this trial crashed, not the sweep
                 out = {"state": "crash", "reason": f"launcher failed: {exc!r}", "result": None,
                        "wall_s": None}  # fmt: skip
@@ -331,5 +332,5 @@ class Search:
             done=self.ctx.budget.spent(self.ctx.study),
             total=self.ctx.settings.n_trials,
             best=best,
-            eta_s=self.ctx.budget.eta_s(self.ctx.study),
+            eta=self.ctx.budget.eta(self.ctx.study),
         )

@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.settings import SweepSettings
+from sweeper.study.eta import Eta, estimate
 from sweeper.study.study import count_finished, own_outcomes, running_trials
 
 log = logging.getLogger(__name__)
@@ -175,18 +176,26 @@ class Budget:
         return max(0, left)
 
     def eta_s(self, study: optuna.Study) -> float | None:
-        """The sweep's remaining time: the trials left and the verification runs at the median
-        trial's wall time, capped by the wall budget when that ends the sweep first."""
+        """The sweep's remaining time in seconds (`eta`)."""
+        return self.eta(study).total_s
+
+    def eta(self, study: optuna.Study) -> Eta:
+        """The sweep's remaining time, from this study's measured walls (sweeper/study/eta.py):
+        the trials left and the race (the top k and the starting config), capped by the wall
+        budget when that ends the sweep first."""
         s = self.settings
-        median_s = self.median_trial_s(study)
-        eta = None
-        if median_s is not None and s.n_trials > 0:
-            remaining = max(0, s.n_trials - self.spent(study))
-            eta = median_s * (remaining + s.verify_top_k * s.verify_repeats)
-        left_s = self.wall_left_s()
-        if left_s is not None:
-            eta = left_s if eta is None else min(eta, left_s)
-        return eta
+        trials = study.get_trials(deepcopy=False)
+        walls = [t.user_attrs["wall_s"] for t in trials if "wall_s" in t.user_attrs]
+        complete = [t.user_attrs["wall_s"] for t in trials
+                    if "wall_s" in t.user_attrs and t.state == TrialState.COMPLETE]  # fmt: skip
+        left = max(0, s.n_trials - self.spent(study)) if s.n_trials > 0 else (
+            self.trials_that_fit(study, 0.0, left=UNLIMITED))  # fmt: skip
+        if left >= UNLIMITED:  # no trial budget and no wall budget: no end to predict
+            return Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None,
+                       capped=False)  # fmt: skip
+        return estimate(trials_left=left, trial_walls=walls, complete_walls=complete,
+                        contenders=s.verify_top_k + 1, repeats=s.verify_repeats,
+                        max_rounds=s.verify_max_rounds, wall_left_s=self.wall_left_s())  # fmt: skip
 
     def verify_round_fits(
         self, study: optuna.Study, n_runs: int, *, run_s: float | None = None

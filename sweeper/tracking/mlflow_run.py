@@ -1,4 +1,5 @@
-"""MLflow tracking for a sweep: an experiment per study, a parent run per sweep, a run per trial.
+"""The MLflow tracker of a sweep: an experiment per study and storage, one parent run per sweep
+(continued across interruptions: sweeper/tracking/parent.py), a nested run per trial.
 
 Tracking is a convenience, never a dependency: the Optuna study and the sweep dir hold everything.
 So every public method swallows its own errors, warns once, and turns the tracker into a no-op
@@ -14,26 +15,42 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from sweeper.launch.quiet import adopt_library_logger
 from sweeper.masking import mask_secrets
-from sweeper.metrics import dig, mlflow_paths
-from sweeper.study.owner import owner_alive, owner_tag
+from sweeper.study.owner import owner_tag
+from sweeper.tracking.names import (
+    FINGERPRINT_TAG,
+    INTERVAL_METRICS,
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAM_CHARS,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_CHARS,
+    SWEEP_OWNER_TAG,
+    cost_metrics,
+    default_artifact_location,
+    default_tracking_uri,
+    final_metrics,
+    is_remote,
+    job_artifacts,
+    run_status,
+    storage_fingerprint,
+    trial_run_name,
+    truncate,
+)
+from sweeper.tracking.parent import parent_to_resume, record_parent
 
 if TYPE_CHECKING:
     from train.trial.result import TrialResult
 
-log = logging.getLogger(__name__)
+# one logger for the package: its warnings read as the tracker's wherever they come from
+log = logging.getLogger("sweeper.tracking")
 
-# MLflow 3.x limits (mlflow/utils/validation.py): param values <= 6000 chars, tag values <= 8000,
-# one log_batch call <= 1000 metrics and <= 100 params + tags.
-MAX_PARAM_CHARS, MAX_TAG_CHARS = 6000, 8000
-MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH = 1000, 100
 # Environment names from mlflow 3.17 mlflow/environment_variables.py (read at request time). The
 # defaults (120 s timeout, 7 retries with exponential backoff) make a dead server cost ~4 minutes
 # per request; ours cap the first failing request at ~timeout * (retries + 1) seconds.
@@ -43,120 +60,7 @@ HTTP_BACKOFF_ENV = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
 # set_terminated otherwise re-reads the run (one more request) to print "View run" to stdout.
 QUIET_URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
-# MLflow metric name (units in the name) -> path into result.json (sweeper/metrics.py).
-FINAL_METRICS: dict[str, tuple[str, ...]] = mlflow_paths()
-# result["intervals"][i] key -> metric name, logged at step=interval["step"].
-INTERVAL_METRICS = {
-    "tokens_per_s": "interval/tokens_per_s",
-    "step_time_s": "interval/step_s",
-    "data_wait_frac": "interval/data_wait_frac",
-}
-JOB_ARTIFACTS = ("trial_config.yaml", "trial.log", "result.json")
-# Trial states that are a normal ending of a run (everything else is shown as FAILED in the UI).
-FINISHED_STATES = ("complete", "pruned")
-
 T = TypeVar("T")
-
-
-SWEEP_OWNER_TAG = "sweep_owner"  # host:pid of the sweep process that holds the parent run
-
-
-@runtime_checkable
-class Tracker(Protocol):
-    """What the sweep calls on its tracker: `SweepTracker` (MLflow) or `NullTracker` (tracking
-    off). Every method returns quietly; a tracker never fails a sweep."""
-
-    overhead_s: float  # seconds spent inside the tracker's methods
-    last_log_s: float | None  # seconds the last log_trial took
-
-    def start_sweep(self, *, run_name: str, params: dict, tags: dict) -> None: ...
-
-    def log_trial(
-        self,
-        *,
-        number: int,
-        state: str,
-        reason: str | None,
-        params: dict,
-        result: TrialResult | None,
-        job_dir: Path | None,
-        kind: str = "search",
-        repeat: int | None = None,
-    ) -> str | None: ...
-
-    def tag_winner(self, run_id: str) -> None: ...
-
-    def log_best(
-        self, *, best_yaml: Path | None, extra_artifacts: list[Path], metrics: dict, tags: dict
-    ) -> None: ...
-
-    def log_cost(self, cost: Mapping[str, Any]) -> None: ...
-
-    def finish(self, status: str = "FINISHED") -> None: ...
-
-
-def default_tracking_uri(cwd: Path) -> str:
-    """MLFLOW_TRACKING_URI if set, else a SQLite file in `cwd` (MLflow 3's own default location;
-    the ./mlruns file store is refused unless MLFLOW_ALLOW_FILE_STORE=true)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{cwd.resolve() / 'mlflow.db'}"
-
-
-def default_artifact_location(cwd: Path, experiment: str) -> str:
-    """<cwd>/mlartifacts/<experiment> as a file URI: the experiment's runs land in <run_id>/ under
-    it, so one folder per experiment keeps several studies' artifacts apart."""
-    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
-    return (cwd / "mlartifacts" / folder).resolve().as_uri()
-
-
-def is_remote(uri: str) -> bool:
-    """A tracking server (or Databricks): it chooses where artifacts go unless told otherwise."""
-    return uri.split(":", 1)[0] in ("http", "https", "databricks")
-
-
-def truncate(value: Any, limit: int) -> str:
-    text = mask_secrets(str(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def final_metrics(result: TrialResult) -> dict[str, float]:
-    """The trial's headline numbers under slash-namespaced names; missing/non-numeric skipped."""
-    out = {}
-    for name, path in FINAL_METRICS.items():
-        value = dig(result, path)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
-
-
-def cost_metrics(cost: Mapping[str, Any]) -> dict[str, float]:
-    """The parent run's price metrics from the cost document (sweeper/report/cost.py
-    `sweep_costs`): hours to train the planned tokens and $ per 1B tokens, for the starting config
-    and the winner; a role or price that is unknown is left out, never logged as 0."""
-    metrics = {}
-    for role in ("start", "winner"):
-        c = cost.get(role) or {}
-        if c.get("time_to_train_h") is not None:
-            metrics[f"cost/time_to_train_h_{role}"] = float(c["time_to_train_h"])
-        if c.get("usd_per_1b_tokens") is not None:
-            metrics[f"cost/usd_per_1b_tokens_{role}"] = float(c["usd_per_1b_tokens"])
-    return metrics
-
-
-def trial_run_name(number: int, kind: str, repeat: int | None) -> str:
-    if kind == "verify":
-        return f"verify-{number:03d}-r{repeat if repeat is not None else 0}"
-    return f"trial-{number:03d}"
-
-
-def job_artifacts(job_dir: Path) -> list[tuple[Path, str | None]]:
-    """(file, artifact sub-dir) pairs to upload from a job dir; traces exist only when profiling."""
-    files: list[tuple[Path, str | None]] = [
-        (job_dir / n, None) for n in JOB_ARTIFACTS if (job_dir / n).is_file()
-    ]
-    for trace in sorted(job_dir.rglob("trace.json")):
-        rel = trace.parent.relative_to(job_dir)
-        files.append((trace, None if rel == Path(".") else rel.as_posix()))
-    return files
 
 
 def _guarded(default: Any = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
@@ -264,31 +168,31 @@ class SweepTracker:
 
     # -- public API -----------------------------------------------------------------------------
     @_guarded()
-    def start_sweep(self, *, run_name: str, params: dict, tags: dict) -> None:
-        """Open the experiment (created with an explicit artifact location) and the parent run."""
+    def start_sweep(self, *, run_name: str, params: dict, tags: dict, study: Any = None) -> None:
+        """Open the experiment and the parent run: the one a stopped sweep of this study left
+        (sweeper/tracking/parent.py), reopened, or a new one. `study`, when given, records it."""
         from mlflow.tracking import MlflowClient
 
+        adopt_library_logger("mlflow")  # its INFO lines go to the sweep's log file only
         self._client = MlflowClient(tracking_uri=self.tracking_uri)
-        exp = self._client.get_experiment_by_name(self.experiment)
-        if exp is None:
-            self.experiment_id = self._client.create_experiment(
-                self.experiment, artifact_location=self.artifact_location
-            )
-        else:
-            self.experiment_id = exp.experiment_id
-            if exp.lifecycle_stage == "deleted":  # deleted in the UI: runs cannot be created in it
-                self._client.restore_experiment(self.experiment_id)
+        fingerprint = storage_fingerprint(tags["storage"]) if tags.get("storage") else None
+        tags = {**tags, **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
+        self.experiment_id = self._open_experiment(tags)
+        previous = parent_to_resume(
+            self._client, self.experiment_id, study=study, study_name=tags.get("study"),
+            fingerprint=fingerprint, tracking_uri=self.tracking_uri,
+        )  # fmt: skip
         owner = owner_tag()
-        resumed = self._interrupted_sweep_run(tags.get("study"))
-        if resumed is not None:
-            # the same study, left RUNNING by a sweep process on this host that no longer exists:
-            # its trials and ours belong in one parent run. Params are immutable in MLflow, so the
-            # first sweep's stay; tags (ours included) are updated.
-            self.parent_run_id = resumed.info.run_id
-            count = int(resumed.data.tags.get("resumed", "0")) + 1
+        if previous is not None:
+            # Params are immutable in MLflow, so the first sweep's stay; tags (ours) are updated.
+            self.parent_run_id = previous.info.run_id
+            self.experiment_id = previous.info.experiment_id
+            count = int(previous.data.tags.get("resumed", "0")) + 1
+            self._client.update_run(self.parent_run_id, status="RUNNING")
             tags = {**tags, "resumed": str(count), SWEEP_OWNER_TAG: owner}
             self._log_batch(self.parent_run_id, tags=tags)
-            log.info("MLflow: resuming sweep run %s of the interrupted sweep", self.parent_run_id)
+            log.info("MLflow: continuing the stopped sweep's run %s (%s before)",
+                     self.parent_run_id, previous.info.status)  # fmt: skip
         else:
             run = self._client.create_run(
                 self.experiment_id, run_name=run_name, tags={"kind": "sweep"}
@@ -297,27 +201,24 @@ class SweepTracker:
             self._log_batch(
                 self.parent_run_id, params=params, tags={**tags, SWEEP_OWNER_TAG: owner}
             )
+        record_parent(study, self.parent_run_id, self.tracking_uri)
         where = mask_secrets(self.tracking_uri)
         if is_remote(self.tracking_uri):
             where += f"/#/experiments/{self.experiment_id}/runs/{self.parent_run_id}"
         log.info("MLflow: experiment %r, sweep run %s", self.experiment, where)
 
-    def _interrupted_sweep_run(self, study: str | None) -> Any:
-        """The newest RUNNING sweep run of `study` whose owner process on this host is gone."""
-        if not study:
-            return None
-        runs = self._client.search_runs(
-            [self.experiment_id],
-            filter_string=(
-                f"tags.kind = 'sweep' and tags.study = '{study}' and attributes.status = 'RUNNING'"
-            ),
-            order_by=["attributes.start_time DESC"],
-            max_results=20,
-        )
-        for run in runs:
-            if owner_alive(run.data.tags.get(SWEEP_OWNER_TAG)) is False:
-                return run
-        return None
+    def _open_experiment(self, tags: dict) -> str:
+        """The experiment's id: created with an explicit artifact location and the study's
+        storage as tags, or restored when it was deleted in the UI."""
+        exp = self._client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            about = {k: str(tags[k]) for k in ("study", "storage", FINGERPRINT_TAG) if k in tags}
+            return self._client.create_experiment(
+                self.experiment, artifact_location=self.artifact_location, tags=about
+            )
+        if exp.lifecycle_stage == "deleted":  # deleted in the UI: runs cannot be created in it
+            self._client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
 
     @_guarded()
     def log_trial(
@@ -373,8 +274,7 @@ class SweepTracker:
         if job_dir is not None:
             for path, sub in job_artifacts(Path(job_dir)):
                 self._client.log_artifact(run_id, str(path), sub)
-        status = "FINISHED" if state in FINISHED_STATES else "FAILED"
-        self._client.set_terminated(run_id, status=status)
+        self._client.set_terminated(run_id, status=run_status(state))
         self.last_log_s = time.perf_counter() - t0
         return run_id
 
@@ -422,28 +322,3 @@ class SweepTracker:
         if self.parent_run_id is not None:
             self._client.set_terminated(self.parent_run_id, status=status)
             log.info("MLflow: %.1f s spent on tracking in this sweep", self.overhead_s)
-
-
-class NullTracker:
-    """Tracking turned off (hydra.sweeper.mlflow=false): every call is a no-op."""
-
-    overhead_s = 0.0
-    last_log_s = 0.0
-
-    def start_sweep(self, **_: Any) -> None:
-        return None
-
-    def log_trial(self, **_: Any) -> None:
-        return None
-
-    def tag_winner(self, run_id: str) -> None:
-        return None
-
-    def log_best(self, **_: Any) -> None:
-        return None
-
-    def log_cost(self, cost: Mapping[str, Any]) -> None:
-        return None
-
-    def finish(self, status: str = "FINISHED") -> None:
-        return None

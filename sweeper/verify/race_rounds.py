@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.context import SweepContext
+from sweeper.launch.batch import job_name
 from sweeper.settings import rules_from
 from sweeper.study.objective import direction, objective_value
 from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
@@ -125,7 +126,9 @@ def _run_round(
     started = time.monotonic()
     # JobLauncher.launch runs them one after another, whatever n_jobs: contenders timed side by
     # side would share the machine and measure each other
-    outs = dict(zip(order, ctx.jobs.launch([cands[n].overrides for n in order]), strict=True))
+    names = [job_name(n, repeat=r + 1) for n in order]  # the folders linked as trial-N-verify-rR
+    outs = dict(zip(order, ctx.jobs.launch([cands[n].overrides for n in order], names=names),
+                    strict=True))  # fmt: skip
     record.run_s = (time.monotonic() - started) / max(1, len(order))
     stored: dict[str, Any] = {}
     for n in record.contenders:

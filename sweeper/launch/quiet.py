@@ -1,0 +1,166 @@
+"""What reaches the console and what only the sweep's log file keeps.
+
+Hydra's launchers say "Launching 1 jobs locally" and the job's whole override line for every trial
+(numbered by Hydra's job counter, which is not the trial number), Optuna's experimental-feature
+warning and MLflow's database set-up lines come on every run, and a job logs the folder it ran
+in. The trial's own progress line (sweeper/report/console.py) says all of it in trial numbers, so
+those lines go to `<sweep dir>/sweep.log` only; warnings and errors of every logger still reach
+the console.
+
+How: Hydra configures logging from `hydra.hydra_logging` at the start and again around every
+launch, so the sweep's copy of that config gains a filter on its console handlers and a handler
+for the log file (`route_sweep_logging`), and every reconfiguration keeps them. Optuna's and
+MLflow's loggers print through handlers of their own; they are handed to the root logger
+(`adopt_library_logger`). A job running in this process (Hydra's basic launcher) logs through
+Hydra's job logging: `quiet_console` filters its console handlers too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+SWEEP_LOG_NAME = "sweep.log"
+# Loggers whose lines below WARNING are chatter on the console: Hydra's launchers (the per-job
+# "Launching 1 jobs locally" and "#<job> : <overrides>"), our job's "trial in <dir>", MLflow's
+# and Optuna's set-up lines, and torchao's load messages.
+QUIET_LOGGERS = (
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra_plugins.hydra_joblib_launcher",
+    "hydra_plugins.hydra_submitit_launcher",
+    "sweeper.launch.job",
+    "mlflow",
+    "alembic",
+    "optuna",
+    "torchao",
+)
+# Third-party warnings the sweep triggers on purpose, by category name as `warnings` prints it:
+# Optuna's RDB heartbeat (which recovers trials of a dead worker) is marked experimental.
+KNOWN_WARNINGS = ("ExperimentalWarning",)
+FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+def _quiet(name: str) -> bool:
+    return any(name == q or name.startswith(q + ".") for q in QUIET_LOGGERS)
+
+
+def known_warning(message: str) -> bool:
+    """Whether a captured warning (`logging.captureWarnings`) is one of KNOWN_WARNINGS."""
+    return any(f"{category}:" in message for category in KNOWN_WARNINGS)
+
+
+class ConsoleFilter(logging.Filter):
+    """Lets through what a user reads on the console: warnings and errors (but the known
+    third-party warnings), and the sweep's own info lines (but QUIET_LOGGERS')."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "py.warnings":
+            return not known_warning(record.getMessage())
+        return record.levelno >= logging.WARNING or not _quiet(record.name)
+
+
+class SweepLogHandler(logging.Handler):
+    """Appends every record to the sweep's log file. Lines logged before the sweep dir exists wait
+    in memory (a sweep refused on bad input leaves no folder behind) and are written with the
+    first line after it does. The waiting lines are kept per path, across the handler objects
+    that each of Hydra's logging reconfigurations creates."""
+
+    _waiting: ClassVar[dict[Path, list[str]]] = {}
+    _lock = threading.Lock()
+    MAX_WAITING = 10_000  # lines; a sweep that never makes its folder keeps no more
+
+    def __init__(self, path: str, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.path = Path(path)
+        self.setFormatter(logging.Formatter(FILE_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + "\n"
+            with self._lock:
+                waiting = self._waiting.setdefault(self.path, [])
+                if not self.path.parent.is_dir():
+                    if len(waiting) < self.MAX_WAITING:
+                        waiting.append(line)
+                    return
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.writelines([*waiting, line])
+                waiting.clear()
+        except Exception:
+            self.handleError(record)
+
+
+def _console_handlers(handlers: Any) -> list[str]:
+    """The names of the handlers in a logging config that print to a stream (not a file)."""
+    names = []
+    for name, spec in (handlers or {}).items():
+        cls = str(spec.get("class", ""))
+        if cls.endswith("StreamHandler") and "File" not in cls:
+            names.append(name)
+    return names
+
+
+def add_routes(logging_cfg: Any, log_file: Path) -> None:
+    """Edit a `hydra.hydra_logging` config (a DictConfig, in place): console handlers filtered,
+    and every record of the root logger also written to `log_file`."""
+    from omegaconf import open_dict, read_write
+
+    with read_write(logging_cfg), open_dict(logging_cfg):
+        if "root" not in logging_cfg:
+            return  # hydra/hydra_logging=disabled: nothing is printed anyway
+        logging_cfg.setdefault("filters", {})
+        logging_cfg.filters["sweep_console"] = {"()": f"{__name__}.ConsoleFilter"}
+        logging_cfg.setdefault("handlers", {})
+        for name in _console_handlers(logging_cfg.handlers):
+            spec = logging_cfg.handlers[name]
+            spec["filters"] = [*list(spec.get("filters") or []), "sweep_console"]
+        logging_cfg.handlers["sweep_log"] = {"()": f"{__name__}.SweepLogHandler",
+                                             "path": str(log_file)}  # fmt: skip
+        root = logging_cfg.root
+        root["handlers"] = [*list(root.get("handlers") or []), "sweep_log"]
+
+
+def route_sweep_logging(config: Any) -> Path:
+    """Route the sweep's logging (see the module docstring) for the Hydra config `config` that
+    the launcher shares, and apply it now; the log file's path."""
+    from hydra.core.utils import configure_log
+
+    log_file = Path(str(config.hydra.sweep.dir)).resolve() / SWEEP_LOG_NAME
+    add_routes(config.hydra.hydra_logging, log_file)
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    logging.captureWarnings(True)  # warnings reach the log file; the filter judges the console
+    adopt_optuna()
+    return log_file
+
+
+def adopt_optuna() -> None:
+    """Optuna's lines through the root logger (its own stderr handler off)."""
+    import optuna
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+
+
+def adopt_library_logger(name: str) -> None:
+    """A library logger that prints through a handler of its own (MLflow's, set up on import)
+    hands its records to the root logger instead, where the console filter and the log file are.
+    Only where the sweep routes its logging: otherwise (a test, a script) it is left alone."""
+    if not any(isinstance(h, SweepLogHandler) for h in logging.getLogger().handlers):
+        return
+    logger = logging.getLogger(name)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    logger.propagate = True
+
+
+def quiet_console() -> None:
+    """Filter the root logger's console handlers as the sweep's are (a job's logging, which
+    Hydra configures from `hydra.job_logging` in the job's own process or in ours)."""
+    for handler in logging.getLogger().handlers:
+        console = isinstance(handler, logging.StreamHandler) and not isinstance(
+            handler, logging.FileHandler
+        )
+        if console and not any(isinstance(f, ConsoleFilter) for f in handler.filters):
+            handler.addFilter(ConsoleFilter())
