@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeper.context import SweepContext
+from sweeper.plan.guard_price import guard_mode
 from sweeper.settings import GuardRules, guard_rules_from
 from sweeper.space.limits import limit_overrides, point_limits
-from sweeper.space.math_keys import changes_text, math_changes, searched_math_keys
+from sweeper.space.math_keys import changes_text, math_changes
 from sweeper.space.overrides import format_override
 from sweeper.verify.guard_log import log_guard_run, tag_sweep
 from sweeper.verify.guard_rules import (
@@ -50,18 +51,6 @@ class GuardOutcome:
     passed: dict[int, Candidate]
     records: dict[int, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-def guard_mode(rules: GuardRules, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
-    """Whether the guard runs, and why in a few words."""
-    keys = searched_math_keys(searched)
-    if rules.mode == "off":
-        return False, "off (hydra.sweeper.numerics_guard=off)"
-    if rules.mode == "on":
-        return True, "on (hydra.sweeper.numerics_guard=on)"
-    if keys:
-        return True, f"on (auto: the space searches {', '.join(keys)})"
-    return False, "off (auto: the space searches no math-changing key)"
 
 
 def searched_values(ctx: SweepContext) -> dict[str, list[Any] | None]:

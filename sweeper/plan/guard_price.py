@@ -1,0 +1,68 @@
+"""The numerics guard in plan mode: whether it runs, and what its curve runs cost.
+
+The guard (sweeper/verify/guard.py) trains the starting config from numerics_guard_seeds seeds and
+each race entrant that changes a math-changing key (sweeper/space/math_keys.py) once, each for
+numerics_guard_steps full optimizer steps. At most the top k change the math, so the plan prices
+seeds + verify_top_k runs, each sized like the starting config's trial with the curve's steps
+(sweeper/space/limits.py). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.numbers import fmt_secs
+from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.limits import point_limits
+from sweeper.space.math_keys import searched_math_keys
+from train.trial.curve import curve_keys
+
+
+def guard_mode(rules: GuardRules, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
+    """Whether the guard runs for a space searching `searched` ({key: values, None for a
+    range}), and why in a few words."""
+    keys = searched_math_keys(searched)
+    if rules.mode == "off":
+        return False, "off (hydra.sweeper.numerics_guard=off)"
+    if rules.mode == "on":
+        return True, "on (hydra.sweeper.numerics_guard=on)"
+    if keys:
+        return True, f"on (auto: the space searches {', '.join(keys)})"
+    return False, "off (auto: the space searches no math-changing key)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardPlan:
+    on: bool
+    why: str
+    runs: int  # curve runs at most: the reference's seeds and the top k
+    run_s: float  # one curve run's predicted wall, seconds
+    line: str  # what plan mode prints
+
+    @property
+    def total_s(self) -> float:
+        return self.runs * self.run_s if self.on else 0.0
+
+
+def guard_plan(
+    searched: dict[str, list[Any] | None], ctx: SpaceContext, settings: SweepSettings
+) -> GuardPlan:
+    """The guard's runs for this sweep, priced at the starting config's predicted step."""
+    rules = guard_rules_from(settings)
+    on, why = guard_mode(rules, searched)
+    if not on:
+        return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
+    keys = curve_keys(steps=rules.steps, seed=0)
+    run_s = point_limits(keys, ctx, timeout_s=settings.trial_timeout_s,
+                         stall_timeout_s=settings.stall_timeout_s).expected.total_s  # fmt: skip
+    runs = rules.seeds + settings.verify_top_k
+    line = (
+        f"numerics guard: {why}: at most {rules.seeds} starting-config runs (one seed each) + "
+        f"{settings.verify_top_k} contender runs (those that change the math) of {rules.steps} "
+        f"steps, ~{fmt_secs(run_s)} each = up to {fmt_secs(runs * run_s)}; a contender must "
+        f"stay within {rules.k:g} x the starting config's seed-to-seed loss spread (at least "
+        f"{rules.floor:g} nats) to race"
+    )
+    return GuardPlan(on=True, why=why, runs=runs, run_s=run_s, line=line)
