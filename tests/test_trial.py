@@ -31,6 +31,7 @@ SCHEMA_KEYS = {
     "flops_per_token", "mfu", "peak_memory_gib", "memory_kind", "loss", "device",
     "attention_backend", "fused_optimizer", "device_samples", "intervals", "trace", "wall_s",
     "fingerprint", "config", "projection", "full_step_estimate_s", "memory", "world_size",
+    "float8",
 }  # fmt: skip
 STEP_TIME_KEYS = {"p50", "p90", "mean", "std", "cv", "min", "max", "n"}
 TIME_FRAC_KEYS = {"compute", "data_wait", "optimizer", "checkpoint", "other"}
@@ -75,7 +76,7 @@ def baseline(synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 def test_result_has_every_schema_key(baseline) -> None:
     _, result, out = baseline
     assert set(result) == SCHEMA_KEYS
-    assert result["schema_version"] == 3
+    assert result["schema_version"] == 4
     assert result["world_size"] == 1 and "comms" not in result["time_frac"]
     assert len(result["loss"]["steps"]) == result["step_time_s"]["n"] + 1  # warm-up step first
     assert result["status"] == "complete" and result["failure"] is None
@@ -83,7 +84,8 @@ def test_result_has_every_schema_key(baseline) -> None:
     assert set(result["time_frac"]) == TIME_FRAC_KEYS
     assert set(result["compile"]) == COMPILE_KEYS
     assert set(result["device"]) == DEVICE_KEYS
-    assert set(result["mfu"]) == {"spec", "ceiling"}
+    assert set(result["mfu"]) == {"spec", "ceiling", "basis"}
+    assert result["mfu"]["basis"] == "fp32 dense peak" and result["float8"] is None
     assert set(result["loss"]) == {"first", "last", "steps"}
     assert json.loads(out.read_text()) == json.loads(json.dumps(result, default=str))
 

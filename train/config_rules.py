@@ -8,8 +8,8 @@ Each rule is stated once, here, and the sweeper refuses points with the very fun
 refuses configs with (`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`,
 `resolve_dtype_name`, `sequences_per_device`, `valid_splits`, `grad_accum_for`,
 `num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`). `train/config.py`
-applies them to a whole config (`check_batch`, `check_combinations`) and re-exports them, so `from train.config import resolve_dtype_name` works
-as it always has.
+applies them to a whole config (`check_batch`, `check_combinations`) and re-exports them, so
+`from train.config import resolve_dtype_name` works as it always has.
 """
 
 from __future__ import annotations
@@ -196,6 +196,21 @@ FLOAT8_MIN_CAPABILITY = (8, 9)
 # (torch.nn.attention.list_flash_attention_impls(), torch >= 2.11; "FA3" -> "fa3"). They run
 # only on CUDA; which of them exists is asked of the installed torch (train/model/attention.py).
 FLASH_IMPLS = ("fa3", "fa4")
+
+
+# The package each of torch's registered flash implementations imports when activated (the
+# default module_path of register_flash_attention_fa3/_fa4 in torch/nn/attention/_fa3.py, _fa4.py).
+FLASH_IMPL_PACKAGES = {"fa3": "flash_attn_interface", "fa4": "flash_attn"}
+
+
+def installed_flash_impls(listed: list[str] | tuple[str, ...]) -> list[str]:
+    """Of the flash implementations a torch lists (list_flash_attention_impls()), lower-cased,
+    those whose package is installed, so activating them can work (asked without importing)."""
+    names = [str(name).lower() for name in listed]
+    return [
+        n for n in names
+        if n not in FLASH_IMPL_PACKAGES or importlib.util.find_spec(FLASH_IMPL_PACKAGES[n])
+    ]  # fmt: skip
 
 
 def torchao_installed() -> bool:

@@ -26,7 +26,6 @@ the probe raises where activation or the kernel fails.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import warnings
 from collections.abc import Iterator
@@ -37,13 +36,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from train.config_rules import FLASH_IMPL_PACKAGES, FLASH_IMPLS
+from train.config_rules import installed_flash_impls as installed_impls
+
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
-FLASH_IMPLS = ("fa3", "fa4")  # train/config_rules.py FLASH_IMPLS: activated, then SDPA's flash
-# The package each of torch's registered implementations imports when activated (the default
-# module_path of register_flash_attention_fa3/_fa4 in torch/nn/attention/_fa3.py and _fa4.py).
-_IMPL_PROVIDERS = {"fa3": "flash_attn_interface", "fa4": "flash_attn"}
 
 _SDP_BACKENDS: dict[str, SDPBackend] = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -76,11 +74,8 @@ def listed_flash_impls() -> list[str]:
 
 
 def installed_flash_impls() -> list[str]:
-    """The listed implementations whose provider package is installed (activation imports it)."""
-    return [
-        name for name in listed_flash_impls()
-        if name not in _IMPL_PROVIDERS or importlib.util.find_spec(_IMPL_PROVIDERS[name])
-    ]  # fmt: skip
+    """The listed implementations whose package is installed (activation imports it)."""
+    return installed_impls(listed_flash_impls())
 
 
 def activate_flash_impl(name: str) -> None:
@@ -99,7 +94,7 @@ def activate_flash_impl(name: str) -> None:
     except (ImportError, RuntimeError) as e:
         raise ValueError(
             f"runtime.attention={name} cannot be activated: {type(e).__name__}: {e}; install "
-            f"its package ({_IMPL_PROVIDERS.get(name, 'its provider')}) or use auto or flash"
+            f"its package ({FLASH_IMPL_PACKAGES.get(name, 'its provider')}) or use auto or flash"
         ) from e
     log.info("flash attention implementation %s activated", name.upper())
 

@@ -13,7 +13,7 @@ import os
 def probe() -> dict:
     import torch
 
-    from train.model.attention import installed_flash_impls
+    from train.config_rules import installed_flash_impls
 
     cuda = torch.cuda.is_available()
     return {
@@ -31,7 +31,9 @@ def probe() -> dict:
         # device 0's compute capability [major, minor] (runtime.float8 needs >= 8.9); None on a CPU
         "cuda_capability": list(torch.cuda.get_device_capability(0)) if cuda else None,
         # runtime.attention's flash implementations this torch lists and can activate
-        "flash_attention_impls": installed_flash_impls(),
+        "flash_attention_impls": installed_flash_impls(
+            getattr(torch.nn.attention, "list_flash_attention_impls", list)()
+        ),
     }
 
 

@@ -6,7 +6,8 @@ numbers are null where they could not be measured (a failed trial has a `failure
 else). The TypedDicts are the schema: each field's comment says what it holds and in what unit.
 
 Version history: 1 was the first schema; 2 added `projection`, `full_step_estimate_s` and
-`memory`; 3 added `world_size`, `time_frac.comms` (data-parallel results only) and `loss.steps`.
+`memory`; 3 added `world_size`, `time_frac.comms` (data-parallel results only) and `loss.steps`;
+4 added `float8` (which float8 matmuls ran; null without them) and `mfu.basis`.
 Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with `.get()`.
 
 Two names are kept as they are for compatibility with results already on disk, although they are
@@ -28,13 +29,14 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
 
 from train.measure.compile_graphs import graph_key
 from train.measure.compile_stats import CACHE_COUNTS, cache_state
-from train.measure.flops import mfu
+from train.measure.flops import mfu, mfu_basis
 from train.measure.meters import summarize, time_fractions
 
 if TYPE_CHECKING:
     from train.config import Config
 
-SCHEMA_VERSION = 3  # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps
+# 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis
+SCHEMA_VERSION = 4
 
 Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died
@@ -117,6 +119,19 @@ class Mfu(TypedDict):
 
     spec: float | None
     ceiling: float | None
+    # what `spec` is measured against, in words (train/measure/flops.py mfu_basis): "bf16 dense
+    # peak", or for a float8 trial "bf16-equivalent (...)": the same 6N + 12LHQT model FLOPs
+    # against the bf16 dense peak, not the float8 peak (schema 4; absent before)
+    basis: str | None
+
+
+class Float8(TypedDict):
+    """The float8 matmuls a trial ran (runtime.float8, train/model/float8.py float8_report)."""
+
+    recipe: str  # tensorwise | rowwise: torchao's scaling granularity
+    emulated: bool  # torchao's emulate mode: float8 rounding, high-precision matmuls (no speed-up)
+    linears_converted: int  # linears that ran float8 matmuls
+    linears_total: int  # every linear of the model (the tied LM head stays bf16)
 
 
 class Memory(TypedDict):
@@ -191,6 +206,7 @@ class TrialResult(TypedDict):
     loss: Loss
     device: DeviceInfo | None
     attention_backend: str | None
+    float8: Float8 | None  # which float8 matmuls ran; null: none (bf16/fp32 matmuls only)
     fused_optimizer: bool | None
     device_samples: dict[str, Any] | None  # NVML's utilisation summary (train/measure/nvml.py)
     intervals: list[Interval]
@@ -293,12 +309,14 @@ def build_result(
         checkpoint_s=raw["checkpoint_s"],
         checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
         flops_per_token=session.flops_per_token,
-        mfu=_mfu(tokens_per_s, session.flops_per_token, peak=peak, ceiling=ceiling, world=world),
+        mfu=_mfu(tokens_per_s, session.flops_per_token, peak=peak, ceiling=ceiling, world=world,
+                 basis=mfu_basis(dtype=session.dtype, float8=cfg.runtime.float8)),
         peak_memory_gib=memory.gib if memory else None,
         memory_kind=memory.kind if memory else None,
         loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"]},
         device=_device_info(session, device_name, peak=peak, ceiling=ceiling),
         attention_backend=session.attention_backend,
+        float8=getattr(session, "float8", None),
         fused_optimizer=session.fused_optimizer,
         device_samples=raw["device_samples"],
         intervals=raw["intervals"],
@@ -333,13 +351,14 @@ def _unmeasured_result(
         "checkpoint_s": [],
         "checkpoint_bytes": None,
         "flops_per_token": None,
-        "mfu": {"spec": None, "ceiling": None},
+        "mfu": {"spec": None, "ceiling": None, "basis": None},
         "peak_memory_gib": None,
         "memory_kind": None,
         "memory": cast(Memory, {**empty_memory(), **(memory_report or {})}),
         "loss": {"first": None, "last": None},
         "device": None,
         "attention_backend": None,
+        "float8": None,
         "fused_optimizer": None,
         "device_samples": None,
         "intervals": [],
@@ -386,9 +405,13 @@ def _time_fractions(raw: Measurement, *, world: int) -> TimeFractions:
     return cast(TimeFractions, fracs)
 
 
-def _mfu(tokens_per_s: float, flops_per_token: float, *, peak, ceiling, world: int) -> Mfu:
-    """MFU of the global rate against `world` devices' spec peak and measured ceiling."""
+def _mfu(
+    tokens_per_s: float, flops_per_token: float, *, peak, ceiling, world: int, basis: str
+) -> Mfu:
+    """MFU of the global rate against `world` devices' spec peak and measured ceiling. The peak is
+    the run's dtype's (bf16 for a float8 trial: `basis` says so), never a float8 peak."""
     return {
+        "basis": basis,
         "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token,
                     peak_flops=peak.flops * world) if peak else None,
         "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token,
@@ -454,6 +477,18 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def _float8_lines(result: TrialResult) -> list[str]:
+    """The summary's float8 line: which matmuls ran float8 and what the MFU above means."""
+    f8 = result.get("float8")
+    if not f8:
+        return []
+    return [
+        f"  float8     {f8['recipe']}{' (emulated)' if f8['emulated'] else ''}: "
+        f"{f8['linears_converted']} of {f8['linears_total']} linears ran float8 matmuls; "
+        f"MFU is {result['mfu'].get('basis')}"
+    ]
+
+
 def format_summary(result: TrialResult, path: Path) -> str:
     """The one-screen human summary printed at the end of a trial."""
     if result["status"] == "failed":
@@ -476,6 +511,7 @@ def format_summary(result: TrialResult, path: Path) -> str:
         f"  MFU        spec {_pct(result['mfu']['spec'])} "
         f"(peak {d['peak_source'] or 'none for this device'})  "
         f"ceiling {_pct(result['mfu']['ceiling'])} (measured matmul)",
+        *_float8_lines(result),
         f"  loss       {result['loss']['first']:.3f} -> {result['loss']['last']:.3f}",
     ]
     proj = result.get("projection")
