@@ -2,8 +2,9 @@
 parent MLflow run.
 
 Queued first, once per study: the starting config (so the report can say what changed and why),
-then TPE's startup points as a Latin-hypercube design (sweeper/search/design.py), or every point of
-a grid.
+then the prior's points (sweeper/plan/prior.py: where the memory model and the FLOP arithmetic
+point, each with its reason), then the rest of TPE's startup points as a Latin-hypercube design
+(sweeper/search/design.py), or every point of a grid.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import optuna
 
 from sweeper.masking import mask_secrets
 from sweeper.plan.prepare import Prepared
+from sweeper.plan.prior import prior_points
 from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
 from sweeper.space.memory import past_ooms
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 
 DESIGN_ATTR = "design"  # a queued startup point of the Latin-hypercube design
+PRIOR_ATTR = "prior"  # a queued point of the prior: its reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +103,8 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         # The starting config is measured first, so the report can say what changed and why.
         study.enqueue_trial(baseline, user_attrs={"baseline": True})
     if s.sampler == "tpe":
-        queue_design(study, p.space, baseline, s)
+        queued = queue_prior(study, p, baseline)
+        queue_design(study, p.space, baseline, s, queued=queued)
     study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
     recover_interrupted(study)
     requeue_unrun(study)  # the points an earlier sweep's budget ended before
@@ -119,23 +123,44 @@ def queue_grid(study: optuna.Study, points: list[dict]) -> int:
     return len(fresh)
 
 
+def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) -> list[dict]:
+    """The prior's points (sweeper/plan/prior.py), queued once per study after the starting
+    config, each with its reason; the points queued (none on a resumed study)."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.user_attrs.get(PRIOR_ATTR) for t in trials) or len(trials) > 1:
+        return []  # queued already, or a resumed study that is past its start
+    prior = prior_points(prepared.space, prepared.ctx, start=baseline,
+                         enabled=prepared.settings.prior)  # fmt: skip
+    s = prepared.settings
+    room = s.n_trials - (baseline is not None) if s.n_trials > 0 else len(prior.points)
+    points = prior.points[: max(0, room)]
+    for point in points:
+        study.enqueue_trial(point.params, user_attrs={PRIOR_ATTR: point.reason})
+    log.info("%s", prior.line)
+    for point in points:
+        log.info("  prior: %s", point.reason)
+    return [point.params for point in points]
+
+
 def queue_design(
-    study: optuna.Study, space: SearchSpace, baseline: dict | None, settings: SweepSettings
-) -> None:
+    study: optuna.Study, space: SearchSpace, baseline: dict | None, settings: SweepSettings,
+    *, queued: list[dict] | None = None,
+) -> None:  # fmt: skip
     """TPE's startup trials as a Latin-hypercube design (sweeper/search/design.py), queued once per
-    study, after the starting config (which is one of them)."""
+    study, after the starting config and the prior's `queued` points (which count among them)."""
     s = settings
     trials = study.get_trials(deepcopy=False)
-    if any(t.user_attrs.get(DESIGN_ATTR) for t in trials) or len(trials) > 1:
+    if any(t.user_attrs.get(DESIGN_ATTR) for t in trials) or len(trials) > 1 + len(queued or []):
         return  # queued already, or a resumed study that is past its start
-    n = s.n_startup_trials - (baseline is not None)
+    first = [q for q in [baseline, *(queued or [])] if q is not None]
+    n = s.n_startup_trials - len(first)
     if s.n_trials > 0:
-        n = min(n, s.n_trials - (baseline is not None))
+        n = min(n, s.n_trials - len(first))
     points = latin_design(
         space.distributions(),
         max(0, n),
         seed=sampler_seed(s.seed),
-        accept=lambda p: p != baseline and space.check(p) is None,
+        accept=lambda p: p not in first and space.check(p) is None,
     )
     for point in points:
         study.enqueue_trial(point, user_attrs={DESIGN_ATTR: True})

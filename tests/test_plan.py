@@ -209,8 +209,13 @@ def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> No
     if n_search is None:
         assert plan.wall_s is None
     elif capped is None:
+        # the starting config and the prior's points priced one by one, the rest at the mean
+        # (tests/test_plan_wall.py has the components), then the race
+        rows = plan.wall.search
+        assert sum(r.count for r in rows) == n_search
+        assert rows[0].label == "starting config"
         assert plan.wall_s == pytest.approx(
-            SWEEP_OVERHEAD_S + n_search * mean + 12 * plan.verify_trial_s
+            SWEEP_OVERHEAD_S + sum(r.total_s for r in rows) + 12 * plan.verify_trial_s
         )
     else:
         assert plan.wall_s == capped
@@ -256,8 +261,10 @@ def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     # with its predicted GiB; micro-batch 8 (52.3 GiB measured) is not
     assert re.search(r"\d+\.\d GiB\s+16\s+bf16\s+none\s+[\d,]+\s+auto", out)
     assert not re.search(r"GiB\s+8\s+bf16\s+none\s+[\d,]+\s+auto", out)
-    # 14 trials + top 3 x 3 verifications (the start cannot run here)
-    assert re.search(r"predicted sweep wall: \S+ \(14 x \S+ \+ 9 x ", out)
+    # on a GPU search=throughput runs 5 trials and one verification run (the start cannot run
+    # here); tests/test_plan_wall.py checks the wall's components
+    assert re.search(r"trials: 5 search of \S+ on average .* \+ 1 verification runs", out)
+    assert "predicted sweep wall: " in out
     assert "memory model (NVIDIA H100 80GB HBM3, 79.19 GiB): drops" in out + proc.stderr
     # no trial, no zygote, no study, no MLflow run, no sweep dir
     assert sorted(p.name for p in tmp_path.iterdir()) == []

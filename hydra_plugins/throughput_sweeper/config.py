@@ -33,6 +33,12 @@ class ThroughputSweeperConf:
     # budget applied instead when no GPU is found and max_wall_s is 0: the embedded CPU demo
     # finishes in minutes whatever the space
     cpu_max_wall_s: float = 390.0
+    # applied instead of n_trials / verify_top_k / verify_repeats and verify_max_rounds when a GPU
+    # is found (0 = the general setting): search=throughput sets them so a GPT-2 XL sweep reaches a
+    # verified best.yaml in about 20 minutes of one GPU (plan mode prints the arithmetic)
+    gpu_n_trials: int = 0
+    gpu_verify_top_k: int = 0
+    gpu_verify_rounds: int = 0
     # the last trials of the budget measure the best trial's unmeasured one-knob neighbours
     # (sweeper/search/polish.py); -1 = automatic: a quarter of n_trials under tpe or random,
     # 0 for grid

@@ -13,7 +13,9 @@ from typing import Any
 
 from sweeper.numbers import fmt_secs
 from sweeper.plan.device import DeviceFacts
+from sweeper.plan.prior import Prior, prior_points
 from sweeper.plan.scan import Scan, scan
+from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, wall_model
 from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import point_limits
@@ -22,7 +24,7 @@ from sweeper.space.space import SearchSpace, baseline_params
 from train.measure.flops import flops_per_token, gpt2_num_params
 from train.measure.memory_model import ALLOCATOR_MARGIN
 
-SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
+__all__ = ["SWEEP_OVERHEAD_S", "SweepPlan", "build_plan", "startup_lines"]
 
 
 def startup_lines(found: Scan, ctx: SpaceContext) -> list[str]:
@@ -75,6 +77,8 @@ class SweepPlan:
     start_runs: bool  # whether it runs (and is verified beside the finalists)
     wall_s: float | None  # predicted sweep wall time
     wall_cap_s: float | None  # the wall budget that caps it, if any
+    prior: Prior | None = None  # the points queued before TPE's design, each with its reason
+    wall: WallModel | None = None  # the predicted wall, component by component
 
 
 def build_plan(
@@ -107,6 +111,7 @@ def build_plan(
         ),
         "tokens_per_step": ctx.tokens_per_step,
         "block_size": ctx.block_size,
+        "target_ci": float(b.get("trial.target_ci") or 0.0),
     }
     n_trials = settings.n_trials
     if settings.sampler == "grid":
@@ -128,8 +133,21 @@ def build_plan(
         cap = settings.cpu_max_wall_s
     mean = found.mean_trial_s
     wall = None
+    start_point = baseline_params(space, b, device_type=ctx.device_type,
+                                  bf16=ctx.bf16_supported) if start_runs else None  # fmt: skip
+    prior = prior_points(space, ctx, start=start_point, enabled=settings.prior)
+    walls = None
     if mean is not None and n_search is not None:
-        wall = SWEEP_OVERHEAD_S + n_search * mean + n_verify * verify_s
+        walls = wall_model(
+            ctx=ctx, prior=prior if settings.sampler == "tpe" else _no_prior(), start=start_point,
+            n_search=n_search, mean_trial_s=mean,
+            race_entrants=k + start_runs, race_rounds=repeats,
+            cached=str(getattr(settings, "compile_cache", "off")) != "off",
+            limits={"timeout_s": settings.trial_timeout_s,
+                    "stall_timeout_s": settings.stall_timeout_s},
+        )  # fmt: skip
+        wall = walls.total_s
+        verify_s = walls.race[0].each_s if walls.race else verify_s
     if cap > 0:
         wall = cap if wall is None else min(wall, cap)
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
@@ -140,7 +158,12 @@ def build_plan(
         usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
         wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,
+        prior=prior, wall=walls,
     )  # fmt: skip
+
+
+def _no_prior() -> Prior:
+    return Prior(points=[], line="prior: off (only TPE queues it)")
 
 
 def starting_config_line(space: SearchSpace, ctx: SpaceContext) -> tuple[str, bool]:

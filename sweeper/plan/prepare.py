@@ -202,11 +202,28 @@ def gpu_slots_for(
     return slots
 
 
+def gpu_settings(s: SweepSettings) -> SweepSettings:
+    """n_trials, verify_top_k and the race's rounds from gpu_n_trials, gpu_verify_top_k and
+    gpu_verify_rounds where they are > 0 (a grid keeps its own count)."""
+    changes: dict = {}
+    if s.gpu_n_trials > 0 and s.sampler != "grid":
+        changes["n_trials"] = s.gpu_n_trials
+    if s.gpu_verify_top_k > 0:
+        changes["verify_top_k"] = s.gpu_verify_top_k
+    if s.gpu_verify_rounds > 0:
+        changes["verify_repeats"] = changes["verify_max_rounds"] = s.gpu_verify_rounds
+    if changes:
+        log.info("on a GPU: %s (hydra.sweeper.gpu_n_trials, gpu_verify_top_k, gpu_verify_rounds)",
+                 ", ".join(f"{k}={v}" for k, v in changes.items()))  # fmt: skip
+    return dataclasses.replace(s, **changes) if changes else s
+
+
 def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> SweepSettings:
-    """The settings for this device: a CPU sweep without a wall budget gets cpu_max_wall_s."""
+    """The settings for this device: a CPU sweep without a wall budget gets cpu_max_wall_s; a GPU
+    sweep gets the gpu_* trial and race counts where the search sets them."""
     if device.device_type != "cpu":
         log.info("sweeping on %s (%s) with model=%s", device.name, device.source, model)
-        return s
+        return gpu_settings(s)
     log.warning(
         "no CUDA device found: sweeping on the CPU (%d cores) with model=%s",
         device.cpu_count,

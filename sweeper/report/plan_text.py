@@ -45,7 +45,9 @@ def format_plan(plan: SweepPlan) -> str:
             *_space_lines(plan),
             *_dropped_lines(plan),
             *_class_lines(plan),
+            *_prior_lines(plan),
             *_trial_lines(plan),
+            *_wall_lines(plan),
         ]
     )
 
@@ -170,10 +172,39 @@ def _trial_lines(plan: SweepPlan) -> list[str]:
         detail = (
             f"{plan.n_search or 0} x {fmt_secs(mean)} + {plan.n_verify} x "
             f"{fmt_secs(plan.verify_trial_s)} + {SWEEP_OVERHEAD_S:.0f} s start and end"
-        )
+        ) if plan.wall is None else "the components below"
         if plan.wall_cap_s is not None and plan.wall_s >= plan.wall_cap_s:
             detail += f"; capped by the {fmt_secs(plan.wall_cap_s)} wall budget"
         lines.append(f"predicted sweep wall: {fmt_secs(plan.wall_s)} ({detail})")
+    return lines
+
+
+def _prior_lines(plan: SweepPlan) -> list[str]:
+    """The prior's points, each with why it was chosen (or why there are none)."""
+    if plan.prior is None:
+        return []
+    lines = [plan.prior.line + ":" if plan.prior.points else plan.prior.line]
+    for i, p in enumerate(plan.prior.points, 1):
+        lines.append(f"  {i}. {p.reason}")
+    return lines
+
+
+def _wall_lines(plan: SweepPlan) -> list[str]:
+    """Where the predicted wall goes: each kind of trial process, its count, wall and compile."""
+    w = plan.wall
+    if w is None:
+        return []
+    lines = ["predicted wall, component by component (compile once per graph, early stop at "
+             f"trial.target_ci={plan.model.get('target_ci', 0):g}):"]
+    for r in [*w.search, *w.race]:
+        steps = f", {r.window_steps} measured steps" if r.window_steps else ""
+        comp = f" (compile {fmt_secs(r.compile_s)}: {r.note})" if r.compile_s else (
+            f" ({r.note})" if r.note else "")
+        lines.append(f"  {r.count:>2} x {fmt_secs(r.each_s):>7} = {fmt_secs(r.total_s):>7}  "
+                     f"{r.label}{steps}{comp}")
+    lines.append(f"       {fmt_secs(w.overhead_s):>7}  start and end")
+    lines.append(f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}, race "
+                 f"{fmt_secs(w.race_s)}")
     return lines
 
 

@@ -34,6 +34,7 @@ from train.measure.flops import (
     lookup_peak,
 )
 from train.measure.meters import projects, short_step
+from train.measure.window_ci import first_ci_step, steps_to_ci
 
 if TYPE_CHECKING:
     from sweeper.space.constraints import SpaceContext
@@ -68,6 +69,12 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are faster)
 # The trainer's defaults, for a config that leaves a trial.* key out.
 TRIAL_DEFAULTS = TrialConfig()
+# Step-to-step coefficient of variation the expected window assumes for trial.target_ci's early
+# stop (train/measure/window_ci.py). GPU: assumed for a compute-bound step of many micro-batches
+# (the projection of gpt2-xl's short steps was 0.1% off its real full steps, README); a sweep's
+# own trials replace it where a calibration exists (sweeper/plan/calibration.py). CPU: this 2-core
+# VM's fixed work varies 12-23% (DEVELOPERS.md), so a +-2% interval is rarely reached in 20 steps.
+ASSUMED_STEP_CV = {"cuda": 0.01, "cpu": 0.15}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,14 +195,24 @@ def _trial_time(cfg: Mapping[str, Any], full_step_s: float, *, device_type: str,
     )  # fmt: skip
     step_s = short_s if projected else full_step_s
     warmup_steps = int(cfg.get("trial.warmup_steps") or TRIAL_DEFAULTS.warmup_steps)
+    max_steps = int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps)
     n = window_steps(
         step_s,
         min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
-        max_steps=int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps),
+        max_steps=max_steps,
         max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
     )
     extra = int(cfg.get("trial.profile_steps") or 0) if cfg.get("trial.profile") else 0
     every = int(cfg.get("checkpoint.every_steps") or 0)
+    target = float(cfg.get("trial.target_ci") or 0.0)
+    if scale == 1 and target > 0:  # the expectation ends where the interval does; limits do not
+        first = first_ci_step(
+            ci_min_steps=int(cfg.get("trial.ci_min_steps") or TRIAL_DEFAULTS.ci_min_steps),
+            checkpoint_every=every, max_steps=max_steps,
+        )  # fmt: skip
+        # "plan.step_cv": a measured CV the plan passes in (not a trainer key)
+        cv = float(cfg.get("plan.step_cv") or ASSUMED_STEP_CV.get(device_type, 0.15))
+        n = min(n, steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps))
     saves = n // every if every > 0 else 0
     save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
     compile_mode = str(cfg.get("runtime.compile") or "none")

@@ -1,0 +1,212 @@
+"""Where the arithmetic points: the first points a sweep measures, each with its reason.
+
+TPE starts from a Latin-hypercube design (sweeper/search/design.py): well spread, and blind. The
+memory model and the FLOP arithmetic already say which points are likely near the top of a
+compute-bound GPU step, so those are queued first (after the starting config):
+
+1. the largest micro-batch that fits without recompute (fewest, largest matmuls; no forward runs
+   twice), in bf16 (the datasheet's bf16 peak is twice TF32's), compiled (fused elementwise
+   kernels: gpt2-xl on an H100 ran 14% faster compiled, README), with a fused attention kernel
+   (flash, then cuDNN, then memory-efficient: none stores the T x T score matrix);
+2. the same one micro-batch size up with the cheapest recompute that lets it fit (the least extra
+   forward work by train.config.num_checkpointed_blocks);
+3. point 1 with each new lever of the compute-bound step the space holds (float8 matmuls, the
+   chunked loss, a newer flash implementation, selective recompute): one point per lever, the
+   micro-batch re-fitted when the lever frees memory.
+
+On a CPU none of that arithmetic holds (no datasheet peak, bf16 slower than fp32 without AMX,
+compile costing more than a short trial gains), so the prior sets only what is true there: every
+core to the step's threads, and no DataLoader worker competing with the step when there are two
+cores or fewer (the README's grid measured workers=1 at par or slower on this 2-core CPU). Pure:
+no torch, no I/O; the points are checked by the space's own rules (constraints + memory model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.limits import recompute_factor
+from sweeper.space.space import SearchSpace
+
+MB, AC = "batch.micro_batch", "runtime.activation_checkpointing"
+FUSED_ATTENTION = ("flash", "cudnn", "efficient")  # in order of preference, for bf16 on CUDA
+# New levers of the compute-bound step, as (key, values to try in order): present only when the
+# space searches them; each becomes one point beside point 1.
+LEVERS: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("runtime.float8", ("tensorwise", "rowwise")),
+    ("runtime.loss", ("chunked",)),
+    ("runtime.attention", ("fa3", "fa4")),  # FA3 is Hopper's kernel; FA4 first from Blackwell on
+)
+CPU_FEW_CORES = 2  # at or below this many cores a DataLoader worker takes a core from the step
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriorPoint:
+    """One point the arithmetic picks, and why."""
+
+    params: dict[str, Any]  # searched key -> value (a SearchSpace params dict)
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prior:
+    """The prior's points, and one line on what it is on this device (or why it is off)."""
+
+    points: list[PriorPoint]
+    line: str
+
+
+def prior_points(space: SearchSpace, ctx: SpaceContext, *, start: dict | None = None,
+                 enabled: bool = True) -> Prior:  # fmt: skip
+    """The prior of `space` on the device of `ctx`; `start` (the starting config's params, if it
+    runs) is never repeated."""
+    if not enabled:
+        return Prior(points=[], line="prior: off (hydra.sweeper.prior=false)")
+    searched = {p.key: p for p in space.searched}
+    if not searched:
+        return Prior(points=[], line="prior: none (nothing is searched)")
+    pick = _Picker(space, ctx, start)
+    if ctx.device_type == "cpu":
+        return _cpu_prior(pick, ctx)
+    return _gpu_prior(pick, ctx)
+
+
+class _Picker:
+    """A searched-params template (the starting config's values where the space has them, else
+    each key's first value) and the space's own check."""
+
+    def __init__(self, space: SearchSpace, ctx: SpaceContext, start: dict | None) -> None:
+        self.space, self.start = space, start
+        self.params = {p.key: p for p in space.searched}
+        self.template = {}
+        for p in space.searched:
+            value = (start or {}).get(p.key, ctx.base.get(p.key))
+            choices = p.values()
+            if choices is not None and value not in choices:
+                value = choices[0]
+            elif choices is None and value is None:
+                value = p.low
+            self.template[p.key] = value
+        self.seen: list[dict] = [start] if start else []
+
+    def choices(self, key: str) -> list[Any]:
+        p = self.params.get(key)
+        return list(p.values() or []) if p is not None else []
+
+    def ok(self, point: dict) -> bool:
+        return self.space.check(point) is None
+
+    def first(self, point: dict, key: str, prefer: tuple | list) -> dict:
+        """`point` with `key` at the first preferred value the space has and with which some
+        micro-batch passes the space's rules (memory model included); else unchanged."""
+        for value in prefer:
+            if value in self.choices(key) and self.largest_fit({**point, key: value}):
+                return {**point, key: value}
+        return point
+
+    def largest_fit(self, point: dict) -> dict | None:
+        """`point` at the largest micro-batch the space accepts (memory model included)."""
+        for mb in sorted(self.choices(MB), reverse=True):
+            trial = {**point, MB: mb}
+            if self.ok(trial):
+                return trial
+        return point if MB not in self.params and self.ok(point) else None
+
+    def add(self, out: list[PriorPoint], point: dict | None, reason: str) -> None:
+        if point is None or not self.ok(point) or point in self.seen:
+            return
+        self.seen.append(point)
+        out.append(PriorPoint(params=point, reason=reason))
+
+
+def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
+    """Points 1-3 of the module docstring."""
+    p = dict(pick.template)
+    p = pick.first(p, "runtime.dtype", ["bf16"] if ctx.bf16_supported else [])
+    p = pick.first(p, "runtime.compile", ["default"])
+    p = pick.first(p, "runtime.attention", FUSED_ATTENTION)
+    p = pick.first(p, AC, ["none"])
+    p = pick.first(p, "data.pin_memory", [True])  # host batches copied without a staging copy
+    p = pick.first(p, "data.num_workers", [1])  # batches made beside the step, not inside it
+    p = pick.first(p, "checkpoint.mode", ["async"])  # the step stalls for a host snapshot only
+    out: list[PriorPoint] = []
+    best = pick.largest_fit(p)
+    if best is None:
+        return Prior(points=[], line="prior: none (no point of the space fits without recompute)")
+    knobs = _knob_text(best)
+    pick.add(out, best, f"the largest micro-batch that fits without recompute ({knobs}): "
+                        "fewest, largest matmuls and no forward run twice")  # fmt: skip
+    up = _one_size_up(pick, best)
+    if up is not None:
+        pick.add(out, up, f"one micro-batch size up ({up[MB]}) with the cheapest recompute that "
+                          f"fits ({AC}={up[AC]}, {recompute_factor(up[AC], _layers(ctx)):.2f}x "
+                          "the compute)")  # fmt: skip
+    newer = (getattr(ctx, "cuda_capability", None) or (0, 0))[0] >= 10
+    for key, values in LEVERS:
+        for value in (values[::-1] if newer and key == "runtime.attention" else values):
+            if value in pick.choices(key):
+                lever = pick.largest_fit({**best, key: value})
+                pick.add(out, lever, f"{key}={value} on the largest fit: a new lever of the "
+                                     "compute-bound step" + _refit(best, lever))  # fmt: skip
+                break
+    return Prior(points=out, line=(
+        f"prior: {len(out)} point(s) from the memory model and the FLOP arithmetic, measured "
+        "before TPE's spread-out design (a compute-bound step: largest matmuls, bf16, compiled, "
+        "fused attention)"))  # fmt: skip
+
+
+def _one_size_up(pick: _Picker, best: dict) -> dict | None:
+    """The next larger micro-batch with the recompute that costs least and fits."""
+    sizes = sorted(mb for mb in pick.choices(MB) if mb > best.get(MB, 0))
+    if not sizes:
+        return None
+    layers = _layers(pick.space.ctx)
+    modes = sorted((m for m in pick.choices(AC) if m != "none"),
+                   key=lambda m: recompute_factor(m, layers))  # fmt: skip
+    for mode in modes:
+        trial = {**best, MB: sizes[0], AC: mode}
+        if pick.ok(trial):
+            return trial
+    return None
+
+
+def _cpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
+    """Threads and workers: the only arithmetic that holds on a CPU (the module docstring)."""
+    p = dict(pick.template)
+    p = pick.first(p, "runtime.threads", [ctx.cpu_count])
+    p = pick.first(p, "data.num_workers", [0] if ctx.cpu_count <= CPU_FEW_CORES else [1])
+    out: list[PriorPoint] = []
+    changed = {k: v for k, v in p.items() if pick.template.get(k) != v or pick.start is None}
+    changed = {k: v for k, v in changed.items() if k in ("runtime.threads", "data.num_workers")}
+    if changed:
+        pick.add(out, p, f"on this CPU ({ctx.cpu_count} cores): "
+                         f"{_knob_text(changed)}: every core to the step, and no DataLoader "
+                         "worker competing with it on a few cores")  # fmt: skip
+    why = (
+        "the FLOP arithmetic does not hold on a CPU (no datasheet peak, bf16 slower than fp32 "
+        "without AMX, compile costing more than a short trial gains), so it sets only threads "
+        "and workers"
+    )
+    if not out:
+        return Prior(points=[], line=f"prior: no point on this CPU ({why}; the starting config "
+                                     "already has them, or the space does not search them)")
+    return Prior(points=out, line=f"prior: {len(out)} point(s) on this CPU: {why}")
+
+
+def _refit(best: dict, lever: dict | None) -> str:
+    if lever is None or lever.get(MB) == best.get(MB):
+        return ""
+    return f"; it frees memory: micro-batch {lever[MB]} fits without recompute"
+
+
+def _layers(ctx: SpaceContext) -> int:
+    return int(ctx.base.get("model.n_layer", 12))
+
+
+def _knob_text(point: dict) -> str:
+    short = {MB: "micro_batch", AC: "act_ckpt"}
+    keys = (MB, "runtime.dtype", "runtime.compile", "runtime.attention", "runtime.threads",
+            "data.num_workers")  # fmt: skip
+    return ", ".join(f"{short.get(k, k.split('.')[-1])}={point[k]}" for k in keys if k in point)

@@ -1,0 +1,147 @@
+"""The sweep's predicted wall time, component by component: what the code will run, in order.
+
+    wall = start and end
+         + the search: the starting config (when it runs), the prior's points (each priced
+           exactly), then TPE's design and picks and the polish step at the space's mean trial
+         + the race: its first rounds (verify_repeats) x its entrants, each a fresh process that
+           runs real full steps
+
+Each trial's wall is sweeper/space/limits.py's expectation: set-up, compile, warm-up, the window
+(ended early where trial.target_ci's interval is reached) and its checkpoint saves. Compile is
+counted once per graph: with the sweep-wide compile cache on, the first trial of a graph pays the
+cold compile and every later process of that graph (a search trial that differs only in data or
+checkpoint knobs, every race run) loads it from the cache at WARM_COMPILE_SHARE of the cost. TPE's
+own picks are not known before they are made, so they are priced at the mean over the space with
+a cold compile each (a new graph). Pure: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeper.plan.prior import Prior
+from sweeper.space.constraints import SpaceContext
+from sweeper.space.limits import TrialTime, point_limits
+from train.measure.compile_graphs import graph_key
+
+SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
+# A compile whose graph is in the cache: DESIGN.md measured the first compiled step of a 2-layer
+# GPT at 25-40 s on this CPU and ~3 s in a later process reusing the on-disk cache.
+WARM_COMPILE_SHARE = 0.1
+REAL_STEPS = {"trial.project_above_s": 0}  # a race run measures real full steps (never projected)
+
+
+def graph_of(config: Mapping[str, Any]) -> str | None:
+    """The compiled graph a flat config builds (train/measure/compile_graphs.py's key, the one
+    the trials' compile record uses); None when eager. The plan's own keys are not knobs."""
+    return graph_key({k: v for k, v in config.items() if not k.startswith("plan.")})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedRuns:
+    """`count` trial processes of one kind, each taking `each_s` (of which `compile_s`)."""
+
+    label: str
+    count: int
+    each_s: float
+    compile_s: float
+    window_steps: int  # measured steps of each window (early stop included)
+    note: str = ""
+
+    @property
+    def total_s(self) -> float:
+        return self.count * self.each_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class WallModel:
+    """The predicted wall, as the rows the plan prints."""
+
+    search: list[PlannedRuns]
+    race: list[PlannedRuns]
+    overhead_s: float = SWEEP_OVERHEAD_S
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def search_s(self) -> float:
+        return sum(r.total_s for r in self.search)
+
+    @property
+    def race_s(self) -> float:
+        return sum(r.total_s for r in self.race)
+
+    @property
+    def total_s(self) -> float:
+        return self.overhead_s + self.search_s + self.race_s
+
+
+class _Graphs:
+    """Graphs compiled so far: the first process of a graph compiles cold, later ones warm."""
+
+    def __init__(self, cached: bool) -> None:
+        self.cached, self.seen = cached, set()
+
+    def price(self, config: Mapping[str, Any], t: TrialTime) -> tuple[float, float, str]:
+        """(wall, compile) of a trial with expectation `t`, and whether its compile is cold."""
+        graph = graph_of(config)
+        if graph is None or t.compile_s <= 0:
+            return t.total_s, 0.0, ""
+        if self.cached and graph in self.seen:
+            warm = WARM_COMPILE_SHARE * t.compile_s
+            return t.total_s - t.compile_s + warm, warm, "compile from the cache"
+        self.seen.add(graph)
+        return t.total_s, t.compile_s, "cold compile"
+
+
+def wall_model(
+    *,
+    ctx: SpaceContext,
+    prior: Prior,
+    start: dict | None,
+    n_search: int,
+    mean_trial_s: float,
+    race_entrants: int,
+    race_rounds: int,
+    cached: bool,
+    limits: Mapping[str, float],
+    overrides: Mapping[str, Any] | None = None,
+) -> WallModel:
+    """The wall of a sweep of `n_search` trials: `start` (the starting config's point, when it
+    runs) and the prior's points first, the rest (TPE's design and picks, the polish step) at
+    `mean_trial_s`, then
+    `race_rounds` rounds of `race_entrants` race runs. `limits` are the sweeper's
+    trial_timeout_s / stall_timeout_s; `overrides` adds keys to every priced config (a calibrated
+    plan.step_cv)."""
+    extra = dict(overrides or {})
+    graphs = _Graphs(cached)
+
+    def expected(point: Mapping[str, Any]) -> TrialTime:
+        return point_limits({**point, **extra}, ctx, **limits).expected  # type: ignore[arg-type]
+
+    search: list[PlannedRuns] = []
+    first = [("starting config", start)] if start is not None else []
+    first += [(f"prior {i}", p.params) for i, p in enumerate(prior.points, 1)]
+    for label, point in first[:n_search]:
+        t = expected(point)
+        wall, comp, how = graphs.price({**ctx.base, **point}, t)
+        search.append(PlannedRuns(label=label, count=1, each_s=wall, compile_s=comp,
+                                  window_steps=t.window_steps, note=how))  # fmt: skip
+    rest = max(0, n_search - len(first))
+    if rest > 0:
+        search.append(PlannedRuns(
+            label="TPE: design, picks, polish (mean of the space)", count=rest,
+            each_s=mean_trial_s, compile_s=0.0, window_steps=0,
+            note="a new graph each: cold compile",
+        ))  # fmt: skip
+    # a race run is sized like the likeliest contender: the prior's first point, else the start
+    contender = prior.points[0].params if prior.points else (start or {})
+    t = expected({**contender, **REAL_STEPS})
+    if contender:
+        graphs.seen.add(graph_of({**ctx.base, **contender}))
+    wall, comp, how = graphs.price({**ctx.base, **contender}, t)
+    race = [PlannedRuns(label="race run (real full steps)", count=race_entrants * race_rounds,
+                        each_s=wall, compile_s=comp, window_steps=t.window_steps,
+                        note=how)] if race_entrants * race_rounds else []  # fmt: skip
+    return WallModel(search=search, race=race)
