@@ -267,3 +267,29 @@ def test_an_emulated_float8_trial_says_so_in_its_result(make_config, tmp_path: P
         "  float8     rowwise (emulated): 8 of 9 linears ran float8 matmuls; MFU is "
         "bf16-equivalent" in format_summary(result, out)
     )
+
+
+F8 = {"recipe": "tensorwise", "emulated": False, "linears_converted": 192, "linears_total": 193}
+
+
+def test_the_final_table_marks_a_float8_row_and_says_what_its_mfu_is() -> None:
+    from sweeper.report.console import _cell, float8_note
+
+    rows = [{"mfu_spec": 0.552, "float8": F8}, {"mfu_spec": 0.481, "float8": None}]
+    assert [_cell(r, "mfu_spec") for r in rows] == ["55.2% f8", "48.1%"]
+    assert float8_note(rows) == (
+        "f8: float8 matmuls ran in rank 1 (tensorwise: 192 of 193 linears); their MFU spec is "
+        "bf16-equivalent (the same 6N + 12LHQT FLOPs against the bf16 dense peak, not the "
+        "float8 peak)"
+    )
+    assert float8_note(rows[1:]) is None
+
+
+def test_best_yaml_records_the_precision_its_runs_ran_in() -> None:
+    from sweeper.report.export import precision_record
+
+    runs = [{"device": {"dtype": "bf16"}, "mfu": {"basis": "bf16-equivalent (float8 ...)"}}]
+    assert precision_record(runs, {"float8": F8}) == {
+        "dtype": "bf16", "float8": F8, "mfu_basis": "bf16-equivalent (float8 ...)",
+    }  # fmt: skip
+    assert precision_record(runs, {})["float8"] is None

@@ -87,7 +87,24 @@ def _cell(row: dict, key: str) -> str:
         return f"{row[key]:,.0f}"
     if unit == "s":
         return f"{1e3 * row[key]:.1f} ms"
+    if key == "mfu_spec" and row.get("float8") and row.get(key) is not None:
+        return f"{fmt_pct(row[key])} f8"  # bf16-equivalent: see float8_note
     return fmt_pct(row.get(key))
+
+
+def float8_note(rows: list[dict]) -> str | None:
+    """The line under the table that says which rows ran float8 matmuls and what their MFU is."""
+    ran = [(i, r["float8"]) for i, r in enumerate(rows, 1) if r.get("float8")]
+    if not ran:
+        return None
+    which = ", ".join(
+        f"{i} ({f8['recipe']}{', emulated' if f8.get('emulated') else ''}: "
+        f"{f8['linears_converted']} of {f8['linears_total']} linears)" for i, f8 in ran
+    )
+    return (
+        f"f8: float8 matmuls ran in rank {which}; their MFU spec is bf16-equivalent (the same "
+        f"6N + 12LHQT FLOPs against the bf16 dense peak, not the float8 peak)"
+    )
 
 
 # The final table's columns: a verified row's number by its key, or a column of its own.
@@ -141,6 +158,8 @@ def final_report(
         console.print(note)
     if rows:
         console.print(final_table(rows, title="Verified top configurations"))
+        if float8_note(rows):
+            console.print(float8_note(rows), markup=False)
     if best_path is not None:
         console.print(f"best config: {best_path}")
         console.print(f"train with:  {train_command(best_path)}")

@@ -115,6 +115,18 @@ def best_config_document(
     return doc
 
 
+def precision_record(results: list[dict], row: Mapping[str, Any]) -> dict[str, Any]:
+    """best.yaml's provenance.precision: the dtype its runs computed in, the float8 matmuls that
+    ran (None: none), and what the exported MFU is measured against (a float8 winner's is
+    bf16-equivalent: its model FLOPs against the bf16 dense peak)."""
+    last = results[-1] if results else {}
+    return {
+        "dtype": (last.get("device") or {}).get("dtype"),
+        "float8": _plain(row.get("float8")),
+        "mfu_basis": (last.get("mfu") or {}).get("basis"),
+    }
+
+
 def own_checkpoint_dir(measured_dir: str, *, study: str, trial: int, base_dir: Path) -> str:
     """The winner's own checkpoint folder: `<measured dir>/<study>/trial-<n>`, absolute.
 
@@ -302,7 +314,7 @@ def export_winner(
     doc = best_config_document(
         trainer_config=pinned,
         checkpoint_dir=ckpt_dir,
-        metrics={k: v for k, v in row.items() if k not in ("params",)},
+        metrics={k: v for k, v in row.items() if k not in ("params", "float8")},
         fingerprint=winner.results[-1].get("fingerprint", {}),
         command=train_command(path),
         sweep={
@@ -324,6 +336,8 @@ def export_winner(
         else {"every_steps": pinned["checkpoint"]["every_steps"], "rule": "no save measured"}
     )  # fmt: skip
     doc["provenance"]["measured_as"] = measured_as  # the conditions the race measured it in
+    # what its matmuls ran in, and what its MFU is measured against (train/trial/result.py)
+    doc["provenance"]["precision"] = precision_record(winner.results, row)
     # the numerics guard's check of its math against the starting config's (sweeper/verify/guard.py)
     guard = getattr(winner, "numerics_guard", None)
     doc["provenance"]["numerics_guard"] = _plain(guard or {"verdict": "off"})
@@ -334,4 +348,10 @@ def export_winner(
         f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs, "
         f"CV {100 * row['cv']:.1f}%.\nTrain with it: {train_command(path)}"
     )
+    if row.get("float8"):
+        f8 = row["float8"]
+        header += (
+            f"\nfloat8 {f8['recipe']} matmuls ran{' (emulated)' if f8.get('emulated') else ''} in "
+            f"{f8['linears_converted']} of {f8['linears_total']} linears: MFU is bf16-equivalent"
+        )
     return write_best_yaml(path, doc, header=header)
