@@ -34,7 +34,7 @@ from sweeper.study.study import (
     requeue_unrun,
     sampler_seed,
 )
-from sweeper.tracking import NullTracker, SweepTracker, Tracker
+from sweeper.tracking import NullTracker, SweepTracker, Tracker, experiment_name
 from train.paths import PROJECT_DIR
 from train.trial.pruning import OBJECTIVE_ATTR
 
@@ -178,7 +178,9 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
     else:
         tracker = SweepTracker(
             tracking_uri=s.mlflow_tracking_uri or None,
-            experiment=s.mlflow_experiment or started.study_name,
+            # one experiment per study and storage: two studies of one name never share one
+            experiment=s.mlflow_experiment
+            or experiment_name(started.study_name, started.storage),
             artifact_location=s.mlflow_artifact_location or None,
         )
     tracker.start_sweep(
@@ -205,6 +207,7 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
             "git_commit": _git_commit(),
             "sweep_dir": str(sweep_dir),
         },
+        study=started.study,  # records the parent run; a resumed sweep reopens it
     )
     return tracker
 
