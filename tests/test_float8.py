@@ -293,3 +293,22 @@ def test_best_yaml_records_the_precision_its_runs_ran_in() -> None:
         "dtype": "bf16", "float8": F8, "mfu_basis": "bf16-equivalent (float8 ...)",
     }  # fmt: skip
     assert precision_record(runs, {})["float8"] is None
+
+
+@pytest.mark.parametrize(
+    "target,change,key,words",
+    [
+        ("nanogpt", {"runtime.float8": "tensorwise"}, "runtime.float8", "no float8 training"),
+        ("llmc", {"runtime.float8": "rowwise"}, "runtime.float8", "no float8 training"),
+        ("nanogpt", {"runtime.attention": "fa3"}, "runtime.attention", "activates no flash"),
+        ("llmc", {"runtime.attention": "fa3"}, "runtime.attention", "cuDNN attention"),
+    ],
+)
+def test_the_handoffs_name_what_they_cannot_express(target, change, key, words) -> None:
+    from tests.nested import changed
+    from tests.test_handoff import best_doc
+    from train.handoff.files import handoff
+
+    lines = handoff(changed(best_doc(), change), target).lines
+    named = [ln for ln in lines if ln.startswith(key + "=")]
+    assert len(named) == 1 and words in named[0], lines

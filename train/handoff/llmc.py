@@ -66,12 +66,21 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
 
     if rt["compile"] != "none":
         gap("runtime.compile", ("none",), "llm.c has no torch.compile: its own CUDA kernels run")
-    if rt["activation_checkpointing"] != "none":
+    if rt["activation_checkpointing"] == "selective":
+        gap("runtime.activation_checkpointing", ("none",), "llm.c has no op-level policy: its "
+            "-r 2 recomputes GELU and LayerNorm and keeps the other outputs")  # fmt: skip
+    elif rt["activation_checkpointing"] != "none":
         gap("runtime.activation_checkpointing", ("none",), "llm.c recomputes GELU and LayerNorm "
             "(-r 2), not whole blocks")  # fmt: skip
+    if rt.get("loss", "full") != "full":
+        gap("runtime.loss", ("full",), "llm.c's fused classifier holds the whole (B, T, "
+            "vocab) logits in bf16 and writes their gradient in place: no chunked loss")
     if rt["attention"] not in ("auto", "cudnn"):
         gap("runtime.attention", ("auto", "cudnn"), "llm.c runs cuDNN attention (built with "
             "USE_CUDNN=1) or its own kernel")  # fmt: skip
+    if rt.get("float8", "none") != "none":
+        gap("runtime.float8", ("none",), "llm.c's train_gpt2cu has no float8 training: its "
+            "matmuls run bf16 on cuBLASLt (about half the float8 rate)")  # fmt: skip
     if int(data["num_workers"]) > 0:
         gap("data.num_workers", (0,), "llm.c's DataLoader reads shards in the training process")
     if not data["pin_memory"]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from train.config_rules import FLASH_IMPLS
 from train.handoff.gaps import Facts, Gap, HandoffRefused, check_tokens, facts_of
 
 TARGET = "nanoGPT"
@@ -66,8 +67,17 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
     if rt["activation_checkpointing"] != "none":
         gap("runtime.activation_checkpointing", ("none",), "nanoGPT has no activation "
             "checkpointing: it keeps every activation (more memory; it may not fit)")  # fmt: skip
-    if rt["attention"] != "auto":
+    if rt.get("loss", "full") != "full":
+        gap("runtime.loss", ("full",), "nanoGPT computes the whole (B, T, vocab) logits and "
+            "their cross-entropy at once (more memory; it may not fit)")  # fmt: skip
+    if rt["attention"] in FLASH_IMPLS:
+        gap("runtime.attention", ("auto",), f"nanoGPT activates no flash implementation "
+            f"({rt['attention'].upper()}): its SDPA runs PyTorch's default kernels")  # fmt: skip
+    elif rt["attention"] != "auto":
         gap("runtime.attention", ("auto",), "nanoGPT calls SDPA and lets PyTorch pick the kernel")
+    if rt.get("float8", "none") != "none":
+        gap("runtime.float8", ("none",), "nanoGPT has no float8 training: its linears run bf16 "
+            "matmuls (about half the float8 rate; the bf16 math the numerics guard compared)")
     if cuda and not rt["tf32"]:
         gap("runtime.tf32", (True,), "nanoGPT turns TF32 on for matmuls and cuDNN")
     if rt["seed"] != NANOGPT_SEED:
