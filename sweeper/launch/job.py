@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeper.launch.runner import run_child, trial_argv
 from sweeper.space.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
 from train.paths import PROJECT_DIR
+from train.proc.compile_cache import cache_env
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +61,26 @@ def write_trial_config(doc: dict, job_dir: Path) -> Path:
     return path
 
 
-def trial_env() -> dict[str, str]:
-    """The variables a trial gets on top of ours: the project importable from anywhere."""
+def trial_env(compile_cache: str = "") -> dict[str, str]:
+    """The variables a trial gets on top of ours: the project importable from anywhere, and the
+    compile cache it uses (runtime.compile_cache, set before torch is imported:
+    train/proc/compile_cache.py)."""
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_DIR), path) if p)}
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_DIR), path) if p),
+        **cache_env(compile_cache),
+    }
 
 
-def prestart_zygote(sweep_dir: Path) -> None:
+def prestart_zygote(sweep_dir: Path, *, compile_cache: str = "") -> None:
     """Start the trial zygote (sweeper/launch/spawn.py) with exactly the environment that trials
-    will get."""
+    will get (their compile cache included: the zygote imports torch's config with it)."""
     from sweeper.launch import spawn
     from sweeper.launch.runner import child_environment
 
     spawn.prestart(
         python=sys.executable,
-        env=child_environment(trial_env()),
+        env=child_environment(trial_env(compile_cache)),
         stderr_path=sweep_dir / "zygote.log",
     )
 
@@ -105,7 +111,7 @@ def run_job(cfg: DictConfig) -> dict:
     argv = trial_argv(
         python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=study
     )
-    env = trial_env()
+    env = trial_env(str(OmegaConf.select(cfg, "runtime.compile_cache", default="") or ""))
     timeout_s, stall_timeout_s = job_limits(sweeper_cfg)
     outcome = run_child(
         argv, job_dir=job_dir, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s, env=env

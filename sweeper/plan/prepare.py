@@ -19,6 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from sweeper.launch import kinds
+from sweeper.launch.compile_cache import sweep_cache
 from sweeper.launch.job import prestart_zygote
 from sweeper.plan.device import DeviceFacts, device_facts, probe_device
 from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
@@ -110,11 +111,14 @@ def prepare(
         planned_steps=s.planned_steps,
         planned_checkpoint_every=s.planned_checkpoint_every,
     )
+    # one compile cache for every trial and race run, in their environment from the start
+    cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
+    fixed = [*fixed, *cache.overrides()]
     if fork_trials and not s.plan:
         # trials run in this process's main thread: fork them from a preloaded zygote, whose
         # imports overlap the probe below
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        prestart_zygote(sweep_dir)
+        prestart_zygote(sweep_dir, compile_cache=cache.setting)
     # a plan for a named device needs no probe (and no torch) here, and neither do trials that
     # run on other machines (preflight.check_launcher: their device is named)
     probe_here = not (s.plan_device and (s.plan or not kinds.local(launcher)))
@@ -134,6 +138,8 @@ def prepare(
         base=base,
         device_name=device.name,
         device_memory_gib=device.memory_gib,
+        cuda_capability=device.cuda_capability,
+        flash_attention_impls=device.flash_attention_impls,
     )
     space = parse_space({**s.space, **cli_space}, ctx)
     space.require_feasible(ctx)

@@ -72,6 +72,7 @@ def run_cost(
         "time_to_train_h": t.total_h,
         "steps_h": t.steps_s / 3600,
         "compile_h": t.compile_s / 3600,
+        **compile_basis(r, [r for _, r in priced]),
         "checkpoint_h": t.checkpoint_s / 3600,
         "num_saves": t.num_saves,
         "usd_per_hour": price,
@@ -121,6 +122,25 @@ def sweep_costs(
     return doc
 
 
+def compile_basis(chosen: Mapping[str, Any], runs: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """How the compile was charged (sweeper/study/objective.py compile_charge_s): the graph's
+    first measured compile, cold or found in the cache, and the median compile of this config's
+    runs that found the graph in the cache (what a production run that reuses best.yaml's
+    compile_cache pays); {} for an eager config or results without the cache record."""
+    cache = (chosen.get("compile") or {}).get("cache") or {}
+    if cache.get("graph_compile_s") is None:
+        return {}
+    first = cache.get("graph_compile_cache")
+    warm = [float(r["compile_s"]) for r in runs
+            if ((r.get("compile") or {}).get("cache") or {}).get("state") == "hit"
+            and r.get("compile_s") is not None]  # fmt: skip
+    return {
+        "compile_cache": "the graph's first compile, cold" if first in ("miss", "off", "partial")
+        else "the graph's first compile, found in the cache",
+        "compile_warm_s": statistics.median(warm) if warm else None,
+    }
+
+
 def _basis(runs: list[Mapping[str, Any]]) -> str:
     return f"median of {len(runs)} verified run(s)"
 
@@ -156,6 +176,11 @@ def cost_lines(doc: Mapping[str, Any]) -> list[str]:
 
 def _breakdown(c: Mapping[str, Any]) -> str:
     parts = f"{_hours(c['steps_h'])} steps + {_hours(c['compile_h'])} compile"
+    if c.get("compile_cache"):  # the graph's first compile, charged alike to all its trials
+        parts += f" ({c['compile_cache']}"
+        if c.get("compile_warm_s") is not None:
+            parts += f"; {c['compile_warm_s']:.1f} s warm from best.yaml's compile cache"
+        parts += ")"
     parts += f" + {_hours(c['checkpoint_h'])} checkpoints ({c['num_saves']:,} saves)"
     return f"{_hours(c['time_to_train_h'])} ({parts})"
 

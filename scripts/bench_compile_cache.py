@@ -1,0 +1,148 @@
+"""What does the sweep-wide compile cache save? The default CPU sweep with it, against `off`.
+
+    python scripts/bench_compile_cache.py [--pairs 2] [--workdir DIR] [-- sweep overrides ...]
+
+Runs `python sweep.py -m search=throughput` in interleaved pairs (cache, off, cache, off, ...),
+each in a fresh work dir so every `auto` cache starts empty (beside that dir's sweeps/optuna.db)
+and no run inherits another's graphs. Both arms get the same sampler seed, so their first points
+(the design and any prior) are the same. From every run's job folders (search trials and race
+runs alike) it prints: the runs that compiled, the total compile seconds torch spent in them, the
+Inductor FX-graph cache hits and misses and the cache states, and the sweep's wall; then each
+figure's median and range per arm, and the per-pair ratio cache/off. Measured numbers only.
+
+The default overrides (`DEFAULT_OVERRIDES`) bound each sweep so a pair fits in minutes: a trial
+count in place of the CPU wall cap (a wall cap would let the faster arm run more trials, and the
+totals would compare different sweeps), a shorter race, and no MLflow. Pass your own after `--`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from table import format_table  # noqa: E402
+
+log = logging.getLogger("bench_compile_cache")
+ARMS = ("auto", "off")  # hydra.sweeper.compile_cache of each arm
+DEFAULT_OVERRIDES = (
+    "search=throughput",
+    "hydra.sweeper.seed=0",
+    "hydra.sweeper.n_trials=6",
+    "hydra.sweeper.cpu_max_wall_s=0",
+    "hydra.sweeper.verify_top_k=2",
+    "hydra.sweeper.verify_repeats=2",
+    "hydra.sweeper.verify_max_rounds=2",
+    "hydra.sweeper.mlflow=false",
+)
+
+
+def run_sweep(workdir: Path, arm: str, overrides: list[str]) -> float:
+    """One sweep in `workdir` with hydra.sweeper.compile_cache=`arm`; its wall seconds."""
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", *overrides,
+            f"hydra.sweeper.compile_cache={arm}"]  # fmt: skip
+    log.info("running in %s: %s", workdir, " ".join(argv[2:]))
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    (workdir / "sweep.out").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep failed ({proc.returncode}); see {workdir / 'sweep.out'}")
+    return wall
+
+
+def job_results(workdir: Path) -> list[dict]:
+    """Every job's result (search trials and race runs) the sweep in `workdir` left."""
+    found = []
+    for path in sorted(workdir.glob("multirun/*/*/*/result.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def tally(results: list[dict], wall_s: float) -> dict:
+    """The run's figures: compiled runs, their compile seconds, cache hits/misses and states."""
+    compiled = [r for r in results if (r.get("compile") or {}).get("mode", "none") != "none"
+                and r.get("compile_s") is not None]  # fmt: skip
+    caches = [(r["compile"].get("cache") or {}) for r in compiled]
+    states: dict[str, int] = {}
+    for c in caches:
+        states[c.get("state", "?")] = states.get(c.get("state", "?"), 0) + 1
+    return {
+        "runs": len(results),
+        "compiled": len(compiled),
+        "graphs": len({c.get("graph") for c in caches}),
+        "compile_s": sum(float(r["compile_s"]) for r in compiled),
+        "hits": sum(int(c.get("fxgraph_hits", 0)) for c in caches),
+        "misses": sum(int(c.get("fxgraph_misses", 0)) for c in caches),
+        "states": states,
+        "wall_s": wall_s,
+    }
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+
+
+def report(runs: list[tuple[str, dict]]) -> str:
+    rows = [[arm, str(t["runs"]), str(t["compiled"]), str(t["graphs"]), f"{t['compile_s']:.1f}",
+             str(t["hits"]), str(t["misses"]),
+             " ".join(f"{k}={v}" for k, v in sorted(t["states"].items())) or "-",
+             f"{t['wall_s']:.1f}"] for arm, t in runs]  # fmt: skip
+    head = ["compile_cache", "job runs", "compiled", "graphs", "compile s", "fx hits",
+            "fx misses", "cache states", "sweep wall s"]  # fmt: skip
+    lines = [format_table(head, rows), ""]
+    for arm in ARMS:
+        mine = [t for a, t in runs if a == arm]
+        lines.append(
+            f"{arm:>5}: total compile s {spread([t['compile_s'] for t in mine])}, sweep wall s "
+            f"{spread([t['wall_s'] for t in mine])}, compiled runs "
+            f"{spread([float(t['compiled']) for t in mine])} (median [min-max] of {len(mine)})"
+        )
+    pairs = list(zip(runs[0::2], runs[1::2], strict=False))
+    compile_ratios = [c["compile_s"] / o["compile_s"] for (_, c), (_, o) in pairs if o["compile_s"]]
+    wall_ratios = [c["wall_s"] / o["wall_s"] for (_, c), (_, o) in pairs]
+    if compile_ratios:
+        lines.append(f"cache/off per pair: total compile s x{spread(compile_ratios)}")
+    lines.append(f"cache/off per pair: sweep wall x{spread(wall_ratios)}")
+    if not any(t["compiled"] for _, t in runs):
+        lines.append("no run compiled: the sweeps chose runtime.compile=none throughout, and the "
+                     "cache had nothing to save")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=2, help="interleaved (cache, off) pairs")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("overrides", nargs="*", help="sweep overrides (default: DEFAULT_OVERRIDES)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    overrides = args.overrides or list(DEFAULT_OVERRIDES)
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-compile-cache-"))
+    runs: list[tuple[str, dict]] = []
+    for pair in range(args.pairs):
+        for arm in ARMS:
+            workdir = root / f"pair{pair}-{arm}"
+            workdir.mkdir(parents=True, exist_ok=False)
+            wall = run_sweep(workdir, arm, overrides)
+            runs.append((arm, tally(job_results(workdir), wall)))
+            log.info("pair %d %s: %s", pair, arm, runs[-1][1])
+    print(f"sweep overrides: {' '.join(overrides)}")
+    print(report(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
