@@ -8,6 +8,7 @@ verification rounds share to start jobs and read their endings.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from pathlib import Path
@@ -20,6 +21,8 @@ from sweeper.settings import SweepSettings
 from sweeper.space.limits import TrialTime, limit_overrides, point_limits
 from sweeper.space.overrides import hydra_quote
 from sweeper.space.space import SearchSpace
+
+log = logging.getLogger(__name__)
 
 # Verification measures real full optimizer steps: a projection (train/trial/measurement.py) is a
 # search shortcut, never what a winner is exported on.
@@ -144,6 +147,7 @@ class JobLauncher:
         idx = self._take_index(1)
         if name and self.sweep_dir is not None:
             link_job(self.sweep_dir, name, self.sweep_dir / str(idx))
+            log.info("%s runs as Hydra job #%d", name, idx)  # the log file's key to '#<job> :'
         (ret,) = self.launcher.launch([pinned], initial_job_idx=idx)
         out = job_output(ret)
         if name and self.sweep_dir is not None and out.get("job_dir"):

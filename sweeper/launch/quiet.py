@@ -24,17 +24,20 @@ from typing import Any, ClassVar
 
 SWEEP_LOG_NAME = "sweep.log"
 # Loggers whose lines below WARNING are chatter on the console: Hydra's launchers (the per-job
-# "Launching 1 jobs locally" and "#<job> : <overrides>"), our job's "trial in <dir>", MLflow's
-# and Optuna's set-up lines, and torchao's load messages.
+# "Launching 1 jobs locally" and "#<job> : <overrides>"), our job's "trial in <dir>" and which
+# Hydra job runs which trial, MLflow's and Optuna's set-up lines, torchao's load messages, and
+# matplotlib's notes while Optuna's views are drawn.
 QUIET_LOGGERS = (
     "hydra._internal.core_plugins.basic_launcher",
     "hydra_plugins.hydra_joblib_launcher",
     "hydra_plugins.hydra_submitit_launcher",
     "sweeper.launch.job",
+    "sweeper.launch.batch",
     "mlflow",
     "alembic",
     "optuna",
     "torchao",
+    "matplotlib",
 )
 # Third-party warnings the sweep triggers on purpose, by category name as `warnings` prints it:
 # Optuna's RDB heartbeat (which recovers trials of a dead worker) is marked experimental.

@@ -332,5 +332,5 @@ class Search:
             done=self.ctx.budget.spent(self.ctx.study),
             total=self.ctx.settings.n_trials,
             best=best,
-            eta=self.ctx.budget.eta(self.ctx.study),
+            eta=self.ctx.budget.eta(self.ctx.study, real_trial_s=self.real_s),
         )

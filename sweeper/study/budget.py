@@ -66,6 +66,19 @@ class TrialWalls:
         return f"one trial took {self.median_s:.1f} s (median; predicted {predicted})"
 
 
+def race_size(study: optuna.Study, top_k: int) -> int:
+    """The race's contenders as the study stands: its top `top_k` complete trials and the starting
+    config when it is not among them; top_k + 1 while fewer than top_k trials completed."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if len(done) < top_k:
+        return top_k + 1
+    best_first = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    top = sorted(done, key=lambda t: t.value, reverse=best_first)[:top_k]
+    start_outside = any(t.user_attrs.get("baseline") for t in done) and not any(
+        t.user_attrs.get("baseline") for t in top)
+    return len(top) + start_outside
+
+
 class Budget:
     """What is left of a sweep's trials and wall time, measured from `started` on `clock`."""
 
@@ -179,10 +192,11 @@ class Budget:
         """The sweep's remaining time in seconds (`eta`)."""
         return self.eta(study).total_s
 
-    def eta(self, study: optuna.Study) -> Eta:
+    def eta(self, study: optuna.Study, *, real_trial_s: float = 0.0) -> Eta:
         """The sweep's remaining time, from this study's measured walls (sweeper/study/eta.py):
         the trials left and the race (the top k and the starting config), capped by the wall
-        budget when that ends the sweep first."""
+        budget when that ends the sweep first. `real_trial_s`: a verification run's predicted
+        wall where search trials are projected (`verify_reserve_s`), else 0."""
         s = self.settings
         trials = study.get_trials(deepcopy=False)
         walls = [t.user_attrs["wall_s"] for t in trials if "wall_s" in t.user_attrs]
@@ -194,8 +208,10 @@ class Budget:
             return Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None,
                        capped=False)  # fmt: skip
         return estimate(trials_left=left, trial_walls=walls, complete_walls=complete,
-                        contenders=s.verify_top_k + 1, repeats=s.verify_repeats,
-                        max_rounds=s.verify_max_rounds, wall_left_s=self.wall_left_s())  # fmt: skip
+                        contenders=race_size(study, s.verify_top_k), repeats=s.verify_repeats,
+                        max_rounds=s.verify_max_rounds, wall_left_s=self.wall_left_s(),
+                        predicted_trial_s=self.predicted_trial_s,
+                        predicted_run_s=real_trial_s)  # fmt: skip
 
     def verify_round_fits(
         self, study: optuna.Study, n_runs: int, *, run_s: float | None = None

@@ -6,8 +6,10 @@ the race that verifies the finalists (sweeper/verify/race_rules.py): the top k a
 config, `verify_repeats` rounds each, then up to `verify_max_rounds` with the leader and one
 challenger left. A race run measures real full steps to the end, like a complete search trial,
 so it is priced at the complete trials' median wall (pruned trials stop early and would make the
-race look short). Under a wall budget the sweep stops near the budget, but the race's first round
-always runs. Pure: tests/test_eta.py tables it.
+race look short); where the search trials were projected from short steps, a race run is longer
+than any of them, and its predicted wall is scaled by how far the measured trials were off their
+prediction. Under a wall budget the sweep stops near the budget, but the race's first round always
+runs. Pure: tests/test_eta.py tables it.
 """
 
 from __future__ import annotations
@@ -62,12 +64,19 @@ def estimate(
     repeats: int,
     max_rounds: int,
     wall_left_s: float | None,
+    predicted_trial_s: float | None = None,
+    predicted_run_s: float = 0.0,
 ) -> Eta:
     """What is left of the sweep: `trials_left` search trials at the median of `trial_walls`, the
-    race at the median of `complete_walls` (else of `trial_walls`), capped by `wall_left_s` (but
-    never below one race round, which always runs)."""
+    race at the median of `complete_walls` (else of `trial_walls`) or, when longer, at
+    `predicted_run_s` (a real-steps run where search trials are projected; 0: none) times the
+    measured / `predicted_trial_s` ratio; capped by `wall_left_s` (but never below one race round,
+    which always runs)."""
     trial_s = statistics.median(trial_walls) if trial_walls else None
     run_s = statistics.median(complete_walls) if complete_walls else trial_s
+    if run_s is not None and trial_s is not None and predicted_run_s > 0:
+        ratio = trial_s / predicted_trial_s if predicted_trial_s else 1.0
+        run_s = max(run_s, predicted_run_s * ratio)
     runs = race_runs(contenders=contenders, repeats=repeats, max_rounds=max_rounds)
     if trial_s is None or run_s is None:
         return Eta(total_s=wall_left_s, trials_left=trials_left, trial_s=trial_s, race_runs=runs,
