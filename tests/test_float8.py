@@ -312,3 +312,79 @@ def test_the_handoffs_name_what_they_cannot_express(target, change, key, words) 
     lines = handoff(changed(best_doc(), change), target).lines
     named = [ln for ln in lines if ln.startswith(key + "=")]
     assert len(named) == 1 and words in named[0], lines
+
+
+# ---- explain: the levers of a compute-bound step ------------------------------------------------
+
+XL_RESULT_CHANGES = {
+    "config.model": {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024,
+                     "vocab_size": 50304},
+    "config.runtime.activation_checkpointing": "every",
+    "config.runtime.compile": "default",
+}  # fmt: skip
+
+
+def _gains(result: dict) -> dict:
+    from train.explain.diagnosis import diagnose
+
+    d = diagnose(result)
+    assert d.verdict == "compute-bound"
+    return {f.fix: (f.expected_gain, f.basis) for f in d.fixes}
+
+
+def test_the_compute_bound_verdict_names_the_levers_on_an_h100() -> None:
+    from tests.test_verdict import make
+    from train.explain.diagnosis import amdahl
+
+    gains = _gains(make(**XL_RESULT_CHANGES))
+    # recompute: every block's forward again, ~1.32x the FLOPs of GPT-2 XL, on 90% of the step
+    six_n = 6.0 * (12 * 48 * 1600**2 + 50304 * 1600)
+    attn = 12.0 * 48 * 1600 * 1024
+    ratio = (six_n + attn + 2 * 12 * 48 * 1600**2 + attn / 3) / (six_n + attn)
+    assert ratio == pytest.approx(1.318, abs=1e-3)
+    for fix in ("runtime.activation_checkpointing=none runtime.loss=chunked",
+                "runtime.activation_checkpointing=selective"):  # fmt: skip
+        assert gains[fix][0] == pytest.approx(amdahl(0.9, ratio))
+        assert gains[fix][1].startswith("arithmetic: every recomputes 100% of the blocks")
+    # float8 tensorwise: public evidence, labelled as such
+    gain, basis = gains["runtime.float8=tensorwise"]
+    assert gain == 1.17 and basis.startswith("public evidence, not measured here")
+    # FA3: attention is 9% of XL's FLOPs, FA3 up to 2x FA2 there
+    gain, basis = gains["runtime.attention=fa3"]
+    assert gain == pytest.approx(amdahl(0.9 * attn / (six_n + attn), 2.0))
+    assert "attention is 9% of the FLOPs" in basis
+
+
+@pytest.mark.parametrize(
+    "changes,absent",
+    [
+        # an A100 (8.0): no float8 tensor cores, no FA3
+        ({"device.name": "NVIDIA A100-SXM4-80GB"},
+         {"runtime.float8=tensorwise", "runtime.attention=fa3"}),
+        # an L4 (8.9): float8 yes, FA3 (Hopper only) no
+        ({"device.name": "NVIDIA L4"}, {"runtime.attention=fa3"}),
+        # already float8 and FA3; no recompute to drop
+        ({"config.runtime.float8": "tensorwise", "config.runtime.attention": "fa3",
+          "config.runtime.activation_checkpointing": "none"},
+         {"runtime.float8=tensorwise", "runtime.attention=fa3",
+          "runtime.activation_checkpointing=selective"}),
+        # a CPU: none of the GPU levers
+        ({"device.type": "cpu", "device.name": "AMD EPYC"},
+         {"runtime.float8=tensorwise", "runtime.attention=fa3"}),
+    ],
+)  # fmt: skip
+def test_only_the_levers_that_apply_on_the_device_are_named(changes: dict, absent: set) -> None:
+    from tests.test_verdict import make
+
+    fixes = set(_gains(make(**{**XL_RESULT_CHANGES, **changes})))
+    assert not fixes & absent, fixes
+    if changes.get("device.name") == "NVIDIA L4":
+        assert "runtime.float8=tensorwise" in fixes
+
+
+def test_a_float8_trials_verdict_says_its_mfu_is_bf16_equivalent() -> None:
+    from tests.test_verdict import make
+    from train.explain.diagnosis import diagnose
+
+    d = diagnose(make(float8=F8))
+    assert "45% MFU (bf16-equivalent: float8 matmuls ran)" in d.headline

@@ -29,6 +29,7 @@ TORCH_FREE: tuple[str, ...] = (
     "train.explain.cli",
     "train.explain.diagnosis",
     "train.explain.floor",
+    "train.explain.levers",
     "train.export",
     "train.handoff",
     "train.handoff.files",

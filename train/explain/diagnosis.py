@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from train.explain.levers import precision_levers, recompute_levers
 from train.measure.flops import lookup_peak
 
 # A measured share at or above these names the bottleneck (fractions of the measured step time;
@@ -355,7 +356,11 @@ def _compute_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     elif compile_mode != "none":  # already autotuned: what is left is not a knob here
         fixes.append(Fix("faster kernels (fused attention, hand-written kernels)", headroom,
                          f"runtime.compile={compile_mode} already autotunes; " + basis))
+    # the levers of a compute-bound step (issue 22) that apply here: recompute, float8, FA3
+    fixes += [Fix(*lever) for lever in recompute_levers(result, c) + precision_levers(result, c)]
     spec = f"{mfu['spec']:.0%} MFU" if mfu.get("spec") is not None else "no spec MFU (no peak)"
+    if mfu.get("spec") is not None and result.get("float8"):
+        spec += " (bf16-equivalent: float8 matmuls ran)"
     return (f"compute-bound: forward/backward is {c:.0%} of the step at {spec}"
             + (f", {f.efficiency:.0%} of the matmul ceiling" if f.efficiency else "")), fixes
 

@@ -1,0 +1,99 @@
+"""The levers of a compute-bound step (issue 22): what changes the kernels and what is recomputed,
+each with its expected gain, and only those that apply to the trial's device and config.
+
+Two kinds of expected gain, labelled as such in each fix's basis:
+- arithmetic on the trial's own numbers: recompute adds the forward FLOPs of the checkpointed
+  blocks (every block: ~8N instead of 6N per token), so not recomputing gives at most their
+  ratio over the compute share (Amdahl); attention is 12LHQT of the 6N + 12LHQT FLOPs;
+- public evidence, not measured here, quoted as published: float8 training on H100s (torchao's
+  float8 README: +25% tensorwise, +10% rowwise on Llama3-8B; torchtitan's Llama3-8B: +28%;
+  nanochat's d26, an MLP of 1664 x 6656 close to GPT-2 XL's 1600 x 6400: 1.17x tensorwise,
+  0.90x rowwise) and FlashAttention-3 on H100 (Shah et al. 2024: 1.5-2.0x FA2's attention
+  throughput in bf16/fp16, forward).
+
+Pure and torch-free: plain result dicts in, `Fix`es out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from train.config_rules import FLOAT8_MIN_CAPABILITY, num_checkpointed_blocks
+from train.measure.flops import capability_for_device_name
+
+# float8 tensorwise end to end on an H100, from the closest public shape to GPT-2 XL (nanochat
+# d26); torchao's and torchtitan's Llama3-8B figures (+25%, +28%) are larger models' wider MLPs.
+FLOAT8_TENSORWISE_EVIDENCE = 1.17
+FLOAT8_EVIDENCE = ("public evidence, not measured here: nanochat d26 (MLP 1664x6656, close to "
+                   "XL's 1600x6400) 1.17x tensorwise, 0.90x rowwise; torchao docs +25% "
+                   "tensorwise / +10% rowwise and torchtitan +28% on Llama3-8B, H100")  # fmt: skip
+# FA3 over FA2's attention kernels on H100 (Shah et al. 2024, "FlashAttention-3"), upper end.
+FA3_ATTENTION_SPEEDUP = 2.0
+FA3_CAPABILITY = (9, 0)  # Hopper only (torch/nn/attention/_fa3.py: "FA3 requires compute 9.0")
+
+
+def _amdahl(share: float, speedup: float) -> float:
+    return 1.0 / ((1.0 - share) + share / speedup) if speedup > 0 else 1.0
+
+
+def _shape(cfg: dict[str, Any]) -> tuple[float, float, int, int] | None:
+    """(6N, 12LHQT, n_layer, n_embd) per token from the result's model config (N ~ 12 L C^2 +
+    V C), or None where the config lacks the shape."""
+    m = cfg.get("model") or {}
+    if not all(isinstance(m.get(k), int) for k in ("n_layer", "n_embd", "block_size",
+                                                    "vocab_size")):  # fmt: skip
+        return None
+    n_layer, c = m["n_layer"], m["n_embd"]
+    six_n = 6.0 * (12 * n_layer * c * c + m["vocab_size"] * c)
+    attn = 12.0 * n_layer * c * m["block_size"]  # 12 L H Q T with H Q = C
+    return six_n, attn, n_layer, c
+
+
+def recompute_levers(result: dict, compute_share: float) -> list[tuple[str, float, str]]:
+    """Fixes for a trial that recomputes blocks: keep them (memory permitting), or recompute only
+    pointwise ops; (fix, expected gain, basis)."""
+    cfg = result.get("config") or {}
+    rt = cfg.get("runtime") or {}
+    policy = str(rt.get("activation_checkpointing") or "none")
+    shape = _shape(cfg)
+    if policy in ("none", "selective") or shape is None:
+        return []
+    six_n, attn, n_layer, c = shape
+    recomputed = num_checkpointed_blocks(n_layer, policy) / n_layer
+    block_fwd = (2.0 * 12 * n_layer * c * c + attn / 3) * recomputed  # their forward, again
+    gain = _amdahl(compute_share, (six_n + attn + block_fwd) / (six_n + attn))
+    basis = (f"arithmetic: {policy} recomputes {recomputed:.0%} of the blocks' forward "
+             f"({(six_n + attn + block_fwd) / (six_n + attn):.2f}x the FLOPs); up to this if it "
+             "fits (plan mode's memory model says)")  # fmt: skip
+    fixes = [("runtime.activation_checkpointing=none runtime.loss=chunked", gain,
+              basis + "; the chunked loss frees the logits' memory")]  # fmt: skip
+    fixes.append(("runtime.activation_checkpointing=selective", gain,
+                  basis + "; selective keeps the matmul and attention outputs and recomputes "
+                  "only pointwise ops, so nearly all of it"))  # fmt: skip
+    return fixes
+
+
+def precision_levers(result: dict, compute_share: float) -> list[tuple[str, float, str]]:
+    """float8 tensorwise and FA3 attention, where the device has them (compute capability by
+    name, train/measure/flops.py), with their expected gains; (fix, gain, basis)."""
+    dev = result.get("device") or {}
+    if dev.get("type") != "cuda":
+        return []
+    cap = capability_for_device_name(str(dev.get("name") or ""))
+    cfg = result.get("config") or {}
+    rt = cfg.get("runtime") or {}
+    fixes = []
+    if cap is not None and cap >= FLOAT8_MIN_CAPABILITY and (rt.get("float8") or "none") == "none":
+        fix = "runtime.float8=tensorwise" + (" runtime.dtype=bf16" if dev.get("dtype") != "bf16"
+                                             else "")  # fmt: skip
+        fixes.append((fix, FLOAT8_TENSORWISE_EVIDENCE,
+                      FLOAT8_EVIDENCE + "; changes the math: the numerics guard checks it"))
+    shape = _shape(cfg)
+    if cap == FA3_CAPABILITY and rt.get("attention") not in ("fa3", "fa4") and shape:
+        six_n, attn = shape[:2]
+        share = compute_share * attn / (six_n + attn)
+        fixes.append(("runtime.attention=fa3", _amdahl(share, FA3_ATTENTION_SPEEDUP),
+                      f"arithmetic on public evidence: attention is {attn / (six_n + attn):.0%} "
+                      f"of the FLOPs, FA3 up to {FA3_ATTENTION_SPEEDUP:g}x FA2 there (Shah et al. "
+                      "2024, H100); needs the flash_attn_interface package"))  # fmt: skip
+    return fixes
