@@ -31,13 +31,14 @@ PLAN_KEYS = (
     "runtime.compile", "runtime.dtype", "runtime.tf32", "runtime.attention",
     "runtime.activation_checkpointing", "data.num_workers", "checkpoint.every_steps",
     "runtime.float8", "runtime.float8_emulate",  # float8's rule reads the dtype and the device
+    "runtime.loss",  # the memory model reads it (the chunked loss holds no full logits)
 )  # fmt: skip
 PLAN_PREFIXES = ("model.", "trial.")
 # The knobs a memory estimate depends on (train.measure.memory_model.MemoryInputs), as
 # printed.
 MEMORY_KNOBS = (
     "batch.micro_batch", "runtime.dtype", "runtime.attention",
-    "runtime.activation_checkpointing", "runtime.compile",
+    "runtime.activation_checkpointing", "runtime.compile", "runtime.loss",
 )  # fmt: skip
 # The knobs a point's floor, predicted step and trial limits depend on most, as printed.
 CLASS_KNOBS = ("runtime.compile", "runtime.activation_checkpointing")

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from train.config import TrialConfig, num_checkpointed_blocks, resolve_dtype_name
+from train.config import TrialConfig, is_selective, num_checkpointed_blocks, resolve_dtype_name
 from train.measure.flops import (
     chip_for_device_name,
     floor_step_time_s,
@@ -121,8 +121,14 @@ class TrialLimits:
 def recompute_factor(activation_checkpointing: Any, n_layer: int) -> float:
     """Extra compute of activation checkpointing: each checkpointed block (the model's rule,
     train.config.num_checkpointed_blocks) runs its forward twice, and a forward is a third of
-    forward + backward."""
-    checkpointed = num_checkpointed_blocks(n_layer, str(activation_checkpointing or "none"))
+    forward + backward. `selective` reruns no matmul and no attention (their outputs are kept,
+    train/model/recompute.py), only LayerNorm, GELU and the adds: ~100C FLOPs per token and block
+    against its matmuls' 72C^2 (forward and backward; C = n_embd), under 0.1% at gpt2-xl's 1600,
+    so its factor is 1 in the FLOPs this arithmetic counts (6N + attention)."""
+    mode = str(activation_checkpointing or "none")
+    if is_selective(mode):
+        return 1.0
+    checkpointed = num_checkpointed_blocks(n_layer, mode)
     return 1.0 + checkpointed / n_layer / 3.0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.space.constraints import MICRO_BATCH, SpaceContext, unsupported_here
-from train.config import valid_splits
+from train.config import SELECTIVE, parse_activation_checkpointing, valid_splits
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,10 @@ def _choice_param(key: str, spec: Any, items: list[Any]) -> Param:
 
 
 def parse_param(key: str, spec: Any, ctx: SpaceContext) -> Param:
+    return drop_gpu_levers(_parse_param(key, spec, ctx), ctx)
+
+
+def _parse_param(key: str, spec: Any, ctx: SpaceContext) -> Param:
     if not isinstance(key, str) or not key.startswith(PREFIXES):
         raise fail(str(key), spec, "unknown key", f"keys must start with one of {PREFIXES}")
     if key in NOT_SEARCHED and not isinstance(spec, _SCALARS):
@@ -276,3 +280,33 @@ def drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
         problem="no choice runs here",
         fix="search values this device supports, or run the sweep where they exist",
     )  # fmt: skip
+
+
+def gpu_memory_lever(key: str, value: Any) -> bool:
+    """Whether `key=value` is a lever a CPU sweep does not search (`drop_gpu_levers`): the chunked
+    loss, and recompute other than none/every (selective, every_<k> with k >= 2)."""
+    if key == "runtime.loss":
+        return value == "chunked"
+    if key == "runtime.activation_checkpointing" and isinstance(value, str):
+        try:
+            return value == SELECTIVE or parse_activation_checkpointing(value) >= 2
+        except ValueError:
+            return False  # the trainer's schema refuses it, with its own message
+    return False
+
+
+def drop_gpu_levers(p: Param, ctx: SpaceContext) -> Param:
+    """A CPU sweep does not search the levers that trade compute for device memory (the chunked
+    loss, selective or every-k-th-block recompute): it models no device memory
+    (SpaceContext.device_memory_gib is None there), so they could only cost it trials, and the
+    default CPU sweep keeps the space it had. A searched key made only of them keeps them (the
+    user asked for exactly those), and a pinned value runs on a CPU as anywhere."""
+    device = str(ctx.base.get("runtime.device", "auto"))
+    if p.kind != "categorical" or (ctx.device_type != "cpu" and device != "cpu"):
+        return p
+    kept = tuple(c for c in p.choices if not gpu_memory_lever(p.key, c))
+    if not kept or len(kept) == len(p.choices):
+        return p
+    log.info("%s: %s searched on a GPU only (memory levers; a CPU sweep models no device "
+             "memory)", p.key, [c for c in p.choices if c not in kept])  # fmt: skip
+    return replace(p, choices=kept)

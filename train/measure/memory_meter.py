@@ -176,6 +176,7 @@ def session_inputs(s: MeteredSession) -> MemoryInputs:
         dtype=s.dtype,
         attention=kernel,
         activation_checkpointing=rt.activation_checkpointing,
+        loss=rt.loss,
         compile=rt.compile,
         device_type="cuda" if s.device.type == "cuda" else "cpu",
         grad_accum=s.cfg.batch.grad_accum,

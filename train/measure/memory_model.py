@@ -20,12 +20,14 @@ autocast, 4 fp32):
   (8aC): 8C + 14aC bytes (36C in bf16, 64C in fp32), plus LayerNorm statistics and the fused
   kernel's logsumexp. The math kernel runs in fp32 (torch upcasts it) and also saves its H x T x T
   probabilities. A checkpointed block keeps only its fp32 input (4C) and is recomputed in
-  backward, one block at a time.
+  backward, one block at a time. Under `selective` (train/model/recompute.py) every block keeps
+  its input and its matmul and attention outputs (4C + 10aC) and recomputes the rest in backward.
 * The loss: logits (B, T, V) in the compute dtype, which `_, loss = model(x, y)` holds until the
   next micro-batch's forward returns, the fp32 log-probabilities log_softmax saves, and in
   backward their gradient and the logits' gradient: (2a + 8) bytes per token and vocab entry on
   CUDA (log_softmax writes fp32 straight from bf16 input), (a + 12) under CPU autocast (it copies
-  to fp32 first).
+  to fp32 first). `runtime.loss=chunked` (train/model/loss.py) holds none of these: only one
+  chunk's logits and the two gradients its forward computes (`chunked_loss_bytes`).
 * Backward transients: GELU's and softmax's gradients in the block being differentiated, the
   tied weight's two gradients (lm_head's waits in autograd's buffer for the embedding's; both
   and their sum exist at the end of backward).
@@ -51,6 +53,9 @@ from typing import Any
 from train.config import (
     ATTENTION_BACKENDS,
     COMPILE_MODES,
+    check_loss,
+    is_selective,
+    loss_chunk_rows,
     num_checkpointed_blocks,
     parse_activation_checkpointing,
     resolve_dtype_name,
@@ -124,7 +129,8 @@ class MemoryInputs:
     # resolved precision: fp32 | bf16 | fp16 (bf16/fp16 = autocast over fp32 master weights)
     dtype: str
     attention: str = "auto"  # auto | flash | efficient | cudnn | math (auto = a fused kernel)
-    activation_checkpointing: str = "none"  # none | every | every_<k>
+    activation_checkpointing: str = "none"  # none | every | every_<k> | selective
+    loss: str = "full"  # full | chunked (train/model/loss.py)
     compile: str = "none"  # torch.compile mode or none
     device_type: str = "cuda"  # cuda | cpu
     # micro-batches per optimizer step; only "1 or more" matters: with more than one, `.grad`
@@ -146,6 +152,7 @@ class MemoryInputs:
         _check_choice("compile", self.compile, COMPILE_MODES)
         _check_choice("device_type", self.device_type, DEVICE_TYPES)
         parse_activation_checkpointing(self.activation_checkpointing)
+        check_loss(self.loss)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +205,23 @@ def block_saved_bytes_per_token(inp: MemoryInputs) -> float:
     return saved
 
 
+def selective_saved_bytes_per_token(inp: MemoryInputs) -> float:
+    """Bytes a block under the selective policy (train/model/recompute.py) keeps per token: its
+    fp32 input (4C) and every matmul and attention output in the compute dtype: q/k/v (3aC), the
+    attention output (aC) and its projection (aC), the MLP's c_fc (4aC) and c_proj (aC) outputs:
+    4C + 10aC, plus the fused kernel's logsumexp. The two projections' outputs are kept although
+    backward never reads them (the policy keeps every matmul, as torchtitan's). The math kernel's
+    matmuls are two bmm in fp32: its scores (T per head) and output (C), in place of the aC.
+    Compiled, the partitioner keeps what backward reads of the kept ops: as compiled `none`."""
+    c, a = inp.n_embd, DTYPE_BYTES[inp.dtype]
+    if inp.compile != "none":
+        return block_saved_bytes_per_token(inp)
+    saved = 4 * c + 10 * a * c
+    if inp.attention == "math":
+        return saved + inp.n_head * inp.block_size * MATH_BYTES + (MATH_BYTES - a) * c
+    return saved + 4 * inp.n_head
+
+
 def block_backward_bytes_per_token(inp: MemoryInputs) -> float:
     """Extra bytes, on top of the saved activations, while a block runs backward.
 
@@ -230,6 +254,29 @@ def loss_bytes_per_token(inp: MemoryInputs) -> tuple[float, float, float]:
     return (a + 4) * v, (2 * a + 8) * v, a * v
 
 
+def chunked_loss_bytes(inp: MemoryInputs, tokens: int) -> tuple[float, float, float]:
+    """(forward end, start of backward, held through backward) bytes of runtime.loss=chunked
+    (train/model/loss.py) at `tokens` rows: no (tokens, V) tensor ever, only a chunk's.
+
+    Held from its forward to its backward: the hidden states' gradient (aC per row) and the
+    weight's fp32 gradient (4VC). During the last chunk also its fp32 logits, turned in place
+    into the softmax gradient, and that gradient's copy in the compute dtype under autocast
+    (4 + a bytes per chunk row and vocab entry), the weight's gradient matmul output (aVC), the
+    final hidden states (4C per row; under autocast also their aC copy) and the weight's copy in
+    the compute dtype (aVC). Backward scales both gradients into new tensors (4C per row, twice
+    under autocast for the cast, and 4VC). Nothing is held once the loss's backward is done.
+    """
+    c, v, a = inp.n_embd, inp.vocab_size, DTYPE_BYTES[inp.dtype]
+    amp = inp.dtype != "fp32"
+    chunk = loss_chunk_rows(rows=tokens, n_embd=c, vocab_size=v)
+    held = a * c * tokens + 4.0 * v * c
+    hidden = (4 + (a if amp else 0)) * c * tokens
+    chunk_bytes = (4 + (a if amp else 0)) * chunk * v + a * v * c + a * c * chunk
+    forward = held + hidden + chunk_bytes + (a * v * c if amp else 0)
+    backward = held + (8 if amp else 4) * c * tokens + 4.0 * v * c
+    return forward, backward, 0.0
+
+
 def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     """Live tensor bytes, by part, at each moment of a step that can hold the peak."""
     tokens = inp.micro_batch * inp.block_size
@@ -239,6 +286,10 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     n_params = num_params(inp)
     n_ckpt = num_checkpointed_blocks(inp.n_layer, inp.activation_checkpointing)
     n_full = inp.n_layer - n_ckpt
+    # what a checkpointed block keeps: its fp32 input, and under selective its matmul outputs
+    kept = selective_saved_bytes_per_token(inp) if is_selective(inp.activation_checkpointing) \
+        else 4 * c
+    chunked = inp.loss == "chunked"
     accumulating = inp.grad_accum > 1
 
     weights = 4.0 * n_params
@@ -247,20 +298,24 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     # Autocast's weight copies: all of them are cached until the forward ends; afterwards only the
     # ones saved for backward live on (checkpointed blocks save none).
     block_copy = a * block_matmul_params(c, bias=inp.bias) if amp else 0.0
-    head_copy = a * v * c if amp else 0.0
+    head_copy = a * v * c if amp and not chunked else 0.0  # the chunked loss casts its own
     copies_fwd = inp.n_layer * block_copy + head_copy
     copies_bwd = n_full * block_copy + head_copy
 
     per_block = block_saved_bytes_per_token(inp) * tokens
-    blocks = n_full * per_block + n_ckpt * 4 * c * tokens
-    # ln_f's fp32 input and its output (lm_head's input), the token ids and targets (int64)
-    head = (4 * c + a * c + 8 + 16) * tokens
+    blocks = n_full * per_block + n_ckpt * kept * tokens
+    # ln_f's fp32 input and its output (lm_head's input; the chunked loss keeps none), the token
+    # ids and targets (int64)
+    head = (4 * c + (0 if chunked else a * c) + 8 + 16) * tokens
     activations = blocks + head
-    loss_fwd, loss_bwd, logits = (x * tokens for x in loss_bytes_per_token(inp))
+    if chunked:
+        loss_fwd, loss_bwd, logits = chunked_loss_bytes(inp, tokens)
+    else:
+        loss_fwd, loss_bwd, logits = (x * tokens for x in loss_bytes_per_token(inp))
     old_logits = logits if accumulating else 0.0
 
-    # a checkpointed block's recompute: its activations again (its input is already counted)
-    recompute = per_block - 4 * c * tokens + block_copy if n_ckpt else 0.0
+    # a checkpointed block's recompute: what it did not keep, again
+    recompute = per_block - kept * tokens + block_copy if n_ckpt else 0.0
     # one 4C x C weight's gradient in the compute dtype, and its fp32 cast under autocast
     weight_grad = 4 * c * c * (a + (4 if amp else 0))
     block_bwd = recompute + block_backward_bytes_per_token(inp) * tokens + weight_grad
@@ -272,9 +327,11 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
                     "loss": logits, "transient": 3 * head_grad}  # fmt: skip
     if compiled:
         # one backward graph: all gradients come out at once (a second fp32 set) while what it
-        # saved is still alive; it sums the tied weight's two gradients inside
+        # saved is still alive (the chunked loss's two gradients too); it sums the tied weight's
+        # two gradients inside
         backward_end.update(
-            autocast_copies=copies_bwd, activations=activations, transient=4.0 * n_params
+            autocast_copies=copies_bwd, activations=activations, transient=4.0 * n_params,
+            loss=a * c * tokens + 4.0 * v * c if chunked else logits,
         )
 
     candidates: dict[str, dict[str, float]] = {

@@ -2,7 +2,9 @@
 
 Parameter names match the GPT-2 checkpoints (wte, wpe, h.N.attn.c_attn, ...). Attention is
 torch's fused scaled_dot_product_attention with a causal mask; which kernel it uses is governed
-by train/model/attention.py. Activation checkpointing trades recompute for memory, per block.
+by train/model/attention.py. Activation checkpointing trades recompute for memory, per block or
+op by op (train/model/recompute.py); the LM head and its loss run whole or in chunks of rows
+(train/model/loss.py).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
-from train.config import ModelConfig, parse_activation_checkpointing
+from train.config import ModelConfig, check_loss, is_selective, parse_activation_checkpointing
 from train.model.attention import sdpa_context
+from train.model.loss import IGNORE_INDEX, chunked_cross_entropy, full_cross_entropy
+from train.model.recompute import checkpointed
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +84,21 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(
-        self, cfg: ModelConfig, *, activation_checkpointing: str = "none", attention: str = "auto"
+        self,
+        cfg: ModelConfig,
+        *,
+        activation_checkpointing: str = "none",
+        attention: str = "auto",
+        loss: str = "full",
     ) -> None:
         super().__init__()
         self.config = cfg
         # 0: no checkpointing; k: recompute every k-th block in backward instead of storing it.
         self.checkpoint_every = parse_activation_checkpointing(activation_checkpointing)
+        # selective: every block, keeping its matmul and attention outputs (op-level policy)
+        self.selective = is_selective(activation_checkpointing)
+        check_loss(loss)
+        self.loss_mode = loss  # full | chunked
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
@@ -131,8 +143,9 @@ class GPT(nn.Module):
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx (B, T) token ids -> (logits (B, T, vocab), mean cross-entropy or None)."""
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """idx (B, T) token ids -> (logits (B, T, vocab), mean cross-entropy or None); with
+        targets under runtime.loss=chunked the logits are never made whole: (None, loss)."""
         t = idx.size(1)
         if t > self.config.block_size:
             raise ValueError(
@@ -144,16 +157,24 @@ class GPT(nn.Module):
         pos_emb = self.transformer.wpe(pos)  # (T, C)
         x = self.transformer.drop(tok_emb + pos_emb)  # (B, T, C)
         for i, block in enumerate(self.transformer.h):
-            # Checkpointed blocks keep only their input and recompute the rest in backward.
-            x = checkpoint(block, x, use_reentrant=False) if self._checkpointed(i) else block(x)
+            # Checkpointed blocks keep only their input (selective: also their matmul and
+            # attention outputs) and recompute the rest in backward.
+            if self._checkpointed(i):
+                x = checkpointed(block, x, selective=self.selective)
+            else:
+                x = block(x)
         x = self.transformer.ln_f(x)  # (B, T, C)
-        logits = self.lm_head(x)  # (B, T, vocab)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(
-                logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
-            )
-        return logits, loss
+        if targets is None:
+            return self.lm_head(x), None  # (B, T, vocab)
+        flat, flat_targets = x.view(-1, x.size(-1)), targets.view(-1)  # (B*T, C), (B*T,)
+        if self.loss_mode == "chunked":
+            # the head and loss a chunk of rows at a time: no (B*T, vocab) logits to return
+            loss = chunked_cross_entropy(flat, self.lm_head.weight, flat_targets,
+                                         ignore_index=IGNORE_INDEX)  # fmt: skip
+            return None, loss
+        logits, loss = full_cross_entropy(flat, self.lm_head.weight, flat_targets,
+                                          ignore_index=IGNORE_INDEX)  # fmt: skip
+        return logits.view(*x.shape[:-1], -1), loss  # (B, T, vocab)
 
     def configure_optimizer(
         self,
