@@ -13,12 +13,14 @@ import dataclasses
 import json
 import logging
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 
 from sweeper.masking import mask_secrets
+from sweeper.plan.calibration import PLAN_KEY_ATTR, STARTED_ATTR, plan_key
 from sweeper.plan.prepare import Prepared
 from sweeper.plan.prior import prior_points
 from sweeper.search.design import latin_design
@@ -106,6 +108,11 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         queued = queue_prior(study, p, baseline)
         queue_design(study, p.space, baseline, s, queued=queued)
     study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
+    # where and when it ran: plan mode calibrates from finished sweeps of the same key
+    study.set_user_attr(PLAN_KEY_ATTR, plan_key(model=str(p.base["model.name"]),
+                                                search=s.search_name, device=p.device.name))
+    if STARTED_ATTR not in study.user_attrs:
+        study.set_user_attr(STARTED_ATTR, time.time())
     recover_interrupted(study)
     requeue_unrun(study)  # the points an earlier sweep's budget ended before
     note_sweep_dir(study, sweep_dir)

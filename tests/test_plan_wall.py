@@ -111,12 +111,45 @@ def test_the_xl_h100_plan_reaches_a_verified_best_yaml_in_20_minutes(tmp_path: P
     out = proc.stdout
     tail = out[out.index("prior:"):]
     print(tail)  # the prior's points and the breakdown, shown with -s or on failure
+    # the search, the race and the start and end (the components this test is about); a
+    # numerics guard's curve runs (sweeper/plan/guard_price.py), where on, are priced apart
+    total = _seconds(re.search(r"  = (\S+): search", out).group(1))
+    assert total <= XL_PLAN_LIMIT_S, tail
     wall = _seconds(re.search(r"predicted sweep wall: (\S+(?: s)?) \(", out).group(1))
-    assert wall <= XL_PLAN_LIMIT_S, tail
+    guard = re.search(r"numerics guard: on .*= up to ([\dhms.]+)", out)
+    assert wall == pytest.approx(total + (_seconds(guard.group(1)) if guard else 0), abs=2)
     # the components: the prior's points each priced, compile once per graph, the race's run
     assert re.search(r"1 x\s+\S+ =\s+\S+\s+prior 1, 4 measured steps \(compile 1m27s: cold", out)
     assert re.search(r"race run \(real full steps\), 4 measured steps \(compile 8\.7 s: compile "
                      r"from the cache\)", out)  # fmt: skip
-    total = _seconds(re.search(r"  = (\S+): search", out).group(1))
-    assert total == wall
     assert "1. the largest micro-batch that fits without recompute (micro_batch=16" in out
+
+
+def test_calibrate_takes_the_means_of_finished_sweeps() -> None:
+    from sweeper.plan.calibration import SweepRecord, calibrate
+
+    records = [
+        # 4 trials of 3 s and 4 race runs of 4 s in a span of 30 s: 2 s of the sweep's own work
+        SweepRecord(trial_walls=[3.0] * 4, race_walls=[4.0] * 4, span_s=30.0),
+        SweepRecord(trial_walls=[5.0] * 2, race_walls=[6.0] * 2, span_s=None),
+        SweepRecord(trial_walls=[1.0], race_walls=[], span_s=5.0),  # never raced: left out
+    ]
+    c = calibrate(records)
+    assert c is not None and c.sweeps == 2
+    assert c.trial_s == pytest.approx(22 / 6) and c.race_run_s == pytest.approx(28 / 6)
+    assert c.race_runs == 3.0 and c.between_s == pytest.approx(2 / 8)
+    assert calibrate([records[2]]) is None
+
+
+def test_a_calibrated_plan_uses_the_measured_terms() -> None:
+    from sweeper.plan.calibration import Calibration
+
+    c = Calibration(sweeps=2, trial_s=3.0, race_runs=10.4, race_run_s=5.0, between_s=0.5)
+    ctx = xl_ctx()
+    m = wall_model(ctx=ctx, prior=_prior(P1), start=None, n_search=14, mean_trial_s=35.0,
+                   race_entrants=2, race_rounds=3, cached=True, limits=LIMITS,
+                   calibration=c)  # fmt: skip
+    assert [(r.count, r.each_s) for r in m.search] == [(14, 3.5)]
+    assert [(r.count, r.each_s) for r in m.race] == [(10, 5.5)]  # the measured race length
+    assert m.total_s == pytest.approx(15 + 14 * 3.5 + 10 * 5.5)
+    assert "calibrated from 2 finished sweep(s)" in m.notes[0]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.numbers import fmt_secs
+from sweeper.plan.calibration import Calibration
 from sweeper.plan.device import DeviceFacts
 from sweeper.plan.prior import Prior, prior_points
 from sweeper.plan.scan import Scan, scan
@@ -88,6 +89,7 @@ def build_plan(
     device: DeviceFacts,
     settings: SweepSettings,
     found: Scan | None = None,
+    calibration: Calibration | None = None,
 ) -> SweepPlan:
     """The plan of a sweep of `space` on `device` with the sweeper's `settings` (n_trials,
     sampler, verify_top_k, verify_repeats, max_wall_s, cpu_max_wall_s, trial_timeout_s,
@@ -145,6 +147,7 @@ def build_plan(
             cached=str(getattr(settings, "compile_cache", "off")) != "off",
             limits={"timeout_s": settings.trial_timeout_s,
                     "stall_timeout_s": settings.stall_timeout_s},
+            calibration=calibration,
         )  # fmt: skip
         wall = walls.total_s
         verify_s = walls.race[0].each_s if walls.race else verify_s

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeper.plan.calibration import Calibration
 from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import TrialTime, point_limits
@@ -107,13 +108,17 @@ def wall_model(
     cached: bool,
     limits: Mapping[str, float],
     overrides: Mapping[str, Any] | None = None,
+    calibration: Calibration | None = None,
 ) -> WallModel:
     """The wall of a sweep of `n_search` trials: `start` (the starting config's point, when it
     runs) and the prior's points first, the rest (TPE's design and picks, the polish step) at
     `mean_trial_s`, then
     `race_rounds` rounds of `race_entrants` race runs. `limits` are the sweeper's
     trial_timeout_s / stall_timeout_s; `overrides` adds keys to every priced config (a calibrated
-    plan.step_cv)."""
+    plan.step_cv). With a `calibration` (sweeper/plan/calibration.py) every term is this
+    machine's measured one instead."""
+    if calibration is not None:
+        return _calibrated(calibration, n_search=n_search, race_runs=race_entrants * race_rounds)
     extra = dict(overrides or {})
     graphs = _Graphs(cached)
 
@@ -145,3 +150,21 @@ def wall_model(
                         each_s=wall, compile_s=comp, window_steps=t.window_steps,
                         note=how)] if race_entrants * race_rounds else []  # fmt: skip
     return WallModel(search=search, race=race)
+
+
+def _calibrated(c: Calibration, *, n_search: int, race_runs: int) -> WallModel:
+    """The same sum with the measured terms: each process at its measured mean wall plus the
+    measured time between processes; the race at its measured mean length (at least the first
+    rounds' `race_runs`)."""
+    runs = max(float(race_runs), c.race_runs)
+    note = f"measured: mean of {c.sweeps} earlier sweep(s) here, {c.between_s:.1f} s between runs"
+    return WallModel(
+        search=[PlannedRuns(label="search trial (measured mean)", count=n_search,
+                            each_s=c.trial_s + c.between_s, compile_s=0.0, window_steps=0,
+                            note=note)],
+        race=[PlannedRuns(label=f"race run (measured mean; {c.race_runs:.1f} runs a sweep)",
+                          count=round(runs), each_s=c.race_run_s + c.between_s, compile_s=0.0,
+                          window_steps=0, note=note)],
+        notes=[f"calibrated from {c.sweeps} finished sweep(s) of this model and search on this "
+               "machine (sweeper/plan/calibration.py)"],
+    )  # fmt: skip

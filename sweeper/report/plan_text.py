@@ -6,9 +6,11 @@ predicted step and limits, and the predicted wall time. The numbers are sweeper/
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweeper.numbers import fmt_secs
+from sweeper.plan.calibration import load_calibration, plan_key
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, SweepPlan, build_plan
 from sweeper.report.console import console
 from sweeper.space.limits import ASSUMED_MFU, SAFETY
@@ -21,7 +23,14 @@ if TYPE_CHECKING:
 def print_plan(prepared: Prepared) -> dict:
     """Print the plan of the prepared sweep (nothing starts); what the sweep call returns."""
     p = prepared
-    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings, found=p.found)
+    calibration = None
+    if p.device.source != "plan device":  # planning for this machine: what it measured before
+        storage = p.settings.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
+        calibration = load_calibration(storage, plan_key(
+            model=str(p.base.get("model.name")), search=p.settings.search_name,
+            device=p.device.name))  # fmt: skip
+    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings,
+                      found=p.found, calibration=calibration)  # fmt: skip
     console.print(format_plan(plan), markup=False)
     return {"plan": True, "kept": p.found.kept, "dropped": p.found.dropped_points}
 
@@ -203,6 +212,7 @@ def _wall_lines(plan: SweepPlan) -> list[str]:
         lines.append(f"  {r.count:>2} x {fmt_secs(r.each_s):>7} = {fmt_secs(r.total_s):>7}  "
                      f"{r.label}{steps}{comp}")
     lines.append(f"       {fmt_secs(w.overhead_s):>7}  start and end")
+    lines += [f"  ({note})" for note in w.notes]
     lines.append(f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}, race "
                  f"{fmt_secs(w.race_s)}")
     return lines

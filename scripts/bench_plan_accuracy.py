@@ -1,0 +1,79 @@
+"""Plan against reality on this machine: the default CPU sweep's predicted wall beside the measured.
+
+    python scripts/bench_plan_accuracy.py [--runs 3] [--workdir DIR]
+
+In one work dir (one Optuna storage, one MLflow store), `--runs` + 1 times: plan mode first
+(`python sweep.py -m search=throughput hydra.sweeper.plan=true`, the README's first command in plan
+mode), then the sweep itself (the same command, each run with its own study name so it starts a new
+study instead of resuming the last). The first plan has no earlier sweep to learn from (the
+arithmetic: a conservative 10 GFLOP/s CPU, capped by the CPU wall budget); every later plan is
+calibrated from the finished sweeps before it (sweeper/plan/calibration.py). Prints each run's
+predicted and measured wall and the error, and whether the calibrated runs are within --goal.
+Exit code 1 when a calibrated run misses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WALL = re.compile(r"predicted sweep wall: ((?:\d+h)?(?:\d+m)?(?:\d+s)?|[\d.]+ s)")
+
+
+def seconds(text: str) -> float:
+    """fmt_secs back to seconds: 1h32m, 6m30s, 35.4 s."""
+    if text.endswith(" s"):
+        return float(text[:-2])
+    parts = dict((u, int(v)) for v, u in re.findall(r"(\d+)([hms])", text))
+    return 3600 * parts.get("h", 0) + 60 * parts.get("m", 0) + parts.get("s", 0)
+
+
+def sweep(workdir: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, float]:
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", *overrides]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
+    return proc, time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3, help="calibrated runs (after the first)")
+    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    ap.add_argument("--goal", type=float, default=0.25, help="|error| goal of calibrated runs")
+    args = ap.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-plan-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(args.runs + 1):
+        plan, _ = sweep(workdir, "hydra.sweeper.plan=true")
+        found = WALL.search(plan.stdout)
+        if plan.returncode != 0 or not found:
+            raise SystemExit(f"plan {i} failed (exit {plan.returncode}):\n{plan.stderr[-2000:]}")
+        predicted = seconds(found.group(1))
+        calibrated = "calibrated from" in plan.stdout
+        (workdir / f"plan-{i}.txt").write_text(plan.stdout)
+        run, wall = sweep(workdir, f"hydra.sweeper.study_name=plan-accuracy-{i}")
+        (workdir / f"sweep-{i}.log").write_text(run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise SystemExit(f"sweep {i} failed (exit {run.returncode}); see {workdir}")
+        error = predicted / wall - 1
+        rows.append((i, calibrated, predicted, wall, error))
+        how = "calibrated" if calibrated else "arithmetic"
+        print(f"run {i}: predicted {predicted:6.0f} s ({how}), measured {wall:6.0f} s, "
+              f"error {100 * error:+6.1f}%", flush=True)
+    print(f"work dir: {workdir}")
+    judged = [r for r in rows if r[1]]
+    missed = [r for r in judged if abs(r[4]) > args.goal]
+    print(f"calibrated runs within +-{100 * args.goal:.0f}%: {len(judged) - len(missed)} of "
+          f"{len(judged)}  {'PASS' if judged and not missed else 'FAIL'}")
+    return 1 if missed or not judged else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
