@@ -67,3 +67,27 @@ def test_the_line_says_what_the_eta_is_made_of() -> None:
     assert capped.text().endswith("; the wall budget ends it first)")
     assert Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None,
                capped=False).text() == "eta -"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("values", "start", "top_k", "contenders"),
+    [
+        ([5.0, 4.0, 3.0, 2.0], 3, 2, 3),  # the start (2nd worst) races beside the top 2
+        ([5.0, 4.0, 3.0, 2.0], 0, 2, 2),  # the start is the best: among the top 2
+        ([5.0, 4.0, 3.0, 2.0], None, 2, 2),  # no starting config in the space
+        ([5.0], 0, 3, 4),  # fewer complete trials than top_k: the most the race can hold
+    ],
+)
+def test_race_size(values: list[float], start: int | None, top_k: int, contenders: int) -> None:
+    import optuna
+
+    from sweeper.study.budget import race_size
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    for i, v in enumerate(values):
+        trial = study.ask()
+        if i == start:
+            trial.set_user_attr("baseline", True)
+        study.tell(trial, v)
+    assert race_size(study, top_k) == contenders
