@@ -78,6 +78,7 @@ def guard_entrants(
     guarded = {n: ch for n, ch in changed.items() if ch}
     if not guarded:
         log.info("numerics guard %s: no contender changes the math", why)
+        ctx.study.set_user_attr(GUARD_ATTR, {"why": why, "candidates": {}})
         return GuardOutcome(passed=cands, records=records)
     log.info("numerics guard %s: %d contender(s) change the math (%s); training the starting "
              "config from %d seeds and each of them for %d steps", why, len(guarded),

@@ -1,0 +1,106 @@
+"""False alarms of the numerics guard: its comparison run N times on identical math.
+
+    python scripts/bench_guard.py [--reruns 10] [--steps 20] [--seeds 2] [--k 2] [--floor 0.01]
+                                  [--candidate KEY=VALUE ...] [overrides ...]
+
+Each rerun does what the sweep's guard does (sweeper/verify/guard.py), outside a sweep: it trains
+the reference config from `--seeds` fresh seeds (rerun r: 1000 + 10 r, + 1, ...) and the candidate
+from the first of them, each `--steps` optimizer steps in its own `python -m train.trial` process
+with the guard's curve keys (train/trial/curve.py), derives the tolerance from the reference's
+seed spread and judges the candidate (sweeper/verify/guard_rules.py). The candidate is the
+reference config itself (identical math) unless `--candidate` adds overrides (e.g.
+`--candidate trial.fault=coarse_weights` to see the planted precision loss alarm every time).
+Prints each rerun's tolerance derivation and verdict, then the alarms count and the spread of the
+tolerances and divergences. Exits 1 when identical math raised an alarm.
+Default config: the tiny preset, 2048 tokens a step (8 x 4 micro-batches), one torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sweeper.space.overrides import format_override  # noqa: E402
+from sweeper.verify.guard_rules import check, tolerance, window_size  # noqa: E402
+from train.trial.curve import curve_keys, loss_curve  # noqa: E402
+
+log = logging.getLogger("bench_guard")
+DEFAULTS = ["model=tiny", "batch.tokens_per_step=2048", "batch.micro_batch=8",
+            "batch.grad_accum=4", "runtime.threads=1", "data.num_workers=0"]  # fmt: skip
+
+
+def curve_run(overrides: list[str], *, seed: int, steps: int, out_dir: Path) -> list[float]:
+    """One curve run in a fresh process; its loss by step (the run must complete)."""
+    keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=seed).items()]
+    out = out_dir / "trial.json"
+    argv = [sys.executable, "-m", "train.trial", *overrides, *keys, f"trial.out={out}",
+            f"hydra.run.dir={out_dir}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    curve = loss_curve(json.loads(out.read_text())) if out.exists() else None
+    if curve is None:
+        raise SystemExit(f"curve run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return curve
+
+
+def rerun(args: argparse.Namespace, r: int, work: Path) -> dict:
+    """One guard comparison: reference seeds, the candidate at the first, the verdict."""
+    base = [*DEFAULTS, *args.overrides]
+    seeds = [1000 + 10 * r + i for i in range(args.seeds)]
+    curves = {s: curve_run(base, seed=s, steps=args.steps, out_dir=work / f"r{r}-ref-{s}")
+              for s in seeds}  # fmt: skip
+    cand = curve_run([*base, *args.candidate], seed=seeds[0], steps=args.steps,
+                     out_dir=work / f"r{r}-cand")  # fmt: skip
+    tol = tolerance(curves, k=args.k, floor=args.floor, window=window_size(args.steps))
+    verdict = check(cand, curves[seeds[0]], tol)
+    print(f"rerun {r + 1}: {tol.derivation()}")
+    print(f"  candidate: {'passed' if verdict.passed else 'ALARM'}: {verdict.reason}")
+    return {"alarm": not verdict.passed, "tolerance": tol.value, "spread": tol.spread,
+            "divergence": verdict.divergence.value}  # fmt: skip
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.4f}, min {min(values):.4f}, max {max(values):.4f}"
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--reruns", type=int, default=10)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--k", type=float, default=2.0)
+    p.add_argument("--floor", type=float, default=0.01)
+    p.add_argument("--candidate", nargs="*", default=[], help="overrides of the candidate only")
+    p.add_argument("overrides", nargs="*", help="trainer overrides of both (Hydra syntax)")
+    args = p.parse_args()
+    math_note = ("identical math" if not args.candidate
+                 else f"candidate overrides {' '.join(args.candidate)}")  # fmt: skip
+    print(f"numerics guard, {args.reruns} reruns of {math_note}: {args.seeds} reference seeds + "
+          f"1 candidate run of {args.steps} steps each; tolerance = max({args.k:g} x seed "
+          f"spread, {args.floor:g}); config {' '.join([*DEFAULTS, *args.overrides])}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench_guard-") as tmp:
+        rows = [rerun(args, r, Path(tmp)) for r in range(args.reruns)]
+    alarms = sum(row["alarm"] for row in rows)
+    print(f"alarms: {alarms} of {len(rows)} reruns ({math_note})")
+    print(f"tolerance (nats): {spread([r['tolerance'] for r in rows])}")
+    print(f"seed spread (nats): {spread([r['spread'] for r in rows])}")
+    print(f"candidate divergence (nats): {spread([r['divergence'] for r in rows])}")
+    print(f"wall: {time.perf_counter() - started:.0f} s")
+    return 1 if alarms and not args.candidate else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

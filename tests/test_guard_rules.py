@@ -1,0 +1,219 @@
+"""The numerics guard's pure parts: curve arithmetic (sweeper/verify/guard_rules.py), the
+math-changing keys (sweeper/space/math_keys.py), its settings (sweeper/settings.py GuardRules),
+whether it runs (sweeper/plan/guard_price.py) and the curve-run keys (train/trial/curve.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweeper.plan.guard_price import guard_mode
+from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
+from sweeper.space.math_keys import MATH_KEYS, changes_text, math_changes, searched_math_keys
+from sweeper.verify.guard_rules import (
+    check,
+    curve_text,
+    divergence,
+    tolerance,
+    window_size,
+    windowed_means,
+)
+from train.trial.curve import curve_keys, loss_curve
+
+FALLING = [8.0 - 0.05 * i for i in range(20)]  # a reference curve: 8.00, 7.95, ... 7.05
+
+
+@pytest.mark.parametrize(
+    ("steps", "window"), [(1, 1), (4, 1), (5, 1), (12, 2), (20, 4), (100, 20)]
+)
+def test_window_is_a_fifth_of_the_curve(steps: int, window: int) -> None:
+    assert window_size(steps) == window
+
+
+@pytest.mark.parametrize(
+    ("curve", "window", "means"),
+    [
+        ([1.0, 2.0, 3.0, 4.0], 1, [1.0, 2.0, 3.0, 4.0]),
+        ([1.0, 2.0, 3.0, 4.0], 2, [1.5, 2.5, 3.5]),
+        ([1.0, 2.0, 3.0, 4.0], 4, [2.5]),
+    ],
+)
+def test_windowed_means(curve: list[float], window: int, means: list[float]) -> None:
+    assert windowed_means(curve, window) == pytest.approx(means)
+
+
+def test_windowed_means_refuses_a_window_longer_than_the_curve() -> None:
+    with pytest.raises(ValueError, match="shorter than the window"):
+        windowed_means([1.0, 2.0], 3)
+
+
+@pytest.mark.parametrize(
+    ("other", "window", "value", "step"),
+    [
+        (FALLING, 4, 0.0, 0),  # the same curve
+        ([x + 0.1 for x in FALLING], 4, 0.1, None),  # a constant offset: every window alike
+        ([x + (0.4 if i == 10 else 0) for i, x in enumerate(FALLING)], 4, 0.1, 7),  # one spike / 4
+        ([x + 0.01 * i for i, x in enumerate(FALLING)], 1, 0.19, 19),  # a drift: worst at the end
+        ([*FALLING[:5], math.nan, *FALLING[6:]], 4, math.inf, 2),  # a NaN is infinitely far
+    ],
+)
+def test_divergence_is_the_largest_windowed_gap(
+    other: list[float], window: int, value: float, step: int | None
+) -> None:
+    d = divergence(other, FALLING, window=window)
+    assert d.value == pytest.approx(value)
+    assert d.step == (d.step if step is None else step) and d.window == window
+
+
+def test_divergence_compares_the_common_length_and_refuses_nothing() -> None:
+    assert divergence(FALLING[:6], FALLING, window=10).window == 6  # clamped to the curve
+    with pytest.raises(ValueError, match="empty"):
+        divergence([], FALLING, window=4)
+
+
+def test_tolerance_is_k_times_the_largest_seed_gap_with_its_derivation() -> None:
+    curves = {1: FALLING, 2: [x + 0.02 for x in FALLING], 3: [x - 0.01 for x in FALLING]}
+    tol = tolerance(curves, k=2.0, floor=0.01, window=4)
+    assert tol.spread == pytest.approx(0.03)  # seeds 2 vs 3
+    assert tol.value == pytest.approx(0.06)
+    assert len(tol.pairs) == 3
+    text = tol.derivation()
+    assert "tolerance 0.0600 nats = 2 x seed spread 0.0300" in text
+    assert "3 seeds" in text and "largest: seeds 2 vs 3" in text
+    assert tol.as_dict()["derivation"] == text
+
+
+def test_tolerance_never_below_its_floor_and_says_so() -> None:
+    tol = tolerance({1: FALLING, 2: [x + 0.001 for x in FALLING]}, k=2.0, floor=0.01, window=4)
+    assert tol.value == pytest.approx(0.01)
+    assert "the floor 0.01 (k 2 x seed spread 0.0010 = 0.0020 is below it)" in tol.derivation()
+
+
+def test_tolerance_needs_two_seeds() -> None:
+    with pytest.raises(ValueError, match="at least 2 reference curves"):
+        tolerance({1: FALLING}, k=2.0, floor=0.01, window=4)
+
+
+@pytest.mark.parametrize(
+    ("offset", "passed", "word"), [(0.0, True, "within"), (0.05, True, "within"),
+                                   (0.07, False, "OUTSIDE")],
+)  # fmt: skip
+def test_check_passes_within_the_tolerance_only(offset: float, passed: bool, word: str) -> None:
+    tol = tolerance({1: FALLING, 2: [x + 0.03 for x in FALLING]}, k=2.0, floor=0.01, window=4)
+    result = check([x + offset for x in FALLING], FALLING, tol)
+    assert result.passed is passed
+    assert word in result.reason and "0.0600" in result.reason
+    assert f"last step {FALLING[-1] + offset:.4f} vs {FALLING[-1]:.4f}" in result.reason
+
+
+def test_curve_text_prints_every_step() -> None:
+    assert curve_text([8.3226, 8.31]) == "8.323 8.310"
+
+
+# -- the math-changing keys ----------------------------------------------------------------------
+
+REF = {"runtime.dtype": "fp32", "runtime.tf32": True, "runtime.attention": "auto",
+       "trial.fault": "none", "runtime.compile": "none"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("candidate", "changed"),
+    [
+        ({"runtime.compile": "default"}, {}),  # a speed knob never counts
+        ({"runtime.dtype": "fp32", "runtime.tf32": "true"}, {}),  # the same values, as text
+        ({"runtime.dtype": "bf16"}, {"runtime.dtype": ("fp32", "bf16")}),
+        ({"runtime.tf32": False}, {"runtime.tf32": (True, False)}),
+        ({"trial.fault": "coarse_weights"}, {"trial.fault": ("none", "coarse_weights")}),
+        # a key the reference lacks (a lever not in this trainer yet) counts as changed
+        ({"runtime.float8": "tensorwise"}, {"runtime.float8": (None, "tensorwise")}),
+        ({"runtime.loss": "chunked"}, {"runtime.loss": (None, "chunked")}),
+    ],
+)
+def test_math_changes(candidate: dict, changed: dict) -> None:
+    assert math_changes(REF, candidate) == changed
+
+
+def test_the_issue_s_math_keys_are_listed_once() -> None:
+    for key in ("runtime.dtype", "runtime.tf32", "runtime.float8", "runtime.float8_emulate",
+                "runtime.loss", "runtime.attention"):  # fmt: skip
+        assert MATH_KEYS.count(key) == 1
+    assert changes_text({"runtime.tf32": (True, False), "runtime.loss": (None, "chunked")}) == (
+        "runtime.tf32 true -> false, runtime.loss (unset) -> chunked"
+    )
+
+
+@pytest.mark.parametrize(
+    ("searched", "keys"),
+    [
+        ({"batch.micro_batch": [4, 8], "runtime.compile": ["none", "default"]}, []),
+        ({"runtime.dtype": ["fp32"]}, []),  # one value is no choice
+        ({"runtime.tf32": [True, False], "runtime.dtype": ["fp32", "bf16"]},
+         ["runtime.dtype", "runtime.tf32"]),
+        ({"runtime.loss": None}, ["runtime.loss"]),  # a range
+    ],
+)  # fmt: skip
+def test_searched_math_keys(searched: dict, keys: list[str]) -> None:
+    assert searched_math_keys(searched) == keys
+
+
+# -- settings and mode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ({"numerics_guard": "maybe"}, r"numerics_guard='maybe': use auto, on or off"),
+        ({"numerics_guard_steps": 4}, r"numerics_guard_steps=4: use an integer >= 5"),
+        ({"numerics_guard_seeds": 1}, r"numerics_guard_seeds=1: a seed spread needs at least 2"),
+        ({"numerics_guard_k": 0}, r"numerics_guard_k=0: use a finite number > 0"),
+        ({"numerics_guard_k": float("inf")}, r"numerics_guard_k=inf"),
+        ({"numerics_guard_floor": -0.1}, r"numerics_guard_floor=-0.1: use a finite number"),
+    ],
+)
+def test_bad_guard_settings_fail_up_front_in_one_line(given: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as err:
+        SweepSettings.from_config(given)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("given", "mode"), [("auto", "auto"), ("ON", "on"), (True, "on"),
+                                             (False, "off"), ("false", "off")])  # fmt: skip
+def test_guard_mode_setting_reads_booleans(given, mode: str) -> None:
+    assert guard_rules_from(SweepSettings.from_config({"numerics_guard": given})).mode == mode
+
+
+@pytest.mark.parametrize(
+    ("mode", "searched", "on", "why"),
+    [
+        ("auto", {"runtime.dtype": ["fp32", "bf16"]}, True, "auto: the space searches "
+                                                             "runtime.dtype"),
+        ("auto", {"runtime.compile": ["none", "default"]}, False, "searches no math-changing"),
+        ("on", {}, True, "numerics_guard=on"),
+        ("off", {"runtime.dtype": ["fp32", "bf16"]}, False, "numerics_guard=off"),
+    ],
+)  # fmt: skip
+def test_guard_runs_where_the_space_searches_math(mode, searched, on, why) -> None:
+    got_on, got_why = guard_mode(GuardRules(mode=mode), searched)
+    assert got_on is on and why in got_why
+
+
+# -- the curve run -------------------------------------------------------------------------------
+
+
+def test_curve_keys_make_exactly_the_asked_full_steps() -> None:
+    keys = curve_keys(steps=20, seed=7)
+    assert keys["runtime.seed"] == 7
+    assert keys["trial.warmup_steps"] + keys["trial.max_steps"] == 20
+    assert keys["trial.min_steps"] == keys["trial.max_steps"]  # no time budget cuts it short
+    assert keys["trial.project_above_s"] == 0 and keys["trial.target_ci"] == 0
+    assert keys["checkpoint.every_steps"] == 0
+    with pytest.raises(ValueError, match="at least 3 steps"):
+        curve_keys(steps=2, seed=7)
+
+
+def test_loss_curve_reads_complete_results_only() -> None:
+    assert loss_curve({"status": "complete", "loss": {"steps": [8.3, 8.2]}}) == [8.3, 8.2]
+    assert loss_curve({"status": "failed", "loss": {"steps": [8.3]}}) is None
+    assert loss_curve({"status": "complete", "loss": {"first": 8.3}}) is None
+    assert loss_curve(None) is None
