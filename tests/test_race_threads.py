@@ -96,6 +96,8 @@ def test_a_joblib_sweeps_race_runs_at_the_production_threads(tmp_path: Path) -> 
     assert best["runtime"]["threads"] == production
     measured_as = best["provenance"]["measured_as"]
     assert measured_as["uncapped"] is True and measured_as["threads"] == production
-    assert "the race runs one config at a time without JoblibLauncher's thread cap" in (
-        proc.stdout + proc.stderr
-    )
+    said = proc.stdout + proc.stderr
+    assert "the race runs one config at a time without JoblibLauncher's thread cap" in said
+    # smoke trials save nothing: best.yaml pins no interval, and the report says so (issue 24)
+    assert best["checkpoint"]["every_steps"] == 0
+    assert "checkpoints: best.yaml saves NONE (the trials saved none" in said

@@ -1,0 +1,134 @@
+"""Does training from best.yaml run at the race's verified speed under a parallel launcher?
+
+    python scripts/bench_joblib_handoff.py [--workdir DIR] [--pairs 3] [--steps 30] [--trials 4]
+
+Issue 24, must-show 3. Runs a small sweep under `hydra/launcher=joblib hydra.sweeper.n_jobs=2` on
+this machine (`search=smoke`: micro-batch {4, 8} x DataLoader workers {0, 1}, `--trials` trials,
+its race), then `--pairs` interleaved pairs of:
+  production  `python -m train --config-path <sweep dir> --config-name best` for `--steps` steps
+              (logging every step; its own fresh checkpoint folder; no evaluation), tokens/s = the
+              median of its per-step figures after the first step;
+  race config `python -m train.trial --pinned <the winner's race run>/trial_config.yaml`: the
+              config the race measured, run again the way the race ran it (real full steps).
+Prints the race's verified tokens/s (best.yaml's provenance), each pair, the production median
+over the verified figure and over the re-measured race config (ratio and range; target: within
+10%), best.yaml's pinned threads and what it says of them (provenance.measured_as), and the line of
+`python -m train.explain --result <sweep dir>` that names the exported trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP_OVERRIDES = ["search=smoke", "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2"]
+
+
+def run(argv: list[str], *, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        said = (proc.stdout + proc.stderr)[-3000:]
+        sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{said}")
+    return proc
+
+
+def sweep(work: Path, trials: int) -> Path:
+    """The sweep's folder (with best.yaml) under `work`."""
+    sweep_dir = work / "sweep"
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", *SWEEP_OVERRIDES,
+            f"hydra.sweeper.n_trials={trials}", f"hydra.sweep.dir={sweep_dir}",
+            f"hydra.sweeper.storage=sqlite:///{work / 'optuna.db'}",
+            f"hydra.sweeper.study_name=handoff-{int(time.time())}"]  # fmt: skip
+    print("$ python sweep.py -m " + " ".join(argv[3:]), flush=True)
+    started = time.monotonic()
+    run(argv, cwd=work)
+    print(f"sweep: {time.monotonic() - started:.0f} s", flush=True)
+    return sweep_dir
+
+
+def production_tokens_per_s(sweep_dir: Path, out: Path, steps: int) -> float:
+    argv = [sys.executable, "-m", "train", "--config-path", str(sweep_dir), "--config-name", "best",
+            f"train.max_steps={steps}", "train.log_every=1", "train.eval_every=0",
+            "train.resume=never", f"checkpoint.dir={out / 'ck'}",
+            f"hydra.run.dir={out}"]  # fmt: skip
+    run(argv, cwd=REPO)
+    history = json.loads((out / "train_summary.json").read_text())["history"]
+    per_step = [h["tokens_per_s"] for h in history if "tokens_per_s" in h][1:]  # first: warm-up
+    return statistics.median(per_step)
+
+
+def race_config_tokens_per_s(trial_config: Path, out: Path) -> float:
+    out.mkdir(parents=True, exist_ok=True)
+    run([sys.executable, "-m", "train.trial", "--pinned", str(trial_config),
+         f"trial.out={out / 'trial.json'}"], cwd=REPO)  # fmt: skip
+    return json.loads((out / "trial.json").read_text())["tokens_per_s"]
+
+
+def ratio_line(name: str, ratios: list[float]) -> str:
+    med = statistics.median(ratios)
+    verdict = "PASS" if abs(med - 1) <= 0.10 else "FAIL"
+    return (f"production / {name}: {med:.3f} (median of {len(ratios)}, range "
+            f"{min(ratios):.3f}-{max(ratios):.3f}); target within 10%: {verdict}")  # fmt: skip
+
+
+def explain_line(sweep_dir: Path, trial: int) -> str:
+    proc = run([sys.executable, "-m", "train.explain", "--result", str(sweep_dir)], cwd=REPO)
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if f"trial {trial}" in ln]
+    return lines[0] if lines else f"(no line names trial {trial}:)\n{proc.stdout[-1500:]}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temporary folder")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30, help="production steps per run")
+    ap.add_argument("--trials", type=int, default=4, help="hydra.sweeper.n_trials")
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="handoff-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work dir: {work}; CPUs here: {len(os.sched_getaffinity(0))}", flush=True)
+    sweep_dir = sweep(work, args.trials)
+    best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    prov = best["provenance"]
+    verified = prov["metrics"]["tokens_per_s"]
+    trial = prov["sweep"]["trial"]
+    race_runs = prov["sweep"]["runs"][1:]  # the first is the search run
+    print(f"exported trial {trial}: verified {verified:,.0f} tokens/s (median of "
+          f"{prov['metrics']['n']} race runs: {race_runs})")  # fmt: skip
+    print(f"best.yaml runtime.threads={best['runtime']['threads']}; measured_as: "
+          f"{json.dumps(prov.get('measured_as'))}")  # fmt: skip
+    race_config = sweep_dir / race_runs[-1] / "trial_config.yaml"
+    rows = []
+    for i in range(args.pairs):
+        order = ["production", "race config"] if i % 2 == 0 else ["race config", "production"]
+        got = {}
+        for which in order:
+            out = work / f"pair{i}-{which.replace(' ', '-')}"
+            got[which] = (production_tokens_per_s(sweep_dir, out, args.steps)
+                          if which == "production" else race_config_tokens_per_s(race_config, out))
+        rows.append(got)
+        print(f"pair {i} ({' then '.join(order)}): production {got['production']:,.0f} tokens/s, "
+              f"race config {got['race config']:,.0f} tokens/s, "
+              f"ratio {got['production'] / got['race config']:.3f}", flush=True)  # fmt: skip
+    prod = [r["production"] for r in rows]
+    print(f"production median {statistics.median(prod):,.0f} tokens/s "
+          f"(range {min(prod):,.0f}-{max(prod):,.0f}); race verified {verified:,.0f}")
+    print(ratio_line("the race's verified tokens/s", [p / verified for p in prod]))
+    print(ratio_line("the race config re-measured (paired)",
+                     [r["production"] / r["race config"] for r in rows]))  # fmt: skip
+    print(f"explain --result names: {explain_line(sweep_dir, trial)}")
+
+
+if __name__ == "__main__":
+    main()

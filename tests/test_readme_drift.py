@@ -1,0 +1,224 @@
+"""The README's pasted output still comes out of its commands (issue 25: a README claim is a
+promise).
+
+Every ```text block of README.md that starts with a `$ ` command line is a command whose output is
+pasted below it. Each one is registered here: run for real (the cheap ones as written; the default
+sweep at a smaller budget, its output captured once for the module), or skipped with the reason (a
+GPU the CI machine lacks). A block that is in neither list fails the test, so a new paste gets a
+check. Lines are compared by shape: numbers, paths, times and knob values are normalised, and a
+pasted line (README lines may be cut at 160 characters) must be the start of some output line's
+shape. Lines that depend on the run's own trajectory (which trial won, which were pruned) belong to
+a family (their first words); such a line is only required where the run printed that family."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.sweep_helpers import REPO
+
+README = REPO / "README.md"
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # the README line of the `$ ` command
+    command: str  # joined across `\` continuations
+    output: list[str]
+
+
+def pasted_blocks(text: str) -> list[Block]:
+    """The ```text blocks that start with a `$ ` command, with the lines pasted after it."""
+    blocks, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "```text" and i + 1 < len(lines) and lines[i + 1].startswith("$ "):
+            start, j = i + 1, i + 1
+            command = lines[j][2:]
+            while command.endswith("\\"):
+                j += 1
+                command = command[:-1].rstrip() + " " + lines[j].strip()
+            k = j + 1
+            while k < len(lines) and lines[k].strip() != "```":
+                k += 1
+            blocks.append(Block(line=start + 1, command=command, output=lines[j + 1 : k]))
+            i = k
+        i += 1
+    return blocks
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+# Hydra's job log ("[date][module][INFO] - ") and its sweep log ("[date][HYDRA] ")
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\](\[[^\]]*\]\[[A-Z]+\] - |\[HYDRA\] )")
+_SUBS = [
+    (re.compile(r"\b\d{4}-\d\d-\d\d(T[\d:+.]+)?\b"), "DATE"),
+    (re.compile(r"\b\d\d-\d\d-\d\d\b"), "TIME"),
+    (re.compile(r"(?<![\w.])(/|\.\.?/)[\w./@+-]*"), "PATH"),  # absolute and ./ paths
+    (re.compile(r"(?<==)[^\s,;()]+"), "V"),  # key=value: the value (knobs, overrides)
+    (re.compile(r"\b\d+m\d\ds\b|\b\d+h\d\dm\b"), "N"),  # 4m23s, 1h40m
+    (re.compile(r"\d+(,\d{3})*(\.\d+)?(e[+-]?\d+)?"), "N"),
+    (re.compile(r"\b(complete|pruned|failed|crash|oom|nan|timeout|duplicate|excluded)\b"), "STATE"),
+    (re.compile(r"(trial N)(, trial N)+"), r"\1"),  # a round's list of contenders
+    (re.compile(r"[━─═]+"), "━"),  # table rules of any width
+    (re.compile(r"\s+"), " "),
+]
+
+
+def shape(line: str) -> str:
+    line = _LOG_PREFIX.sub("", line)
+    line = line.removeprefix("[...] ")
+    for pattern, repl in _SUBS:
+        line = pattern.sub(repl, line)
+    return line.strip()
+
+
+def family(line_shape: str, words: int = 2) -> str:
+    return " ".join(line_shape.split(" ")[:words])
+
+
+def elided(line: str) -> bool:
+    """README lines that stand for cut output: '...', '   ...', '  ... (fp32 and tf32 rows)'."""
+    return line.strip() == "" or line.strip().startswith("...")
+
+
+def missing_shapes(pasted: list[str], output: str, *, optional: tuple[str, ...] = ()) -> list[str]:
+    """The pasted lines whose shape starts no output line's shape. A line whose family (first
+    words) is in `optional` is required only where the output has a line of that family."""
+    got = [shape(ln) for ln in output.splitlines()]
+    got_families = {family(g) for g in got}
+    missing = []
+    for line in pasted:
+        if elided(line):
+            continue
+        want = shape(line)
+        if any(g.startswith(want) for g in got):
+            continue
+        if family(want) in optional and family(want) not in got_families:
+            continue
+        missing.append(line)
+    return missing
+
+
+def run_command(command: str, *, cwd: Path, extra: list[str] = (), timeout: float = 300) -> str:
+    argv = shlex.split(command)
+    assert argv[0] == "python", command
+    if argv[1].endswith(".py"):  # sweep.py: the repository's, run from a fresh folder
+        argv[1] = str(REPO / argv[1])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "250"}
+    proc = subprocess.run([sys.executable, *argv[1:], *extra], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+# commands pasted with GPU output: this machine and CI have no GPU
+NOT_RUN_HERE = {
+    "python sweep.py -m search=gpu-quick": "the pasted run is an H100's (no GPU here)",
+}
+EXPLAIN = "python -m train.explain --model gpt2-xl"
+PLAN = "python sweep.py -m search=throughput model=gpt2-xl"
+DEFAULT_SWEEP = "python sweep.py -m search=throughput"
+
+# the default sweep, smaller: the same command and space, fewer and shorter trials, a short race
+SMALL_SWEEP = ["hydra.sweeper.n_trials=8", "hydra.sweeper.verify_max_rounds=3",
+               "trial.max_steps=6", "trial.max_seconds=4"]  # fmt: skip
+# report lines that name this run's own trajectory: required where the run printed the family
+SWEEP_OPTIONAL = (
+    "polish (N", "trial N", "race round", "race: trial", "winner (trial", "next: runtime.V:",
+    "next: batch.micro_batch=V", "next: runtime.compile=V", "│ N", "│ │", "starting config",
+    "- runtime.activation_checkpointing=V:", "- runtime.attention=V:", "- data.num_workers=V:",
+    "- checkpoint.keep=V:", "- train.eval_every=V:", "- runtime.compile=V:",
+    "the trial", "the wall", "best.yaml pins", "best.yaml saves", "only trial",
+)
+
+
+def _kind(block: Block) -> str:
+    for prefix in NOT_RUN_HERE:
+        if block.command.startswith(prefix):
+            return "not run here"
+    if block.command.startswith(EXPLAIN):
+        return "explain"
+    if block.command.startswith(PLAN) and "hydra.sweeper.plan=true" in block.command:
+        return "plan"
+    if block.command == DEFAULT_SWEEP:
+        return "default sweep"
+    return "unregistered"
+
+
+BLOCKS = pasted_blocks(README.read_text())
+
+
+def test_every_pasted_command_is_registered():
+    assert BLOCKS, "README.md has no pasted command output: the parser or the README changed"
+    unregistered = [f"line {b.line}: $ {b.command}" for b in BLOCKS if _kind(b) == "unregistered"]
+    assert not unregistered, f"register these in tests/test_readme_drift.py: {unregistered}"
+
+
+def _ids(kind: str) -> list[Block]:
+    return [b for b in BLOCKS if _kind(b) == kind]
+
+
+@pytest.mark.parametrize("block", _ids("explain"), ids=lambda b: f"line{b.line}")
+def test_explain_output_is_as_pasted(block: Block, tmp_path: Path):
+    """The arithmetic is deterministic: every pasted line comes out exactly."""
+    out = run_command(block.command, cwd=tmp_path).splitlines()
+    assert [ln for ln in block.output if ln not in out] == [], "\n".join(out)
+
+
+@pytest.mark.parametrize("block", _ids("plan"), ids=lambda b: f"line{b.line}")
+def test_plan_output_keeps_its_shape(block: Block, tmp_path: Path):
+    out = run_command(block.command, cwd=tmp_path, extra=[f"hydra.sweep.dir={tmp_path / 's'}"])
+    missing = missing_shapes(block.output, out)
+    assert not missing, f"pasted lines whose shape no longer comes out: {missing}\n--- got:\n{out}"
+
+
+@pytest.fixture(scope="module")
+def default_sweep_output(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`python sweep.py -m search=throughput` once, at a smaller budget, in a fresh folder."""
+    cwd = tmp_path_factory.mktemp("readme-sweep")
+    return run_command(DEFAULT_SWEEP, cwd=cwd, extra=SMALL_SWEEP, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", _ids("default sweep"), ids=lambda b: f"line{b.line}")
+def test_default_sweep_output_keeps_its_shape(block: Block, default_sweep_output: str):
+    missing = missing_shapes(block.output, default_sweep_output, optional=SWEEP_OPTIONAL)
+    assert not missing, (
+        f"README line {block.line}: pasted lines whose shape no longer comes out: {missing}\n"
+        f"--- got:\n{default_sweep_output[-8000:]}"
+    )
+
+
+# --- the checker itself -----------------------------------------------------------------------
+
+
+def test_shapes_ignore_numbers_paths_and_knob_values():
+    a = "[...] wrote /tmp/fc3/multirun/2026-11-25/17-28-34/best.yaml"
+    b = "[2026-11-25 19:01:02,123][sweeper.report.export][INFO] - wrote /x/y/best.yaml"
+    assert shape(a) == shape(b)
+    t1 = "trial   0 complete           30,893 tok/s  mfu spec - ceiling 35.2%  micro_batch=8 dir=ch"
+    t2 = "trial  12 pruned 1,619 tok/s mfu spec - ceiling 5.0% micro_batch=16 dir=/dev/shm/x mode=s"
+    assert shape(t2).startswith(shape(t1))
+    assert shape("race round 2: trial 3, trial 0") == shape("race round 5: trial 1")
+
+
+def test_a_line_that_no_longer_comes_out_fails():
+    pasted = ["trials: complete 4, pruned 10", "best config: /tmp/x/best.yaml"]
+    assert missing_shapes(pasted, "trials: complete 2, pruned 1\nbest config: /a/best.yaml") == []
+    renamed = "trials: done 2, stopped 1\nbest config: /a/best.yaml"
+    assert missing_shapes(pasted, renamed) == ["trials: complete 4, pruned 10"]
+    # an optional family is excused only where the run printed none of it
+    said = "race round 1: trial 0"
+    assert missing_shapes([said], "", optional=("race round",)) == []
+    assert missing_shapes([said], "race round 1 of 3: trial 0", optional=("race round",)) == [said]
