@@ -1,0 +1,149 @@
+"""Peak memory of the memory levers of issue 22 on this CPU, measured beside the memory model.
+
+    python scripts/bench_levers_memory.py               # small-cpu, vocab 50304, micro-batch 16
+    python scripts/bench_levers_memory.py --model tiny --micro-batch 4   # a smoke run
+
+For runtime.loss full and chunked, each with runtime.activation_checkpointing none, selective and
+every: build the trainer's real Session (fp32, eager, CPU, grad_accum 2), take one optimizer step
+(AdamW's state exists from there, as after a trial's warm-up), then measure one more step with the
+tensor-level counter (train/measure/memory_meter.py: every tensor storage alive at the worst
+moment) and put train.measure.memory_model.predict_memory's figure beside it.
+
+Bounds (exit 1 if any fails, the failing ones named): chunked at most 60% of full's peak (with
+no recompute); selective strictly between none and every (for each loss); every prediction
+within 15% of its measured peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# allow `python scripts/bench_levers_memory.py` from the repo root without installing the package
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from configs import compose_config  # noqa: E402  (a sibling in scripts/)
+from table import format_table  # noqa: E402  (a sibling in scripts/)
+
+from train.data.synthetic import generate  # noqa: E402
+from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
+from train.measure.memory_model import predict_memory  # noqa: E402
+from train.measure.meters import PhaseClock  # noqa: E402
+from train.run.loop import build_session, train_step  # noqa: E402
+
+log = logging.getLogger("bench_levers_memory")
+
+VOCAB = 50304
+GRAD_ACCUM = 2
+LOSSES = ("full", "chunked")
+RECOMPUTE = ("none", "selective", "every")
+MAX_CHUNKED_SHARE = 0.60  # the issue's bound: chunked's peak at most 60% of full's
+TOLERANCE = 0.15  # the memory model within 15% of each measured peak
+
+
+def measure(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> dict:
+    """One row: build, one warm-up step, one measured step, the prediction."""
+    block = 64  # tiny and small-cpu both
+    cfg = compose_config([
+        f"model={model}", f"model.vocab_size={VOCAB}",
+        f"batch.micro_batch={micro_batch}", f"batch.grad_accum={GRAD_ACCUM}",
+        f"batch.tokens_per_step={micro_batch * GRAD_ACCUM * block}",
+        "runtime.device=cpu", "runtime.dtype=fp32", "runtime.compile=none",
+        f"runtime.activation_checkpointing={ac}", f"runtime.loss={loss}",
+        "data.num_workers=0", f"data.dir={tmp / 'synthetic'}", f"checkpoint.dir={tmp / 'ckpt'}",
+    ])  # fmt: skip
+    s = build_session(cfg)
+    try:
+        train_step(s, lr=cfg.optim.lr, clock=PhaseClock())  # AdamW's state exists from here on
+        meter = PeakMemory(s.device)
+        meter.track(training_tensors(s.raw_model, s.optimizer))
+        started = time.perf_counter()
+        with meter:
+            train_step(s, lr=cfg.optim.lr, clock=PhaseClock())
+        step_s = time.perf_counter() - started
+        estimate = predict_memory(session_inputs(s))
+    finally:
+        s.batches.close()
+        s.checkpointer.close()
+    measured = meter.measured_gib
+    assert measured is not None  # CPU, eager: always measured
+    log.info("%s loss=%s AC=%s: %.1f MiB measured, %.1f predicted (%s), metered step %.1f s",
+             model, loss, ac, measured * 1024, estimate.peak_gib * 1024, estimate.phase,
+             step_s)  # fmt: skip
+    return {"loss": loss, "ac": ac, "measured_mib": measured * 1024,
+            "predicted_mib": estimate.peak_gib * 1024, "phase": estimate.phase}  # fmt: skip
+
+
+def bound_failures(rows: list[dict], *, tolerance: float = TOLERANCE) -> list[str]:
+    """Each bound the rows break, in words; [] when all hold."""
+    peak = {(r["loss"], r["ac"]): r["measured_mib"] for r in rows}
+    bad = []
+    share = peak["chunked", "none"] / peak["full", "none"]
+    if share > MAX_CHUNKED_SHARE:
+        bad.append(f"chunked is {100 * share:.1f}% of full (bound {100 * MAX_CHUNKED_SHARE:.0f}%)")
+    for loss in LOSSES:
+        none, sel, every = (peak[loss, ac] for ac in RECOMPUTE)
+        if not every < sel < none:
+            bad.append(f"loss={loss}: selective {sel:.1f} MiB is not between every {every:.1f} "
+                       f"and none {none:.1f}")  # fmt: skip
+    for r in rows:
+        error = r["predicted_mib"] / r["measured_mib"] - 1
+        if abs(error) > tolerance:
+            bad.append(f"loss={r['loss']} AC={r['ac']}: predicted {100 * error:+.1f}% off")
+    return bad
+
+
+def report(rows: list[dict], *, model: str, micro_batch: int) -> str:
+    """The table and the two headline ratios."""
+    full = {r["ac"]: r["measured_mib"] for r in rows if r["loss"] == "full"}
+    table = format_table(
+        ["loss", "recompute", "measured MiB", "vs full/none", "predicted MiB", "error", "peak at"],
+        [[r["loss"], r["ac"], f"{r['measured_mib']:.1f}",
+          f"{100 * r['measured_mib'] / full['none']:.1f}%", f"{r['predicted_mib']:.1f}",
+          f"{100 * (r['predicted_mib'] / r['measured_mib'] - 1):+.2f}%", r["phase"]]
+         for r in rows],
+    )  # fmt: skip
+    return (
+        f"{model}, vocab {VOCAB}, micro-batch {micro_batch} x grad_accum {GRAD_ACCUM}, fp32, "
+        f"eager, CPU; measured: tensor storages under a dispatch-mode counter over one optimizer "
+        f"step after one warm-up step\n{table}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="small-cpu", choices=("tiny", "small-cpu"))
+    parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("train").setLevel(logging.WARNING)
+    started = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-levers-") as tmp:
+        generate(Path(tmp) / "synthetic", num_tokens=200_000)
+        for loss in LOSSES:
+            for ac in RECOMPUTE:
+                rows.append(measure(args.model, args.micro_batch, loss, ac, tmp=Path(tmp)))
+                gc.collect()
+    print(report(rows, model=args.model, micro_batch=args.micro_batch))
+    peak = {(r["loss"], r["ac"]): r["measured_mib"] for r in rows}
+    bad = bound_failures(rows, tolerance=args.tolerance)
+    print(
+        f"chunked/full (no recompute): {100 * peak['chunked', 'none'] / peak['full', 'none']:.1f}%"
+        f" (bound {100 * MAX_CHUNKED_SHARE:.0f}%); worst model error "
+        f"{max(abs(r['predicted_mib'] / r['measured_mib'] - 1) for r in rows) * 100:.2f}% "
+        f"(bound {100 * args.tolerance:.0f}%); {'PASS' if not bad else 'FAIL: ' + '; '.join(bad)}"
+        f" ({time.perf_counter() - started:.0f} s)"
+    )
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
