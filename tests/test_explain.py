@@ -148,7 +148,11 @@ def test_pick_result_from_a_sweep_dir(tmp_path, capsys) -> None:
     assert pick_result(tmp_path) == median_all  # no best.yaml: 400..900 complete -> 600
     best({"trial": 3, "runs": ["0", "1", "5", "4"]})  # trial 3's search run and race runs
     assert pick_result(tmp_path) == winners_median  # its complete runs 900, 500, 700 -> 700
-    assert capsys.readouterr().err == ""
+    said = capsys.readouterr()
+    assert said.err == ""
+    # it names the exported trial and the runs it chose from (issue 24, must-show 3)
+    assert said.out == ("exported trial 3 (best.yaml): the median of its 3 complete run(s), "
+                        "job folder(s) 0, 1, 5\n")  # fmt: skip
     best({"trial": 3})  # an older best.yaml: no runs recorded, said in one line
     assert pick_result(tmp_path) == median_all
     assert capsys.readouterr().err.count("names no complete run of trial 3") == 1

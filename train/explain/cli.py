@@ -131,6 +131,8 @@ def pick_result(path: Path) -> Path:
         winners = [(p, r) for p, r in found if p.resolve() in wanted]
         if winners:
             found = winners
+            print(f"exported trial {trial} ({best.name}): the median of its {len(winners)} "
+                  f"complete run(s), job folder(s) {', '.join(p.parent.name for p, _ in winners)}")
         else:
             why = (
                 "records no trial number"
