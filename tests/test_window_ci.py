@@ -94,3 +94,82 @@ def test_ci_reached(times, target, first, stop) -> None:
 )  # fmt: skip
 def test_steps_to_ci(cv, target, first, max_steps, steps) -> None:
     assert steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps) == steps
+
+
+# ---- a real tiny trial's window ---------------------------------------------------------------
+
+
+def _measure(make_config, *overrides: str, reporter=None) -> dict:
+    from train.run.loop import build_session
+    from train.trial.measurement import ProgressFile, measure
+
+    s = build_session(make_config(*overrides))
+    try:
+        return measure(s, reporter=reporter, progress=ProgressFile(""))
+    finally:
+        s.batches.close()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "spread", "steps", "by"),
+    [
+        # steps as tight as asked: the window ends at ci_min_steps
+        (("trial.target_ci=0.02",), 0.0, 3, "target_ci"),
+        (("trial.target_ci=0.02", "trial.ci_min_steps=4"), 0.0, 4, "target_ci"),
+        # not before the first save the window is meant to measure
+        (("trial.target_ci=0.02", "checkpoint.every_steps=5"), 0.0, 5, "target_ci"),
+        (("trial.target_ci=0.02",), 0.5, 8, "max_steps"),  # never tight: the maximum
+        (("trial.target_ci=0",), 0.0, 8, "max_steps"),  # off
+    ],
+)  # fmt: skip
+def test_the_window_ends_on_the_interval(make_config, monkeypatch, overrides, spread, steps,
+                                         by) -> None:  # fmt: skip
+    # the step times of this loaded VM wander 10-50%: the interval's width is planted (the rule
+    # itself is the tables above); the window's wiring is what runs for real
+    import train.measure.window_ci as rule
+
+    monkeypatch.setattr(rule, "relative_half_width", lambda times, **kw: spread)
+    raw = _measure(make_config, "trial.max_steps=8", "trial.min_steps=8",
+                   "trial.max_seconds=1000", *overrides)  # fmt: skip
+    assert len(raw["step_times"]) == steps
+    assert raw["window_stop"]["by"] == by and raw["window_stop"]["steps"] == steps
+
+
+def test_prune_reports_carry_the_measured_step_index(make_config) -> None:
+    """Warm-up steps are never counted: the reports come at measured steps 2, 4, 6, whichever
+    rule ends the window, so trials are compared at equal measured steps."""
+    steps: list[int] = []
+
+    class Recorder:
+        def report(self, *, step: int, value: float) -> bool:
+            steps.append(step)
+            return False
+
+    _measure(make_config, "trial.warmup_steps=3", "trial.report_every=2", "trial.max_steps=6",
+             "trial.min_steps=6", reporter=Recorder())  # fmt: skip
+    assert steps == [2, 4, 6]
+
+
+def test_the_pruner_compares_trials_at_equal_measured_steps(tmp_path) -> None:
+    """A trial that slowed down (its value at step 6 below its value at step 3) sets the median
+    at each step apart: a later trial is judged against the value at its own measured step."""
+    import optuna
+
+    from train.trial.pruning import PRUNER_ATTR, StudyReporter
+
+    storage = f"sqlite:///{tmp_path / 'o.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.set_user_attr(PRUNER_ATTR, {"name": "MedianPruner",
+                                      "kwargs": {"n_startup_trials": 1, "n_warmup_steps": 0}})
+    first = study.ask()
+    first.report(100.0, 3)
+    first.report(50.0, 6)
+    study.tell(first, 60.0)
+
+    def verdict(step: int, value: float) -> bool:
+        trial = study.ask()
+        reporter = StudyReporter(storage=storage, study_name="s", trial_id=trial._trial_id)
+        return reporter.report(step=step, value=value)
+
+    assert verdict(3, 80.0) is True  # below the 100 measured at step 3
+    assert verdict(6, 80.0) is False  # above the 50 measured at step 6
