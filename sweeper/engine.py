@@ -223,7 +223,7 @@ class SweepEngine:
             duplicate_attr=DUPLICATE_ATTR,
             rows=verification.rows,
             best_path=best_path,
-            notes=notes,
+            notes=[*notes, *verification.notes],  # the numerics guard's verdicts, with curves
         )
         if costs is not None:
             for line in cost_lines(costs):

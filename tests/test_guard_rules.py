@@ -134,6 +134,12 @@ def test_math_changes(candidate: dict, changed: dict) -> None:
     assert math_changes(REF, candidate) == changed
 
 
+def test_tf32_changes_the_math_on_cuda_only() -> None:
+    assert math_changes(REF, {"runtime.tf32": False}, device_type="cpu") == {}
+    assert math_changes(REF, {"runtime.tf32": False, "runtime.dtype": "bf16"},
+                        device_type="cpu") == {"runtime.dtype": ("fp32", "bf16")}  # fmt: skip
+
+
 def test_the_issue_s_math_keys_are_listed_once() -> None:
     for key in ("runtime.dtype", "runtime.tf32", "runtime.float8", "runtime.float8_emulate",
                 "runtime.loss", "runtime.attention"):  # fmt: skip
@@ -217,3 +223,65 @@ def test_loss_curve_reads_complete_results_only() -> None:
     assert loss_curve({"status": "failed", "loss": {"steps": [8.3]}}) is None
     assert loss_curve({"status": "complete", "loss": {"first": 8.3}}) is None
     assert loss_curve(None) is None
+
+
+# -- who races (guard_entrants without trials: off, nothing changed, out of budget) -------------
+
+
+class _Study:
+    def __init__(self) -> None:
+        self.user_attrs: dict = {}
+
+    def set_user_attr(self, key: str, value) -> None:
+        self.user_attrs[key] = value
+
+
+def _ctx(*, fits: bool, guard: str = "auto"):
+    from types import SimpleNamespace
+
+    from sweeper.space.constraints import SpaceContext
+    from sweeper.space.space import parse_space
+
+    base = {"runtime.dtype": "fp32", "trial.fault": "none", "runtime.seed": 1337,
+            "batch.micro_batch": 8, "batch.grad_accum": 8}  # fmt: skip
+    space = parse_space({"runtime.dtype": "choice(fp32, bf16)",
+                         "runtime.compile": "choice(none, default)"},
+                        SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, base=base))
+    budget = SimpleNamespace(verify_round_fits=lambda study, n, run_s=None: fits,
+                             wall_setting="cpu_max_wall_s")  # fmt: skip
+    settings = SweepSettings.from_config({"numerics_guard": guard, "max_wall_s": 390})
+    return SimpleNamespace(space=space, study=_Study(), budget=budget, settings=settings)
+
+
+def _cands(ctx):
+    from sweeper.verify.winner import Candidate
+
+    points = {0: {"runtime.dtype": "fp32", "runtime.compile": "none"},
+              1: {"runtime.dtype": "fp32", "runtime.compile": "default"},
+              2: {"runtime.dtype": "bf16", "runtime.compile": "none"}}  # fmt: skip
+    return {n: Candidate(key=str(n), params=p, overrides=[], values=[], simplicity=0)
+            for n, p in points.items()}  # fmt: skip
+
+
+def test_unchecked_math_never_races_when_the_guard_does_not_fit_the_budget() -> None:
+    from sweeper.verify.guard import guard_entrants
+
+    ctx = _ctx(fits=False)
+    out = guard_entrants(ctx, _cands(ctx), baseline={"runtime.dtype": "fp32",
+                                                     "runtime.compile": "none"}, start=0)
+    assert sorted(out.passed) == [0, 1]  # a speed knob races unchecked
+    assert out.records[2]["verdict"] == "failed"
+    assert "do not fit the wall budget (hydra.sweeper.cpu_max_wall_s=390 s)" in out.records[2][
+        "reason"]  # fmt: skip
+    assert out.records[1]["verdict"] == "not needed"
+    assert ctx.study.user_attrs["numerics_guard"]["candidates"]["2"]["verdict"] == "failed"
+    assert any("trial 2 (runtime.dtype fp32 -> bf16) FAILED" in n for n in out.notes)
+
+
+def test_guard_off_races_everyone_and_records_why() -> None:
+    from sweeper.verify.guard import guard_entrants
+
+    ctx = _ctx(fits=False, guard="off")
+    out = guard_entrants(ctx, _cands(ctx), baseline=None, start=None)
+    assert sorted(out.passed) == [0, 1, 2]
+    assert out.records[2] == {"verdict": "off", "why": "off (hydra.sweeper.numerics_guard=off)"}

@@ -14,6 +14,7 @@ from typing import Any
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.device import DeviceFacts
+from sweeper.plan.guard_price import GuardPlan, guard_plan
 from sweeper.plan.prior import Prior, prior_points
 from sweeper.plan.scan import Scan, scan
 from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, wall_model
@@ -80,6 +81,7 @@ class SweepPlan:
     wall_cap_s: float | None  # the wall budget that caps it, if any
     prior: Prior | None = None  # the points queued before TPE's design, each with its reason
     wall: WallModel | None = None  # the predicted wall, component by component
+    guard: GuardPlan | None = None  # the numerics guard's curve runs (sweeper/plan/guard_price.py)
 
 
 def build_plan(
@@ -151,6 +153,9 @@ def build_plan(
         )  # fmt: skip
         wall = walls.total_s
         verify_s = walls.race[0].each_s if walls.race else verify_s
+    guard = guard_plan({p.key: p.values() for p in space.searched}, ctx, settings)
+    if wall is not None:
+        wall += guard.total_s  # its curve runs, before the race
     if cap > 0:
         wall = cap if wall is None else min(wall, cap)
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
@@ -161,7 +166,7 @@ def build_plan(
         usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
         wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,
-        prior=prior, wall=walls,
+        prior=prior, wall=walls, guard=guard,
     )  # fmt: skip
 
 

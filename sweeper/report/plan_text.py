@@ -57,6 +57,7 @@ def format_plan(plan: SweepPlan) -> str:
             *_prior_lines(plan),
             *_trial_lines(plan),
             *_wall_lines(plan),
+            *_guard_lines(plan),
         ]
     )
 
@@ -186,6 +187,15 @@ def _trial_lines(plan: SweepPlan) -> list[str]:
             detail += f"; capped by the {fmt_secs(plan.wall_cap_s)} wall budget"
         lines.append(f"predicted sweep wall: {fmt_secs(plan.wall_s)} ({detail})")
     return lines
+
+
+def _guard_lines(plan: SweepPlan) -> list[str]:
+    """The numerics guard: on or off and why, its curve runs and their price."""
+    g = plan.guard
+    if g is None:
+        return []
+    counted = " (counted in the predicted sweep wall above)" if g.on and plan.wall_s else ""
+    return [g.line + counted]
 
 
 def _prior_lines(plan: SweepPlan) -> list[str]:

@@ -33,14 +33,20 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or str(a).lower() == str(b).lower()
 
 
+# keys that change the math only on some devices: TF32 is a CUDA tensor-core mode (torch's CPU
+# matmuls ignore torch.backends.cuda.matmul.allow_tf32)
+CUDA_ONLY_MATH_KEYS = ("runtime.tf32",)
+
+
 def math_changes(
-    reference: Mapping[str, Any], candidate: Mapping[str, Any]
+    reference: Mapping[str, Any], candidate: Mapping[str, Any], *, device_type: str = "cuda"
 ) -> dict[str, tuple[Any, Any]]:
-    """{key: (reference value, candidate value)} for each math key whose values differ. A key
-    that `candidate` lacks keeps the reference's value (it is not set, so it is not changed)."""
+    """{key: (reference value, candidate value)} for each math key whose values differ on
+    `device_type`. A key that `candidate` lacks keeps the reference's value (it is not set, so
+    it is not changed)."""
     changed = {}
     for key in MATH_KEYS:
-        if key not in candidate:
+        if key not in candidate or (key in CUDA_ONLY_MATH_KEYS and device_type != "cuda"):
             continue
         ref = reference.get(key)
         if ref is None or not _same(ref, candidate[key]):

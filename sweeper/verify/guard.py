@@ -71,8 +71,9 @@ def guard_entrants(
     base = dict(ctx.space.ctx.base)
     ref_point = ctx.space.point(baseline) if baseline is not None else {}
     reference = {**base, **ref_point}
-    changed = {n: math_changes(reference, {**base, **ctx.space.point(c.params)})
-               for n, c in cands.items()}  # fmt: skip
+    device = ctx.space.ctx.device_type
+    changed = {n: math_changes(reference, {**base, **ctx.space.point(c.params)},
+                               device_type=device) for n, c in cands.items()}  # fmt: skip
     records = {n: {"verdict": "not needed", "why": "the starting config's math"}
                for n, ch in changed.items() if not ch}  # fmt: skip
     guarded = {n: ch for n, ch in changed.items() if ch}
@@ -85,6 +86,9 @@ def guard_entrants(
              "; ".join(f"trial {n}: {changes_text(ch)}" for n, ch in guarded.items()),
              rules.seeds, rules.steps)  # fmt: skip
     seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
+    runs = rules.seeds + len(guarded)
+    if not ctx.budget.verify_round_fits(ctx.study, runs):
+        return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
     ref_curves, ref_fail = _reference_curves(ctx, ref_point, rules, seed0=seed0, start=start)
     tol = None
     if len(ref_curves) >= 2:
@@ -116,6 +120,29 @@ def guard_entrants(
                              f"  loss by step, starting config (seed {seed0}): "
                              f"{curve_text(ref_curves[seed0])}"]  # fmt: skip
     ctx.study.set_user_attr(GUARD_ATTR, summary)
+    return outcome
+
+
+def _out_of_budget(
+    ctx: SweepContext, cands: dict[int, Candidate], guarded: dict[int, dict],
+    records: dict[int, dict], *, runs: int, why: str,
+) -> GuardOutcome:  # fmt: skip
+    """The guard's runs do not fit the wall budget: the contenders that change the math are not
+    checked, so they do not race (unchecked math is never exported); the others race."""
+    setting = getattr(ctx.budget, "wall_setting", "max_wall_s")
+    reason = (f"not checked: the guard's {runs} curve runs do not fit the wall budget "
+              f"(hydra.sweeper.{setting}={ctx.settings.max_wall_s:g} s); raise it, or set "
+              f"hydra.sweeper.numerics_guard=off to race unchecked math")  # fmt: skip
+    outcome = GuardOutcome(passed={n: c for n, c in cands.items() if n not in guarded},
+                           records=dict(records))  # fmt: skip
+    for n, ch in guarded.items():
+        outcome.records[n] = {"verdict": "failed", "changes": changes_text(ch), "reason": reason}
+        outcome.notes.append(f"numerics guard: trial {n} ({changes_text(ch)}) FAILED: not "
+                             f"raced, never exported; {reason}")  # fmt: skip
+    log.warning("numerics guard %s: %s; trial(s) %s do not race", why, reason,
+                ", ".join(map(str, guarded)))  # fmt: skip
+    ctx.study.set_user_attr(GUARD_ATTR, {"why": why, "candidates": {
+        str(n): r for n, r in outcome.records.items() if n in guarded}})  # fmt: skip
     return outcome
 
 
