@@ -388,3 +388,19 @@ def test_a_float8_trials_verdict_says_its_mfu_is_bf16_equivalent() -> None:
 
     d = diagnose(make(float8=F8))
     assert "45% MFU (bf16-equivalent: float8 matmuls ran)" in d.headline
+
+
+def test_bench_float8_runs_and_prints_measured_rows(tmp_path: Path) -> None:
+    """scripts/bench_float8.py in its small mode: real trials, one row per variant, PASS."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_DIR
+
+    proc = subprocess.run([sys.executable, "scripts/bench_float8.py", "--steps", "3"],
+                          cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| 1 ")]
+    assert len(rows) == 3 and sum("8/9 emulated" in r for r in rows) == 2, proc.stdout
+    assert "float8 tensorwise / bf16 tokens/s: median" in proc.stdout
+    assert proc.stdout.rstrip().endswith("PASS")
