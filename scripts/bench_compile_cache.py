@@ -12,7 +12,8 @@ figure's median and range per arm, and the per-pair ratio cache/off. Measured nu
 
 The default overrides (`DEFAULT_OVERRIDES`) bound each sweep so a pair fits in minutes: a trial
 count in place of the CPU wall cap (a wall cap would let the faster arm run more trials, and the
-totals would compare different sweeps), a shorter race, and no MLflow. Pass your own after `--`.
+totals would compare different sweeps), a shorter race (the top 1 and the starting config, 2
+rounds), no numerics guard and no MLflow. Pass your own after `--`.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ ARMS = ("auto", "off")  # hydra.sweeper.compile_cache of each arm
 DEFAULT_OVERRIDES = (
     "search=throughput",
     "hydra.sweeper.seed=0",
-    "hydra.sweeper.n_trials=6",
+    "hydra.sweeper.n_trials=4",
     "hydra.sweeper.cpu_max_wall_s=0",
-    "hydra.sweeper.verify_top_k=2",
+    "hydra.sweeper.verify_top_k=1",
     "hydra.sweeper.verify_repeats=2",
     "hydra.sweeper.verify_max_rounds=2",
+    "hydra.sweeper.numerics_guard=off",
     "hydra.sweeper.mlflow=false",
 )
 

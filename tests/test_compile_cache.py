@@ -249,3 +249,46 @@ def test_use_compile_cache_off_gives_a_private_cold_folder():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True)  # fmt: skip
     assert out.stdout.split() == ["False", "False", "True", "[]", "True"]
+
+
+def test_the_zygote_forks_the_trials_of_its_cache_and_only_those(tmp_path):
+    """The zygote is started with the sweep's cache in its environment (it imports torch's cache
+    switches then); a trial job's environment for the same setting matches it exactly, so trials
+    fork; one for another setting would exec instead of inheriting the wrong switches."""
+    from sweeper.launch.runner import child_environment
+    from sweeper.launch.spawn import Zygote
+
+    folder = str(tmp_path / "cache")
+    zygote = object.__new__(Zygote)  # its accept rule only: no process started
+    zygote.python, zygote.env = sys.executable, child_environment(trial_env(folder))
+    argv = [sys.executable, "-m", "train.trial", "--pinned", "trial_config.yaml"]
+    assert zygote.accepts(argv, child_environment(trial_env(folder)))
+    assert not zygote.accepts(argv, child_environment(trial_env("off")))
+    assert not zygote.accepts(argv, child_environment(trial_env(str(tmp_path / "other"))))
+
+
+def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
+    """scripts/bench_compile_cache.py's figures from planted job results: compiled runs, their
+    compile seconds, hits and misses, per arm and per pair."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    path = REPO / "scripts" / "bench_compile_cache.py"
+    spec = importlib.util.spec_from_file_location("bench_compile_cache", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def job(state: str | None, compile_s: float, hits: int = 0, misses: int = 0) -> dict:
+        if state is None:
+            return {"compile_s": 0.0, "compile": {"mode": "none"}}
+        cache = {"state": state, "graph": "g", "fxgraph_hits": hits, "fxgraph_misses": misses}
+        return {"compile_s": compile_s, "compile": {"mode": "default", "cache": cache}}
+
+    cached = bench.tally([job(None, 0), job("miss", 40.0, misses=2), job("hit", 4.0, hits=2)], 100)
+    off = bench.tally([job(None, 0), job("off", 41.0), job("off", 39.0)], 150)
+    assert (cached["compiled"], cached["compile_s"], cached["hits"], cached["misses"]) == (
+        2, 44.0, 2, 2)  # fmt: skip
+    assert cached["states"] == {"hit": 1, "miss": 1} and off["states"] == {"off": 2}
+    text = bench.report([("auto", cached), ("off", off), ("auto", cached), ("off", off)])
+    assert "cache/off per pair: total compile s x0.6 [0.6-0.6]" in text
+    assert "sweep wall x0.7 [0.7-0.7]" in text

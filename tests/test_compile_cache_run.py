@@ -19,7 +19,7 @@ def _results(sweep_dir, jobs):
 
 
 def test_trials_sharing_a_graph_compile_it_once_and_are_charged_alike(tmp_path):
-    _, study = finished_sweep(
+    proc, study = finished_sweep(
         tmp_path,
         "cache",
         "search=smoke",
@@ -33,6 +33,9 @@ def test_trials_sharing_a_graph_compile_it_once_and_are_charged_alike(tmp_path):
         "runtime.compile=default",
     )
     (sweep_dir,) = sweep_dirs(tmp_path)
+    said = proc.stdout + proc.stderr + (sweep_dir / "sweep.log").read_text()
+    # the trials were forked from the zygote (whose torch was imported before any trial ran)
+    assert "trials fork from a preloaded torch" in said and "with exec" not in said
     folder = tmp_path / "sweeps" / "compile_cache"  # auto: beside sweeps/optuna.db
     first, second = _results(sweep_dir, [0, 1])
     assert first["config"]["data"]["num_workers"] != second["config"]["data"]["num_workers"]
