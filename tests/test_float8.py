@@ -404,3 +404,31 @@ def test_bench_float8_runs_and_prints_measured_rows(tmp_path: Path) -> None:
     assert len(rows) == 3 and sum("8/9 emulated" in r for r in rows) == 2, proc.stdout
     assert "float8 tensorwise / bf16 tokens/s: median" in proc.stdout
     assert proc.stdout.rstrip().endswith("PASS")
+
+
+def _float8_gpu() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 9)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _float8_gpu(), reason="needs a CUDA GPU with compute capability >= 8.9")
+@pytest.mark.parametrize(
+    "model,recipe,converted,total",
+    # GPT-2 124M tensorwise: c_attn and mlp.c_fc of each block (the 768-wide outputs are below
+    # torchao's thresholds); GPT-2 large rowwise: mlp.c_fc only (5120 x 1280)
+    [("gpt2", "tensorwise", 24, 49), ("gpt2-large", "rowwise", 36, 145)],
+)
+def test_a_real_float8_trial_on_a_gpu(
+    make_config, tmp_path: Path, model, recipe, converted, total
+) -> None:
+    from train.trial.measurement import run_trial
+
+    cfg = make_config(f"model={model}", "runtime.device=cuda", "runtime.dtype=bf16",
+                      f"runtime.float8={recipe}", "batch.tokens_per_step=16384",
+                      "batch.micro_batch=8", "batch.grad_accum=2")  # fmt: skip
+    result = run_trial(cfg, out_path=tmp_path / "trial.json")
+    assert result["status"] == "complete", result["failure"]
+    assert result["float8"] == {"recipe": recipe, "emulated": False,
+                                "linears_converted": converted, "linears_total": total}
+    assert result["mfu"]["basis"].startswith("bf16-equivalent") and result["mfu"]["spec"] > 0
+    assert math.isfinite(result["loss"]["last"])

@@ -310,7 +310,7 @@ def build_result(
         checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
         flops_per_token=session.flops_per_token,
         mfu=_mfu(tokens_per_s, session.flops_per_token, peak=peak, ceiling=ceiling, world=world,
-                 basis=mfu_basis(dtype=session.dtype, float8=cfg.runtime.float8)),
+                 basis=mfu_basis(dtype=session.dtype, float8=_float8_ran(session))),
         peak_memory_gib=memory.gib if memory else None,
         memory_kind=memory.kind if memory else None,
         loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"]},
@@ -403,6 +403,12 @@ def _time_fractions(raw: Measurement, *, world: int) -> TimeFractions:
     if world == 1:
         fracs.pop("comms")  # a single process has no gradient communication to report
     return cast(TimeFractions, fracs)
+
+
+def _float8_ran(session) -> str:
+    """The float8 recipe when at least one linear ran float8 matmuls, else "none"."""
+    f8 = getattr(session, "float8", None) or {}
+    return f8["recipe"] if f8.get("linears_converted") else "none"
 
 
 def _mfu(
