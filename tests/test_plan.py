@@ -230,8 +230,8 @@ def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
                                   settings=SweepSettings.from_config(SETTINGS)))  # fmt: skip
     assert "dropped by the memory model (predicted peak > 72.9 GiB usable" in text
     # the two fused kernels predict the same memory: one row each for 16 and 32
-    assert re.search(r"77\.7 GiB\s+16\s+bf16\s+none\s+2\s+flash,efficient / none", text)
-    assert re.search(r"129\.4 GiB\s+32\s+bf16\s+none\s+2\s+flash,efficient / none", text)
+    assert re.search(r"77\.7 GiB\s+16\s+bf16\s+none\s+full\s+2\s+flash,efficient / none", text)
+    assert re.search(r"129\.4 GiB\s+32\s+bf16\s+none\s+full\s+2\s+flash,efficient / none", text)
     assert re.search(r"batch\.micro_batch\s+8, 16, 32\n", text)
     assert re.search(r"bf16\s+none\s+none\s+2\s+10\.9 s\s+36\.3 s\s+10m00s\s+5m00s", text)
     assert "predicted sweep wall:" in text
@@ -259,8 +259,8 @@ def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     assert f"plan: model=gpt2-xl on {H100} (plan device), nothing is run" in out
     # micro-batch 16 without activation checkpointing ran out of memory on a real H100: dropped,
     # with its predicted GiB; micro-batch 8 (52.3 GiB measured) is not
-    assert re.search(r"\d+\.\d GiB\s+16\s+bf16\s+none\s+[\d,]+\s+auto", out)
-    assert not re.search(r"GiB\s+8\s+bf16\s+none\s+[\d,]+\s+auto", out)
+    assert re.search(r"\d+\.\d GiB\s+16\s+bf16\s+none\s+full\s+[\d,]+\s+auto", out)
+    assert not re.search(r"GiB\s+8\s+bf16\s+none\s+\w+\s+[\d,]+\s+auto", out)
     # on a GPU search=throughput runs 5 trials and one verification run (the start cannot run
     # here); tests/test_plan_wall.py checks the wall's components
     assert re.search(r"trials: 5 search of \S+ on average .* \+ 1 verification runs", out)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import load_calibration, plan_key
+from sweeper.plan.levers import plan_lever_lines
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, SweepPlan, build_plan
 from sweeper.report.console import console
 from sweeper.space.limits import ASSUMED_MFU, SAFETY
@@ -53,6 +54,7 @@ def format_plan(plan: SweepPlan) -> str:
             *_setup_lines(plan),
             *_space_lines(plan),
             *_dropped_lines(plan),
+            *plan_lever_lines(plan),
             *_class_lines(plan),
             *_prior_lines(plan),
             *_trial_lines(plan),
@@ -147,7 +149,8 @@ DROPPED_COLUMNS: list[Column] = [
     ("predicted", ">10", lambda g: f"{g.peak_gib:6.1f} GiB"),
     ("micro_batch", ">11", _knob("batch.micro_batch")),
     ("dtype", "<5", _knob("runtime.dtype")),
-    ("act_ckpt", "<8", _knob("runtime.activation_checkpointing")),
+    ("act_ckpt", "<9", _knob("runtime.activation_checkpointing")),
+    ("loss", "<7", lambda g: str(g.knobs.get("runtime.loss") or "full")),
     ("points", ">6", lambda g: f"{g.points:,}"),
     ("attention / compile", "", lambda g: f"{g.knobs['runtime.attention']} / "
                                           f"{g.knobs['runtime.compile']}"),

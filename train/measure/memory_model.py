@@ -430,6 +430,7 @@ def inputs_from_config(
         dtype=resolved,
         attention=str(cfg.get("runtime.attention", "auto")),
         activation_checkpointing=str(cfg.get("runtime.activation_checkpointing", "none")),
+        loss=str(cfg.get("runtime.loss", "full")),
         compile=str(cfg.get("runtime.compile", "none")),
         device_type=device_type,
         grad_accum=accum,
