@@ -432,3 +432,17 @@ def test_a_real_float8_trial_on_a_gpu(
                                 "linears_converted": converted, "linears_total": total}
     assert result["mfu"]["basis"].startswith("bf16-equivalent") and result["mfu"]["spec"] > 0
     assert math.isfinite(result["loss"]["last"])
+
+
+@pytest.mark.parametrize("device,has_note", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA L4", True),
+                                             ("NVIDIA A100-SXM4-80GB", False)])  # fmt: skip
+def test_the_floor_says_where_float8_can_beat_it(device: str, has_note: bool) -> None:
+    from train.explain.floor import FloorInputs, floor_report
+    from train.measure.flops import lookup_peak
+
+    peak = lookup_peak(device, "bf16")
+    r = floor_report(FloorInputs(model="gpt2-xl", n_layer=48, n_head=25, n_embd=1600,
+                                 vocab_size=50304, block_size=1024, micro_batch=16, grad_accum=64,
+                                 device_name=device, dtype="bf16", peak_flops=peak.flops,
+                                 peak_source=peak.source))  # fmt: skip
+    assert any("float8 tensor cores" in n for n in r.notes) == has_note

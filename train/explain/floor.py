@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from train.config_rules import FLOAT8_MIN_CAPABILITY
 from train.measure.flops import (
     NANOGPT_PROMISED_FLOPS,
+    capability_for_device_name,
     floor_step_time_s,
     flops_per_token,
     gpt2_num_params,
@@ -201,6 +203,13 @@ def _notes(r: FloorReport) -> list[str]:
         )
     elif inp.target_step_time_s is not None and r.floor_s is None:
         notes.append("The target cannot be checked without a peak for this device and dtype.")
+    cap = capability_for_device_name(inp.device_name)
+    if inp.dtype == "bf16" and r.floor_s is not None and cap and cap >= FLOAT8_MIN_CAPABILITY:
+        notes.append(
+            "This GPU has float8 tensor cores (runtime.float8): the converted matmuls run at up "
+            "to twice the bf16 peak, so a float8 run can step faster than this floor; its MFU is "
+            "still counted as the same FLOPs against this bf16 peak (bf16-equivalent)."
+        )
     return notes
 
 
