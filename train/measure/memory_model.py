@@ -39,8 +39,10 @@ autocast, 4 fp32):
 The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown
 there and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for
 eager fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
-(scripts/bench_memory.py, train/measure/memory_meter.py); on an H100 80GB to within 6% of
-max_memory_allocated (tests/test_memory_model.py).
+(scripts/bench_memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss
+and selective recompute (scripts/bench_levers_memory.py); on an H100 80GB to within 6% of
+max_memory_allocated (tests/test_memory_model.py). The chunked loss and selective recompute are
+derived, not calibrated, and have not been measured on a GPU or under torch.compile.
 """
 
 from __future__ import annotations
