@@ -15,33 +15,21 @@ import yaml
 from tests.sweep_helpers import finished_sweep, sweep_dirs
 
 STEPS = 12
-SEARCH = """# @package hydra.sweeper
-search_name: guard-demo
-sampler: grid
-pruner: none
-n_trials: 0
-verify_top_k: 3
-verify_repeats: 1
-space:
-  batch.micro_batch: 8
-  runtime.dtype: choice(bf16, fp32)
-  trial.fault: choice(none, coarse_weights)
-"""
+CONF = Path(__file__).parent / "conf"  # search/guard_demo.yaml: the grid below
 
 
 @pytest.mark.slow  # 4 search trials, 4 curve runs and a race: ~2 min on a loaded 2-core CPU
 def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_path: Path) -> None:
-    (tmp_path / "conf" / "search").mkdir(parents=True)
-    (tmp_path / "conf" / "search" / "guard_demo.yaml").write_text(SEARCH)
     proc, study = finished_sweep(
         tmp_path, "guard",
-        f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "search=guard_demo",
+        f"hydra.searchpath=[file://{CONF}]", "search=guard_demo",
         "runtime.dtype=bf16",  # the starting config; fp32 is the candidate
         "runtime.threads=1", "data.num_workers=0",
         # a fixed sleep per batch (half the step) damps the busy machine's noise, so the
         # points stay within 20% of the best and race (sweeper/verify/stage.py VERIFY_WITHIN)
         "data.inject_latency_s=0.08",
         f"hydra.sweeper.numerics_guard_steps={STEPS}",
+        "hydra.sweeper.max_wall_s=1800",  # not the CPU cap: a busy machine must not skip the guard
     )  # fmt: skip
     params = {t.number: t.params for t in study.trials}
     fp32 = next(n for n, p in params.items() if p == {"runtime.dtype": "fp32",

@@ -137,11 +137,15 @@ def check(candidate: Sequence[float], reference: Sequence[float], tol: Tolerance
     passed = d.value <= tol.value
     ratio = "inf" if not math.isfinite(d.value) else f"{d.value / tol.value:.2g}x"
     where = "within" if passed else "OUTSIDE"
+    average = (
+        f"its loss is {'higher' if mean_gap > 0 else 'lower'} by {abs(mean_gap):.4f} on average"
+        if abs(mean_gap) >= 5e-5
+        else "its mean loss is the reference's to 4 decimals"
+    )
     reason = (
         f"its loss curve drifts {d.value:.4f} nats from the reference's at {d.steps_text} "
         f"({tol.window}-step means; {ratio} the tolerance {tol.value:.4f}: {where} it); over "
-        f"{n} steps its loss is {'higher' if mean_gap > 0 else 'lower'} by {abs(mean_gap):.4f} "
-        f"on average, last step {candidate[n - 1]:.4f} vs {reference[n - 1]:.4f}"
+        f"{n} steps {average}, last step {candidate[n - 1]:.4f} vs {reference[n - 1]:.4f}"
     )
     return GuardCheck(passed=passed, divergence=d, tolerance=tol.value, reason=reason)
 
