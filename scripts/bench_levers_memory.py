@@ -9,6 +9,9 @@ every: build the trainer's real Session (fp32, eager, CPU, grad_accum 2), take o
 tensor-level counter (train/measure/memory_meter.py: every tensor storage alive at the worst
 moment) and put train.measure.memory_model.predict_memory's figure beside it.
 
+With --time-rounds N it also times one unmetered optimizer step of each row over N interleaved,
+shuffled rounds (informational: no bound; this CPU is shared and noisy).
+
 Bounds (exit 1 if any fails, the failing ones named): chunked at most 60% of full's peak (with
 no recompute); selective strictly between none and every (for each loss); every prediction
 within 15% of its measured peak.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import random
+import statistics
 import sys
 import tempfile
 import time
@@ -35,7 +40,7 @@ from train.data.synthetic import generate  # noqa: E402
 from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
 from train.measure.memory_model import predict_memory  # noqa: E402
 from train.measure.meters import PhaseClock  # noqa: E402
-from train.run.loop import build_session, train_step  # noqa: E402
+from train.run.loop import Session, build_session, train_step  # noqa: E402
 
 log = logging.getLogger("bench_levers_memory")
 
@@ -47,8 +52,8 @@ MAX_CHUNKED_SHARE = 0.60  # the issue's bound: chunked's peak at most 60% of ful
 TOLERANCE = 0.15  # the memory model within 15% of each measured peak
 
 
-def measure(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> dict:
-    """One row: build, one warm-up step, one measured step, the prediction."""
+def build(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> Session:
+    """The trainer's Session for one row (fp32, eager, CPU, grad_accum 2)."""
     block = 64  # tiny and small-cpu both
     cfg = compose_config([
         f"model={model}", f"model.vocab_size={VOCAB}",
@@ -58,7 +63,13 @@ def measure(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> d
         f"runtime.activation_checkpointing={ac}", f"runtime.loss={loss}",
         "data.num_workers=0", f"data.dir={tmp / 'synthetic'}", f"checkpoint.dir={tmp / 'ckpt'}",
     ])  # fmt: skip
-    s = build_session(cfg)
+    return build_session(cfg)
+
+
+def measure(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> dict:
+    """One row: build, one warm-up step, one measured step, the prediction."""
+    s = build(model, micro_batch, loss, ac, tmp=tmp)
+    cfg = s.cfg
     try:
         train_step(s, lr=cfg.optim.lr, clock=PhaseClock())  # AdamW's state exists from here on
         meter = PeakMemory(s.device)
@@ -116,11 +127,46 @@ def report(rows: list[dict], *, model: str, micro_batch: int) -> str:
     )
 
 
+def time_rounds(model: str, micro_batch: int, rounds: int, *, tmp: Path) -> str:
+    """Step time of each row, unmetered: every session built, one warm-up step each, then
+    `rounds` rounds that run one optimizer step of each row in a fresh random order (so load on
+    this shared machine falls on all rows alike). Per row: the median step and its range, and the
+    median and range of its per-round ratio to the same round's full/none step."""
+    keys = [(loss, ac) for loss in LOSSES for ac in RECOMPUTE]
+    sessions = {k: build(model, micro_batch, *k, tmp=tmp) for k in keys}
+    times: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
+    try:
+        for s in sessions.values():
+            train_step(s, lr=s.cfg.optim.lr, clock=PhaseClock())
+        rng = random.Random(0)
+        for _ in range(rounds):
+            for k in rng.sample(keys, len(keys)):
+                started = time.perf_counter()
+                train_step(sessions[k], lr=sessions[k].cfg.optim.lr, clock=PhaseClock())
+                times[k].append(time.perf_counter() - started)
+    finally:
+        for s in sessions.values():
+            s.batches.close()
+            s.checkpointer.close()
+    base = times["full", "none"]
+    rows = []
+    for k in keys:
+        ratios = sorted(t / b for t, b in zip(times[k], base, strict=True))
+        steps = sorted(times[k])
+        rows.append([*k, f"{statistics.median(steps):.3f}", f"{steps[0]:.3f}-{steps[-1]:.3f}",
+                     f"{statistics.median(ratios):.3f}", f"{ratios[0]:.3f}-{ratios[-1]:.3f}"])
+    table = format_table(["loss", "recompute", "step s (median)", "range", "x full/none (median)",
+                          "range"], rows)  # fmt: skip
+    return f"step time, {rounds} interleaved rounds (shuffled order each round):\n{table}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="small-cpu", choices=("tiny", "small-cpu"))
     parser.add_argument("--micro-batch", type=int, default=16)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
+    parser.add_argument("--time-rounds", type=int, default=0,
+                        help="also time each row over this many interleaved rounds (0: off)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("train").setLevel(logging.WARNING)
@@ -132,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
             for ac in RECOMPUTE:
                 rows.append(measure(args.model, args.micro_batch, loss, ac, tmp=Path(tmp)))
                 gc.collect()
+        timing = (time_rounds(args.model, args.micro_batch, args.time_rounds, tmp=Path(tmp))
+                  if args.time_rounds > 0 else "")  # fmt: skip
     print(report(rows, model=args.model, micro_batch=args.micro_batch))
+    if timing:
+        print(timing)
     peak = {(r["loss"], r["ac"]): r["measured_mib"] for r in rows}
     bad = bound_failures(rows, tolerance=args.tolerance)
     print(
