@@ -67,6 +67,9 @@ from train.measure.flops import gpt2_num_params
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MATH_BYTES = 4  # the math SDPA kernel computes in fp32 whatever the autocast dtype
+# runtime.float8 adds nothing here: torchao's float8 matmul saves the same high-precision input and
+# weight a bf16 linear saves and re-casts them in backward; its float8 copies live inside one matmul
+# (train/model/float8.py says more), well inside ALLOCATOR_MARGIN.
 DEVICE_TYPES = ("cuda", "cpu")
 # MemoryInputs' fields that are the model's shape (train.config.ModelConfig's names).
 MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
