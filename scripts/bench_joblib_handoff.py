@@ -1,6 +1,7 @@
 """Does training from best.yaml run at the race's verified speed under a parallel launcher?
 
     python scripts/bench_joblib_handoff.py [--workdir DIR] [--pairs 3] [--steps 30] [--trials 4]
+                                           [--reuse-sweep]
 
 Issue 24, must-show 3. Runs a small sweep under `hydra/launcher=joblib hydra.sweeper.n_jobs=2` on
 this machine (`search=smoke`: micro-batch {4, 8} x DataLoader workers {0, 1}, `--trials` trials,
@@ -94,11 +95,17 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30, help="production steps per run")
     ap.add_argument("--trials", type=int, default=4, help="hydra.sweeper.n_trials")
+    ap.add_argument("--reuse-sweep", action="store_true",
+                    help="measure the sweep already in --workdir (its best.yaml) again")
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="handoff-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work dir: {work}; CPUs here: {len(os.sched_getaffinity(0))}", flush=True)
-    sweep_dir = sweep(work, args.trials)
+    sweep_dir = work / "sweep"
+    if args.reuse_sweep and (sweep_dir / "best.yaml").is_file():
+        print(f"reusing the sweep in {sweep_dir} (--reuse-sweep)", flush=True)
+    else:
+        sweep_dir = sweep(work, args.trials)
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
     prov = best["provenance"]
     verified = prov["metrics"]["tokens_per_s"]
