@@ -147,3 +147,26 @@ def test_the_trial_line_names_the_trial_and_its_eta(monkeypatch) -> None:
     assert "(pruned [at step 6])" in first  # brackets are text, not markup
     assert second.strip().startswith("[######..............] 4/14")
     assert second.endswith("eta 30s (2 trial(s) x 3.0 s + race ~6 runs x 4.0 s)")
+
+
+@pytest.mark.parametrize(("n", "cv", "said"), [(1, 0.0, "median of 1 fresh runs.\n"),
+                                               (3, 0.012, "median of 3 fresh runs, CV 1.2%.\n")])
+def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(tmp_path, monkeypatch, n, cv,
+                                                               said) -> None:  # fmt: skip
+    from types import SimpleNamespace
+
+    from sweeper.report.export import export_winner
+    from tests.test_export import _trainer_config
+
+    monkeypatch.chdir(tmp_path)
+    job_dir = tmp_path / "job7"
+    job_dir.mkdir()
+    OmegaConf.save(OmegaConf.create(_trainer_config()), job_dir / "trial_config.yaml")
+    winner = SimpleNamespace(number=7, trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
+                             results=[{"fingerprint": {"torch": "2.13.0"}}],
+                             verdict=SimpleNamespace(reason="fastest", decisive=True),
+                             outcome="decided", rounds=n, lead_over_start=None)  # fmt: skip
+    row = {"trial": 7, "tokens_per_s": 1000.0, "n": n, "cv": cv, "params": {}}
+    path = export_winner(winner, [row], sweep_dir=tmp_path / "s", study_name="s",
+                         storage="sqlite:///x.db", planned_checkpoint_every=0)  # fmt: skip
+    assert said in path.read_text().split("# Train with it")[0].replace("\n# ", " ")

@@ -345,8 +345,10 @@ def export_winner(
         doc["provenance"]["sweep"]["compared"] = _plain(compared)
     header = (
         f"Tuned by the throughput sweep (study {study_name}, trial {winner.number}): "
-        f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs, "
-        f"CV {100 * row['cv']:.1f}%.\nTrain with it: {train_command(path)}"
+        f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs"
+        # a spread only where it rests on more than one run (one run has none, not 0.0%)
+        + (f", CV {100 * row['cv']:.1f}%" if row["n"] >= 2 and row.get("cv") is not None else "")
+        + f".\nTrain with it: {train_command(path)}"
     )
     if row.get("float8"):
         f8 = row["float8"]
