@@ -43,14 +43,16 @@ def sweep(workdir: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=3, help="calibrated runs (after the first)")
+    ap.add_argument("--runs", type=int, default=3, help="runs after the first")
     ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
     ap.add_argument("--goal", type=float, default=0.25, help="|error| goal of calibrated runs")
+    ap.add_argument("--first", type=int, default=0,
+                    help="first run's number: continue an earlier --workdir (its sweeps count)")
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-plan-"))
     workdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for i in range(args.runs + 1):
+    for i in range(args.first, args.first + args.runs + 1):
         plan, _ = sweep(workdir, "hydra.sweeper.plan=true")
         found = WALL.search(plan.stdout)
         if plan.returncode != 0 or not found:

@@ -153,3 +153,22 @@ def test_a_calibrated_plan_uses_the_measured_terms() -> None:
     assert [(r.count, r.each_s) for r in m.race] == [(10, 5.5)]  # the measured race length
     assert m.total_s == pytest.approx(15 + 14 * 3.5 + 10 * 5.5)
     assert "calibrated from 2 finished sweep(s)" in m.notes[0]
+
+
+def test_a_wall_budget_stops_the_search_but_never_the_first_race_round() -> None:
+    from sweeper.plan.wall import PlannedRuns, WallModel, budgeted
+
+    def runs(label: str, count: int, each_s: float) -> PlannedRuns:
+        return PlannedRuns(label=label, count=count, each_s=each_s, compile_s=0.0,
+                           window_steps=0)  # fmt: skip
+
+    m = WallModel(search=[runs("t", 14, 60.0)], race=[runs("r", 12, 90.0)])
+    # reserve: min(90 x 4 x 3, 0.35 x 390 = 136.5); trials start while spent + 136.5 < 390:
+    # at 0, 60, 120, 180 and 240 s (5 trials, 300 s); the guard 100 s; the first round of 3
+    # (270 s) runs past the budget, the second does not fit
+    total, line = budgeted(m, cap_s=390.0, guard_s=100.0, race_entrants=3, top_k=3, repeats=3)
+    assert total == pytest.approx(300 + 100 + 270 + 15)
+    assert "5 search trial(s)" in line and "1 race round(s) of 3" in line
+    # a roomy budget runs every trial and the race's first rounds
+    total, line = budgeted(m, cap_s=1e6, guard_s=0.0, race_entrants=4, top_k=3, repeats=3)
+    assert total == pytest.approx(14 * 60 + 3 * 4 * 90 + 15)

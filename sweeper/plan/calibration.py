@@ -45,6 +45,7 @@ class Calibration:
     race_runs: float  # race runs per sweep
     race_run_s: float  # one race run's wall
     between_s: float  # per trial process: the sweep's own work between processes
+    guard_s: float = 0.0  # from the search's last trial to the race's first run (the guard's runs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +55,7 @@ class SweepRecord:
     trial_walls: list[float]
     race_walls: list[float]
     span_s: float | None  # from the sweep's start to its last race run's end
+    guard_s: float = 0.0  # from the search's last trial to the race's first run
 
 
 def calibrate(records: list[SweepRecord]) -> Calibration | None:
@@ -65,20 +67,22 @@ def calibrate(records: list[SweepRecord]) -> Calibration | None:
     for r in done:
         if r.span_s is not None:
             n = len(r.trial_walls) + len(r.race_walls)
-            gaps.append(max(0.0, r.span_s - sum(r.trial_walls) - sum(r.race_walls)) / n)
+            rest = r.span_s - sum(r.trial_walls) - sum(r.race_walls) - r.guard_s
+            gaps.append(max(0.0, rest) / n)
     return Calibration(
         sweeps=len(done),
         trial_s=statistics.fmean(w for r in done for w in r.trial_walls),
         race_runs=statistics.fmean(len(r.race_walls) for r in done),
         race_run_s=statistics.fmean(w for r in done for w in r.race_walls),
         between_s=statistics.fmean(gaps) if gaps else 0.0,
+        guard_s=statistics.fmean(r.guard_s for r in done),
     )
 
 
 def sweep_record(study: Any) -> SweepRecord | None:
     """A finished sweep's record from its study (None while it has no race)."""
     race = study.user_attrs.get(RACE_ATTR) or {}
-    ends, race_walls = [], []
+    ends, starts, race_walls = [], [], []
     for stored in race.get("rounds", []):
         for run in stored.values():
             result = Path(run["job_dir"]) / "result.json" if run and run.get("job_dir") else None
@@ -86,13 +90,16 @@ def sweep_record(study: Any) -> SweepRecord | None:
             if wall is not None:
                 race_walls.append(wall)
                 ends.append(result.stat().st_mtime)  # type: ignore[union-attr]
+                starts.append(ends[-1] - wall)
     if not race_walls:
         return None
     trials = [t for t in study.get_trials(deepcopy=False) if "wall_s" in t.user_attrs]
     started = study.user_attrs.get(STARTED_ATTR)
     span = max(ends) - float(started) if started is not None and ends else None
+    done = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete]
+    guard = max(0.0, min(starts) - max(done)) if done else 0.0
     return SweepRecord(trial_walls=[float(t.user_attrs["wall_s"]) for t in trials],
-                       race_walls=race_walls, span_s=span)  # fmt: skip
+                       race_walls=race_walls, span_s=span, guard_s=guard)  # fmt: skip
 
 
 def _result_wall(path: Path | None) -> float | None:

@@ -17,7 +17,7 @@ from sweeper.plan.device import DeviceFacts
 from sweeper.plan.guard_price import GuardPlan, guard_plan
 from sweeper.plan.prior import Prior, prior_points
 from sweeper.plan.scan import Scan, scan
-from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, wall_model
+from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, wall_model
 from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import point_limits
@@ -81,6 +81,7 @@ class SweepPlan:
     wall_cap_s: float | None  # the wall budget that caps it, if any
     prior: Prior | None = None  # the points queued before TPE's design, each with its reason
     wall: WallModel | None = None  # the predicted wall, component by component
+    budget_line: str = ""  # what fits under a wall budget (sweeper/plan/wall.py budgeted)
     guard: GuardPlan | None = None  # the numerics guard's curve runs (sweeper/plan/guard_price.py)
 
 
@@ -140,7 +141,7 @@ def build_plan(
     start_point = baseline_params(space, b, device_type=ctx.device_type,
                                   bf16=ctx.bf16_supported) if start_runs else None  # fmt: skip
     prior = prior_points(space, ctx, start=start_point, enabled=settings.prior)
-    walls = None
+    walls, budget_line = None, ""
     if mean is not None and n_search is not None:
         walls = wall_model(
             ctx=ctx, prior=prior if settings.sampler == "tpe" else _no_prior(), start=start_point,
@@ -156,7 +157,11 @@ def build_plan(
     guard = guard_plan({p.key: p.values() for p in space.searched}, ctx, settings)
     if wall is not None:
         wall += guard.total_s  # its curve runs, before the race
-    if cap > 0:
+    if cap > 0 and wall is not None and walls is not None:  # the budget's own rules
+        guard_s = calibration.guard_s if calibration else guard.total_s
+        wall, budget_line = budgeted(walls, cap_s=cap, guard_s=guard_s, top_k=k,
+                                     race_entrants=k + start_runs, repeats=repeats)  # fmt: skip
+    elif cap > 0:
         wall = cap if wall is None else min(wall, cap)
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
     return SweepPlan(
@@ -166,7 +171,7 @@ def build_plan(
         usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
         wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,
-        prior=prior, wall=walls, guard=guard,
+        prior=prior, wall=walls, guard=guard, budget_line=budget_line,
     )  # fmt: skip
 
 

@@ -21,10 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import TrialTime, point_limits
+from sweeper.study.budget import VERIFY_SHARE
 from train.measure.compile_graphs import graph_key
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
@@ -168,3 +170,36 @@ def _calibrated(c: Calibration, *, n_search: int, race_runs: int) -> WallModel:
         notes=[f"calibrated from {c.sweeps} finished sweep(s) of this model and search on this "
                "machine (sweeper/plan/calibration.py)"],
     )  # fmt: skip
+
+
+def budgeted(model: WallModel, *, cap_s: float, guard_s: float, race_entrants: int,
+             top_k: int, repeats: int) -> tuple[float, str]:  # fmt: skip
+    """The wall of `model` under a wall budget of `cap_s`, as sweeper/study/budget.py runs it, and
+    a line saying what fits: a search trial starts only while the time spent and the
+    verification reserve (the run's wall x (top_k + 1) x repeats, at most VERIFY_SHARE of the
+    budget) leave room; the guard's runs (`guard_s`) and the race's first round always run, later
+    rounds only where they fit. It may end past the budget: the first round is never cut."""
+    run_s = model.race[0].each_s if model.race else 0.0
+    trial_walls = [r.each_s for r in model.search for _ in range(r.count)]
+    median = sorted(trial_walls)[len(trial_walls) // 2] if trial_walls else 0.0
+    reserve = min(max(median, run_s) * (top_k + 1) * repeats, VERIFY_SHARE * cap_s)
+    t, ran = 0.0, 0
+    for wall in trial_walls:
+        if t + reserve >= cap_s:
+            break
+        t, ran = t + wall, ran + 1
+    search_s = t
+    t += guard_s
+    round_s = race_entrants * run_s
+    rounds = 0
+    if model.race:
+        t, rounds = t + round_s, 1
+        wanted = max(1, min(repeats, round(model.race[0].count / max(1, race_entrants))))
+        while rounds < wanted and t + round_s <= cap_s:
+            t, rounds = t + round_s, rounds + 1
+    total = t + model.overhead_s
+    line = (f"under the {fmt_secs(cap_s)} wall budget: {ran} search trial(s) "
+            f"({fmt_secs(search_s)}), the guard's runs {fmt_secs(guard_s)}, {rounds} race "
+            f"round(s) of {race_entrants} ({fmt_secs(rounds * round_s)}), "
+            f"{fmt_secs(model.overhead_s)} start and end = {fmt_secs(total)}")
+    return total, line

@@ -186,8 +186,13 @@ def _trial_lines(plan: SweepPlan) -> list[str]:
             f"{plan.n_search or 0} x {fmt_secs(mean)} + {plan.n_verify} x "
             f"{fmt_secs(plan.verify_trial_s)} + {SWEEP_OVERHEAD_S:.0f} s start and end"
         ) if plan.wall is None else "the components below"
-        if plan.wall_cap_s is not None and plan.wall_s >= plan.wall_cap_s:
+        if plan.wall_cap_s is not None and plan.wall_s > plan.wall_cap_s + 1:
+            detail += (f"; the {fmt_secs(plan.wall_cap_s)} wall budget stops the search, and the "
+                       "guard's runs and the race's first round run past it")
+        elif plan.wall_cap_s is not None and plan.wall_s >= plan.wall_cap_s - 1:
             detail += f"; capped by the {fmt_secs(plan.wall_cap_s)} wall budget"
+        elif plan.wall_cap_s is not None:
+            detail += f"; the search stops within the {fmt_secs(plan.wall_cap_s)} wall budget"
         lines.append(f"predicted sweep wall: {fmt_secs(plan.wall_s)} ({detail})")
     return lines
 
@@ -226,6 +231,8 @@ def _wall_lines(plan: SweepPlan) -> list[str]:
                      f"{r.label}{steps}{comp}")
     lines.append(f"       {fmt_secs(w.overhead_s):>7}  start and end")
     lines += [f"  ({note})" for note in w.notes]
+    if plan.budget_line:
+        lines.append(f"  {plan.budget_line}")
     lines.append(f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}, race "
                  f"{fmt_secs(w.race_s)}")
     return lines
