@@ -35,6 +35,7 @@ from table import format_table  # noqa: E402
 
 log = logging.getLogger("bench_compile_cache")
 ARMS = ("auto", "off")  # hydra.sweeper.compile_cache of each arm
+WALL_NAME = "wall_s.txt"  # each work dir's measured sweep wall, for --report-only
 DEFAULT_OVERRIDES = (
     "search=throughput",
     "hydra.sweeper.seed=0",
@@ -57,6 +58,7 @@ def run_sweep(workdir: Path, arm: str, overrides: list[str]) -> float:
     proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
     (workdir / "sweep.out").write_text(proc.stdout + proc.stderr)
+    (workdir / WALL_NAME).write_text(f"{wall}\n")
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed ({proc.returncode}); see {workdir / 'sweep.out'}")
     return wall
@@ -65,7 +67,10 @@ def run_sweep(workdir: Path, arm: str, overrides: list[str]) -> float:
 def job_results(workdir: Path) -> list[dict]:
     """Every job's result (search trials and race runs) the sweep in `workdir` left."""
     found = []
+    # the numbered job folders only: the sweep's trial-N links point at the same ones
     for path in sorted(workdir.glob("multirun/*/*/*/result.json")):
+        if not path.parent.name.isdigit() or path.parent.is_symlink():
+            continue
         try:
             found.append(json.loads(path.read_text()))
         except (OSError, ValueError):
@@ -91,6 +96,18 @@ def tally(results: list[dict], wall_s: float) -> dict:
         "states": states,
         "wall_s": wall_s,
     }
+
+
+def finished_runs(root: Path) -> list[tuple[str, dict]]:
+    """The complete pairs already in `root` (pair<N>-<arm> work dirs with their wall), in order."""
+    runs = []
+    for pair in range(len(list(root.glob("pair*-auto")))):
+        dirs = [root / f"pair{pair}-{arm}" for arm in ARMS]
+        if not all((d / WALL_NAME).exists() for d in dirs):
+            break
+        for arm, d in zip(ARMS, dirs, strict=True):
+            runs.append((arm, tally(job_results(d), float((d / WALL_NAME).read_text()))))
+    return runs
 
 
 def spread(values: list[float]) -> str:
@@ -128,10 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2, help="interleaved (cache, off) pairs")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: report the pairs already in --workdir")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="sweep overrides (default: DEFAULT_OVERRIDES)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     overrides = args.overrides or list(DEFAULT_OVERRIDES)
+    if args.report_only:
+        if args.workdir is None:
+            parser.error("--report-only needs --workdir")
+        print(report(finished_runs(args.workdir)))
+        return 0
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-compile-cache-"))
     runs: list[tuple[str, dict]] = []
     for pair in range(args.pairs):
