@@ -13,6 +13,7 @@ from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.math_keys import MATH_KEYS, changes_text, math_changes, searched_math_keys
 from sweeper.verify.guard_rules import (
     check,
+    curve_run_s,
     curve_text,
     divergence,
     tolerance,
@@ -105,6 +106,23 @@ def test_check_passes_within_the_tolerance_only(offset: float, passed: bool, wor
     assert result.passed is passed
     assert word in result.reason and "0.0600" in result.reason
     assert f"last step {FALLING[-1] + offset:.4f} vs {FALLING[-1]:.4f}" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("result", "seconds"),
+    [
+        # 20 s wall of which 5 measured steps of 2 s: 10 s of set-up, then 20 steps of 2 s
+        ({"status": "complete", "wall_s": 20.0, "step_time_s": {"p50": 2.0, "n": 5},
+          "projection": None}, 50.0),
+        # a projected window: its full-step estimate, not the short steps' median
+        ({"status": "complete", "wall_s": 20.0, "step_time_s": {"p50": 0.5, "n": 4},
+          "projection": {"micro_batches_per_step": 4}, "full_step_estimate_s": 8.0}, 178.0),
+        ({"status": "failed", "wall_s": 3.0, "step_time_s": None}, None),
+        (None, None),
+    ],
+)  # fmt: skip
+def test_curve_run_is_priced_from_the_start_s_own_trial(result, seconds) -> None:
+    assert curve_run_s(result, steps=20) == seconds
 
 
 def test_curve_text_prints_every_step() -> None:
@@ -230,7 +248,10 @@ def test_loss_curve_reads_complete_results_only() -> None:
 
 class _Study:
     def __init__(self) -> None:
+        from types import SimpleNamespace
+
         self.user_attrs: dict = {}
+        self.trials = [SimpleNamespace(user_attrs={})]  # the start, with no job dir
 
     def set_user_attr(self, key: str, value) -> None:
         self.user_attrs[key] = value

@@ -153,3 +153,18 @@ def check(candidate: Sequence[float], reference: Sequence[float], tol: Tolerance
 def curve_text(curve: Sequence[float]) -> str:
     """A curve as the report prints it: every step's loss to 3 decimals."""
     return " ".join(f"{x:.3f}" for x in curve)
+
+
+def curve_run_s(result: Mapping[str, object] | None, *, steps: int) -> float | None:
+    """A curve run's wall predicted from a complete trial result of the same config: its wall,
+    less its measured window (n steps at their median), plus `steps` full steps (the window's
+    median, or its full-step estimate when the window projected short steps). None without a
+    usable result."""
+    if not result or result.get("status") != "complete":
+        return None
+    times = result.get("step_time_s") or {}
+    measured, n, wall = times.get("p50"), times.get("n"), result.get("wall_s")
+    full = result.get("full_step_estimate_s") if result.get("projection") else measured
+    if not all(isinstance(v, int | float) for v in (full, wall, n, measured)):
+        return None
+    return max(0.0, float(wall) - float(n) * float(measured)) + steps * float(full)
