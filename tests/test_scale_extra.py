@@ -1,5 +1,6 @@
 """A launcher plugin the command line names but this install lacks (issue 25): the sweep answers in
-one line that names the `[scale]` extra, not with Hydra's "Could not find 'hydra/launcher/joblib'".
+one line that names the `[scale]` extra, not with Hydra's "Could not find 'hydra/launcher/joblib'";
+so does a PostgreSQL storage without its driver.
 
 The plugin is made unimportable for the child only, by a sitecustomize on its PYTHONPATH that
 refuses the module, as an install without the extra would."""
@@ -63,10 +64,25 @@ def test_sweep_names_the_extra_when_the_launcher_plugin_is_missing(tmp_path, cho
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shim"]  # nothing started
 
 
+def test_sweep_names_the_extra_when_the_postgresql_driver_is_missing(tmp_path):
+    env = _env_without(tmp_path, "psycopg2")
+    url = "postgresql+psycopg2://user:hunter2@127.0.0.1:1/db"
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=smoke",
+            f"hydra.sweeper.storage={url}"]  # fmt: skip
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, out
+    assert "psycopg2" in lines[0] and 'pip install -e ".[scale]"' in lines[0], out
+    assert "hunter2" not in out  # the URL's password is never repeated
+
+
 def test_installed_plugins_pass():
     """With the extra installed (CI's `.[dev,scale]`), nothing is said."""
     assert extras.missing_plugin_error(["-m", "hydra/launcher=joblib"]) is None
     assert extras.missing_plugin_error(["-m", "hydra/launcher=submitit_local"]) is None
+    assert extras.missing_plugin_error(["hydra.sweeper.storage=postgresql://u@h/db"]) is None
+    assert extras.missing_plugin_error(["hydra.sweeper.storage=sqlite:///x.db"]) is None
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
-"""Optional Hydra plugins a command line asks for, named with the extra that installs them.
+"""Optional plugins a command line asks for, named with the extra that installs them.
 
 `hydra/launcher=joblib` without Hydra's joblib launcher installed ends in Hydra's own
 "Could not find 'hydra/launcher/joblib'" and a list of the options it does know, which says
 nothing about the fix. The sweep's entry point asks here first and answers in one line that
-names the package extra (`pip install -e ".[scale]"`). Nothing here imports a plugin: a module
-is looked up, not run.
+names the package extra (`pip install -e ".[scale]"`); so does a PostgreSQL storage without its
+driver. Nothing here imports a plugin: a module is looked up, not run.
 """
 
 from __future__ import annotations
@@ -41,14 +41,39 @@ def launcher_choice(args: Iterable[str]) -> str | None:
     return choice
 
 
+def storage_url(args: Iterable[str]) -> str | None:
+    """The `hydra.sweeper.storage=<url>` of a command line (the last one wins)."""
+    url = None
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hydra.sweeper.storage":
+            url = value.strip("'\"")
+    return url
+
+
+def missing_driver_error(args: Iterable[str]) -> str | None:
+    """One line naming the extra when a PostgreSQL storage's driver (psycopg2, SQLAlchemy's
+    default for postgresql://) is not installed. The URL is not repeated: it may hold a password."""
+    url = storage_url(args) or ""
+    if not url.startswith(("postgresql://", "postgresql+psycopg2://")) or installed("psycopg2"):
+        return None
+    return (
+        "hydra.sweeper.storage is a PostgreSQL URL, and its driver psycopg2 is not installed "
+        f"here: install the package's scale extra ({SCALE_EXTRA}, from the repository root) and "
+        "run the command again"
+    )
+
+
 def missing_plugin_error(args: Iterable[str]) -> str | None:
-    """One line naming the extra when the command line's launcher plugin is not installed."""
+    """One line naming the extra when the command line's launcher plugin, or its PostgreSQL
+    storage's driver, is not installed."""
+    args = list(args)
     choice = launcher_choice(args)
     if choice not in LAUNCHER_PLUGINS:
-        return None
+        return missing_driver_error(args)
     module, package = LAUNCHER_PLUGINS[choice]
     if installed(module):
-        return None
+        return missing_driver_error(args)
     return (
         f"hydra/launcher={choice} needs Hydra's {package} plugin, which is not installed here: "
         f"install the package's scale extra ({SCALE_EXTRA}, from the repository root) and run "
