@@ -110,8 +110,9 @@ def finished_runs(root: Path) -> list[tuple[str, dict]]:
     return runs
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+def spread(values: list[float], digits: int = 1) -> str:
+    m, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
 def report(runs: list[tuple[str, dict]]) -> str:
@@ -133,8 +134,8 @@ def report(runs: list[tuple[str, dict]]) -> str:
     compile_ratios = [c["compile_s"] / o["compile_s"] for (_, c), (_, o) in pairs if o["compile_s"]]
     wall_ratios = [c["wall_s"] / o["wall_s"] for (_, c), (_, o) in pairs]
     if compile_ratios:
-        lines.append(f"cache/off per pair: total compile s x{spread(compile_ratios)}")
-    lines.append(f"cache/off per pair: sweep wall x{spread(wall_ratios)}")
+        lines.append(f"cache/off per pair: total compile s x{spread(compile_ratios, 2)}")
+    lines.append(f"cache/off per pair: sweep wall x{spread(wall_ratios, 2)}")
     if not any(t["compiled"] for _, t in runs):
         lines.append("no run compiled: the sweeps chose runtime.compile=none throughout, and the "
                      "cache had nothing to save")  # fmt: skip

@@ -290,5 +290,5 @@ def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
         2, 44.0, 2, 2)  # fmt: skip
     assert cached["states"] == {"hit": 1, "miss": 1} and off["states"] == {"off": 2}
     text = bench.report([("auto", cached), ("off", off), ("auto", cached), ("off", off)])
-    assert "cache/off per pair: total compile s x0.6 [0.6-0.6]" in text
-    assert "sweep wall x0.7 [0.7-0.7]" in text
+    assert "cache/off per pair: total compile s x0.55 [0.55-0.55]" in text
+    assert "sweep wall x0.67 [0.67-0.67]" in text
