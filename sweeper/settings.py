@@ -69,6 +69,7 @@ class GuardRules:
     seeds: int = 2
     k: float = 2.0
     floor: float = 0.01
+    max_tokens: int = 65536  # the most tokens in one curve step (train.trial.curve.capped_split)
 
     def __post_init__(self) -> None:
         if self.mode not in GUARD_MODES:
@@ -85,6 +86,10 @@ class GuardRules:
         if not (isinstance(self.floor, int | float) and 0 <= self.floor < float("inf")):
             raise ValueError(f"hydra.sweeper.numerics_guard_floor={self.floor!r}: use a finite "
                              f"number of nats >= 0, e.g. 0.01")  # fmt: skip
+        tokens = self.max_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"hydra.sweeper.numerics_guard_tokens={tokens!r}: use an integer "
+                             f">= 1 (the most tokens in one curve step), e.g. 65536")  # fmt: skip
 
 
 def guard_rules_from(settings: ThroughputSweeperConf) -> GuardRules:
@@ -93,7 +98,8 @@ def guard_rules_from(settings: ThroughputSweeperConf) -> GuardRules:
     mode = {"true": "on", "false": "off"}.get(mode, mode)
     return GuardRules(mode=mode, steps=settings.numerics_guard_steps,
                       seeds=settings.numerics_guard_seeds, k=settings.numerics_guard_k,
-                      floor=settings.numerics_guard_floor)  # fmt: skip
+                      floor=settings.numerics_guard_floor,
+                      max_tokens=settings.numerics_guard_tokens)  # fmt: skip
 
 
 def rules_from(settings: ThroughputSweeperConf) -> RaceRules:

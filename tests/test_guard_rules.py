@@ -20,7 +20,7 @@ from sweeper.verify.guard_rules import (
     window_size,
     windowed_means,
 )
-from train.trial.curve import curve_keys, loss_curve
+from train.trial.curve import capped_split, curve_keys, loss_curve
 
 FALLING = [8.0 - 0.05 * i for i in range(20)]  # a reference curve: 8.00, 7.95, ... 7.05
 
@@ -193,6 +193,7 @@ def test_searched_math_keys(searched: dict, keys: list[str]) -> None:
         ({"numerics_guard_k": 0}, r"numerics_guard_k=0: use a finite number > 0"),
         ({"numerics_guard_k": float("inf")}, r"numerics_guard_k=inf"),
         ({"numerics_guard_floor": -0.1}, r"numerics_guard_floor=-0.1: use a finite number"),
+        ({"numerics_guard_tokens": 0}, r"numerics_guard_tokens=0: use an integer >= 1"),
     ],
 )
 def test_bad_guard_settings_fail_up_front_in_one_line(given: dict, match: str) -> None:
@@ -234,6 +235,25 @@ def test_curve_keys_make_exactly_the_asked_full_steps() -> None:
     assert keys["checkpoint.every_steps"] == 0
     with pytest.raises(ValueError, match="at least 3 steps"):
         curve_keys(steps=2, seed=7)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "micro", "block", "world", "cap", "split"),
+    [
+        (4096, 8, 64, 1, 65536, {}),  # the default CPU sweep's step fits: full steps
+        (1_048_576, 16, 1024, 1, 65536, {"batch.grad_accum": 4, "batch.tokens_per_step": 65536}),
+        (1_048_576, 16, 1024, 8, 65536, {"batch.grad_accum": 1, "batch.tokens_per_step": 131072}),
+        (1_048_576, 48, 1024, 1, 65536, {"batch.grad_accum": 1, "batch.tokens_per_step": 49152}),
+        (65536, 64, 1024, 1, 4096, {}),  # one micro-batch is the whole step: nothing to cut
+        (131072, 8, 1024, 1, 100_000, {"batch.grad_accum": 12, "batch.tokens_per_step": 98304}),
+    ],
+)  # fmt: skip
+def test_a_curve_step_holds_at_most_the_capped_tokens(tokens, micro, block, world, cap, split):
+    got = capped_split(tokens_per_step=tokens, micro_batch=micro, block_size=block,
+                       world_size=world, max_tokens=cap)  # fmt: skip
+    assert got == split
+    if got:  # whole micro-batches of the same size, never below one
+        assert got["batch.tokens_per_step"] == got["batch.grad_accum"] * micro * block * world
 
 
 def test_loss_curve_reads_complete_results_only() -> None:

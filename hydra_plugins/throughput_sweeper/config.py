@@ -104,6 +104,9 @@ class ThroughputSweeperConf:
     numerics_guard_seeds: int = 2  # reference (starting config) runs, one seed each
     numerics_guard_k: float = 2.0  # tolerance = k x the reference's seed-to-seed spread ...
     numerics_guard_floor: float = 0.01  # ... never below this many nats of loss
+    # the most tokens in one curve step: a bigger starting step trains its curves on fewer
+    # micro-batches per step (the same micro-batch, so the same kernels)
+    numerics_guard_tokens: int = 65536
     mlflow: bool = True  # log the sweep (parent run) and every trial (nested runs) to MLflow
     # tracking URI; empty = $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
     mlflow_tracking_uri: str = ""

@@ -17,7 +17,19 @@ from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import point_limits
 from sweeper.space.math_keys import searched_math_keys
-from train.trial.curve import curve_keys
+from train.trial.curve import capped_split, curve_keys
+
+
+def curve_run_keys(
+    point: dict[str, Any], ctx: SpaceContext, rules: GuardRules, *, seed: int
+) -> dict[str, Any]:
+    """The trainer keys of one curve run of `point`: the curve's steps and seed, and a step of at
+    most numerics_guard_tokens tokens (fewer micro-batches, the same micro-batch)."""
+    micro = point.get("batch.micro_batch", ctx.base.get("batch.micro_batch"))
+    split = capped_split(tokens_per_step=ctx.tokens_per_step, micro_batch=int(micro or 1),
+                         block_size=ctx.block_size, world_size=ctx.world_size,
+                         max_tokens=rules.max_tokens)  # fmt: skip
+    return {**curve_keys(steps=rules.steps, seed=seed), **split}
 
 
 def guard_mode(rules: GuardRules, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
@@ -54,15 +66,20 @@ def guard_plan(
     on, why = guard_mode(rules, searched)
     if not on:
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
-    keys = curve_keys(steps=rules.steps, seed=0)
+    keys = curve_run_keys({}, ctx, rules, seed=0)
     run_s = point_limits(keys, ctx, timeout_s=settings.trial_timeout_s,
                          stall_timeout_s=settings.stall_timeout_s).expected.total_s  # fmt: skip
     runs = rules.seeds + settings.verify_top_k
     line = (
         f"numerics guard: {why}: at most {rules.seeds} starting-config runs (one seed each) + "
         f"{settings.verify_top_k} contender runs (those that change the math) of {rules.steps} "
-        f"steps, ~{fmt_secs(run_s)} each = up to {fmt_secs(runs * run_s)}; a contender must "
+        f"steps of {_step_tokens(keys, ctx):,} tokens, ~{fmt_secs(run_s)} each = up to "
+        f"{fmt_secs(runs * run_s)}; a contender must "
         f"stay within {rules.k:g} x the starting config's seed-to-seed loss spread (at least "
         f"{rules.floor:g} nats) to race"
     )
     return GuardPlan(on=True, why=why, runs=runs, run_s=run_s, line=line)
+
+
+def _step_tokens(keys: dict[str, Any], ctx: SpaceContext) -> int:
+    return int(keys.get("batch.tokens_per_step", ctx.tokens_per_step))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.context import SweepContext
-from sweeper.plan.guard_price import guard_mode
+from sweeper.plan.guard_price import curve_run_keys, guard_mode
 from sweeper.settings import GuardRules, guard_rules_from
 from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text, math_changes
@@ -36,7 +36,7 @@ from sweeper.verify.guard_rules import (
     window_size,
 )
 from sweeper.verify.winner import Candidate
-from train.trial.curve import curve_keys, loss_curve
+from train.trial.curve import loss_curve
 from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
@@ -162,11 +162,11 @@ def _curve_job(
     ctx: SweepContext, point: dict[str, Any], rules: GuardRules, *, seed: int
 ) -> list[str]:
     """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
-    keys = curve_keys(steps=rules.steps, seed=seed)
+    keys = curve_run_keys(point, ctx.space.ctx, rules, seed=seed)
     limits = point_limits({**point, **keys}, ctx.space.ctx, timeout_s=ctx.settings.trial_timeout_s,
                           stall_timeout_s=ctx.settings.stall_timeout_s)  # fmt: skip
     return [
-        *ctx.fixed,
+        *(o for o in ctx.fixed if o.split("=", 1)[0].lstrip("+") not in keys),
         *(format_override(k, v) for k, v in {**point, **keys}.items()),
         *limit_overrides(limits),
     ]

@@ -45,6 +45,22 @@ def curve_keys(*, steps: int, seed: int) -> dict[str, Any]:
     }
 
 
+def capped_split(
+    *, tokens_per_step: int, micro_batch: int, block_size: int, world_size: int, max_tokens: int
+) -> dict[str, int]:
+    """The batch keys of a curve run whose optimizer step holds at most `max_tokens` tokens.
+
+    A curve compares numerics, not batch sizes: every micro-batch runs the same kernels, so a
+    step of fewer micro-batches (the micro-batch itself unchanged) shows the same rounding at a
+    fraction of the cost. GPT-2 XL's 1,048,576-token step is 64 micro-batches of 16 x 1024; at
+    65,536 tokens a curve step is 4 of them. {} where the step already fits."""
+    per_micro = micro_batch * block_size * world_size
+    if tokens_per_step <= max_tokens or per_micro >= tokens_per_step:
+        return {}
+    accum = max(1, max_tokens // per_micro)
+    return {"batch.grad_accum": accum, "batch.tokens_per_step": accum * per_micro}
+
+
 def loss_curve(result: Mapping[str, Any] | None) -> list[float] | None:
     """Every step's training loss of a complete trial's result, or None (failed, pruned, or an
     older result without `loss.steps`)."""
