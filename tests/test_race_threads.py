@@ -50,11 +50,17 @@ def test_no_production_count_keeps_the_overrides():
 
 
 def test_production_threads_is_torchs_default_in_a_fresh_process():
-    import torch
+    import os
+    import subprocess
+    import sys
 
     assert threads.production_threads() >= 1
-    # this test process has no launcher cap: its own default is the same
-    assert threads.production_threads() == torch.get_num_threads()
+    # a fresh interpreter without a thread cap says the same (this test process's own count may
+    # have been set by an earlier test's torch.set_num_threads)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    assert threads.production_threads() == int(fresh.stdout.split()[-1])
 
 
 def test_best_yaml_says_when_the_race_lifted_the_cap():

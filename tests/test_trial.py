@@ -37,7 +37,7 @@ STEP_TIME_KEYS = {"p50", "p90", "mean", "std", "cv", "min", "max", "n"}
 TIME_FRAC_KEYS = {"compute", "data_wait", "optimizer", "checkpoint", "other"}
 COMPILE_KEYS = {
     "mode", "frames_compiled_window", "graph_breaks_window", "recompiled_in_window",
-    "graph_breaks_total",
+    "graph_breaks_total", "cache",
 }  # fmt: skip
 DEVICE_KEYS = {
     "type", "name", "dtype", "peak_flops", "peak_source", "ceiling_flops", "ceiling_source",
