@@ -52,7 +52,7 @@ class InProcessJobs:
     def __init__(self, tmp: Path, base: list[str]) -> None:
         self.tmp, self.base, self.job_idx = tmp, base, 0
 
-    def launch(self, batch: list[list[str]]) -> list[dict]:
+    def launch(self, batch: list[list[str]], names: list[str] | None = None) -> list[dict]:
         outs = []
         for overrides in batch:
             out = self.tmp / f"job-{self.job_idx}" / "result.json"

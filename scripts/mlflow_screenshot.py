@@ -86,11 +86,19 @@ def rest(uri: str, endpoint: str, *, query: dict | None = None, body: dict | Non
 
 
 def experiment_id(uri: str, name: str) -> str:
+    """The experiment named `name`, or the sweep's experiment of the study `name` (the sweeper
+    names it '<study> (storage <fingerprint>)'); the newest where several storages hold it."""
     try:
-        doc = rest(uri, "experiments/get-by-name", query={"experiment_name": name})
+        return rest(uri, "experiments/get-by-name", query={"experiment_name": name})[
+            "experiment"]["experiment_id"]  # fmt: skip
     except RuntimeError as e:
-        raise LookupError(f"experiment {name!r} not found at {uri} ({e})") from e
-    return doc["experiment"]["experiment_id"]
+        missing = e
+    found = rest(uri, "experiments/search", body={
+        "max_results": 1000, "filter": f"name LIKE '{name} (storage %'",
+        "order_by": ["creation_time DESC"]}).get("experiments", [])  # fmt: skip
+    if not found:
+        raise LookupError(f"experiment {name!r} not found at {uri} ({missing})")
+    return found[0]["experiment_id"]
 
 
 def search_runs(uri: str, exp_id: str) -> list[Run]:
