@@ -17,6 +17,7 @@ a cold compile each (a new graph). Pure: no torch, no I/O.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from sweeper.plan.calibration import Calibration
 from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import TrialTime, point_limits
-from sweeper.study.budget import VERIFY_SHARE
+from sweeper.study.budget import verify_reserve
 from train.measure.compile_graphs import graph_key
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
@@ -176,13 +177,14 @@ def budgeted(model: WallModel, *, cap_s: float, guard_s: float, race_entrants: i
              top_k: int, repeats: int) -> tuple[float, str]:  # fmt: skip
     """The wall of `model` under a wall budget of `cap_s`, as sweeper/study/budget.py runs it, and
     a line saying what fits: a search trial starts only while the time spent and the
-    verification reserve (the run's wall x (top_k + 1) x repeats, at most VERIFY_SHARE of the
-    budget) leave room; the guard's runs (`guard_s`) and the race's first round always run, later
-    rounds only where they fit. It may end past the budget: the first round is never cut."""
+    verification reserve (budget.py's verify_reserve, at the median trial) leave room; the
+    guard's runs (`guard_s`) and the race's first round always run, later rounds only where they
+    fit. It may end past the budget: the first round is never cut."""
     run_s = model.race[0].each_s if model.race else 0.0
     trial_walls = [r.each_s for r in model.search for _ in range(r.count)]
-    median = sorted(trial_walls)[len(trial_walls) // 2] if trial_walls else 0.0
-    reserve = min(max(median, run_s) * (top_k + 1) * repeats, VERIFY_SHARE * cap_s)
+    median = statistics.median(trial_walls) if trial_walls else 0.0
+    reserve = verify_reserve(run_s=max(median, run_s), top_k=top_k, repeats=repeats,
+                             max_wall_s=cap_s)  # fmt: skip
     t, ran = 0.0, 0
     for wall in trial_walls:
         if t + reserve >= cap_s:

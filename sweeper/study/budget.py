@@ -34,6 +34,13 @@ WALL = "wall"  # the wall budget ended the search
 TRIALS = "trials"  # the trial budget ended it
 
 
+def verify_reserve(*, run_s: float, top_k: int, repeats: int, max_wall_s: float) -> float:
+    """The room a search keeps for verification: `repeats` rounds of the top k and the starting
+    config at `run_s` each, never more than VERIFY_SHARE of a wall budget (0: none)."""
+    reserve = run_s * (top_k + 1) * repeats
+    return min(reserve, VERIFY_SHARE * max_wall_s) if max_wall_s > 0 else reserve
+
+
 def wall_budget_error(
     *, max_wall_s: float, setting: str, quickest_s: float | None, overhead_s: float
 ) -> str | None:
@@ -131,10 +138,8 @@ class Budget:
         verification run's predicted wall when search trials are projected, else 0."""
         s = self.settings
         run_s = max(self.median_trial_s(study) or 0.0, real_trial_s)
-        reserve = run_s * (s.verify_top_k + 1) * s.verify_repeats
-        if s.max_wall_s > 0:
-            reserve = min(reserve, VERIFY_SHARE * s.max_wall_s)
-        return reserve
+        return verify_reserve(run_s=run_s, top_k=s.verify_top_k, repeats=s.verify_repeats,
+                              max_wall_s=s.max_wall_s)  # fmt: skip
 
     def trials_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
         """How many more trials the search may launch; 0 once the wall budget, less the
