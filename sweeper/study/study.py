@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.masking import mask_secrets
 from sweeper.study.owner import owner_alive, owner_tag
 from train.trial.pruning import PRUNER_ATTR
+from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
 
@@ -321,3 +322,9 @@ def requeue_unrun(study: optuna.Study) -> list[int]:
     if requeued:
         log.info("queued again the point(s) of unrun trial(s) %s", ", ".join(map(str, requeued)))
     return requeued
+
+
+def trial_result(trial: FrozenTrial) -> dict | None:
+    """The search run's result.json of `trial`, if its job left one."""
+    job_dir = trial.user_attrs.get("job_dir")
+    return read_result(Path(job_dir) / "result.json") if job_dir else None

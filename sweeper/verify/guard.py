@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sweeper.context import SweepContext
@@ -25,6 +24,7 @@ from sweeper.settings import GuardRules, guard_rules_from
 from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text, math_changes
 from sweeper.space.overrides import format_override
+from sweeper.study.study import trial_result
 from sweeper.verify.guard_log import log_guard_run, tag_sweep
 from sweeper.verify.guard_rules import (
     GuardCheck,
@@ -37,7 +37,6 @@ from sweeper.verify.guard_rules import (
 )
 from sweeper.verify.winner import Candidate
 from train.trial.curve import loss_curve
-from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +89,8 @@ def guard_entrants(
              rules.seeds, rules.steps)  # fmt: skip
     seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
     runs = rules.seeds + len(guarded)
-    run_s = curve_run_s(_start_result(ctx, start), steps=rules.steps)  # None: the trials' median
+    start_result = trial_result(ctx.study.trials[start]) if start is not None else None
+    run_s = curve_run_s(start_result, steps=rules.steps)  # None: the trials' median
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
     ref_curves, ref_fail = _reference_curves(ctx, ref_point, rules, seed0=seed0, start=start)
@@ -125,14 +125,6 @@ def guard_entrants(
                              f"{curve_text(ref_curves[seed0])}"]  # fmt: skip
     ctx.study.set_user_attr(GUARD_ATTR, summary)
     return outcome
-
-
-def _start_result(ctx: SweepContext, start: int | None) -> dict | None:
-    """The starting config's search result (its job's result.json), if it was measured."""
-    if start is None:
-        return None
-    job_dir = ctx.study.trials[start].user_attrs.get("job_dir")
-    return read_result(Path(job_dir) / "result.json") if job_dir else None
 
 
 def _out_of_budget(

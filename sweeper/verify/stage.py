@@ -14,7 +14,6 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -24,12 +23,12 @@ from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
 from sweeper.launch.threads import THREADS_KEY, uncapped
 from sweeper.settings import rules_from
 from sweeper.study.objective import direction
+from sweeper.study.study import trial_result
 from sweeper.verify.guard import guard_entrants
 from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
 from sweeper.verify.race_rules import Standing, interval_text
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate, Verdict, race_verdict
-from train.trial.result import read_result
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +63,6 @@ class Verification:
 
 
 NOTHING_VERIFIED = Verification(rows=[], results={}, winner=None)
-
-
-def trial_result(trial: FrozenTrial) -> dict | None:
-    """The search run's result.json of `trial`, if its job left one."""
-    job_dir = trial.user_attrs.get("job_dir")
-    return read_result(Path(job_dir) / "result.json") if job_dir else None
 
 
 def find_baseline(study: optuna.Study, params: dict | None) -> FrozenTrial | None:
