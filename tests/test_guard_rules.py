@@ -125,6 +125,13 @@ def test_curve_run_is_priced_from_the_start_s_own_trial(result, seconds) -> None
     assert curve_run_s(result, steps=20) == seconds
 
 
+def test_a_capped_curve_step_is_priced_at_its_share_of_the_full_step() -> None:
+    # 10 s of set-up, then 20 steps of a quarter of the 2 s full step (4 of 16 micro-batches)
+    result = {"status": "complete", "wall_s": 20.0, "step_time_s": {"p50": 2.0, "n": 5},
+              "projection": None}  # fmt: skip
+    assert curve_run_s(result, steps=20, step_share=0.25) == pytest.approx(20.0)
+
+
 def test_curve_text_prints_every_step() -> None:
     assert curve_text([8.3226, 8.31]) == "8.323 8.310"
 

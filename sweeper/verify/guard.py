@@ -90,7 +90,10 @@ def guard_entrants(
     seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
     runs = rules.seeds + len(guarded)
     start_result = trial_result(ctx.study.trials[start]) if start is not None else None
-    run_s = curve_run_s(start_result, steps=rules.steps)  # None: the trials' median
+    tokens = ctx.space.ctx.tokens_per_step  # a curve step may hold fewer (numerics_guard_tokens)
+    share = curve_run_keys(ref_point, ctx.space.ctx, rules, seed=seed0).get(
+        "batch.tokens_per_step", tokens) / tokens  # fmt: skip
+    run_s = curve_run_s(start_result, steps=rules.steps, step_share=share)  # None: trials' median
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
     ref_curves, ref_fail = _reference_curves(ctx, ref_point, rules, seed0=seed0, start=start)

@@ -155,11 +155,14 @@ def curve_text(curve: Sequence[float]) -> str:
     return " ".join(f"{x:.3f}" for x in curve)
 
 
-def curve_run_s(result: Mapping[str, object] | None, *, steps: int) -> float | None:
+def curve_run_s(
+    result: Mapping[str, object] | None, *, steps: int, step_share: float = 1.0
+) -> float | None:
     """A curve run's wall predicted from a complete trial result of the same config: its wall,
     less its measured window (n steps at their median), plus `steps` full steps (the window's
-    median, or its full-step estimate when the window projected short steps). None without a
-    usable result."""
+    median, or its full-step estimate when the window projected short steps), each scaled by
+    `step_share`: the curve step's tokens over the config's (numerics_guard_tokens caps it).
+    None without a usable result."""
     if not result or result.get("status") != "complete":
         return None
     times = result.get("step_time_s") or {}
@@ -167,4 +170,4 @@ def curve_run_s(result: Mapping[str, object] | None, *, steps: int) -> float | N
     full = result.get("full_step_estimate_s") if result.get("projection") else measured
     if not all(isinstance(v, int | float) for v in (full, wall, n, measured)):
         return None
-    return max(0.0, float(wall) - float(n) * float(measured)) + steps * float(full)
+    return max(0.0, float(wall) - float(n) * float(measured)) + steps * float(full) * step_share
