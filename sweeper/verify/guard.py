@@ -161,7 +161,7 @@ def _curve_job(
     limits = point_limits({**point, **keys}, ctx.space.ctx, timeout_s=ctx.settings.trial_timeout_s,
                           stall_timeout_s=ctx.settings.stall_timeout_s)  # fmt: skip
     return [
-        *(o for o in ctx.fixed if o.split("=", 1)[0].lstrip("+") not in keys),
+        *ctx.fixed,  # the curve keys below override any of them: Hydra applies the last
         *(format_override(k, v) for k, v in {**point, **keys}.items()),
         *limit_overrides(limits),
     ]
