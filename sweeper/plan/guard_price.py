@@ -4,7 +4,8 @@ The guard (sweeper/verify/guard.py) trains the starting config from numerics_gua
 each race entrant that changes a math-changing key (sweeper/space/math_keys.py) once, each for
 numerics_guard_steps full optimizer steps. At most the top k change the math, so the plan prices
 seeds + verify_top_k runs, each sized like the starting config's trial with the curve's steps
-(sweeper/space/limits.py). Pure.
+(sweeper/space/limits.py); where the starting config does not fit the device, like the nearest point
+with its math that does (sweeper/space/fit.py), which the guard runs instead. Pure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from sweeper.numbers import fmt_secs
 from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.constraints import SpaceContext
+from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import point_limits
 from sweeper.space.math_keys import searched_math_keys
 from train.trial.curve import capped_split, curve_keys
@@ -66,12 +68,17 @@ def guard_plan(
     on, why = guard_mode(rules, searched)
     if not on:
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
-    keys = curve_run_keys({}, ctx, rules, seed=0)
-    run_s = point_limits(keys, ctx, timeout_s=settings.trial_timeout_s,
+    fit = nearest_fit({}, ctx)  # the starting config, or the nearest point with its math that fits
+    reference = fit.point if fit is not None else {}
+    keys = curve_run_keys(reference, ctx, rules, seed=0)
+    run_s = point_limits({**reference, **keys}, ctx, timeout_s=settings.trial_timeout_s,
                          stall_timeout_s=settings.stall_timeout_s).expected.total_s  # fmt: skip
     runs = rules.seeds + settings.verify_top_k
+    refit = (f" (the starting config does not fit, so its reference runs the same math at "
+             f"{fit.text()})" if fit is not None and fit.changed else "")  # fmt: skip
     line = (
-        f"numerics guard: {why}: at most {rules.seeds} starting-config runs (one seed each) + "
+        f"numerics guard: {why}: at most {rules.seeds} starting-config runs{refit} (one seed "
+        f"each) + "
         f"{settings.verify_top_k} contender runs (those that change the math) of {rules.steps} "
         f"steps of {_step_tokens(keys, ctx):,} tokens, ~{fmt_secs(run_s)} each = up to "
         f"{fmt_secs(runs * run_s)}; a contender must "

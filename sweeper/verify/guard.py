@@ -21,6 +21,7 @@ from typing import Any
 from sweeper.context import SweepContext
 from sweeper.plan.guard_price import curve_run_keys, guard_mode
 from sweeper.settings import GuardRules, guard_rules_from
+from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text, math_changes
 from sweeper.space.overrides import format_override
@@ -71,7 +72,7 @@ def guard_entrants(
         off = {n: {"verdict": "off", "why": why} for n in cands}
         return GuardOutcome(passed=cands, records=off)
     base = dict(ctx.space.ctx.base)
-    ref_point = ctx.space.point(baseline) if baseline is not None else {}
+    ref_point, refit = _reference_point(ctx, baseline)
     reference = {**base, **ref_point}
     device = ctx.space.ctx.device_type
     changed = {n: math_changes(reference, {**base, **ctx.space.point(c.params)},
@@ -105,6 +106,7 @@ def guard_entrants(
     outcome = GuardOutcome(passed={}, records=records)
     summary: dict[str, Any] = {
         "steps": rules.steps, "seed": seed0, "k": rules.k, "floor": rules.floor,
+        "reference_refit": refit,
         "reference_curves": {str(s): c for s, c in ref_curves.items()},
         "tolerance": tol.as_dict() if tol else None, "candidates": {},
     }  # fmt: skip
@@ -115,7 +117,7 @@ def guard_entrants(
         rec = _guard_one(ctx, n, c, guarded[n], reference=reference, tol=tol,
                          ref_curve=ref_curves.get(seed0), ref_fail=ref_fail, rules=rules,
                          seed0=seed0)  # fmt: skip
-        rec.update({k: summary[k] for k in ("steps", "seed", "k", "floor")})
+        rec.update({k: summary[k] for k in ("steps", "seed", "k", "floor", "reference_refit")})
         rec["tolerance"] = summary["tolerance"]
         outcome.records[n] = rec
         summary["candidates"][str(n)] = rec
@@ -126,8 +128,40 @@ def guard_entrants(
         outcome.notes[:0] = [f"numerics guard: {tol.derivation()}",
                              f"  loss by step, starting config (seed {seed0}): "
                              f"{curve_text(ref_curves[seed0])}"]  # fmt: skip
+    if refit:
+        outcome.notes.insert(0, f"numerics guard: {refit}")
     ctx.study.set_user_attr(GUARD_ATTR, summary)
     return outcome
+
+
+def _reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[dict[str, Any], str]:
+    """The starting config's point for the reference runs, and what was changed to make it fit
+    ('' when nothing was): where it is predicted not to fit, the nearest point with the same math
+    that does (sweeper/space/fit.py), so its curve runs do not run out of memory."""
+    point = ctx.space.point(baseline) if baseline is not None else {}
+    fit = nearest_fit(point, ctx.space.ctx)
+    if fit is None or not fit.changed:
+        return point, ""
+    refit = (f"the starting config does not fit ({fit.reason}); its reference runs train the same "
+             f"math at {fit.text()}")  # fmt: skip
+    log.info("numerics guard: %s", refit)
+    return fit.point, refit
+
+
+def _contender_point(
+    ctx: SweepContext, c: Candidate, reference: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """Contender `c`'s point for its curve run, on the reference's batches (its micro-batch split
+    pinned to the reference's), with the nearest recompute lever that fits where it does not fit
+    at that micro-batch; and what was changed for memory ('' when nothing was)."""
+    point = ctx.space.point(c.params)
+    for key in SAME_BATCHES:  # the reference's batches, whatever split the contender runs
+        if key in reference and point.get(key, reference[key]) != reference[key]:
+            point[key] = reference[key]
+    fit = nearest_fit(point, ctx.space.ctx, keep_micro_batch=True)
+    if fit is None or not fit.changed:
+        return point, ""
+    return fit.point, f"at {fit.text()} to fit the reference's micro-batch"
 
 
 def _out_of_budget(
@@ -200,10 +234,9 @@ def _guard_one(
         rec.update(verdict="failed", reason="not checked: the starting config's curve runs "
                    f"failed ({ref_fail or 'too few seeds'}), so there is no tolerance")  # fmt: skip
         return rec
-    point = ctx.space.point(c.params)
-    for key in SAME_BATCHES:  # the reference's batches, whatever split the contender runs
-        if key in reference and point.get(key, reference[key]) != reference[key]:
-            point[key] = reference[key]
+    point, refit = _contender_point(ctx, c, reference)
+    if refit:
+        rec["refit"] = refit
     (out,) = ctx.jobs.launch([_curve_job(ctx, point, rules, seed=seed0)])
     curve = loss_curve(out.get("result"))
     rec["job_dir"] = out.get("job_dir")
@@ -234,6 +267,8 @@ def _report_lines(n: int, rec: dict[str, Any], *, seed0: int) -> list[str]:
     tail = "" if verdict == "passed" else ": not raced, never exported"
     lines = [f"numerics guard: trial {n} ({rec['changes']}) {verdict.upper()}{tail}; "
              f"{rec['reason']}"]  # fmt: skip
+    if rec.get("refit"):
+        lines.append(f"  its curve run: {rec['refit']} (no math changed)")
     if rec.get("curve"):
         lines.append(f"  loss by step, trial {n} (seed {seed0}, same batches): "
                      f"{curve_text(rec['curve'])}")  # fmt: skip
