@@ -41,6 +41,11 @@ SWEEP_CASES = [
     *MISTYPED,
     ("+runtime.compiel=none", ["runtime.compiel", "did you mean runtime.compile"]),
     ("hydra.sweeper.n_trails=3", ["hydra.sweeper.n_trails", "did you mean hydra.sweeper.n_trials"]),
+    # checked where Hydra instantiates the sweeper: still one line, exit 2
+    ("hydra.sweeper.verify_repeats=0", ["hydra.sweeper.verify_repeats", "at least 1"]),
+    ("hydra.sweeper.numerics_guard_seeds=1", ["numerics_guard_seeds=1", "at least 2"]),
+    ("hydra.sweeper.numerics_guard_tokens=0", ["hydra.sweeper.numerics_guard_tokens=0", "65536"]),
+    ("hydra.sweeper.compile_cache=''", ["hydra.sweeper.compile_cache", "auto", "off"]),
 ]
 
 TRAIN_CASES = [
@@ -73,6 +78,8 @@ def test_sweep_refuses_before_anything_starts(tmp_path: Path, override: str, wor
     storage = f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}"
     proc = run_sweep(tmp_path, storage, override, timeout=120)
     _judge(f"sweep {override}", proc, words)
+    assert proc.returncode == 2, proc.returncode  # ours, not Hydra's wrapper (exit 1)
+    assert "Error in call to target" not in proc.stdout + proc.stderr
     made = list((tmp_path / "multirun").rglob("*")) if (tmp_path / "multirun").exists() else []
     assert made == [], made  # no zygote log, no trial folder
     assert "zygote ready" not in proc.stdout + proc.stderr
