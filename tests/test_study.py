@@ -91,3 +91,54 @@ def test_recover_interrupted_fails_and_requeues_only_orphans(tmp_path):
     queued = study.trials[3]
     assert queued.state == TrialState.WAITING and queued.user_attrs[REQUEUED_ATTR] == 0
     assert queued.system_attrs["fixed_params"] == {"mb": 4}
+
+
+def _race_then_real(errors: list[Exception]):
+    """An RDBStorage that raises each of `errors` once, as a process losing the race to create
+    Optuna's tables does, then opens the real storage."""
+    real = optuna.storages.RDBStorage
+
+    def make(*args, **kwargs):
+        if errors:
+            raise errors.pop(0)
+        return real(*args, **kwargs)
+
+    return make
+
+
+def _table_exists() -> Exception:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    return OperationalError("CREATE TABLE trial_intermediate_values (...)", {},
+                            sqlite3.OperationalError("table trial_intermediate_values already "
+                                                     "exists"))  # fmt: skip
+
+
+def test_a_fresh_sqlite_storage_survives_losing_the_race_to_create_its_tables(
+    tmp_path, monkeypatch
+) -> None:
+    """A reader (a dashboard, a second worker, a test polling the study) that opens a fresh SQLite
+    file while the sweep creates Optuna's tables makes the sweep's CREATE TABLE fail with 'table
+    ... already exists' (seen in CI, 2026-11-26): the sweep opens it again instead of dying."""
+    from sweeper.study import study as study_mod
+
+    monkeypatch.setattr(study_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(optuna.storages, "RDBStorage", _race_then_real([_table_exists()]))
+    storage = study_mod.make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
+    monkeypatch.undo()  # optuna checks isinstance(storage, RDBStorage)
+    assert optuna.create_study(storage=storage, study_name="s").study_name == "s"
+
+
+def test_a_locked_or_broken_storage_is_not_taken_for_the_race(tmp_path, monkeypatch) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from sweeper.study import study as study_mod
+
+    locked = OperationalError("SELECT 1", {}, sqlite3.OperationalError("database is locked"))
+    monkeypatch.setattr(optuna.storages, "RDBStorage", _race_then_real([locked]))
+    with pytest.raises(OperationalError, match="database is locked"):
+        study_mod.make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)

@@ -88,7 +88,7 @@ def make_sampler(spec: StudySpec, *, grid: dict | None = None) -> optuna.sampler
 def make_storage(url: str, *, heartbeat_interval_s: int) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.exc import IntegrityError, OperationalError
 
     for attempt in range(3):
         try:
@@ -101,10 +101,13 @@ def make_storage(url: str, *, heartbeat_interval_s: int) -> optuna.storages.Base
                 if url.startswith("sqlite")
                 else None,
             )
-        except IntegrityError:
-            # Workers opening a fresh PostgreSQL database at the same moment race to create
-            # Optuna's tables; the loser finds them made on the next try.
-            if attempt == 2:
+        except (IntegrityError, OperationalError) as e:
+            # Two processes opening a fresh database at the same moment (workers, or a dashboard
+            # reading the study) race to create Optuna's tables: PostgreSQL's loser gets an
+            # IntegrityError, SQLite's "table ... already exists"; it finds them made on the next
+            # try. Any other OperationalError (a locked or unreadable file) is not a race.
+            lost_race = isinstance(e, IntegrityError) or "already exists" in str(e)
+            if not lost_race or attempt == 2:
                 raise
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
