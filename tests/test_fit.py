@@ -21,7 +21,11 @@ def _ctx():
 @pytest.mark.parametrize(
     ("point", "keep", "changed"),
     [
-        ({"runtime.compile": "default"}, False, {}),  # fits as it is (57.5 GiB): nothing changes
+        # compiled mb16: 73.5 GiB (73.55 measured on an H200); compiled, selective saves what
+        # `none` saves, so the cheapest recompute that fits is every other block
+        ({"runtime.compile": "default"}, False, {CKPT: ("none", "every_2")}),
+        ({"runtime.compile": "default", "batch.micro_batch": 8, "batch.grad_accum": 128}, False,
+         {}),  # fits as it is (49.8 GiB): nothing changes
         ({}, False, {CKPT: ("none", "selective")}),  # eager mb16: selective reruns no matmul
         ({}, True, {CKPT: ("none", "selective")}),
         ({"runtime.dtype": "fp32"}, False, {CKPT: ("none", "every")}),  # fp32 mb16: 110.8 GiB

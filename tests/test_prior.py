@@ -32,9 +32,10 @@ def _knobs(point: dict) -> tuple:
 @pytest.mark.parametrize(
     ("device", "expected"),
     [
-        # 80 GB: compiled micro-batch 16 without recompute fits (32 does not); 32 fits with it
-        ("NVIDIA H100 80GB HBM3", [(16, "none", "bf16", "default", "flash"),
-                                   (32, "every", "bf16", "default", "flash")]),
+        # 80 GB: compiled micro-batch 8 without recompute fits; 16 needs it (73.55 GiB measured
+        # compiled on an H200, over the 72.9 usable here); 16 fits with it
+        ("NVIDIA H100 80GB HBM3", [(8, "none", "bf16", "default", "flash"),
+                                   (16, "every", "bf16", "default", "flash")]),
         # 141 GB: one size larger each
         ("NVIDIA H200", [(32, "none", "bf16", "default", "flash"),
                          (64, "every", "bf16", "default", "flash")]),
@@ -69,7 +70,7 @@ def test_new_levers_each_get_a_point_where_present() -> None:
     present = {**XL_SPACE, "runtime.activation_checkpointing": "choice(none, every, every_2)"}
     prior = prior_points(parse_space(present, ctx), ctx)
     # the cheapest recompute that fits one size up: every other block (1.17x), not every block
-    assert _knobs(prior.points[1].params)[:2] == (32, "every_2")
+    assert _knobs(prior.points[1].params)[:2] == (16, "every_2")
     assert "1.17x the compute" in prior.points[1].reason
     # levers the space does not hold are skipped, never an error
     assert len(prior.points) == 2

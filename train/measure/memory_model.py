@@ -31,18 +31,19 @@ autocast, 4 fp32):
 * Backward transients: GELU's and softmax's gradients in the block being differentiated, the
   tied weight's two gradients (lm_head's waits in autograd's buffer for the embedding's; both
   and their sum exist at the end of backward).
-* torch.compile: inductor recomputes LayerNorm, GELU and residual adds in backward, saving the
-  block input and the matmul/attention outputs, and its backward is one graph that returns every
-  gradient at once (a second fp32 set beside `.grad`) while what it saved is still alive. These
-  two effects are calibrated on two H100 measurements, not derived op by op like the rest.
+* torch.compile: inductor decides per graph what backward recomputes and what it saves, and its
+  backward is one graph that holds what it saved until every gradient is out. The saved width of a
+  block and the loss are calibrated, not derived op by op like the rest: on gpt2-xl compiled at
+  micro-batch 4 (H100), 16 and 32 (H200), where memory binds, to within 1.3%; small gpt2
+  (micro-batch 16, H100) comes out 10% high, on the safe side.
 
 The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown
 there and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for
 eager fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
 (scripts/bench_memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss
-and selective recompute (scripts/bench_levers_memory.py); on an H100 80GB to within 6% of
-max_memory_allocated (tests/test_memory_model.py). The chunked loss and selective recompute are
-derived, not calibrated, and have not been measured on a GPU or under torch.compile.
+and selective recompute (scripts/bench_levers_memory.py); on an H100 80GB and an H200 to
+within 10% of max_memory_allocated (tests/test_memory_model.py). The chunked loss and selective
+recompute are derived, not calibrated, and have not been measured on a GPU or under torch.compile.
 """
 
 from __future__ import annotations
@@ -112,12 +113,15 @@ DEVICE_MEMORY_GIB: dict[str, float] = {
     "NVIDIA L40S": 46068 * _MIB,
 }
 
-# torch.compile, calibrated on gpt2 mb16 and gpt2-xl mb4 on the H100 (tests/test_memory_model.py):
-# a block saves 4C (its fp32 input) + this many C-wide tensors in the compute dtype (q/k/v, the
-# attention output and the MLP input: 8), and the loss (a + 8) bytes per token and vocab entry
-# (the logits, fp32 softmax statistics and gradient).
-_COMPILED_SAVED_WIDTHS = 8
-_COMPILED_LOSS_EXTRA = 8
+# torch.compile, fitted to four max_memory_allocated measurements (tests/test_memory_model.py):
+# gpt2 mb16 and gpt2-xl mb4 on an H100 (2026-11-23), gpt2-xl mb16 and mb32 on an H200
+# (2026-11-26, 73.55 and 120.53 GiB: 2.93 GiB a micro-batch, nearly eager's 3.2). A block saves 4C
+# (its fp32 input) + this many C-wide tensors in the compute dtype: 15.5, close to eager's 14
+# plus its 8C of fp32 (the earlier 8, fitted at small micro-batches only, put gpt2-xl mb32 at
+# 88.8 GiB: 26% low). In backward the loss holds a bytes per token and vocab entry more than the
+# logits' own: the fused cross-entropy backward keeps no fp32 copy (the fit wants none).
+_COMPILED_SAVED_WIDTHS = 15.5
+_COMPILED_LOSS_EXTRA = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,11 +335,12 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     backward_end = {"weights": weights, "grads": 4.0 * n_params, "optimizer": optimizer,
                     "loss": logits, "transient": 3 * head_grad}  # fmt: skip
     if compiled:
-        # one backward graph: all gradients come out at once (a second fp32 set) while what it
-        # saved is still alive (the chunked loss's two gradients too); it sums the tied weight's
-        # two gradients inside
+        # one backward graph: what it saved is still alive as the gradients come out (the
+        # chunked loss's two gradients too). An earlier form also held a second fp32 set of
+        # every gradient here; the H200 measurements at micro-batch 16 and 32 put the peak at
+        # the forward's end with no such set, and gpt2-xl mb4 fits without it
         backward_end.update(
-            autocast_copies=copies_bwd, activations=activations, transient=4.0 * n_params,
+            autocast_copies=copies_bwd, activations=activations,
             loss=a * c * tokens + 4.0 * v * c if chunked else logits,
         )
 
