@@ -333,3 +333,32 @@ def test_guard_off_races_everyone_and_records_why() -> None:
     out = guard_entrants(ctx, _cands(ctx), baseline=None, start=None)
     assert sorted(out.passed) == [0, 1, 2]
     assert out.records[2] == {"verdict": "off", "why": "off (hydra.sweeper.numerics_guard=off)"}
+
+
+# -- plan mode: no curve runs when every planned trial keeps the starting config's math ----------
+
+
+@pytest.mark.parametrize(
+    ("planned", "on"),
+    [
+        (None, True),  # TPE draws points the plan cannot know: priced at most
+        ([{}, {"batch.micro_batch": 32, "batch.grad_accum": 32, "runtime.compile": "default"}],
+         False),  # the H200 run of 2026-11-26: the start and the prior's first point
+        ([{}, {"runtime.float8": "tensorwise"}], True),
+        ([{"runtime.attention": "cudnn"}], True),  # another kernel is another function
+    ],
+)  # fmt: skip
+def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(
+    planned, on
+) -> None:
+    from sweeper.plan.guard_price import guard_plan
+    from tests.test_plan import xl_ctx
+
+    start = {"runtime.dtype": "bf16", "runtime.attention": "auto", "runtime.float8": "none"}
+    ctx = xl_ctx("NVIDIA H200", base={**xl_ctx().base, **start})
+    settings = SweepSettings.from_config({"verify_top_k": 1})
+    g = guard_plan({"runtime.float8": ["none", "tensorwise"]}, ctx, settings, planned=planned)
+    assert g.on is on and (g.total_s > 0) is on
+    if not on:
+        assert f"none of the {len(planned)} planned trial(s)" in g.line
+        assert "no curve runs" in g.line

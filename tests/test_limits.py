@@ -6,6 +6,7 @@ import pytest
 
 from sweeper.space.limits import (
     ASSUMED_MFU,
+    COMPILED_GPU_MFU,
     DEFAULT_STALL_S,
     DEFAULT_TIMEOUT_S,
     SAFETY,
@@ -118,13 +119,39 @@ def test_a_full_step_xl_trial_is_sized_from_its_step() -> None:
     assert lim.expected.window_steps == 6 and not lim.expected.projected
 
 
+@pytest.mark.parametrize(
+    ("device_name", "device_type", "compile_mode", "mfu"),
+    [
+        ("NVIDIA H200", "cuda", "default", COMPILED_GPU_MFU),  # measured on the H200
+        ("NVIDIA H100 80GB HBM3", "cuda", "max-autotune-no-cudagraphs", COMPILED_GPU_MFU),
+        ("NVIDIA H200", "cuda", "none", ASSUMED_MFU),  # eager: the older, lower figure
+        ("cpu", "cpu", "default", ASSUMED_MFU),  # no datasheet peak: the CPU's own rate
+        ("NVIDIA Made-Up GPU", "cuda", "default", ASSUMED_MFU),  # no peak known
+    ],
+)  # fmt: skip
+def test_a_compiled_step_on_a_known_gpu_is_priced_at_the_measured_mfu(
+    device_name, device_type, compile_mode, mfu
+) -> None:
+    step = predict_step({**XL, "runtime.compile": compile_mode}, device_name=device_name,
+                        device_type=device_type, bf16_supported=True)  # fmt: skip
+    assert step.mfu == mfu
+    rate = step.flops_per_step / step.predicted_s / mfu  # the rate the prediction used
+    if step.peak_flops is not None:
+        assert rate == pytest.approx(step.peak_flops)
+
+
 def test_compile_and_checkpoints_add_their_allowances() -> None:
     cfg = {**XL, "trial.project_above_s": 0}
     eager, compiled = limits(cfg), limits({**cfg, "runtime.compile": "default"})
-    assert compiled.timeout_s - eager.timeout_s == pytest.approx(300.0)  # 48 layers
+    # 300 s of compile allowance for 48 layers, less the 8 steps (2 warm-up, 6 measured) that a
+    # compiled step predicted at COMPILED_GPU_MFU saves over one at ASSUMED_MFU
+    assert compiled.step.predicted_s == pytest.approx(
+        eager.step.predicted_s * ASSUMED_MFU / COMPILED_GPU_MFU)
+    faster = 8 * SAFETY * (eager.step.predicted_s - compiled.step.predicted_s)
+    assert compiled.timeout_s - eager.timeout_s == pytest.approx(300.0 - faster, rel=1e-3)
     assert compiled.expected.compile_s == pytest.approx(87.0)
     autotune = limits({**cfg, "runtime.compile": "max-autotune-no-cudagraphs"})
-    assert autotune.timeout_s - eager.timeout_s == pytest.approx(900.0)
+    assert autotune.timeout_s - eager.timeout_s == pytest.approx(900.0 - faster, rel=1e-3)
     # a save every 3 steps: 2 saves of 12 bytes x 1.556e9 params at 1 GB/s in the window
     saving = limits({**cfg, "checkpoint.every_steps": 3})
     assert saving.expected.checkpoint_s == pytest.approx(2 * 12 * 1.556048, rel=1e-6)

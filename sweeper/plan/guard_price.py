@@ -10,6 +10,7 @@ with its math that does (sweeper/space/fit.py), which the guard runs instead. Pu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import point_limits
-from sweeper.space.math_keys import searched_math_keys
+from sweeper.space.math_keys import math_changes, searched_math_keys
 from train.trial.curve import capped_split, curve_keys
 
 
@@ -61,15 +62,29 @@ class GuardPlan:
 
 
 def guard_plan(
-    searched: dict[str, list[Any] | None], ctx: SpaceContext, settings: SweepSettings
+    searched: dict[str, list[Any] | None],
+    ctx: SpaceContext,
+    settings: SweepSettings,
+    *,
+    planned: list[Mapping[str, Any]] | None = None,
 ) -> GuardPlan:
-    """The guard's runs for this sweep, priced at the starting config's predicted step."""
+    """The guard's runs for this sweep, priced at the starting config's predicted step.
+    `planned`: every point the search will run, where the plan knows them all (the starting
+    config and the prior's first points fill the trial budget); none changing the math, as the
+    guard compares them (sweeper/verify/guard.py), means the guard runs nothing."""
     rules = guard_rules_from(settings)
     on, why = guard_mode(rules, searched)
     if not on:
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
     fit = nearest_fit({}, ctx)  # the starting config, or the nearest point with its math that fits
     reference = fit.point if fit is not None else {}
+    if planned is not None and not any(
+        math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
+        for p in planned
+    ):
+        why = (f"{why}, but none of the {len(planned)} planned trial(s) (the starting config and "
+               f"the prior's points) changes the math: no curve runs")  # fmt: skip
+        return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
     keys = curve_run_keys(reference, ctx, rules, seed=0)
     run_s = point_limits({**reference, **keys}, ctx, timeout_s=settings.trial_timeout_s,
                          stall_timeout_s=settings.stall_timeout_s).expected.total_s  # fmt: skip

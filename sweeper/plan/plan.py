@@ -154,7 +154,9 @@ def build_plan(
         )  # fmt: skip
         wall = walls.total_s
         verify_s = walls.race[0].each_s if walls.race else verify_s
-    guard = guard_plan({p.key: p.values() for p in space.searched}, ctx, settings)
+    guard = guard_plan({p.key: p.values() for p in space.searched}, ctx, settings,
+                       planned=_planned_points(prior if settings.sampler == "tpe" else None,
+                                               start_point, n_search))  # fmt: skip
     if wall is not None:
         wall += guard.total_s  # its curve runs, before the race
     if cap > 0 and wall is not None and walls is not None:  # the budget's own rules
@@ -173,6 +175,19 @@ def build_plan(
         wall_cap_s=cap if cap > 0 else None,
         prior=prior, wall=walls, guard=guard, budget_line=budget_line,
     )  # fmt: skip
+
+
+def _planned_points(
+    prior: Prior | None, start: dict[str, Any] | None, n_search: int | None
+) -> list[dict[str, Any]] | None:
+    """Every point the search runs, where the starting config and the prior's first points fill
+    its trial budget (so no TPE point is drawn); None where the plan cannot know them."""
+    if prior is None or n_search is None:
+        return None
+    first = [start] if start is not None else []
+    if n_search > len(first) + len(prior.points):
+        return None
+    return [*first, *(p.params for p in prior.points)][:n_search]
 
 
 def _no_prior() -> Prior:

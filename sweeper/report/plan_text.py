@@ -14,7 +14,7 @@ from sweeper.plan.calibration import load_calibration, plan_key
 from sweeper.plan.levers import plan_lever_lines
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, SweepPlan, build_plan
 from sweeper.report.console import console
-from sweeper.space.limits import ASSUMED_MFU, SAFETY
+from sweeper.space.limits import ASSUMED_MFU, COMPILED_GPU_MFU, SAFETY
 
 if TYPE_CHECKING:
     from sweeper.plan.prepare import Prepared
@@ -138,8 +138,8 @@ def _class_lines(plan: SweepPlan) -> list[str]:
     """Each point class's floor, predicted step, limits and trial wall time."""
     title = (
         f"per point class (tf32: fp32 with runtime.tf32=true): floor = step at 100% of the "
-        f"datasheet peak; step = at {ASSUMED_MFU:.0%} MFU; limits = {SAFETY:g}x the predicted trial"
-        " (never below 600 s / 300 s)"
+        f"datasheet peak; step = at {ASSUMED_MFU:.0%} MFU ({COMPILED_GPU_MFU:.0%} compiled on a "
+        f"GPU, measured); limits = {SAFETY:g}x the predicted trial (never below 600 s / 300 s)"
     )
     return [title, *_table(CLASS_COLUMNS, plan.scan.classes)]
 

@@ -5,7 +5,8 @@ second. One fixed trial limit either kills the first or lets the second hang for
 the sweep predicts each trial from arithmetic (train/measure/flops.py, torch-free) and sizes
 its limits:
 
-    predicted step  = FLOPs per step / (device peak x ASSUMED_MFU)   (x recompute, see below)
+    predicted step  = FLOPs per step / (device peak x MFU)   (x recompute, see below; MFU is
+                      ASSUMED_MFU, or COMPILED_GPU_MFU for a compiled step on a known GPU)
     hard limit      = SAFETY x (set-up + compile + warm-up + measured window + checkpoint saves)
     stall limit     = SAFETY x (the longest quiet gap of a healthy trial: report_every steps and
                       the saves among them; set-up, compile and warm-up send heartbeat lines)
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 # FLOP/token = 318 TFLOP/s, 32% of the 989 TFLOP/s dense peak. Smaller micro-batches run lower,
 # compiled ones higher; SAFETY covers both.
 ASSUMED_MFU = 0.3
+# A compiled step on a GPU of the datasheet table: gpt2-xl bf16, compile=default, on an H200
+# (2026-11-26, the sweep's own trials, docs/gpu/2026-11-26-h200): 50.9% and 52.4% of the dense
+# peak in real full steps of 1,048,576 tokens at micro-batch 16 and 32. The H100's one compiled
+# figure agrees (2026-11-23: 40.7% of the model's FLOPs with every block recomputed, 1.33x the
+# work: 54% of the hardware's). The rounded-down 50% replaces ASSUMED_MFU there.
+COMPILED_GPU_MFU = 0.5
 SAFETY = 3.0  # hard and stall limits allow this many times the predicted duration
 DEFAULT_TIMEOUT_S = 600.0  # the fixed limits used before; automatic limits never go below them
 DEFAULT_STALL_S = 300.0
@@ -87,7 +94,8 @@ class StepPrediction:
     peak_flops: float | None  # datasheet dense peak, None for a CPU or an unknown GPU
     peak_source: str  # where the rate used for the prediction comes from
     floor_s: float | None  # the step at 100% of the datasheet peak (None without one)
-    predicted_s: float  # the step at ASSUMED_MFU of the rate, activation recompute included
+    predicted_s: float  # the step at `mfu` of the rate, activation recompute included
+    mfu: float = ASSUMED_MFU  # the share of the rate assumed: ASSUMED_MFU or COMPILED_GPU_MFU
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +171,8 @@ def predict_step(
         assert found is not None  # the chip is known, and PEAKS lists every dtype for it
         peak, rate, source = found.flops, found.flops, found.source
     slow = recompute_factor(cfg.get("runtime.activation_checkpointing"), n_layer)
+    compiled = str(cfg.get("runtime.compile") or "none") != "none"
+    mfu = COMPILED_GPU_MFU if peak is not None and compiled else ASSUMED_MFU
     return StepPrediction(
         flops_per_step=flops,
         num_params=n_params,
@@ -171,7 +181,8 @@ def predict_step(
         peak_source=source,
         floor_s=floor_step_time_s(tokens_per_step=tokens, flops_per_token=per_token,
                                   peak_flops=peak) if peak else None,
-        predicted_s=flops * slow / (rate * ASSUMED_MFU),
+        predicted_s=flops * slow / (rate * mfu),
+        mfu=mfu,
     )
 
 
