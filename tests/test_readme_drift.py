@@ -138,6 +138,7 @@ def run_command(command: str, *, cwd: Path, extra: list[str] = (), timeout: floa
 # commands pasted with GPU output: this machine and CI have no GPU
 NOT_RUN_HERE = {
     "python sweep.py -m search=gpu-quick": "the pasted run is an H100's (no GPU here)",
+    "python3 sweep.py -m search=gpu-quick": "the pasted run is an H200's (no GPU here)",
 }
 EXPLAIN = "python -m train.explain --model gpt2-xl"
 PLAN = "python sweep.py -m search=throughput model=gpt2-xl"
