@@ -48,7 +48,9 @@ ASSUMED_MFU = 0.3
 # (2026-11-26, the sweep's own trials, docs/gpu/2026-11-26-h200): 50.9% and 52.4% of the dense
 # peak in real full steps of 1,048,576 tokens at micro-batch 16 and 32. The H100's one compiled
 # figure agrees (2026-11-23: 40.7% of the model's FLOPs with every block recomputed, 1.33x the
-# work: 54% of the hardware's). The rounded-down 50% replaces ASSUMED_MFU there.
+# work: 54% of the hardware's). The rounded-down 50% replaces ASSUMED_MFU there. It is a big
+# model's figure: small gpt2 compiled ran at 34.8% on the H100 (launch-bound), so its plan is
+# short there; its trials' limits still never go below DEFAULT_TIMEOUT_S.
 COMPILED_GPU_MFU = 0.5
 SAFETY = 3.0  # hard and stall limits allow this many times the predicted duration
 DEFAULT_TIMEOUT_S = 600.0  # the fixed limits used before; automatic limits never go below them
