@@ -17,7 +17,7 @@ from sweeper.plan.device import DeviceFacts
 from sweeper.plan.guard_price import GuardPlan, guard_plan
 from sweeper.plan.prior import Prior, prior_points
 from sweeper.plan.scan import Scan, scan
-from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, wall_model
+from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, queued_points, wall_model
 from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import point_limits
@@ -184,10 +184,10 @@ def _planned_points(
     its trial budget (so no TPE point is drawn); None where the plan cannot know them."""
     if prior is None or n_search is None:
         return None
-    first = [start] if start is not None else []
-    if n_search > len(first) + len(prior.points):
+    first = queued_points(prior, start)
+    if n_search > len(first):
         return None
-    return [*first, *(p.params for p in prior.points)][:n_search]
+    return [point for _, point in first[:n_search]]
 
 
 def _no_prior() -> Prior:

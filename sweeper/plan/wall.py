@@ -99,6 +99,13 @@ class _Graphs:
         return t.total_s, t.compile_s, "cold compile"
 
 
+def queued_points(prior: Prior, start: dict | None) -> list[tuple[str, dict]]:
+    """The points the search runs before TPE draws any, labelled, in order: the starting config
+    (when it runs), then the prior's."""
+    first = [("starting config", start)] if start is not None else []
+    return first + [(f"prior {i}", p.params) for i, p in enumerate(prior.points, 1)]
+
+
 def wall_model(
     *,
     ctx: SpaceContext,
@@ -129,8 +136,7 @@ def wall_model(
         return point_limits({**point, **extra}, ctx, **limits).expected  # type: ignore[arg-type]
 
     search: list[PlannedRuns] = []
-    first = [("starting config", start)] if start is not None else []
-    first += [(f"prior {i}", p.params) for i, p in enumerate(prior.points, 1)]
+    first = queued_points(prior, start)
     for label, point in first[:n_search]:
         t = expected(point)
         wall, comp, how = graphs.price({**ctx.base, **point}, t)
