@@ -116,9 +116,12 @@ from pathlib import Path
 from sweeper.study.export_claim import claim_export
 from sweeper.study.study import StudySpec, open_study
 study = open_study(StudySpec(storage=sys.argv[1], study_name="c", direction="maximize"))
+print("ready", flush=True)
 sys.stdin.readline()  # every racer opened the study: go
 claim = claim_export(study, sweep_dir=Path(sys.argv[2]), compared=[0, 1])
 print("won" if claim.ours else "lost", flush=True)
+sys.stdin.readline()  # every racer claimed: only now may the winner exit (a holder that is gone
+# is a dead worker whose claim the next racer rightly takes over)
 """
 
 
@@ -128,11 +131,14 @@ def test_workers_claiming_at_the_same_moment_elect_exactly_one(tmp_path: Path) -
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     argv = [[sys.executable, "-c", _RACE, url, str(tmp_path / f"w{i}")] for i in range(4)]
     racers = [subprocess.Popen(a, cwd=REPO, **pipes) for a in argv]
-    time.sleep(3.0)  # imports and open_study in every racer
+    assert [racer.stdout.readline().strip() for racer in racers] == ["ready"] * 4  # all opened
     for racer in racers:
         racer.stdin.write("\n")
         racer.stdin.flush()
-    outcomes = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
+    # every racer's verdict is read while all of them are alive; then they may go
+    outcomes = sorted(racer.stdout.readline().strip() for racer in racers)
+    for racer in racers:
+        racer.communicate(input="\n", timeout=60)
     assert outcomes == ["lost", "lost", "lost", "won"]
 
 

@@ -178,6 +178,7 @@ def session_inputs(s: MeteredSession) -> MemoryInputs:
         activation_checkpointing=rt.activation_checkpointing,
         loss=rt.loss,
         compile=rt.compile,
+        float8=rt.float8,
         device_type="cuda" if s.device.type == "cuda" else "cpu",
         grad_accum=s.cfg.batch.grad_accum,
     )

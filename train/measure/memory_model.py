@@ -56,6 +56,7 @@ from typing import Any
 from train.config import (
     ATTENTION_BACKENDS,
     COMPILE_MODES,
+    FLOAT8_RECIPES,
     check_loss,
     is_selective,
     loss_chunk_rows,
@@ -68,9 +69,9 @@ from train.measure.flops import gpt2_num_params
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MATH_BYTES = 4  # the math SDPA kernel computes in fp32 whatever the autocast dtype
-# runtime.float8 adds nothing here: torchao's float8 matmul saves the same high-precision input and
-# weight a bf16 linear saves and re-casts them in backward; its float8 copies live inside one matmul
-# (train/model/float8.py says more), well inside ALLOCATOR_MARGIN.
+# runtime.float8, eager: counted as bf16 (torchao's eager float8 matmul saves the high-precision
+# input and weight a bf16 linear saves and re-casts them in backward; not measured on a GPU).
+# Compiled, see _COMPILED_FLOAT8_SAVED_BYTES.
 DEVICE_TYPES = ("cuda", "cpu")
 # MemoryInputs' fields that are the model's shape (train.config.ModelConfig's names).
 MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
@@ -122,6 +123,14 @@ DEVICE_MEMORY_GIB: dict[str, float] = {
 # logits' own: the fused cross-entropy backward keeps no fp32 copy (the fit wants none).
 _COMPILED_SAVED_WIDTHS = 15.5
 _COMPILED_LOSS_EXTRA = 0
+# torch.compile with torchao float8 (tensorwise; rowwise assumed the same, unmeasured): the blocks'
+# matmuls save their inputs and weights for backward as float8 (1 byte) and inductor recomputes
+# the cheap norms and casts from the fp32 input rather than save bf16 copies, so a block keeps
+# 4C + this many bytes x C per token (bf16 compiled: 15.5 x 2 = 31) and its weights' 1-byte
+# copies. Fitted to gpt2-xl mb32 on the H200 (2026-11-26, docs/gpu/2026-11-26-h200/
+# f8_tensorwise.json: 89.63 GiB measured, 120.89 predicted as bf16).
+_COMPILED_FLOAT8_SAVED_BYTES = 18.25
+_FLOAT8_WEIGHT_BYTES = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +150,7 @@ class MemoryInputs:
     activation_checkpointing: str = "none"  # none | every | every_<k> | selective
     loss: str = "full"  # full | chunked (train/model/loss.py)
     compile: str = "none"  # torch.compile mode or none
+    float8: str = "none"  # none | tensorwise | rowwise (torchao float8 matmuls in the blocks)
     device_type: str = "cuda"  # cuda | cpu
     # micro-batches per optimizer step; only "1 or more" matters: with more than one, `.grad`
     # already exists while the later micro-batches run forward and backward
@@ -159,6 +169,7 @@ class MemoryInputs:
         _check_choice("dtype", self.dtype, tuple(DTYPE_BYTES), "use a resolved dtype, not auto")
         _check_choice("attention", self.attention, ATTENTION_BACKENDS)
         _check_choice("compile", self.compile, COMPILE_MODES)
+        _check_choice("float8", self.float8, FLOAT8_RECIPES)
         _check_choice("device_type", self.device_type, DEVICE_TYPES)
         parse_activation_checkpointing(self.activation_checkpointing)
         check_loss(self.loss)
@@ -196,11 +207,18 @@ def block_matmul_params(n_embd: int, *, bias: bool) -> int:
     return 12 * n_embd * n_embd + (9 * n_embd if bias else 0)
 
 
+def compiled_float8(inp: MemoryInputs) -> bool:
+    """Whether the blocks run torchao float8 matmuls under torch.compile (the fitted case)."""
+    return inp.float8 != "none" and inp.compile != "none" and inp.dtype != "fp32"
+
+
 def block_saved_bytes_per_token(inp: MemoryInputs) -> float:
     """Bytes one non-checkpointed block saves for backward, per token."""
     c, a = inp.n_embd, DTYPE_BYTES[inp.dtype]
     stats = 2 * 2 * 4  # mean and rstd of two LayerNorms, fp32
-    if inp.compile != "none":
+    if compiled_float8(inp):
+        saved = 4 * c + _COMPILED_FLOAT8_SAVED_BYTES * c + stats
+    elif inp.compile != "none":
         saved = 4 * c + _COMPILED_SAVED_WIDTHS * a * c + stats
     else:
         saved = 8 * c + 14 * a * c + stats
@@ -306,7 +324,8 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     grads = 4.0 * n_params if accumulating else 0.0
     # Autocast's weight copies: all of them are cached until the forward ends; afterwards only the
     # ones saved for backward live on (checkpointed blocks save none).
-    block_copy = a * block_matmul_params(c, bias=inp.bias) if amp else 0.0
+    copy_bytes = _FLOAT8_WEIGHT_BYTES if compiled_float8(inp) else a
+    block_copy = copy_bytes * block_matmul_params(c, bias=inp.bias) if amp else 0.0
     head_copy = a * v * c if amp and not chunked else 0.0  # the chunked loss casts its own
     copies_fwd = inp.n_layer * block_copy + head_copy
     copies_bwd = n_full * block_copy + head_copy
@@ -442,6 +461,7 @@ def inputs_from_config(
         activation_checkpointing=str(cfg.get("runtime.activation_checkpointing", "none")),
         loss=str(cfg.get("runtime.loss", "full")),
         compile=str(cfg.get("runtime.compile", "none")),
+        float8=str(cfg.get("runtime.float8", "none")),
         device_type=device_type,
         grad_accum=accum,
     )
