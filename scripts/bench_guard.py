@@ -10,8 +10,11 @@ with the guard's curve keys (train/trial/curve.py), derives the tolerance from t
 seed spread and judges the candidate (sweeper/verify/guard_rules.py). The candidate is the
 reference config itself (identical math) unless `--candidate` adds overrides (e.g.
 `--candidate trial.fault=coarse_weights` to see the planted precision loss alarm every time).
-Prints each rerun's tolerance derivation and verdict, then the alarms count and the spread of the
-tolerances and divergences. Exits 1 when identical math raised an alarm.
+Every run trains at the production schedule's first lrs (warm-up included), as the sweep's curve
+runs do. Prints each rerun's tolerance derivation, whether the reference trained (it must fall by
+more than the seed spread) and the verdict, then the alarms count and the spread of the
+tolerances and divergences. Exits 1 when identical math raised an alarm or a reference did not
+train.
 Default config: the tiny preset, 2048 tokens a step (8 x 4 micro-batches), one torch thread.
 """
 
@@ -32,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sweeper.space.overrides import format_override  # noqa: E402
-from sweeper.verify.guard_rules import check, tolerance, window_size  # noqa: E402
+from sweeper.verify.guard_rules import check, descent, tolerance, window_size  # noqa: E402
 from train.trial.curve import curve_keys, loss_curve  # noqa: E402
 
 log = logging.getLogger("bench_guard")
@@ -63,11 +66,14 @@ def rerun(args: argparse.Namespace, r: int, work: Path) -> dict:
     cand = curve_run([*base, *args.candidate], seed=seeds[0], steps=args.steps,
                      out_dir=work / f"r{r}-cand")  # fmt: skip
     tol = tolerance(curves, k=args.k, floor=args.floor, window=window_size(args.steps))
+    trained = descent(curves, spread=tol.spread, window=tol.window)
     verdict = check(cand, curves[seeds[0]], tol)
     print(f"rerun {r + 1}: {tol.derivation()}")
+    print(f"  reference {'trains' if trained.trains else 'DOES NOT TRAIN'}: {trained.text()}")
     print(f"  candidate: {'passed' if verdict.passed else 'ALARM'}: {verdict.reason}")
     return {"alarm": not verdict.passed, "tolerance": tol.value, "spread": tol.spread,
-            "divergence": verdict.divergence.value}  # fmt: skip
+            "divergence": verdict.divergence.value, "trains": trained.trains,
+            "drop": trained.drop}  # fmt: skip
 
 
 def spread(values: list[float]) -> str:
@@ -98,8 +104,13 @@ def main() -> int:
     print(f"tolerance (nats): {spread([r['tolerance'] for r in rows])}")
     print(f"seed spread (nats): {spread([r['spread'] for r in rows])}")
     print(f"candidate divergence (nats): {spread([r['divergence'] for r in rows])}")
+    print(f"reference trained (descent beyond the seed spread): "
+          f"{sum(r['trains'] for r in rows)} of {len(rows)}; descent (nats): "
+          f"{spread([r['drop'] for r in rows])}")
     print(f"wall: {time.perf_counter() - started:.0f} s")
-    return 1 if alarms and not args.candidate else 0
+    # identical math that alarms, or a reference that did not train (no verdict means anything)
+    untrained = any(not r["trains"] for r in rows)
+    return 1 if untrained or (alarms and not args.candidate) else 0
 
 
 if __name__ == "__main__":

@@ -10,22 +10,42 @@ import pytest
 import torch
 
 from sweeper.space.overrides import format_override
-from sweeper.verify.guard_rules import check, tolerance, window_size
+from sweeper.verify.guard_rules import check, descent, tolerance, window_size
 from train.trial.coarse import round_mantissa_
 from train.trial.curve import curve_keys, loss_curve
 from train.trial.measurement import run_trial
 
-STEPS = 10
+STEPS = 20  # the sweep's numerics_guard_steps: the curves cover the production warm-up (20 steps)
 
 
-def _curve(make_config, tmp_path: Path, name: str, *, seed: int, extra: tuple[str, ...] = ()):
-    keys = [format_override(k, v) for k, v in curve_keys(steps=STEPS, seed=seed).items()]
+def _curve(
+    make_config, tmp_path: Path, name: str, *, seed: int, extra: tuple[str, ...] = (),
+    steps: int = STEPS,
+) -> list[float]:  # fmt: skip
+    keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=seed).items()]
     cfg = make_config(*keys, "runtime.threads=1", *extra)
     result = run_trial(cfg, out_path=tmp_path / name / "trial.json")
     assert result["status"] == "complete", result["failure"]
     curve = loss_curve(result)
-    assert curve is not None and len(curve) == STEPS
+    assert curve is not None and len(curve) == steps
     return curve
+
+
+def test_a_config_that_diverges_at_its_peak_lr_trains_under_the_production_schedule(
+    make_config, tmp_path: Path
+) -> None:
+    # optim.lr=0.05 on the tiny preset: stepped at the peak from step 0 (no warm-up, as every trial
+    # step ran before; gpt2-xl's curves rose 11.1 -> 60 so on the H200) the loss rises; under the
+    # production schedule (a 20-step linear warm-up) the same steps fall: a reference that trains
+    lr = ("optim.lr=0.05", "optim.min_lr=0.0")
+    peak = _curve(make_config, tmp_path, "peak", seed=1337, steps=6,
+                  extra=(*lr, "optim.warmup_steps=0"))  # fmt: skip
+    warm = _curve(make_config, tmp_path, "warm", seed=1337, steps=6,
+                  extra=(*lr, "optim.warmup_steps=20"))  # fmt: skip
+    assert not descent({1337: peak}, spread=0.0, window=2).trains, peak
+    assert peak[-1] > peak[0] + 0.5, peak
+    assert descent({1337: warm}, spread=0.0, window=2).trains, warm
+    assert warm == sorted(warm, reverse=True), warm  # every step lower than the one before
 
 
 def test_round_mantissa_keeps_three_bits_and_swallows_small_updates() -> None:
@@ -36,7 +56,7 @@ def test_round_mantissa_keeps_three_bits_and_swallows_small_updates() -> None:
     assert torch.equal(round_mantissa_(w + 6e-4, 3), w)  # an AdamW-sized step is rounded away
 
 
-@pytest.mark.slow  # four trials of 10 steps: ~25 s on a loaded 2-core CPU
+@pytest.mark.slow  # four trials of 20 steps: ~30 s on a loaded 2-core CPU
 def test_same_math_same_batches_no_alarm_and_the_planted_loss_is_caught(
     make_config, tmp_path: Path
 ) -> None:
@@ -48,6 +68,8 @@ def test_same_math_same_batches_no_alarm_and_the_planted_loss_is_caught(
     assert other_seed != ref
     tol = tolerance({1337: ref, 1338: other_seed}, k=2.0, floor=0.01, window=window_size(STEPS))
     assert tol.spread > 0
+    # at the production schedule's lrs the reference trains: a curve the guard can judge against
+    assert descent({1337: ref, 1338: other_seed}, spread=tol.spread, window=tol.window).trains
     assert check(same, ref, tol).passed
     coarse = _curve(make_config, tmp_path, "coarse", seed=1337,
                     extra=("trial.fault=coarse_weights",))  # fmt: skip

@@ -288,7 +288,7 @@ def test_tiny_prediction_matches_the_measured_cpu_step(make_config) -> None:
     s = build_session(cfg)
     try:
         train_step(s, lr=cfg.optim.lr, clock=PhaseClock())  # AdamW's state, as after warm-up
-        entry = measure_memory(s, step=lambda n: untimed_step(s, n))
+        entry = measure_memory(s, step=lambda n: untimed_step(s, n, lr=s.cfg.optim.lr))
     finally:
         s.batches.close()
         s.checkpointer.close()

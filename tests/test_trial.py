@@ -76,7 +76,7 @@ def baseline(synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 def test_result_has_every_schema_key(baseline) -> None:
     _, result, out = baseline
     assert set(result) == SCHEMA_KEYS
-    assert result["schema_version"] == 4
+    assert result["schema_version"] == 5
     assert result["world_size"] == 1 and "comms" not in result["time_frac"]
     assert len(result["loss"]["steps"]) == result["step_time_s"]["n"] + 1  # warm-up step first
     assert result["status"] == "complete" and result["failure"] is None
@@ -86,8 +86,19 @@ def test_result_has_every_schema_key(baseline) -> None:
     assert set(result["device"]) == DEVICE_KEYS
     assert set(result["mfu"]) == {"spec", "ceiling", "basis"}
     assert result["mfu"]["basis"] == "fp32 dense peak" and result["float8"] is None
-    assert set(result["loss"]) == {"first", "last", "steps"}
+    assert set(result["loss"]) == {"first", "last", "steps", "lr"}
     assert json.loads(out.read_text()) == json.loads(json.dumps(result, default=str))
+
+
+def test_every_step_trains_at_the_production_schedules_lr(baseline) -> None:
+    # warm-up step 0 first, then the window's: the lr the production run gives those steps
+    from train.run.loop import scheduled_lr
+
+    cfg, result, _ = baseline
+    lrs = result["loss"]["lr"]
+    assert len(lrs) == len(result["loss"]["steps"])
+    assert lrs == [pytest.approx(scheduled_lr(cfg, i)) for i in range(len(lrs))]
+    assert lrs[0] < cfg.optim.lr and lrs == sorted(lrs)  # inside the warm-up: rising
 
 
 def test_time_fractions_sum_to_one(baseline) -> None:

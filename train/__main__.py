@@ -41,11 +41,11 @@ from train.run.loop import (
     build_session,
     check_data,
     close_session,
-    cosine_lr,
     device_peaks,
     eval_loss,
     make_phase_clock,
     run_step,
+    scheduled_lr,
 )
 from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 
@@ -116,13 +116,7 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
     mark_time, mark_step = time.perf_counter(), step
     while step < tc.max_steps:
         # -- the step: cosine lr, forward/backward/update, and its checkpoint when one is due
-        lr = cosine_lr(
-            step,
-            lr=cfg.optim.lr,
-            min_lr=cfg.optim.min_lr,
-            warmup_steps=cfg.optim.warmup_steps,
-            max_steps=tc.max_steps,
-        )
+        lr = scheduled_lr(cfg, step)
         done = step + 1
         save = s.checkpointer.due(done) or (done == tc.max_steps and cfg.checkpoint.every_steps > 0)
         loss_t, phases, _ = run_step(

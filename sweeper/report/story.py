@@ -64,7 +64,8 @@ def tell_story(
             gain = f" ({speedup:.2f}x the start, against {basis})"
     d = diagnose(winner.results[-1], planned_steps=planned_steps)
     if start_won:
-        gain = f" (the starting config: {START_WON.get(winner.outcome, START_WON[''])})"
+        outcome = winner.outcome if raced(verification) else NOT_RACED
+        gain = f" (the starting config: {START_WON.get(outcome, START_WON[''])})"
     win_search = trial_result(winner.trial) or {}
     lines.append(
         f"winner (trial {winner.number}): {win_median:,.0f} tokens/s (verified median, "
@@ -86,12 +87,21 @@ def tell_story(
     tracker.log_best(best_yaml=None, extra_artifacts=[], metrics=metrics, tags=tags)
 
 
+NOT_RACED = "not raced"
 START_WON = {
+    NOT_RACED: "no searched contender was raced against it",
     DECIDED: "the race proved every searched contender slower",
     TIED: "the contenders left were equivalent to it, and it is the simplest",
     UNDECIDED: "it leads, but not significantly",
     "": "nothing searched beat it",
 }
+
+
+def raced(verification: Verification) -> bool:
+    """Whether a race ran: two or more contenders measured in it (a race of one proves nothing)."""
+    measured = [n for n, rs in verification.results.items()
+                if any(r and r.get("tokens_per_s") for r in rs)]  # fmt: skip
+    return len(measured) >= 2
 
 
 @dataclass(frozen=True, kw_only=True)

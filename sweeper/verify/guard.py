@@ -28,19 +28,24 @@ from sweeper.space.overrides import format_override
 from sweeper.study.study import trial_result
 from sweeper.verify.guard_log import log_guard_run, tag_sweep
 from sweeper.verify.guard_rules import (
+    Descent,
     GuardCheck,
     Tolerance,
     check,
     curve_run_s,
     curve_text,
+    descent,
     tolerance,
     window_size,
 )
 from sweeper.verify.winner import Candidate
-from train.trial.curve import loss_curve
+from train.trial.curve import curve_lrs, loss_curve
 
 log = logging.getLogger(__name__)
 
+# a contender the guard could not judge (no budget, no reference that trained, its run cut): it
+# does not race, as a failed one does not, but nothing says its math is wrong
+NOT_CHECKED = "not checked"
 GUARD_ATTR = "numerics_guard"  # study user attr: the guard's settings, tolerance and verdicts
 # keys pinned to the reference's values in a contender's curve run: they choose the batches
 SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
@@ -97,17 +102,27 @@ def guard_entrants(
     run_s = curve_run_s(start_result, steps=rules.steps, step_share=share)  # None: trials' median
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
-    ref_curves, ref_fail = _reference_curves(ctx, ref_point, rules, seed0=seed0, start=start)
-    tol = None
+    ref_curves, ref_fail, ref_lrs = _reference_curves(ctx, ref_point, rules, seed0=seed0,
+                                                      start=start)  # fmt: skip
+    tol, trained = None, None
     if len(ref_curves) >= 2:
         tol = tolerance(ref_curves, k=rules.k, floor=rules.floor, window=window_size(rules.steps))
         log.info("numerics guard: %s", tol.derivation())
         tag_sweep(ctx.tracker, tol)
+        trained = descent(ref_curves, spread=tol.spread, window=tol.window)
+    no_reference = _no_reference(ref_fail, trained)
+    if no_reference:
+        log.warning("numerics guard: %s; no contender that changes the math is judged",
+                    no_reference)  # fmt: skip
     outcome = GuardOutcome(passed={}, records=records)
     summary: dict[str, Any] = {
         "steps": rules.steps, "seed": seed0, "k": rules.k, "floor": rules.floor,
         "reference_refit": refit,
         "reference_curves": {str(s): c for s, c in ref_curves.items()},
+        "reference_lr": ref_lrs,
+        "reference_descent": None if trained is None else {
+            "drop": trained.drop, "seed": trained.seed, "spread": trained.spread,
+            "trains": trained.trains},
         "tolerance": tol.as_dict() if tol else None, "candidates": {},
     }  # fmt: skip
     for n, c in cands.items():
@@ -115,8 +130,8 @@ def guard_entrants(
             outcome.passed[n] = c
             continue
         rec = _guard_one(ctx, n, c, guarded[n], reference=reference, tol=tol,
-                         ref_curve=ref_curves.get(seed0), ref_fail=ref_fail, rules=rules,
-                         seed0=seed0)  # fmt: skip
+                         ref_curve=ref_curves.get(seed0), no_reference=no_reference,
+                         rules=rules, seed0=seed0)  # fmt: skip
         rec.update({k: summary[k] for k in ("steps", "seed", "k", "floor", "reference_refit")})
         rec["tolerance"] = summary["tolerance"]
         outcome.records[n] = rec
@@ -128,10 +143,22 @@ def guard_entrants(
         outcome.notes[:0] = [f"numerics guard: {tol.derivation()}",
                              f"  loss by step, starting config (seed {seed0}): "
                              f"{curve_text(ref_curves[seed0])}"]  # fmt: skip
+        if no_reference:
+            outcome.notes.insert(1, f"numerics guard: {no_reference}")
     if refit:
         outcome.notes.insert(0, f"numerics guard: {refit}")
     ctx.study.set_user_attr(GUARD_ATTR, summary)
     return outcome
+
+
+def _no_reference(ref_fail: str, trained: Descent | None) -> str:
+    """Why there is no reference to judge against ('' when there is one): its runs failed, or
+    its curves did not train."""
+    if trained is None:
+        return f"the starting config's curve runs failed ({ref_fail or 'too few seeds'})"
+    if not trained.trains:
+        return f"the reference did not train ({trained.text()})"
+    return ""
 
 
 def _reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[dict[str, Any], str]:
@@ -171,15 +198,15 @@ def _out_of_budget(
     """The guard's runs do not fit the wall budget: the contenders that change the math are not
     checked, so they do not race (unchecked math is never exported); the others race."""
     setting = getattr(ctx.budget, "wall_setting", "max_wall_s")
-    reason = (f"not checked: the guard's {runs} curve runs do not fit the wall budget "
+    reason = (f"the guard's {runs} curve runs do not fit the wall budget "
               f"(hydra.sweeper.{setting}={ctx.settings.max_wall_s:g} s); raise it, or set "
               f"hydra.sweeper.numerics_guard=off to race unchecked math")  # fmt: skip
     outcome = GuardOutcome(passed={n: c for n, c in cands.items() if n not in guarded},
                            records=dict(records))  # fmt: skip
     for n, ch in guarded.items():
-        outcome.records[n] = {"verdict": "failed", "changes": changes_text(ch), "reason": reason}
-        outcome.notes.append(f"numerics guard: trial {n} ({changes_text(ch)}) FAILED: not "
-                             f"raced, never exported; {reason}")  # fmt: skip
+        outcome.records[n] = {"verdict": NOT_CHECKED, "changes": changes_text(ch),
+                              "reason": reason}  # fmt: skip
+        outcome.notes.extend(_report_lines(n, outcome.records[n], seed0=0))
     log.warning("numerics guard %s: %s; trial(s) %s do not race", why, reason,
                 ", ".join(map(str, guarded)))  # fmt: skip
     ctx.study.set_user_attr(GUARD_ATTR, {"why": why, "candidates": {
@@ -204,35 +231,37 @@ def _curve_job(
 def _reference_curves(
     ctx: SweepContext, ref_point: dict[str, Any], rules: GuardRules, *, seed0: int,
     start: int | None,
-) -> tuple[dict[int, list[float]], str]:  # fmt: skip
-    """The starting config's curve by seed (the failed runs left out), and why runs failed."""
+) -> tuple[dict[int, list[float]], str, list[float]]:  # fmt: skip
+    """The starting config's curve by seed (the failed runs left out), why runs failed, and the
+    lr of each step the curves trained at (the production schedule's first steps)."""
     seeds = [seed0 + i for i in range(rules.seeds)]
     outs = ctx.jobs.launch([_curve_job(ctx, ref_point, rules, seed=s) for s in seeds])
-    curves, failures = {}, []
+    curves, failures, lrs = {}, [], []
     for seed, out in zip(seeds, outs, strict=True):
         curve = loss_curve(out.get("result"))
         if curve is None:
             failures.append(f"seed {seed}: {out['state']} ({out.get('reason') or 'no loss curve'})")
         else:
             curves[seed] = curve
+            lrs = lrs or curve_lrs(out.get("result"))
         log_guard_run(ctx.tracker, number=-1 if start is None else start, role="reference",
                       seed=seed, out=out, params=ref_point, curves={"guard/loss": curve or []},
                       tags={})  # fmt: skip
     if failures:
         log.warning("numerics guard: reference run(s) failed: %s", "; ".join(failures))
-    return curves, "; ".join(failures)
+    return curves, "; ".join(failures), lrs
 
 
 def _guard_one(
     ctx: SweepContext, n: int, c: Candidate, changes: dict, *, reference: dict[str, Any],
-    tol: Tolerance | None, ref_curve: list[float] | None, ref_fail: str, rules: GuardRules,
+    tol: Tolerance | None, ref_curve: list[float] | None, no_reference: str, rules: GuardRules,
     seed0: int,
 ) -> dict[str, Any]:  # fmt: skip
     """Train contender `n` from the reference's first seed on its batches and judge its curve."""
     rec: dict[str, Any] = {"changes": changes_text(changes), "reference_curve": ref_curve}
-    if tol is None or ref_curve is None:
-        rec.update(verdict="failed", reason="not checked: the starting config's curve runs "
-                   f"failed ({ref_fail or 'too few seeds'}), so there is no tolerance")  # fmt: skip
+    if tol is None or ref_curve is None or no_reference:
+        rec.update(verdict=NOT_CHECKED, reason=no_reference or "the reference's first seed "
+                   "has no curve")  # fmt: skip
         return rec
     point, refit = _contender_point(ctx, c, reference)
     if refit:
@@ -242,8 +271,12 @@ def _guard_one(
     rec["job_dir"] = out.get("job_dir")
     result: GuardCheck | None = None
     if curve is None:
-        rec.update(verdict="failed", curve=None, reason=f"its curve run did not complete: "
-                   f"{out['state']} ({out.get('reason') or 'no loss curve'})")  # fmt: skip
+        # a curve that went non-finite is the contender's math failing; anything else (out of
+        # memory, a timeout, a killed run) left it unjudged
+        kind = ((out.get("result") or {}).get("failure") or {}).get("kind")
+        rec.update(verdict="failed" if kind == "nan" else NOT_CHECKED, curve=None,
+                   reason=f"its curve run did not complete: {out['state']} "
+                   f"({out.get('reason') or 'no loss curve'})")  # fmt: skip
     else:
         result = check(curve, ref_curve, tol)
         rec.update(verdict="passed" if result.passed else "failed", curve=curve,
@@ -265,6 +298,8 @@ def _report_lines(n: int, rec: dict[str, Any], *, seed0: int) -> list[str]:
     """What the final report says about contender `n`: the verdict, why, and both curves."""
     verdict = rec["verdict"]
     tail = "" if verdict == "passed" else ": not raced, never exported"
+    if verdict == NOT_CHECKED:
+        return [f"numerics guard: trial {n} ({rec['changes']}) NOT CHECKED{tail}; {rec['reason']}"]
     lines = [f"numerics guard: trial {n} ({rec['changes']}) {verdict.upper()}{tail}; "
              f"{rec['reason']}"]  # fmt: skip
     if rec.get("refit"):

@@ -120,6 +120,47 @@ def tolerance(
 
 
 @dataclass(frozen=True, kw_only=True)
+class Descent:
+    """How far the reference's curves fall from their first window to their last, against the
+    seed spread: a reference that does not train (a loss that is not finite, or that falls by no
+    more than the same math drifts between seeds) is no reference, and the guard judges nothing
+    against it."""
+
+    drop: float  # the smallest fall over the seeds, nats (first window's mean - last window's)
+    seed: int  # the seed whose curve falls least
+    spread: float  # the tolerance's seed spread, nats
+    window: int
+
+    @property
+    def trains(self) -> bool:
+        return math.isfinite(self.drop) and self.drop > max(self.spread, 0.0)
+
+    def text(self) -> str:
+        if not math.isfinite(self.drop):
+            fell = "is not finite"
+        else:
+            fell = f"{'falls' if self.drop >= 0 else 'rises'} {abs(self.drop):.4f} nats"
+        return (f"seed {self.seed}'s loss {fell} from its first {self.window}-step mean to its "
+                f"last, against a seed spread of {self.spread:.4f}")  # fmt: skip
+
+
+def descent(curves: Mapping[int, Sequence[float]], *, spread: float, window: int) -> Descent:
+    """The reference's least descent over its seeds' curves (Descent.trains says if it trained)."""
+    if not curves:
+        raise ValueError("descent needs at least one reference curve")
+
+    def fall(curve: Sequence[float]) -> float:
+        if not curve or not all(math.isfinite(x) for x in curve):
+            return math.nan
+        means = windowed_means(curve, min(window, len(curve)))
+        return means[0] - means[-1]
+
+    falls = {seed: fall(c) for seed, c in curves.items()}
+    seed = min(falls, key=lambda s: (math.isfinite(falls[s]), falls[s]))
+    return Descent(drop=falls[seed], seed=seed, spread=spread, window=window)
+
+
+@dataclass(frozen=True, kw_only=True)
 class GuardCheck:
     """A candidate's verdict: within the tolerance or not, and why, in one sentence."""
 
@@ -159,15 +200,21 @@ def curve_run_s(
     result: Mapping[str, object] | None, *, steps: int, step_share: float = 1.0
 ) -> float | None:
     """A curve run's wall predicted from a complete trial result of the same config: its wall,
-    less its measured window (n steps at their median), plus `steps` full steps (the window's
-    median, or its full-step estimate when the window projected short steps), each scaled by
+    less its measured window, plus `steps` full steps at the window's median, each scaled by
     `step_share`: the curve step's tokens over the config's (numerics_guard_tokens caps it).
-    None without a usable result."""
+    None without a usable result.
+
+    The window's median is a full step whether it was measured or projected from short steps
+    (train/trial/window.py). Not `full_step_estimate_s`: that is sized from the last warm-up
+    step, which holds the compile when there is one warm-up step (91.3 s for a 21.6 s gpt2-xl
+    step on the H200), and priced every curve step as a compile."""
     if not result or result.get("status") != "complete":
         return None
     times = result.get("step_time_s") or {}
-    measured, n, wall = times.get("p50"), times.get("n"), result.get("wall_s")
-    full = result.get("full_step_estimate_s") if result.get("projection") else measured
-    if not all(isinstance(v, int | float) for v in (full, wall, n, measured)):
+    full, n, wall = times.get("p50"), times.get("n"), result.get("wall_s")
+    # the window's own seconds in the wall: the short steps it ran when it projected
+    short = ((result.get("projection") or {}).get("short_step_s") or {}).get("p50")
+    ran = short if isinstance(short, int | float) else full
+    if not all(isinstance(v, int | float) for v in (full, wall, n, ran)):
         return None
-    return max(0.0, float(wall) - float(n) * float(measured)) + steps * float(full) * step_share
+    return max(0.0, float(wall) - float(n) * float(ran)) + steps * float(full) * step_share

@@ -252,6 +252,17 @@ def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_ste
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
+def scheduled_lr(cfg: Config, step: int) -> float:
+    """The lr of optimizer step `step` (0-based) under the production run's schedule
+    (optim.lr, optim.min_lr, optim.warmup_steps, train.max_steps). A trial's steps, counted from
+    its first warm-up step, train at the lrs the production run starts with: a trial that stepped
+    at the peak lr from step 0 measured the same speed but trained a curve that diverged (gpt2-xl,
+    H200, 2026-11-26), which the numerics guard cannot compare against."""
+    o = cfg.optim
+    return cosine_lr(step, lr=o.lr, min_lr=o.min_lr, warmup_steps=o.warmup_steps,
+                     max_steps=cfg.train.max_steps)  # fmt: skip
+
+
 def make_phase_clock(device: torch.device) -> PhaseClock | EventPhaseClock:
     """CUDA events on a GPU (no host sync inside a step), the host clock elsewhere."""
     if device.type == "cuda":
@@ -362,10 +373,10 @@ def train_step(
     return total
 
 
-def untimed_step(s: Session, micro_batches: int) -> None:
-    """One optimizer step of `micro_batches` at the configured lr, on a clock nobody reads: the
-    step the memory meter counts after a trial's window (train/measure/memory_meter.py)."""
-    train_step(s, lr=s.cfg.optim.lr, clock=PhaseClock(), micro_batches=micro_batches)
+def untimed_step(s: Session, micro_batches: int, *, lr: float) -> None:
+    """One optimizer step of `micro_batches` at `lr`, on a clock nobody reads: the step the
+    memory meter counts after a trial's window (train/measure/memory_meter.py)."""
+    train_step(s, lr=lr, clock=PhaseClock(), micro_batches=micro_batches)
 
 
 @torch.no_grad()

@@ -68,3 +68,8 @@ def loss_curve(result: Mapping[str, Any] | None) -> list[float] | None:
         return None
     steps = (result.get("loss") or {}).get("steps")
     return [float(x) for x in steps] if steps else None
+
+
+def curve_lrs(result: Mapping[str, Any] | None) -> list[float]:
+    """The lr of each step of a result's curve ([] for a result from before schema 5)."""
+    return [float(x) for x in ((result or {}).get("loss") or {}).get("lr") or []]

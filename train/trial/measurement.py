@@ -32,6 +32,7 @@ from train.run.loop import (
     device_peaks,
     make_phase_clock,
     run_step,
+    scheduled_lr,
     untimed_step,
 )
 from train.run.torchrun import needs_launch, under_torchrun
@@ -61,8 +62,9 @@ def make_reporter(cfg: Config) -> Reporter | None:
     return StudyReporter(storage=t.study_storage, study_name=t.study_name, trial_id=t.trial_id)
 
 
-def profile_steps(s: Session, out_dir: Path) -> Path:
-    """A torch.profiler trace of a few extra steps, taken after the window so it never skews it."""
+def profile_steps(s: Session, out_dir: Path, *, first_step: int) -> Path:
+    """A torch.profiler trace of a few extra steps, taken after the window so it never skews it;
+    they continue the schedule from step `first_step`."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -70,8 +72,8 @@ def profile_steps(s: Session, out_dir: Path) -> Path:
         activities.append(ProfilerActivity.CUDA)
     clock = make_phase_clock(s.device)
     with profile(activities=activities, record_shapes=False) as prof:
-        for _ in range(s.cfg.trial.profile_steps):
-            run_step(s, lr=s.cfg.optim.lr, clock=clock)
+        for i in range(s.cfg.trial.profile_steps):
+            run_step(s, lr=scheduled_lr(s.cfg, first_step + i), clock=clock)
     path = out_dir / "trace.json"
     prof.export_chrome_trace(str(path))
     return path
@@ -105,8 +107,13 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         name, peak, ceiling = device_peaks(s)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
         # CPU: one extra step, after the timed window
-        memory_report = measure_memory(s, step=partial(untimed_step, s))
-        trace = profile_steps(s, out_path.parent) if cfg.trial.profile else None
+        done = len(raw["losses"])  # the schedule goes on after the window's steps
+        memory_report = measure_memory(
+            s, step=partial(untimed_step, s, lr=scheduled_lr(cfg, done))
+        )
+        trace = (
+            profile_steps(s, out_path.parent, first_step=done + 1) if cfg.trial.profile else None
+        )
         memory = dev.peak_memory_gib(s.device)
         build = partial(build_result, cfg=cfg, session=s, raw=raw, device_name=name, peak=peak,
                         memory=memory, memory_report=memory_report, fingerprint=fingerprint,

@@ -7,7 +7,8 @@ else). The TypedDicts are the schema: each field's comment says what it holds an
 
 Version history: 1 was the first schema; 2 added `projection`, `full_step_estimate_s` and
 `memory`; 3 added `world_size`, `time_frac.comms` (data-parallel results only) and `loss.steps`;
-4 added `float8` (which float8 matmuls ran; null without them) and `mfu.basis`.
+4 added `float8` (which float8 matmuls ran; null without them) and `mfu.basis`; 5 added
+`loss.lr` (each step's lr: trials train at the production schedule's, warm-up included).
 Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with `.get()`.
 
 Two names are kept as they are for compatibility with results already on disk, although they are
@@ -35,8 +36,9 @@ from train.measure.meters import summarize, time_fractions
 if TYPE_CHECKING:
     from train.config import Config
 
-# 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis
-SCHEMA_VERSION = 4
+# 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis;
+# 5: loss.lr
+SCHEMA_VERSION = 5
 
 Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died
@@ -149,6 +151,7 @@ class Loss(TypedDict, total=False):
     first: float | None  # the first warm-up step's mean loss
     last: float | None  # the last measured step's mean loss
     steps: list[float]  # every step's mean loss over the global batch, warm-up steps first
+    lr: list[float]  # the lr each of those steps trained at (the production schedule's)
 
 
 class DeviceInfo(TypedDict):
@@ -244,6 +247,7 @@ class Measurement(TypedDict):
     loss_first: float
     loss_last: float
     losses: list[float]  # every step's mean loss, warm-up first
+    lrs: list[float]  # the lr of each of those steps
     pruned: bool
     device_samples: dict[str, Any] | None
     checkpoint_bytes: int | None
@@ -313,7 +317,8 @@ def build_result(
                  basis=mfu_basis(dtype=session.dtype, float8=_float8_ran(session))),
         peak_memory_gib=memory.gib if memory else None,
         memory_kind=memory.kind if memory else None,
-        loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"]},
+        loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"],
+              "lr": raw["lrs"]},
         device=_device_info(session, device_name, peak=peak, ceiling=ceiling),
         attention_backend=session.attention_backend,
         float8=getattr(session, "float8", None),

@@ -32,7 +32,7 @@ from train.measure.nvml import NvmlSampler
 from train.measure.window_ci import ci_reached, first_ci_step, relative_half_width
 from train.run import device as dev
 from train.run.distributed import any_rank, from_main
-from train.run.loop import Session, check_finite, make_phase_clock, run_step
+from train.run.loop import Session, check_finite, make_phase_clock, run_step, scheduled_lr
 from train.trial.failure import plant_fault
 from train.trial.progress import Heartbeat, ProgressFile
 from train.trial.pruning import Reporter
@@ -52,6 +52,7 @@ class _WarmUp:
     compile_after: CompileSnapshot  # where the window's count starts
     first_loss: float  # nan without warm-up steps
     losses: list[float]  # every warm-up step's mean loss over the global batch
+    lrs: list[float]  # the lr each warm-up step trained at (train/run/loop.py scheduled_lr)
     last_wall_s: float  # the last step's wall time and phases, as run_step measured them
     last_phases: dict[str, float]
 
@@ -69,6 +70,7 @@ class _Window:
     checkpoint_s: list[float] = field(default_factory=list)
     intervals: list[Interval] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
     pruned: bool = False
     # why the window ended: max_steps | max_seconds | target_ci | pruned
     stopped_by: str = "max_steps"
@@ -154,6 +156,7 @@ def measure(
         "loss_first": warm.first_loss,
         "loss_last": window.last_loss,
         "losses": warm.losses + window.losses,
+        "lrs": warm.lrs + window.lrs,
         "pruned": window.pruned,
         "window_stop": {"by": window.stopped_by, "steps": len(window.step_times),
                         "ci": relative_half_width(window.step_times)},
@@ -176,10 +179,12 @@ def _warm_up(s: Session, clock: Clock, *, micro_batches: int) -> _WarmUp:
     warm_start = time.perf_counter()
     first_loss = float("nan")
     losses: list[float] = []
+    lrs: list[float] = []
     wall_s, phases = 0.0, clock.take()
     for i in range(s.cfg.trial.warmup_steps):
         step_start = time.perf_counter()
-        loss_t, phases, _ = run_step(s, lr=s.cfg.optim.lr, clock=clock, micro_batches=micro_batches)
+        lrs.append(scheduled_lr(s.cfg, i))
+        loss_t, phases, _ = run_step(s, lr=lrs[-1], clock=clock, micro_batches=micro_batches)
         wall_s = time.perf_counter() - step_start
         loss = loss_t.item()
         losses.append(loss)
@@ -190,7 +195,7 @@ def _warm_up(s: Session, clock: Clock, *, micro_batches: int) -> _WarmUp:
     after = compile_stats.snapshot()
     return _WarmUp(
         seconds=seconds, compile=compile_stats.delta(before, after), compile_after=after,
-        first_loss=first_loss, losses=losses, last_wall_s=wall_s, last_phases=phases,
+        first_loss=first_loss, losses=losses, lrs=lrs, last_wall_s=wall_s, last_phases=phases,
     )  # fmt: skip
 
 
@@ -243,9 +248,10 @@ def _run_window(
         step = len(window.step_times) + 1
         if step == 1 and t.fault != "none" and s.rank.rank == t.fault_rank % s.rank.world:
             plant_fault(t.fault, s)
+        window.lrs.append(scheduled_lr(s.cfg, t.warmup_steps + step - 1))
         loss_t, phases, stall = run_step(
             s,
-            lr=s.cfg.optim.lr,
+            lr=window.lrs[-1],
             clock=clock,
             micro_batches=micro,
             checkpoint_step=step if s.checkpointer.due(step) else None,
