@@ -102,6 +102,22 @@ def guard_rules_from(settings: ThroughputSweeperConf) -> GuardRules:
                       max_tokens=settings.numerics_guard_tokens)  # fmt: skip
 
 
+PLAN_SOFTWARE = ("torchao", "fa3", "fa4")
+
+
+def plan_software(value: str) -> tuple[str, ...]:
+    """hydra.sweeper.plan_software as a tuple of package names, checked: '' or a comma list of
+    PLAN_SOFTWARE."""
+    names = tuple(n.strip().lower() for n in str(value or "").split(",") if n.strip())
+    unknown = [n for n in names if n not in PLAN_SOFTWARE]
+    if unknown:
+        raise ValueError(
+            f"hydra.sweeper.plan_software={value!r}: {unknown} unknown; use a comma list of "
+            f"{', '.join(PLAN_SOFTWARE)} (or '' for none), e.g. plan_software=torchao,fa3"
+        )
+    return names
+
+
 def rules_from(settings: ThroughputSweeperConf) -> RaceRules:
     """The race's rules from the sweep settings (hydra.sweeper.verify_*), checked."""
     return RaceRules(
@@ -137,6 +153,7 @@ class SweepSettings(ThroughputSweeperConf):
                 )
         _check_cost(self)
         _check_compile_cache(self.compile_cache)
+        plan_software(self.plan_software)
         if self.polish_trials < -1:
             raise ValueError(
                 f"hydra.sweeper.polish_trials must be -1 (automatic), 0 (off) or positive, got "

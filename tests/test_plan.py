@@ -274,6 +274,61 @@ def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def _plan_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """A plan's lines without the log lines' timestamps."""
+    return [re.sub(r"^\[[^]]*\]", "", line) for line in (proc.stdout + proc.stderr).splitlines()]
+
+
+def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_path: Path) -> None:
+    # this machine without torchao (a sitecustomize hides it from importlib's find_spec) prints
+    # the same plan as with it: float8 is planned as the GPU image has it
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['torchao'] = None\n")
+    args = (f"hydra.sweeper.plan_device={H100}", "batch.micro_batch=16", "batch.grad_accum=64")
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    with_ao = _plan(tmp_path / "with", *args)
+    path = os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
+                            "print(u.find_spec('torchao'))"], env=env, capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    assert probe.stdout.strip() == "None"  # torchao is hidden in that environment
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", "model=gpt2-xl",
+            "batch.tokens_per_step=1048576", "hydra.sweeper.plan=true", *args]  # fmt: skip
+    without = subprocess.run(argv, cwd=tmp_path / "without", env=env, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert with_ao.returncode == without.returncode == 0, without.stderr[-2000:]
+    assert _plan_lines(with_ao) == _plan_lines(without)
+    text = "\n".join(_plan_lines(with_ao))
+    assert "plan assumes NVIDIA H100 80GB HBM3's machine has torchao installed, no FA3/FA4" in text
+    assert "runtime.float8=tensorwise on the largest fit" in text  # the prior's float8 point
+    assert "attention=fa3" not in text.split("prior:")[1]  # no FA3 point planned
+
+
+def test_plan_software_is_an_assumption_the_user_can_change(tmp_path: Path) -> None:
+    proc = _plan(tmp_path, f"hydra.sweeper.plan_device={H100}", "hydra.sweeper.plan_software=''")
+    text = "\n".join(_plan_lines(proc))
+    assert proc.returncode == 0, text[-2000:]
+    assert "machine has torchao absent, no FA3/FA4" in text
+    assert "runtime.float8=tensorwise on the largest fit" not in text
+    bad = _plan(tmp_path, f"hydra.sweeper.plan_device={H100}", "hydra.sweeper.plan_software=fa5")
+    assert bad.returncode != 0
+    assert "hydra.sweeper.plan_software='fa5': ['fa5'] unknown" in bad.stdout + bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("software", "torchao", "flash"),
+    [(("torchao",), True, ()), ((), False, ()), (("torchao", "fa3"), True, ("fa3",))],
+)
+def test_a_plan_devices_software(software, torchao, flash) -> None:
+    d = device_facts(None, plan_device="NVIDIA H200", cpu_count=4, software=software)
+    assert (d.torchao, d.flash_attention_impls) == (torchao, flash)
+    probed = device_facts(PROBED_GPU, plan_device="", cpu_count=4)
+    assert probed.torchao is None and probed.software_line() == ""  # trials here: ask here
+
+
 def test_an_unknown_plan_device_is_a_clear_error(tmp_path: Path) -> None:
     proc = _plan(tmp_path, "hydra.sweeper.plan_device=NVIDIA H300")
     assert proc.returncode != 0

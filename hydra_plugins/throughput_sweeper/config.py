@@ -58,6 +58,11 @@ class ThroughputSweeperConf:
     # plan for this device instead of the one here (e.g. "NVIDIA H100 80GB HBM3"); outside plan
     # mode it replaces the probed device's name and memory for the memory model and the limits
     plan_device: str = ""
+    # the software a plan_device's machine has, comma-separated, of torchao (runtime.float8), fa3
+    # and fa4 (runtime.attention); a plan for a named device assumes it instead of asking this
+    # machine, so one plan command prints one plan everywhere. The default is our GPU image's:
+    # torchao installed, no FA3/FA4 package
+    plan_software: str = "torchao"
     storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
     # torch.compile's cache, shared by every trial and race run (train/proc/compile_cache.py):
     # auto = a compile_cache folder beside a SQLite storage's file (else in the sweep dir), a

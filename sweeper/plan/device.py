@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
+from train.config_rules import FLASH_IMPLS
 from train.measure.flops import capability_for_device_name, chip_for_device_name
 from train.measure.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
 from train.paths import PROJECT_DIR
@@ -44,9 +45,23 @@ class DeviceFacts:
     # compute capability (runtime.float8 needs >= 8.9): probed, or a plan device's from the chip
     # table (train/measure/flops.py CHIP_CAPABILITY); None on a CPU or where unknown
     cuda_capability: tuple[int, int] | None = None
-    # runtime.attention's flash implementations installed where trials run; None: not known (a
-    # plan device: what the GPU host has installed is not known here)
+    # runtime.attention's flash implementations installed where trials run: probed, or a plan
+    # device's assumed software (hydra.sweeper.plan_software); None: not known
     flash_attention_impls: tuple[str, ...] | None = None
+    # whether torchao (runtime.float8) is installed where trials run; None: ask this machine (the
+    # trials run here). A plan device's is assumed from hydra.sweeper.plan_software
+    torchao: bool | None = None
+
+    def software_line(self) -> str:
+        """What a plan for a named device assumes of its software ('' when probed)."""
+        if self.source != "plan device":
+            return ""
+        flash = ", ".join(self.flash_attention_impls or ()) or "no FA3/FA4"
+        torchao = "installed" if self.torchao else "absent"
+        return (f"plan assumes {self.name}'s machine has torchao {torchao}, {flash} (not this "
+                f"machine's packages); override with "
+                f"hydra.sweeper.plan_software=torchao,fa3 (a comma list of torchao, fa3, fa4, "
+                f"or '')")  # fmt: skip
 
 
 def known_plan_devices() -> list[str]:
@@ -55,8 +70,11 @@ def known_plan_devices() -> list[str]:
     return sorted(n for n in DEVICE_MEMORY_GIB if chip_for_device_name(n) is not None)
 
 
-def plan_device_facts(name: str, *, cpu_count: int) -> DeviceFacts:
-    """The facts of a named device, for planning without it; ValueError for an unknown name."""
+def plan_device_facts(
+    name: str, *, cpu_count: int, software: tuple[str, ...] = ("torchao",)
+) -> DeviceFacts:
+    """The facts of a named device, for planning without it, with `software` (package names of
+    hydra.sweeper.plan_software) as its machine's; ValueError for an unknown name."""
     memory = device_memory_gib(name)
     if memory is None or chip_for_device_name(name) is None:
         raise ValueError(
@@ -68,14 +86,20 @@ def plan_device_facts(name: str, *, cpu_count: int) -> DeviceFacts:
         name=name, device_type="cuda", memory_gib=memory, bf16_supported=True,
         cpu_count=cpu_count, source="plan device",
         cuda_capability=capability_for_device_name(name),
+        flash_attention_impls=tuple(n for n in software if n in FLASH_IMPLS),
+        torchao="torchao" in software,
     )  # fmt: skip
 
 
-def device_facts(probed: dict | None, *, plan_device: str, cpu_count: int) -> DeviceFacts:
-    """The device a sweep plans for: the probed one (train/proc/probe.py), with a plan device's name
-    and memory in its place when one is named; a plan device alone when nothing was probed."""
+def device_facts(
+    probed: dict | None, *, plan_device: str, cpu_count: int,
+    software: tuple[str, ...] = ("torchao",),
+) -> DeviceFacts:  # fmt: skip
+    """The device a sweep plans for: the probed one (train/proc/probe.py), with a plan device's
+    name, memory and assumed software (`software`) in its place when one is named; a plan device
+    alone when nothing was probed."""
     if probed is None:
-        return plan_device_facts(plan_device, cpu_count=cpu_count)
+        return plan_device_facts(plan_device, cpu_count=cpu_count, software=software)
     facts = DeviceFacts(
         name=probed.get("device_name") or "cpu",
         device_type=probed["device_type"],
@@ -89,9 +113,10 @@ def device_facts(probed: dict | None, *, plan_device: str, cpu_count: int) -> De
     )
     if not plan_device:
         return facts
-    named = plan_device_facts(plan_device, cpu_count=facts.cpu_count)
+    named = plan_device_facts(plan_device, cpu_count=facts.cpu_count, software=software)
     return replace(facts, name=named.name, memory_gib=named.memory_gib, source="plan device",
-                   cuda_capability=named.cuda_capability, flash_attention_impls=None)  # fmt: skip
+                   cuda_capability=named.cuda_capability, torchao=named.torchao,
+                   flash_attention_impls=named.flash_attention_impls)  # fmt: skip
 
 
 def _pair(value: object) -> tuple[int, int] | None:

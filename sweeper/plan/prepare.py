@@ -26,7 +26,7 @@ from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, startup_lines
 from sweeper.plan.preflight import check_micro_batches, check_trainer_keys
 from sweeper.plan.scan import Scan, drop_dead_values, scan
-from sweeper.settings import SweepSettings
+from sweeper.settings import SweepSettings, plan_software
 from sweeper.space.constraints import SpaceContext, cpus_here
 from sweeper.space.space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
@@ -124,7 +124,10 @@ def prepare(
     probe_here = not (s.plan_device and (s.plan or not kinds.local(launcher)))
     facts = probe_device() if probe_here else None
     device = device_facts(facts, plan_device=s.plan_device,
-                          cpu_count=launcher_cpus(config, launcher) or cpus_here())  # fmt: skip
+                          cpu_count=launcher_cpus(config, launcher) or cpus_here(),
+                          software=plan_software(s.plan_software))  # fmt: skip
+    if device.software_line():
+        log.info("%s", device.software_line())
     s = _device_settings(s, device, model=base["model.name"])
     nproc = int(base.get("runtime.nproc") or 1)
     slots = gpu_slots_for(facts, device, n_jobs=s.n_jobs, nproc=nproc, launcher=launcher)
@@ -140,6 +143,7 @@ def prepare(
         device_memory_gib=device.memory_gib,
         cuda_capability=device.cuda_capability,
         flash_attention_impls=device.flash_attention_impls,
+        torchao=device.torchao,
     )
     space = parse_space({**s.space, **cli_space}, ctx)
     space.require_feasible(ctx)

@@ -60,6 +60,8 @@ class SpaceContext:
     # runtime.attention's flash implementations installed where trials run (train/proc/probe.py);
     # None: not known (a plan device), so not refused
     flash_attention_impls: tuple[str, ...] | None = None
+    # whether torchao is installed where trials run (runtime.float8); None: ask this machine
+    torchao: bool | None = None
     # trials of this sweep that ran out of memory (sweeper/space/memory.py), appended as they happen
     ooms: list[OutOfMemory] = field(default_factory=list)
 
@@ -98,7 +100,7 @@ def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContex
         return float8_unsupported(
             str(value or "none"), dtype="bf16", device_type=device_type,
             capability=ctx.cuda_capability,
-            emulate=bool(ctx.base.get("runtime.float8_emulate", False)),
+            emulate=bool(ctx.base.get("runtime.float8_emulate", False)), torchao=ctx.torchao,
         )  # fmt: skip
     return None
 
@@ -144,6 +146,7 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
         str(full.get("runtime.float8") or "none"), dtype=str(full.get("runtime.dtype", "auto")),
         device_type=device_type, capability=ctx.cuda_capability,
         emulate=bool(full.get("runtime.float8_emulate", False)), bf16_supported=ctx.bf16_supported,
+        torchao=ctx.torchao,
     )  # fmt: skip
     if reason is not None:
         return reason
