@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Bottom first. Rooms on one level are independent: neither imports the other.
 SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("masking", "metrics", "numbers"),  # leaves: secrets masked, the metrics table, the formatter
-    ("space",),  # the rule book for one point; imports nothing else from the sweeper
+    ("forecast",),  # one trial's wall, phase by phase: set-up, compile per graph, steps
+    ("space",),  # the rule book for one point; imports the forecast only
     ("settings",),  # hydra.sweeper.* typed and checked once (the race's rules too)
     ("study",),  # the Optuna state, its budget and objective
     ("launch",),  # one trial as a Hydra job in a child process

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.forecast.costs import WARM_COMPILE_SHARE
 from sweeper.plan.prior import Prior, PriorPoint
-from sweeper.plan.wall import WARM_COMPILE_SHARE, graph_of, wall_model
+from sweeper.plan.wall import graph_of, wall_model
 from sweeper.space.limits import point_limits
 from tests.test_plan import XL, _plan, xl_ctx
 

@@ -278,3 +278,12 @@ def test_bench_sweep_on_the_smoke_space(tmp_path: Path) -> None:
     assert_exit_code_tells_verdicts(proc, verdicts)
     assert ("goals missed: " in out) == ("FAIL" in verdicts)
     assert (workdir / "bench_sweep.json").is_file()
+
+
+def test_bench_forecast_prints_each_h200_trial_beside_its_forecast(tmp_path: Path) -> None:
+    proc = run_script("bench_forecast", [], tmp_path=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = re.findall(r"(\S+\.json)\s+forecast\s+([\d.]+) s\s+measured\s+([\d.]+) s", proc.stdout)
+    assert len(rows) == 5, proc.stdout  # 4 sweep trials and the float8 trial
+    assert all(abs(float(p) / float(m) - 1) <= 0.15 for _, p, m in rows), rows
+    assert re.search(r"largest difference: [\d.]+% over 5 trials", proc.stdout)

@@ -10,9 +10,11 @@ Each trial's wall is sweeper/space/limits.py's expectation: set-up, compile, war
 (ended early where trial.target_ci's interval is reached) and its checkpoint saves. Compile is
 counted once per graph: with the sweep-wide compile cache on, the first trial of a graph pays the
 cold compile and every later process of that graph (a search trial that differs only in data or
-checkpoint knobs, every race run) loads it from the cache at WARM_COMPILE_SHARE of the cost. TPE's
-own picks are not known before they are made, so they are priced at the mean over the space with
-a cold compile each (a new graph). Pure: no torch, no I/O.
+checkpoint knobs, every race run) loads it from the cache, priced by sweeper/forecast/costs.py (a
+measured device's cache hit, else a share of the cold compile; float8 graphs cold again where they
+were seen to get no AOTAutograd cache entry). TPE's own picks are not known before they are made,
+so they are priced at the mean over the space with a cold compile each (a new graph). Pure: no
+torch, no I/O.
 """
 
 from __future__ import annotations
@@ -22,18 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeper.forecast import TrialTime, costs_for, is_float8, uncached_note
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.limits import TrialTime, point_limits
+from sweeper.space.limits import point_limits
 from sweeper.study.budget import verify_reserve
 from train.measure.compile_graphs import graph_key
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
-# A compile whose graph is in the cache: DESIGN.md measured the first compiled step of a 2-layer
-# GPT at 25-40 s on this CPU and ~3 s in a later process reusing the on-disk cache.
-WARM_COMPILE_SHARE = 0.1
 REAL_STEPS = {"trial.project_above_s": 0}  # a race run measures real full steps (never projected)
 
 
@@ -82,21 +82,27 @@ class WallModel:
 
 
 class _Graphs:
-    """Graphs compiled so far: the first process of a graph compiles cold, later ones warm."""
+    """Graphs compiled so far: the first process of a graph compiles cold, later ones load it from
+    the compile cache (sweeper/forecast/costs.py prices both, float8's own way)."""
 
-    def __init__(self, cached: bool) -> None:
+    def __init__(self, cached: bool, device_name: str) -> None:
         self.cached, self.seen = cached, set()
+        self.costs = costs_for(device_name)
 
-    def price(self, config: Mapping[str, Any], t: TrialTime) -> tuple[float, float, str]:
-        """(wall, compile) of a trial with expectation `t`, and whether its compile is cold."""
+    def price(
+        self, config: Mapping[str, Any], cold: TrialTime, warm: TrialTime
+    ) -> tuple[float, float, str]:
+        """(wall, compile) of a trial expected to take `cold` (its graph compiled cold) or `warm`
+        (its graph from the cache), and how its compile is priced."""
         graph = graph_of(config)
-        if graph is None or t.compile_s <= 0:
-            return t.total_s, 0.0, ""
+        if graph is None or cold.compile_s <= 0:
+            return cold.total_s, 0.0, ""
         if self.cached and graph in self.seen:
-            warm = WARM_COMPILE_SHARE * t.compile_s
-            return t.total_s - t.compile_s + warm, warm, "compile from the cache"
+            uncached = uncached_note(self.costs, float8=is_float8(config))
+            how = f"compiled cold again: {uncached}" if uncached else "compile from the cache"
+            return warm.total_s, warm.compile_s, how
         self.seen.add(graph)
-        return t.total_s, t.compile_s, "cold compile"
+        return cold.total_s, cold.compile_s, "cold compile"
 
 
 def queued_points(prior: Prior, start: dict | None) -> list[tuple[str, dict]]:
@@ -130,16 +136,17 @@ def wall_model(
     if calibration is not None:
         return _calibrated(calibration, n_search=n_search, race_runs=race_entrants * race_rounds)
     extra = dict(overrides or {})
-    graphs = _Graphs(cached)
+    graphs = _Graphs(cached, ctx.device_name if ctx.device_type == "cuda" else "")
 
-    def expected(point: Mapping[str, Any]) -> TrialTime:
-        return point_limits({**point, **extra}, ctx, **limits).expected  # type: ignore[arg-type]
+    def expected(point: Mapping[str, Any], *, warm: bool = False) -> TrialTime:
+        return point_limits({**point, **extra}, ctx, warm=warm,
+                            **limits).expected  # type: ignore[arg-type]  # fmt: skip
 
     search: list[PlannedRuns] = []
     first = queued_points(prior, start)
     for label, point in first[:n_search]:
         t = expected(point)
-        wall, comp, how = graphs.price({**ctx.base, **point}, t)
+        wall, comp, how = graphs.price({**ctx.base, **point}, t, expected(point, warm=True))
         search.append(PlannedRuns(label=label, count=1, each_s=wall, compile_s=comp,
                                   window_steps=t.window_steps, note=how))  # fmt: skip
     rest = max(0, n_search - len(first))
@@ -154,7 +161,8 @@ def wall_model(
     t = expected({**contender, **REAL_STEPS})
     if contender:
         graphs.seen.add(graph_of({**ctx.base, **contender}))
-    wall, comp, how = graphs.price({**ctx.base, **contender}, t)
+    wall, comp, how = graphs.price({**ctx.base, **contender}, t,
+                                   expected({**contender, **REAL_STEPS}, warm=True))
     race = [PlannedRuns(label="race run (real full steps)", count=race_entrants * race_rounds,
                         each_s=wall, compile_s=comp, window_steps=t.window_steps,
                         note=how)] if race_entrants * race_rounds else []  # fmt: skip

@@ -26,7 +26,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from train.config import TrialConfig, is_selective, num_checkpointed_blocks, resolve_dtype_name
+from sweeper.forecast.trial import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    TRIAL_DEFAULTS,
+    WRITE_BYTES_PER_S,
+    TrialTime,
+    trial_time,
+    window_steps,
+)
+from train.config import is_selective, num_checkpointed_blocks, resolve_dtype_name
 from train.measure.flops import (
     chip_for_device_name,
     floor_step_time_s,
@@ -34,8 +42,6 @@ from train.measure.flops import (
     gpt2_num_params,
     lookup_peak,
 )
-from train.measure.meters import projects, short_step
-from train.measure.window_ci import first_ci_step, steps_to_ci
 
 if TYPE_CHECKING:
     from sweeper.space.constraints import SpaceContext
@@ -61,31 +67,6 @@ CPU_FLOPS = 10e9
 # A GPU missing from train/measure/flops.py's peak table: rates below an L4's (T4-class), again
 # erring long: a timeout too generous costs time only when a trial hangs, one too short kills it.
 UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
-# Process start to first step: CUDA context, model build and init, optimizer, data, NVML. Fitted
-# to gpt2-xl on an H100: a 45 s trial process of which 7 s were steps (10 + 0.6 x 48 = 39 s).
-SETUP_BASE_S = {"cuda": 10.0, "cpu": 2.0}
-SETUP_PER_LAYER_S = 0.6
-# torch.compile of the first step: 87 s for gpt2-xl (48 layers) with mode=default on an H100;
-# the allowance is 300 s for 48 layers, scaled by depth, at least 60 s (a 2-layer model's first
-# compile on a 2-core CPU takes 25-40 s). Autotuning modes benchmark kernel choices on top: a
-# guess of AUTOTUNE_FACTOR times as long, not measured here.
-COMPILE_PER_LAYER_S = 87.0 / 48
-COMPILE_ALLOWANCE_PER_LAYER_S = 300.0 / 48
-COMPILE_ALLOWANCE_MIN_S = 60.0
-AUTOTUNE_FACTOR = 3.0
-# A checkpoint holds the fp32 weights and AdamW's two fp32 moments: 12 bytes per parameter.
-CHECKPOINT_BYTES_PER_PARAM = 12
-WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are faster)
-# The trainer's defaults, for a config that leaves a trial.* key out.
-TRIAL_DEFAULTS = TrialConfig()
-# Step-to-step coefficient of variation the expected window assumes for trial.target_ci's early
-# stop (train/measure/window_ci.py). GPU: assumed for a compute-bound step of many micro-batches
-# (the projection of gpt2-xl's short steps was 0.1% off its real full steps, README); a sweep's
-# own trials replace it where a calibration exists (sweeper/plan/calibration.py). CPU: this 2-core
-# VM's fixed work varies 12-23% (DEVELOPERS.md), so a +-2% interval is rarely reached in 20 steps.
-ASSUMED_STEP_CV = {"cuda": 0.01, "cpu": 0.15}
-
-
 @dataclass(frozen=True, kw_only=True)
 class StepPrediction:
     """One optimizer step of a config on a device, from arithmetic."""
@@ -98,23 +79,6 @@ class StepPrediction:
     floor_s: float | None  # the step at 100% of the datasheet peak (None without one)
     predicted_s: float  # the step at `mfu` of the rate, activation recompute included
     mfu: float = ASSUMED_MFU  # the share of the rate assumed: ASSUMED_MFU or COMPILED_GPU_MFU
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialTime:
-    """A trial's duration, broken down (expected values, or the SAFETY-scaled bounds)."""
-
-    setup_s: float  # process start to first step
-    compile_s: float  # torch.compile of the first step (0 when runtime.compile=none)
-    warmup_s: float  # the warm-up steps, compile excluded
-    window_s: float  # the measured window
-    checkpoint_s: float  # checkpoint writes inside the window
-    window_steps: int  # measured steps the window runs
-    projected: bool  # whether the window measures short steps and projects them
-
-    @property
-    def total_s(self) -> float:
-        return self.setup_s + self.compile_s + self.warmup_s + self.window_s + self.checkpoint_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,73 +152,6 @@ def predict_step(
     )
 
 
-def window_steps(step_s: float, *, min_steps: int, max_steps: int, max_seconds: float) -> int:
-    """Measured steps a trial runs at `step_s` a step: it stops at max_steps, or at the first
-    step at or past min_steps once max_seconds have gone by (the window of
-    train/trial/measurement.py)."""
-    if step_s <= 0:
-        return max_steps
-    return min(max_steps, max(min_steps, math.ceil(max_seconds / step_s)))
-
-
-def _trial_time(cfg: Mapping[str, Any], full_step_s: float, *, device_type: str,
-                num_params: int, scale: float) -> TrialTime:
-    """The phases of one trial when a full optimizer step takes `full_step_s`; `scale` multiplies
-    the fixed allowances (1 for the expectation, SAFETY for a limit)."""
-    n_layer = int(cfg["model.n_layer"])
-    accum = int(cfg.get("batch.grad_accum") or 1)
-    # train/trial/measurement.py warms up on short steps of at most project_micro_steps
-    # micro-batches, and measures short steps projected to full ones when a full step would
-    # exceed project_above_s (a trainer without those keys always runs full steps).
-    micro_steps = int(cfg.get("trial.project_micro_steps") or accum)
-    short_s = full_step_s * short_step(accum, micro_steps) / accum
-    projected = projects(
-        grad_accum=accum, project_micro_steps=micro_steps,
-        above_s=float(cfg.get("trial.project_above_s") or 0.0), full_step_s=full_step_s,
-    )  # fmt: skip
-    step_s = short_s if projected else full_step_s
-    warmup_steps = int(cfg.get("trial.warmup_steps") or TRIAL_DEFAULTS.warmup_steps)
-    max_steps = int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps)
-    n = window_steps(
-        step_s,
-        min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
-        max_steps=max_steps,
-        max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
-    )
-    extra = int(cfg.get("trial.profile_steps") or 0) if cfg.get("trial.profile") else 0
-    every = int(cfg.get("checkpoint.every_steps") or 0)
-    target = float(cfg.get("trial.target_ci") or 0.0)
-    if scale == 1 and target > 0:  # the expectation ends where the interval does; limits do not
-        first = first_ci_step(
-            ci_min_steps=int(cfg.get("trial.ci_min_steps") or TRIAL_DEFAULTS.ci_min_steps),
-            checkpoint_every=every, max_steps=max_steps,
-        )  # fmt: skip
-        # "plan.step_cv": a measured CV the plan passes in (not a trainer key)
-        cv = float(cfg.get("plan.step_cv") or ASSUMED_STEP_CV.get(device_type, 0.15))
-        n = min(n, steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps))
-    saves = n // every if every > 0 else 0
-    save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
-    compile_mode = str(cfg.get("runtime.compile") or "none")
-    compile_s = 0.0
-    if compile_mode != "none":
-        autotune = AUTOTUNE_FACTOR if "autotune" in compile_mode else 1.0
-        if scale > 1:
-            compile_s = autotune * max(
-                COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer
-            )
-        else:
-            compile_s = autotune * COMPILE_PER_LAYER_S * n_layer
-    return TrialTime(
-        setup_s=scale * (SETUP_BASE_S.get(device_type, 10.0) + SETUP_PER_LAYER_S * n_layer),
-        compile_s=compile_s,
-        warmup_s=warmup_steps * short_s,
-        window_s=(n + extra) * step_s,
-        checkpoint_s=scale * saves * save_s,
-        window_steps=n,
-        projected=projected,
-    )
-
-
 def trial_limits(
     cfg: Mapping[str, Any],
     *,
@@ -263,20 +160,19 @@ def trial_limits(
     bf16_supported: bool,
     timeout_s: float = 0.0,
     stall_timeout_s: float = 0.0,
+    warm: bool = False,
 ) -> TrialLimits:
     """The limits of one trial of `cfg`. timeout_s / stall_timeout_s are the user's settings:
     > 0 is used as is, 0 means automatic, and a negative stall_timeout_s turns the stall check
-    off."""
+    off. `warm`: the expectation loads the graph from the compile cache (the limits never do)."""
     step = predict_step(
         cfg, device_name=device_name, device_type=device_type, bf16_supported=bf16_supported
     )
-    expected = _trial_time(
-        cfg, step.predicted_s, device_type=device_type, num_params=step.num_params, scale=1.0
-    )
+    expected = trial_time(cfg, step.predicted_s, device_type=device_type,
+                          device_name=device_name, num_params=step.num_params, warm=warm)
     slow_step_s = SAFETY * step.predicted_s
-    bound = _trial_time(
-        cfg, slow_step_s, device_type=device_type, num_params=step.num_params, scale=SAFETY
-    )
+    bound = trial_time(cfg, slow_step_s, device_type=device_type, device_name=device_name,
+                       num_params=step.num_params, scale=SAFETY)
     # A trial that runs faster than predicted may measure full steps where the prediction
     # projected short ones: the window is then bounded by full steps of project_above_s.
     above = float(cfg.get("trial.project_above_s") or 0.0)
@@ -324,7 +220,8 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
 
 
 def point_limits(
-    point: dict[str, Any], ctx: SpaceContext, *, timeout_s: float, stall_timeout_s: float
+    point: dict[str, Any], ctx: SpaceContext, *, timeout_s: float, stall_timeout_s: float,
+    warm: bool = False,
 ) -> TrialLimits:
     """The limits of the trial of `point` (a SearchSpace.point) in the sweep of `ctx`."""
     full = {**ctx.base, **point}
@@ -336,4 +233,5 @@ def point_limits(
         bf16_supported=ctx.bf16_supported,
         timeout_s=timeout_s,
         stall_timeout_s=stall_timeout_s,
+        warm=warm,
     )

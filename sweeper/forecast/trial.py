@@ -1,0 +1,126 @@
+"""One trial process's wall, phase by phase: set-up, compile (once per graph: cold, or from the
+compile cache), warm-up, the measured window (ended early where trial.target_ci's interval is
+reached) and its checkpoint saves, for a given full optimizer step.
+
+Every prediction of a trial's time reads this: the trial limits (sweeper/space/limits.py, with a
+safety factor), plan mode's wall (sweeper/plan/wall.py), the numerics guard's price
+(sweeper/plan/guard_price.py) and the GPU lease plan (scripts/acceptance/lease.py). The step
+itself is the arithmetic's (limits.predict_step) or a measurement. Pure, torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.forecast.costs import AUTOTUNE_FACTOR, compile_s, costs_for, setup_s
+from train.config import TrialConfig
+from train.measure.meters import projects, short_step
+from train.measure.window_ci import first_ci_step, steps_to_ci
+
+# torch.compile's allowance in a trial's hard limit: 300 s for 48 layers, scaled by depth, at
+# least 60 s (a 2-layer model's first compile on a 2-core CPU takes 25-40 s).
+COMPILE_ALLOWANCE_PER_LAYER_S = 300.0 / 48
+COMPILE_ALLOWANCE_MIN_S = 60.0
+# A checkpoint holds the fp32 weights and AdamW's two fp32 moments: 12 bytes per parameter.
+CHECKPOINT_BYTES_PER_PARAM = 12
+WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are faster)
+# The trainer's defaults, for a config that leaves a trial.* key out.
+TRIAL_DEFAULTS = TrialConfig()
+# Step-to-step coefficient of variation the expected window assumes for trial.target_ci's early
+# stop (train/measure/window_ci.py). GPU: assumed for a compute-bound step of many micro-batches
+# (the projection of gpt2-xl's short steps was 0.1% off its real full steps, README); a sweep's
+# own trials replace it where a calibration exists (sweeper/plan/calibration.py). CPU: this 2-core
+# VM's fixed work varies 12-23% (DEVELOPERS.md), so a +-2% interval is rarely reached in 20 steps.
+ASSUMED_STEP_CV = {"cuda": 0.01, "cpu": 0.15}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialTime:
+    """A trial's duration, broken down (expected values, or the SAFETY-scaled bounds)."""
+
+    setup_s: float  # process start to first step
+    compile_s: float  # torch.compile of the first step (0 when runtime.compile=none)
+    warmup_s: float  # the warm-up steps, compile excluded
+    window_s: float  # the measured window
+    checkpoint_s: float  # checkpoint writes inside the window
+    window_steps: int  # measured steps the window runs
+    projected: bool  # whether the window measures short steps and projects them
+
+    @property
+    def total_s(self) -> float:
+        return self.setup_s + self.compile_s + self.warmup_s + self.window_s + self.checkpoint_s
+
+
+def window_steps(step_s: float, *, min_steps: int, max_steps: int, max_seconds: float) -> int:
+    """Measured steps a trial runs at `step_s` a step: it stops at max_steps, or at the first
+    step at or past min_steps once max_seconds have gone by (the window of
+    train/trial/measurement.py)."""
+    if step_s <= 0:
+        return max_steps
+    return min(max_steps, max(min_steps, math.ceil(max_seconds / step_s)))
+
+
+def is_float8(cfg: Mapping[str, Any]) -> bool:
+    return str(cfg.get("runtime.float8") or "none") != "none"
+
+
+def trial_time(
+    cfg: Mapping[str, Any], full_step_s: float, *, device_type: str, device_name: str = "",
+    num_params: int, scale: float = 1.0, warm: bool = False,
+) -> TrialTime:  # fmt: skip
+    """The phases of one trial of `cfg` when a full optimizer step takes `full_step_s`. `scale`
+    multiplies the fixed allowances (1 for the expectation, SAFETY for a limit); `warm`: its
+    graph is in the compile cache already (an expectation only: a limit allows a cold compile)."""
+    n_layer = int(cfg["model.n_layer"])
+    accum = int(cfg.get("batch.grad_accum") or 1)
+    # train/trial/measurement.py warms up on short steps of at most project_micro_steps
+    # micro-batches, and measures short steps projected to full ones when a full step would
+    # exceed project_above_s (a trainer without those keys always runs full steps).
+    micro_steps = int(cfg.get("trial.project_micro_steps") or accum)
+    short_s = full_step_s * short_step(accum, micro_steps) / accum
+    projected = projects(
+        grad_accum=accum, project_micro_steps=micro_steps,
+        above_s=float(cfg.get("trial.project_above_s") or 0.0), full_step_s=full_step_s,
+    )  # fmt: skip
+    step_s = short_s if projected else full_step_s
+    warmup_steps = int(cfg.get("trial.warmup_steps") or TRIAL_DEFAULTS.warmup_steps)
+    max_steps = int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps)
+    n = window_steps(
+        step_s,
+        min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
+        max_steps=max_steps,
+        max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
+    )
+    extra = int(cfg.get("trial.profile_steps") or 0) if cfg.get("trial.profile") else 0
+    every = int(cfg.get("checkpoint.every_steps") or 0)
+    target = float(cfg.get("trial.target_ci") or 0.0)
+    if scale == 1 and target > 0:  # the expectation ends where the interval does; limits do not
+        first = first_ci_step(
+            ci_min_steps=int(cfg.get("trial.ci_min_steps") or TRIAL_DEFAULTS.ci_min_steps),
+            checkpoint_every=every, max_steps=max_steps,
+        )  # fmt: skip
+        # "plan.step_cv": a measured CV the plan passes in (not a trainer key)
+        cv = float(cfg.get("plan.step_cv") or ASSUMED_STEP_CV.get(device_type, 0.15))
+        n = min(n, steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps))
+    saves = n // every if every > 0 else 0
+    save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
+    costs = costs_for(device_name if device_type == "cuda" else "")
+    mode = str(cfg.get("runtime.compile") or "none")
+    expected_compile = compile_s(costs, mode=mode, n_layer=n_layer, float8=is_float8(cfg),
+                                 warm=warm and scale == 1)  # fmt: skip
+    if scale > 1 and mode != "none":  # the limit's allowance: never below the generic one
+        autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
+        generic = max(COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer)
+        expected_compile = max(scale * expected_compile, autotune * generic)
+    return TrialTime(
+        setup_s=scale * setup_s(costs, device_type=device_type, n_layer=n_layer),
+        compile_s=expected_compile,
+        warmup_s=warmup_steps * short_s,
+        window_s=(n + extra) * step_s,
+        checkpoint_s=scale * saves * save_s,
+        window_steps=n,
+        projected=projected,
+    )
