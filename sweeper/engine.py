@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from sweeper.study.export_claim import (
 from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
 from sweeper.tracking import Tracker
 from sweeper.tracking.stopped import log_stopped_trials
+from sweeper.verify.guard import guard_reserve_s
 from sweeper.verify.race_rounds import RACE_ATTR
 from sweeper.verify.stage import Verification, verify
 from train.handoff.interval import CheckpointPlan
@@ -136,7 +138,9 @@ class SweepEngine:
         capped = self.settings.max_wall_s <= 0 < settings.max_wall_s  # the CPU sweep's cap
         budget = Budget(settings, started=self.started,
                         wall_setting="cpu_max_wall_s" if capped else "max_wall_s",
-                        predicted_trial_s=prepared.found.mean_trial_s)  # fmt: skip
+                        predicted_trial_s=prepared.found.mean_trial_s,
+                        guard_reserve=partial(guard_reserve_s, space=prepared.space,
+                                              settings=settings))  # fmt: skip
         jobs = JobLauncher(self.launcher, sweep_dir=sweep_dir, slots=prepared.gpu_slots)
         ctx = SweepContext(study=study, space=prepared.space, settings=settings, budget=budget,
                            tracker=tracker, jobs=jobs, fixed=prepared.fixed,

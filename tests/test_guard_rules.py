@@ -428,3 +428,69 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
     summary = ctx.study.user_attrs["numerics_guard"]
     assert summary["reference_descent"]["trains"] is False
     assert summary["reference_lr"] == [1e-4] * 6
+
+
+# -- the budget keeps room for the guard, as it does for the race ---------------------------------
+
+
+def _study_with(points: list[tuple[dict, float, bool]], storage: str | None = None):
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    from sweeper.study.study import StudySpec, open_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = (open_study(StudySpec(storage=storage, study_name="g", direction="maximize"))
+             if storage else optuna.create_study(direction="maximize"))  # fmt: skip
+    dists = {"runtime.dtype": CategoricalDistribution(["fp32", "bf16"]),
+             "runtime.compile": CategoricalDistribution(["none", "default"])}  # fmt: skip
+    for params, value, baseline in points:
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=dists, value=value,
+            user_attrs={"wall_s": 10.0, **({"baseline": True} if baseline else {})},
+        ))  # fmt: skip
+    return study
+
+
+@pytest.mark.parametrize(
+    ("points", "reserve"),
+    [
+        # the start and a speed knob on top: nothing to guard
+        ([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
+          ({"runtime.dtype": "fp32", "runtime.compile": "default"}, 2.0, False)], 0.0),
+        # bf16 in the top k (2): 2 reference seeds + 1 contender, at the trials' median 10 s
+        ([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
+          ({"runtime.dtype": "bf16", "runtime.compile": "none"}, 2.0, False)], 30.0),
+        # two bf16 contenders in the top k
+        ([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
+          ({"runtime.dtype": "bf16", "runtime.compile": "none"}, 2.0, False),
+          ({"runtime.dtype": "bf16", "runtime.compile": "default"}, 3.0, False)], 40.0),
+    ],
+)  # fmt: skip
+def test_the_guards_reserve_follows_the_math_changing_contenders(points, reserve) -> None:
+    from sweeper.verify.guard import guard_reserve_s
+
+    ctx = _ctx(fits=True)
+    settings = SweepSettings.from_config({"verify_top_k": 2, "max_wall_s": 390})
+    assert guard_reserve_s(_study_with(points), space=ctx.space, settings=settings) == reserve
+
+
+def test_the_budget_holds_the_guards_runs_back_from_the_search(tmp_path) -> None:
+    from sweeper.study.budget import Budget
+
+    settings = SweepSettings.from_config({"max_wall_s": 100, "verify_top_k": 1,
+                                          "verify_repeats": 1})  # fmt: skip
+    study = _study_with([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True)],
+                        storage=f"sqlite:///{tmp_path / 'b.db'}")
+    now = [0.0]
+    plain = Budget(settings, clock=lambda: now[0], started=0.0)
+    guarded = Budget(settings, clock=lambda: now[0], started=0.0, guard_reserve=lambda s: 20.0)
+    # the race keeps 2 runs x the 10 s median = 20 s; the guard its 20 s besides
+    assert plain.verify_reserve_s(study, 0.0) == 20.0
+    assert guarded.verify_reserve_s(study, 0.0) == 40.0
+    now[0] = 60.0
+    assert plain.trials_left(study, plain.verify_reserve_s(study, 0.0)) > 0
+    assert guarded.trials_left(study, guarded.verify_reserve_s(study, 0.0)) == 0
+    # never more than GUARD_SHARE of the wall besides the race's
+    huge = Budget(settings, clock=lambda: 0.0, started=0.0, guard_reserve=lambda s: 1e6)
+    assert huge.verify_reserve_s(study, 0.0) == 20.0 + 25.0

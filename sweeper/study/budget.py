@@ -29,6 +29,7 @@ from sweeper.study.study import count_finished, own_outcomes, running_trials
 log = logging.getLogger(__name__)
 
 VERIFY_SHARE = 0.35  # at most this share of a wall budget is held back for verification
+GUARD_SHARE = 0.25  # and at most this share besides for the numerics guard's curve runs
 UNLIMITED = 10**9  # trials left when n_trials is 0
 WALL = "wall"  # the wall budget ended the search
 TRIALS = "trials"  # the trial budget ended it
@@ -97,12 +98,16 @@ class Budget:
         started: float | None = None,
         wall_setting: str = "max_wall_s",
         predicted_trial_s: float | None = None,
+        guard_reserve: Callable[[optuna.Study], float] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.started = clock() if started is None else started
         self.wall_setting = wall_setting  # the setting the wall budget came from (CPU cap)
         self.predicted_trial_s = predicted_trial_s  # the plan's average trial, for the lines
+        # the numerics guard's curve runs as the study stands (sweeper/verify/guard.py
+        # guard_reserve_s), kept free as the race's rounds are; None: no guard
+        self.guard_reserve = guard_reserve
 
     def elapsed_s(self) -> float:
         return self.clock() - self.started
@@ -133,13 +138,18 @@ class Budget:
         return statistics.median(walls) if walls else None
 
     def verify_reserve_s(self, study: optuna.Study, real_trial_s: float) -> float:
-        """Room kept for verification: its planned cost, but never more than VERIFY_SHARE of a
-        wall budget (verification rounds themselves stop at the budget). `real_trial_s` is a
-        verification run's predicted wall when search trials are projected, else 0."""
+        """Room kept for verification: the race's planned cost, never more than VERIFY_SHARE of a
+        wall budget (verification rounds themselves stop at the budget), and the numerics
+        guard's curve runs, never more than GUARD_SHARE. `real_trial_s` is a verification run's
+        predicted wall when search trials are projected, else 0."""
         s = self.settings
         run_s = max(self.median_trial_s(study) or 0.0, real_trial_s)
-        return verify_reserve(run_s=run_s, top_k=s.verify_top_k, repeats=s.verify_repeats,
+        race = verify_reserve(run_s=run_s, top_k=s.verify_top_k, repeats=s.verify_repeats,
                               max_wall_s=s.max_wall_s)  # fmt: skip
+        guard = self.guard_reserve(study) if self.guard_reserve is not None else 0.0
+        if s.max_wall_s > 0:
+            guard = min(guard, GUARD_SHARE * s.max_wall_s)
+        return race + guard
 
     def trials_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
         """How many more trials the search may launch; 0 once the wall budget, less the

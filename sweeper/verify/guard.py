@@ -15,16 +15,21 @@ config always passes). Contenders that change no math key race unguarded.
 from __future__ import annotations
 
 import logging
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
+from optuna.trial import TrialState
+
 from sweeper.context import SweepContext
 from sweeper.plan.guard_price import curve_run_keys, guard_mode
-from sweeper.settings import GuardRules, guard_rules_from
+from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text, math_changes
 from sweeper.space.overrides import format_override
+from sweeper.space.space import SearchSpace
 from sweeper.study.study import trial_result
 from sweeper.verify.guard_log import log_guard_run, tag_sweep
 from sweeper.verify.guard_rules import (
@@ -66,6 +71,46 @@ def searched_values(ctx: SweepContext) -> dict[str, list[Any] | None]:
     return {p.key: p.values() for p in ctx.space.searched}
 
 
+def curve_price_s(
+    space: SearchSpace, rules: GuardRules, ref_point: dict[str, Any], start_result: dict | None
+) -> float | None:
+    """One curve run's wall, from the starting config's own trial (its step scaled to the curve
+    step's tokens); None without a usable result (the caller takes the trials' median)."""
+    tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (numerics_guard_tokens)
+    share = curve_run_keys(ref_point, space.ctx, rules, seed=0).get(
+        "batch.tokens_per_step", tokens) / tokens  # fmt: skip
+    return curve_run_s(start_result, steps=rules.steps, step_share=share)
+
+
+def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepSettings) -> float:
+    """The wall the guard will need as the study stands, so the search leaves room for it as it
+    does for the race (sweeper/study/budget.py): the reference's seeds and one run of each of the
+    race's top k that changes the math, at a curve run's price; 0 when the guard is off or no
+    such contender is among them."""
+    rules = guard_rules_from(settings)
+    on, _ = guard_mode(rules, {p.key: p.values() for p in space.searched})
+    if not on:
+        return 0.0
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not done:
+        return 0.0
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    top = sorted(done, key=lambda t: t.value, reverse=maximize)[: settings.verify_top_k]
+    start = next((t for t in done if t.user_attrs.get("baseline")), None)
+    base = dict(space.ctx.base)
+    reference = {**base, **(space.point(start.params) if start is not None else {})}
+    changing = sum(1 for t in top if math_changes(reference, {**base, **space.point(t.params)},
+                                                  device_type=space.ctx.device_type))  # fmt: skip
+    if not changing:
+        return 0.0
+    walls = [t.user_attrs["wall_s"] for t in done if "wall_s" in t.user_attrs]
+    run_s = curve_price_s(space, rules, space.point(start.params) if start else {},
+                          trial_result(start) if start is not None else None)  # fmt: skip
+    if run_s is None:
+        run_s = statistics.median(walls) if walls else 0.0
+    return (rules.seeds + changing) * run_s
+
+
 def guard_entrants(
     ctx: SweepContext, cands: dict[int, Candidate], *, baseline: dict | None, start: int | None
 ) -> GuardOutcome:
@@ -96,10 +141,7 @@ def guard_entrants(
     seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
     runs = rules.seeds + len(guarded)
     start_result = trial_result(ctx.study.trials[start]) if start is not None else None
-    tokens = ctx.space.ctx.tokens_per_step  # a curve step may hold fewer (numerics_guard_tokens)
-    share = curve_run_keys(ref_point, ctx.space.ctx, rules, seed=seed0).get(
-        "batch.tokens_per_step", tokens) / tokens  # fmt: skip
-    run_s = curve_run_s(start_result, steps=rules.steps, step_share=share)  # None: trials' median
+    run_s = curve_price_s(ctx.space, rules, ref_point, start_result)  # None: trials' median
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
     ref_curves, ref_fail, ref_lrs = _reference_curves(ctx, ref_point, rules, seed0=seed0,
