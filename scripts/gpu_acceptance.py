@@ -10,6 +10,13 @@ trained from it on one H100/H200, each stage under ten minutes, state handed thr
     python3 scripts/gpu_acceptance.py --kit-size                                 # what travels
     python3 scripts/gpu_acceptance.py --dry-run --stage plan --out /tmp/out      # tiny, on a CPU
 
+One 15-minute lease instead (the main command at most 9 minutes, the second at most 3):
+
+    python3 scripts/gpu_acceptance.py --lease --plan --device "NVIDIA H200"      # fits? any machine
+    python3 scripts/gpu_acceptance.py --lease --out $OUT                         # main: best.yaml
+    python3 scripts/gpu_acceptance.py --lease --stage production \
+        --state $OUT/state.tar.gz --out $OUT2   # second: trains from it, docs/gpu/<date>-<dev>/
+
 Each stage writes state.tar.gz, evidence.json and its logs to --out. Exit code: 0 when the next
 stage can go on (done, cut by its deadline, stopped before a race round that could not fit,
 skipped: `ddp` on a host with one GPU), 1 when the stage failed (its state is packed all the
@@ -37,6 +44,7 @@ from acceptance import (  # noqa: E402  (scripts/ is on sys.path: a sibling pack
     stage_named,
 )
 from acceptance.evidence import load_evidence  # noqa: E402
+from acceptance.lease import lease_plan  # noqa: E402
 from acceptance.run import GOES_ON  # noqa: E402
 
 log = logging.getLogger("gpu_acceptance")
@@ -44,8 +52,9 @@ log = logging.getLogger("gpu_acceptance")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--stage", help=f"plan | sweep | production | ddp, or 1-{len(NUMBERED)}")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--stage", help=f"plan | sweep | production | ddp | lease, or "
+                                      f"1-{len(NUMBERED)}")  # fmt: skip
     what.add_argument(
         "--table", type=Path, metavar="EVIDENCE",
         help="print the README's GPU section (markdown) from an evidence file",
@@ -70,7 +79,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--deadline-s", type=float, default=None,
                    help="this stage's time budget in seconds (default: the profile's)")  # fmt: skip
-    return p.parse_args(argv)
+    p.add_argument("--lease", action="store_true",
+                   help="one 15-minute GPU lease: the main command (9 min) alone, then "
+                        "--stage production (3 min); with --dry-run the tiny model on a CPU")
+    p.add_argument("--plan", action="store_true",
+                   help="with --lease: print whether the lease fits --device, run nothing")
+    p.add_argument("--device", default="NVIDIA H200",
+                   help="with --lease --plan: the GPU to plan for (a plan_device name)")
+    args = p.parse_args(argv)
+    if not (args.stage or args.table or args.kit_size or args.lease):
+        p.error("one of --stage, --table, --kit-size or --lease is required")
+    if args.plan and not args.lease:
+        p.error("--plan goes with --lease")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,8 +105,17 @@ def main(argv: list[str] | None = None) -> int:
             extra = (args.state,) if args.state else ()
             print("\n".join(kit_size(REPO, kit_dir=REPO / ".whl", extra=extra).lines()))
             return 0
-        profile = profile_named("tiny" if args.dry_run else args.profile)
-        stage = stage_named(args.stage)
+        if args.lease and args.plan:
+            print("\n".join(lease_plan(args.device).lines()))
+            return 0
+        if args.lease:
+            profile = profile_named("lease-tiny" if args.dry_run else "lease")
+        else:
+            profile = profile_named("tiny" if args.dry_run else args.profile)
+        stage = stage_named(args.stage or "lease")
+        if stage not in profile.stages and stage != "ddp":
+            raise ValueError(f"--stage {stage} is not a stage of the {profile.name} profile "
+                             f"({', '.join(profile.stages)})")
         work = args.work or Path(f"/tmp/gpu-acceptance-{profile.name}")
         report = run_stage(stage, profile=profile, state=args.state, work=work,
                            out=args.out.resolve(), deadline_s=args.deadline_s,

@@ -487,3 +487,93 @@ def test_dry_run_ddp_stage_without_best_yaml_runs_the_starting_config(tmp_path: 
     assert ddp["single_gpu_source"] == "the starting config's search trial 0"
     assert ddp["scaling_efficiency"] == pytest.approx(ddp["tokens_per_s"] / 2000.0)
     assert 0 < ddp["comms_frac"] < 1
+
+
+# -- one 15-minute lease --------------------------------------------------------------------------
+
+
+def test_the_lease_budget_is_a_9_minute_main_command_and_a_3_minute_second() -> None:
+    from acceptance.lease import LEASE_MAIN_S, LEASE_S, LEASE_SECOND_S
+    from acceptance.profiles import LEASE, LEASE_TINY
+
+    assert LEASE.stages == LEASE_TINY.stages == ("lease", "production")
+    assert LEASE.budget_for("lease", repeat=0) == LEASE_MAIN_S == 540
+    assert LEASE.budget_for("production", repeat=0) == LEASE_SECOND_S == 180
+    assert LEASE.total_budget_s == 720 and LEASE_S == 900  # + a machine start of up to 3 min
+    assert LEASE.multi_gpu_budget_s == 0
+
+
+@pytest.mark.parametrize("device", ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+def test_lease_plan_prints_the_main_second_and_total_on_any_machine(device: str) -> None:
+    import re
+
+    proc = _cli("--lease", "--plan", "--device", device)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = proc.stdout.splitlines()[0]
+    found = re.fullmatch(r"lease: main (\d+) s, second (\d+) s, total (\d+) s", first)
+    assert found, first
+    main, second, total = map(int, found.groups())
+    assert total == pytest.approx(main + second + 180, abs=1)  # the machine start counted
+    verdict = re.search(r"main \(.*\) against its 540 s deadline: (fits|DOES NOT FIT)",
+                        proc.stdout)  # fmt: skip
+    assert verdict and (verdict.group(1) == "fits") is (main <= 540), proc.stdout
+    assert f"plan assumes {device}'s machine has torchao installed" in proc.stdout
+
+
+def test_lease_plan_refuses_an_unknown_device() -> None:
+    proc = _cli("--lease", "--plan", "--device", "NVIDIA H300")
+    assert proc.returncode == 2
+    assert "--device 'NVIDIA H300' has no known memory size" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_lease_main_cut_and_whole_then_the_second(tmp_path: Path) -> None:
+    """The lease on the tiny model: a main command cut by its deadline while a trial runs (the
+    study consistent, the state packed, exit 0), the second refusing to train without best.yaml;
+    then a whole main command to best.yaml and the second training from it and laying out
+    docs/gpu/<date>-<device>/ with the raw files."""
+    import shutil
+
+    from acceptance.profiles import LEASE_TINY
+
+    work = tmp_path / "cut"
+
+    def clock() -> float:  # past the deadline once trial 0 runs
+        running = (work / "sweep" / "0" / "trial.log").exists()
+        return time.monotonic() + (1e6 if running else 0.0)
+
+    report = run_stage("lease", profile=LEASE_TINY, state=None, work=work, out=tmp_path / "o1",
+                       clock=clock)  # fmt: skip
+    assert report.outcome == "cut", report.note
+    study = optuna.load_study(study_name="acceptance-lease-tiny",
+                              storage=f"sqlite:///{work}/optuna.db")  # fmt: skip
+    assert optuna.trial.TrialState.RUNNING not in [t.state for t in study.trials]
+    shutil.rmtree(work)
+    proc = _cli("--lease", "--dry-run", "--stage", "production", "--state",
+                str(tmp_path / "o1" / "state.tar.gz"), "--out", str(tmp_path / "o2"))  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # no best.yaml: run the main again
+    assert "stage production (run 1): failed" in proc.stdout and "no " in proc.stdout
+
+    whole = tmp_path / "whole"
+    proc = _cli("--lease", "--dry-run", "--work", str(whole), "--out", str(tmp_path / "m"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stage lease (run 1): done" in proc.stdout
+    shutil.rmtree(whole)  # the second may run on a fresh machine: only the state travels
+    proc = _cli("--lease", "--dry-run", "--stage", "production", "--state",
+                str(tmp_path / "m" / "state.tar.gz"), "--out", str(tmp_path / "s"))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    evidence = json.loads((tmp_path / "s" / "evidence.json").read_text())
+    assert [(s["stage"], s["outcome"]) for s in evidence["stages"]] == [
+        ("lease", "done"), ("production", "done")]  # fmt: skip
+    assert evidence["production"]["tokens_per_s"] > 0
+    (folder,) = (tmp_path / "s" / "docs" / "gpu").iterdir()
+    assert folder.name.startswith(evidence["stages"][0]["started"][:10])
+    names = {p.name for p in folder.iterdir()}
+    assert {"README.md", "evidence.json", "env.txt", "best.yaml", "sweep.log",
+            "production.log"} <= names  # fmt: skip
+    results = sorted(n for n in names if n.startswith("result-"))
+    ran = [t for t in evidence["sweep"]["trials"] if t.get("status")]
+    assert len(results) >= len(ran) > 0  # every search trial's result, and the race's
+    readme = (folder / "README.md").read_text()
+    assert "| production (1) | done |" in readme and "Production run (`python -m train" in readme
+    assert "package optuna: " in (folder / "env.txt").read_text()

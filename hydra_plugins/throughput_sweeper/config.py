@@ -63,6 +63,9 @@ class ThroughputSweeperConf:
     # machine, so one plan command prints one plan everywhere. The default is our GPU image's:
     # torchao installed, no FA3/FA4 package
     plan_software: str = "torchao"
+    # plan mode also writes the plan's numbers (the predicted wall and its parts, in seconds) as
+    # JSON to this file, for scripts (scripts/gpu_acceptance.py --lease --plan); '' = none
+    plan_json: str = ""
     storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
     # torch.compile's cache, shared by every trial and race run (train/proc/compile_cache.py):
     # auto = a compile_cache folder beside a SQLite storage's file (else in the sweep dir), a

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STAGES = ("plan", "sweep", "production", "ddp")
+STAGES = ("plan", "sweep", "production", "ddp", "lease")
 # The run in order: a second sweep stage resumes the first (a no-op once best.yaml exists).
 STAGE_ORDER = ("plan", "sweep", "sweep", "production")
 # After the run, on a host with several GPUs only: not in the 25 minutes of STAGE_ORDER.
@@ -60,6 +60,10 @@ class Profile:
     pack_margin_s: float = 30.0  # kept free at the end of a stage to write the state
     grace_s: float = 15.0  # from SIGTERM (trials recorded as interrupted) to SIGKILL
     min_sweep_s: float = 60.0  # a sweep stage with less time left than this does not start one
+    # the run's stages in order (the lease: its main command, then its second)
+    stages: tuple[str, ...] = STAGE_ORDER
+    # the second command of a lease also lays out docs/gpu/<date>-<device>/ in its output folder
+    evidence_folder: bool = False
 
     def budget_for(self, stage: str, *, repeat: int) -> float:
         """The deadline of a stage; `repeat` counts earlier runs of the same stage."""
@@ -72,7 +76,7 @@ class Profile:
         multi-GPU stages are extra: `multi_gpu_budget_s`)."""
         seen: dict[str, int] = {}
         total = 0.0
-        for stage in STAGE_ORDER:
+        for stage in self.stages:
             total += self.budget_for(stage, repeat=seen.get(stage, 0))
             seen[stage] = seen.get(stage, 0) + 1
         return total
@@ -80,7 +84,8 @@ class Profile:
     @property
     def multi_gpu_budget_s(self) -> float:
         """Device time of the stages that run only on a host with several GPUs."""
-        return sum(self.budget_for(stage, repeat=0) for stage in MULTI_GPU_STAGES)
+        return sum(self.budget_for(stage, repeat=0) for stage in MULTI_GPU_STAGES
+                   if stage in self.budget_s)  # fmt: skip
 
 
 XL = Profile(
@@ -156,7 +161,53 @@ TINY = Profile(
     min_sweep_s=3.0,
 )
 
-PROFILES = {p.name: p for p in (XL, TINY)}
+# One 15-minute GPU lease (machine start included): a main command of at most 9 minutes that ends
+# in a verified best.yaml (probe, the starting config from the memory model, the gpu-lease sweep:
+# the start, the best bf16 split and float8 tensorwise, guarded and raced, in one run), then a
+# second of at most 3 that trains from best.yaml and lays out the evidence folder.
+LEASE = Profile(
+    name="lease",
+    model="gpt2-xl",
+    block_size=1024,
+    tokens_per_step=1_048_576,
+    device="cuda",
+    dtype="bf16",
+    search="gpu-lease",
+    micro_batches=(16, 8, 4, 2, 1),
+    compile_modes=("default",),
+    trial_overrides=XL.trial_overrides,
+    production_steps=3,
+    budget_s={"lease": 540.0, "production": 180.0},
+    search_runs=0,  # one sweep command searches and races
+    race_round_s=0.0,  # the sweep's own wall budget (the stage's time left) ends it in time
+    stages=("lease", "production"),
+    evidence_folder=True,
+)
+
+# The lease rehearsed on a CPU with the tiny model (the tests' dry run).
+LEASE_TINY = Profile(
+    name="lease-tiny",
+    model="tiny",
+    block_size=64,
+    tokens_per_step=2048,
+    device="cpu",
+    dtype="auto",
+    search="smoke",
+    micro_batches=(8, 4),
+    compile_modes=("none",),
+    trial_overrides=TINY.trial_overrides,
+    production_steps=4,
+    budget_s={"lease": 150.0, "production": 90.0},
+    search_runs=0,
+    race_round_s=0.0,
+    pack_margin_s=10.0,
+    grace_s=5.0,
+    min_sweep_s=3.0,
+    stages=("lease", "production"),
+    evidence_folder=True,
+)
+
+PROFILES = {p.name: p for p in (XL, TINY, LEASE, LEASE_TINY)}
 
 
 def profile_named(name: str) -> Profile:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from acceptance.evidence import FILE_NAME, load_evidence, new_evidence, save_evidence
+from acceptance.folder import write_evidence_folder
 from acceptance.profiles import Profile
 from acceptance.stages import BODIES, StageContext
 from acceptance.state import STATE_VERSION, Manifest, pack_state, unpack_state
@@ -104,6 +105,11 @@ def run_stage(
         "deadline_s": budget,
     })  # fmt: skip
     evidence["wall_s_total"] = round(sum(s["wall_s"] for s in evidence["stages"]), 1)
+    if profile.evidence_folder and stage == "production":  # the lease's second command
+        laid = write_evidence_folder(ctx)
+        evidence["evidence_folder"] = str(laid.relative_to(out))
+        log.info("evidence folder: %s (copy %s into the repository root to keep it)", laid,
+                 out / "docs")  # fmt: skip
     save_evidence(evidence, folder / FILE_NAME)
     save_evidence(evidence, out / FILE_NAME)
     if outcome == "done":

@@ -91,8 +91,9 @@ def model_fields(model: str) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "name"}
 
 
-def plan_stage(ctx: StageContext) -> StageOutcome:
-    """Probe, plan, choose the start, measure the memory points not measured yet."""
+def _probe_and_start(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any], Point]:
+    """Probe the device and choose the starting config (the best predicted to fit, the user's
+    micro-batch 16 compiled where it does), recorded in the evidence: (probe, model, start)."""
     from sweeper.plan.device import probe_device
 
     p = ctx.profile
@@ -105,13 +106,41 @@ def plan_stage(ctx: StageContext) -> StageOutcome:
     model = model_fields(p.model)
     kind, memory = probe["device_type"], probe.get("device_memory_gib")
     start = starting_point(p, model, device_type=kind, memory_gib=memory)
-    points = memory_points(p, model, start, device_type=kind, memory_gib=memory)
     ctx.evidence["plan"] = {
         "start": {**start.as_dict(), "grad_accum": start.grad_accum(p),
                   "predicted_gib": predicted_gib(p, model, start, device_type=kind)},
         "device_memory_gib": memory,
-        "points": [pt.name for pt in points],
     }  # fmt: skip
+    return probe, model, start
+
+
+def lease_stage(ctx: StageContext) -> StageOutcome:
+    """A lease's main command: probe, the starting config, then the whole sweep (search, guard
+    and race in one run, its wall budget the time left) to a verified best.yaml."""
+    probe, _, start = _probe_and_start(ctx)
+    log.info("start: %s (predicted %.1f GiB)", start.name,
+             ctx.evidence["plan"]["start"]["predicted_gib"])  # fmt: skip
+    outcome = sweep_stage(ctx)
+    ran = [t for t in (ctx.evidence.get("sweep") or {}).get("trials", []) if t.get("status")]
+    ctx.evidence["device"] = device_section(probe, _sweep_results(ctx) if ran else [])
+    return outcome
+
+
+def _sweep_results(ctx: StageContext) -> list[dict]:
+    from train.trial.result import read_result
+
+    found = [read_result(path) for path in sorted(ctx.sweep_dir.glob("*/result.json"))
+             if path.parent.name.isdigit()]  # fmt: skip
+    return [r for r in found if r]
+
+
+def plan_stage(ctx: StageContext) -> StageOutcome:
+    """Probe, plan, choose the start, measure the memory points not measured yet."""
+    p = ctx.profile
+    probe, model, start = _probe_and_start(ctx)
+    kind, memory = probe["device_type"], probe.get("device_memory_gib")
+    points = memory_points(p, model, start, device_type=kind, memory_gib=memory)
+    ctx.evidence["plan"]["points"] = [pt.name for pt in points]
     log.info("start: %s (predicted %.1f GiB); memory points: %s", start.name,
              ctx.evidence["plan"]["start"]["predicted_gib"],
              ", ".join(pt.name for pt in points))  # fmt: skip
@@ -344,6 +373,7 @@ def ddp_stage(ctx: StageContext, *, device_count: Callable[[], int] | None = Non
 
 
 BODIES: dict[str, Callable[[StageContext], StageOutcome]] = {
+    "lease": lease_stage,
     "plan": plan_stage,
     "sweep": sweep_stage,
     "production": production_stage,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.numbers import fmt_secs
+from sweeper.plan.wall import graph_of
 from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import nearest_fit
@@ -48,17 +49,24 @@ def guard_mode(rules: GuardRules, searched: dict[str, list[Any] | None]) -> tupl
     return False, "off (auto: the space searches no math-changing key)"
 
 
+# keys pinned to the reference's values in a contender's curve run: they choose the batches
+SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GuardPlan:
     on: bool
     why: str
     runs: int  # curve runs at most: the reference's seeds and the top k
-    run_s: float  # one curve run's predicted wall, seconds
+    run_s: float  # a curve run's predicted wall, seconds (the mean where they differ)
     line: str  # what plan mode prints
+    all_s: float | None = None  # every run's wall summed, where runs are priced one by one
 
     @property
     def total_s(self) -> float:
-        return self.runs * self.run_s if self.on else 0.0
+        if not self.on:
+            return 0.0
+        return self.all_s if self.all_s is not None else self.runs * self.run_s
 
 
 def guard_plan(
@@ -86,21 +94,39 @@ def guard_plan(
                f"the prior's points) changes the math: no curve runs")  # fmt: skip
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
     keys = curve_run_keys(reference, ctx, rules, seed=0)
-    run_s = point_limits({**reference, **keys}, ctx, timeout_s=settings.trial_timeout_s,
-                         stall_timeout_s=settings.stall_timeout_s).expected.total_s  # fmt: skip
-    runs = rules.seeds + settings.verify_top_k
+    limits = {"timeout_s": settings.trial_timeout_s, "stall_timeout_s": settings.stall_timeout_s}
+    # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
+    seen = {graph_of({**ctx.base, **p}) for p in planned or []}
+
+    def curve_s(point: dict[str, Any]) -> float:
+        warm = graph_of({**ctx.base, **point}) in seen
+        return point_limits({**point, **keys}, ctx, warm=warm, **limits).expected.total_s
+
+    ref_s = curve_s(reference)
+    changing = [
+        {**p, **{k: reference[k] for k in SAME_BATCHES if k in reference}}
+        for p in planned or []
+        if math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
+    ][: settings.verify_top_k]  # fmt: skip
+    if planned is not None:  # each planned contender at its own price (float8 compiles its own)
+        contender_s = [curve_s(p) for p in changing]
+        runs, all_s = rules.seeds + len(changing), rules.seeds * ref_s + sum(contender_s)
+        counted = f"{len(changing)} contender run(s) (the planned points that change the math)"
+    else:
+        runs, all_s = rules.seeds + settings.verify_top_k, None
+        counted = f"{settings.verify_top_k} contender runs (those that change the math)"
+    total = all_s if all_s is not None else runs * ref_s
     refit = (f" (the starting config does not fit, so its reference runs the same math at "
              f"{fit.text()})" if fit is not None and fit.changed else "")  # fmt: skip
     line = (
         f"numerics guard: {why}: at most {rules.seeds} starting-config runs{refit} (one seed "
-        f"each) + "
-        f"{settings.verify_top_k} contender runs (those that change the math) of {rules.steps} "
-        f"steps of {_step_tokens(keys, ctx):,} tokens, ~{fmt_secs(run_s)} each = up to "
-        f"{fmt_secs(runs * run_s)}; a contender must "
+        f"each, ~{fmt_secs(ref_s)}) + {counted} of {rules.steps} steps of "
+        f"{_step_tokens(keys, ctx):,} tokens = up to {fmt_secs(total)}; a contender must "
         f"stay within {rules.k:g} x the starting config's seed-to-seed loss spread (at least "
         f"{rules.floor:g} nats) to race"
     )
-    return GuardPlan(on=True, why=why, runs=runs, run_s=run_s, line=line)
+    return GuardPlan(on=True, why=why, runs=runs, run_s=total / max(1, runs), line=line,
+                     all_s=all_s)  # fmt: skip
 
 
 def _step_tokens(keys: dict[str, Any], ctx: SpaceContext) -> int:

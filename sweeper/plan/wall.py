@@ -156,17 +156,39 @@ def wall_model(
             each_s=mean_trial_s, compile_s=0.0, window_steps=0,
             note="a new graph each: cold compile",
         ))  # fmt: skip
-    # a race run is sized like the likeliest contender: the prior's first point, else the start
-    contender = prior.points[0].params if prior.points else (start or {})
-    t = expected({**contender, **REAL_STEPS})
-    if contender:
-        graphs.seen.add(graph_of({**ctx.base, **contender}))
-    wall, comp, how = graphs.price({**ctx.base, **contender}, t,
-                                   expected({**contender, **REAL_STEPS}, warm=True))
-    race = [PlannedRuns(label="race run (real full steps)", count=race_entrants * race_rounds,
-                        each_s=wall, compile_s=comp, window_steps=t.window_steps,
-                        note=how)] if race_entrants * race_rounds else []  # fmt: skip
-    return WallModel(search=search, race=race)
+    known = [point for _, point in first[:n_search]]
+    if rest == 0 and known and race_entrants == len(known):
+        # every search trial is known and all of them race: each entrant at its own price
+        entrants = [(label, point) for label, point in first[:n_search]]
+    else:
+        # a race run is sized like the likeliest contender: the prior's first point, else the
+        # start, for every entrant
+        contender = prior.points[0].params if prior.points else (start or {})
+        entrants = [("", contender)] * race_entrants
+    race: list[PlannedRuns] = []
+    for label, point in entrants if race_rounds else []:
+        t = expected({**point, **REAL_STEPS})
+        if point:
+            graphs.seen.add(graph_of({**ctx.base, **point}))
+        wall, comp, how = graphs.price({**ctx.base, **point}, t,
+                                       expected({**point, **REAL_STEPS}, warm=True))
+        name = f"race run of the {label} (real full steps)" if label else \
+            "race run (real full steps)"
+        race.append(PlannedRuns(label=name, count=race_rounds, each_s=wall, compile_s=comp,
+                                window_steps=t.window_steps, note=how))  # fmt: skip
+    return WallModel(search=search, race=_merged(race))
+
+
+def _merged(runs: list[PlannedRuns]) -> list[PlannedRuns]:
+    """Identical rows (the same label and price) as one row with their count summed."""
+    out: list[PlannedRuns] = []
+    for r in runs:
+        if out and (out[-1].label, out[-1].each_s, out[-1].note) == (r.label, r.each_s, r.note):
+            last = out.pop()
+            r = PlannedRuns(label=r.label, count=last.count + r.count, each_s=r.each_s,
+                            compile_s=r.compile_s, window_steps=r.window_steps, note=r.note)
+        out.append(r)
+    return out
 
 
 def _calibrated(c: Calibration, *, n_search: int, race_runs: int) -> WallModel:

@@ -5,6 +5,7 @@ predicted step and limits, and the predicted wall time. The numbers are sweeper/
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,36 @@ def print_plan(prepared: Prepared) -> dict:
     plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings,
                       found=p.found, calibration=calibration)  # fmt: skip
     console.print(format_plan(plan), markup=False)
+    if p.settings.plan_json:
+        path = Path(p.settings.plan_json).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(plan_numbers(plan), indent=1) + "\n")
     return {"plan": True, "kept": p.found.kept, "dropped": p.found.dropped_points}
+
+
+def plan_numbers(plan: SweepPlan) -> dict[str, Any]:
+    """The plan's figures as data (seconds): the predicted wall and its parts, as printed."""
+    w, g = plan.wall, plan.guard
+    return {
+        "device": plan.device.name,
+        "device_source": plan.device.source,
+        "software": plan.device.software_line(),
+        "model": plan.model.get("name"),
+        "tokens_per_step": plan.model.get("tokens_per_step"),
+        "n_search": plan.n_search,
+        "n_verify": plan.n_verify,
+        "wall_s": plan.wall_s,
+        "wall_cap_s": plan.wall_cap_s,
+        "overhead_s": w.overhead_s if w else None,
+        "search_s": w.search_s if w else None,
+        "race_s": w.race_s if w else None,
+        "guard_s": g.total_s if g else 0.0,
+        "guard_on": bool(g and g.on),
+        "runs": [{"label": r.label, "count": r.count, "each_s": r.each_s,
+                  "compile_s": r.compile_s, "note": r.note}
+                 for r in ([*w.search, *w.race] if w else [])],
+        "prior": [pt.params for pt in plan.prior.points] if plan.prior else [],
+    }  # fmt: skip
 
 
 def _values(p: Any) -> str:

@@ -23,7 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
-from sweeper.plan.guard_price import curve_run_keys, guard_mode
+from sweeper.plan.guard_price import SAME_BATCHES, curve_run_keys, guard_mode
 from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import limit_overrides, point_limits
@@ -52,8 +52,6 @@ log = logging.getLogger(__name__)
 # does not race, as a failed one does not, but nothing says its math is wrong
 NOT_CHECKED = "not checked"
 GUARD_ATTR = "numerics_guard"  # study user attr: the guard's settings, tolerance and verdicts
-# keys pinned to the reference's values in a contender's curve run: they choose the batches
-SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
 DEFAULT_SEED = 1337  # train/config.py RuntimeConfig.seed, for a base config that lacks it
 
 
