@@ -529,9 +529,9 @@ def test_lease_plan_refuses_an_unknown_device() -> None:
 @pytest.mark.slow
 def test_dry_run_of_the_lease_main_cut_and_whole_then_the_second(tmp_path: Path) -> None:
     """The lease on the tiny model: a main command cut by its deadline while a trial runs (the
-    study consistent, the state packed, exit 0), the second refusing to train without best.yaml;
-    then a whole main command to best.yaml and the second training from it and laying out
-    docs/gpu/<date>-<device>/ with the raw files."""
+    study consistent, the state packed), the second refusing to train without best.yaml; the
+    main command resumed from the cut state to best.yaml, and the second training from it and
+    laying out docs/gpu/<date>-<device>/ with the raw files."""
     import shutil
 
     from acceptance.profiles import LEASE_TINY
@@ -554,17 +554,18 @@ def test_dry_run_of_the_lease_main_cut_and_whole_then_the_second(tmp_path: Path)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # no best.yaml: run the main again
     assert "stage production (run 1): failed" in proc.stdout and "no " in proc.stdout
 
-    whole = tmp_path / "whole"
-    proc = _cli("--lease", "--dry-run", "--work", str(whole), "--out", str(tmp_path / "m"))
+    # a later lease resumes the cut main command from its state: the same study, to best.yaml
+    proc = _cli("--lease", "--dry-run", "--state", str(tmp_path / "o1" / "state.tar.gz"),
+                "--out", str(tmp_path / "m"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "stage lease (run 1): done" in proc.stdout
-    shutil.rmtree(whole)  # the second may run on a fresh machine: only the state travels
+    assert "stage lease (run 2): done" in proc.stdout
+    shutil.rmtree(work)  # the second may run on a fresh machine: only the state travels
     proc = _cli("--lease", "--dry-run", "--stage", "production", "--state",
                 str(tmp_path / "m" / "state.tar.gz"), "--out", str(tmp_path / "s"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     evidence = json.loads((tmp_path / "s" / "evidence.json").read_text())
     assert [(s["stage"], s["outcome"]) for s in evidence["stages"]] == [
-        ("lease", "done"), ("production", "done")]  # fmt: skip
+        ("lease", "cut"), ("lease", "done"), ("production", "done")]  # fmt: skip
     assert evidence["production"]["tokens_per_s"] > 0
     (folder,) = (tmp_path / "s" / "docs" / "gpu").iterdir()
     assert folder.name.startswith(evidence["stages"][0]["started"][:10])

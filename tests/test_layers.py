@@ -36,8 +36,8 @@ SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
 
 TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
     ("config_rules", "paths"),  # torch-free rules on plain values; can a run write its paths
-    ("config", "config_file"),  # the schema; reading best.yaml before Hydra
-    ("keys",),  # the trainer's config keys, from the schema
+    ("config",),  # the schema
+    ("config_file", "keys"),  # reading best.yaml before Hydra; the trainer's keys, from the schema
     ("device", "proc"),  # what a device offers and does; process plumbing (deathsig, probe)
     ("model",),
     ("data",),

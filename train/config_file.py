@@ -13,15 +13,22 @@ Torch-free (train.TORCH_FREE).
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import io
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from train.config import Config
+
 log = logging.getLogger(__name__)
 
 PINNED_KEY = "pinned_sections"  # a top-level key of the schema (train/config.py Config)
+# every top-level key a trusted config file may hold: the schema's sections
+SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+DEFAULTS = ["train_schema", "_self_"]  # the defaults list of a best.yaml (sweeper/report/export.py)
 RESTORE = (
     "restore it (a sweep's best.yaml is also an artifact of its MLflow run) or run the sweep again"
 )
@@ -69,7 +76,32 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if not set(doc) - {"defaults", PINNED_KEY}:  # e.g. a best.yaml cut before its sections
         raise ValueError(f"{what} sets no config section (it holds only {', '.join(doc)}): it "
                          f"was cut short or emptied; {RESTORE}")  # fmt: skip
+    check_trusted_keys(doc, what=what)
     return OmegaConf.to_container(doc, resolve=False)
+
+
+def check_trusted_keys(doc: Any, *, what: str) -> None:
+    """A config file someone hands over is data: only the trainer's sections and the exact
+    defaults list a best.yaml carries. A `hydra:` section (its job_logging can write files of the
+    sender's choosing, its callbacks run code), another top-level key, or a defaults list that
+    selects other config groups is refused in one line (ValueError)."""
+    unknown = [str(k) for k in doc if k not in (*SECTIONS, "defaults")]
+    if unknown:
+        near = [difflib.get_close_matches(k, SECTIONS, n=1) for k in unknown]
+        hint = "; ".join(f"did you mean {m[0]!r} for {k!r}?" for k, m in zip(unknown, near,
+                                                                            strict=True) if m)
+        raise ValueError(
+            f"{what}: top-level key(s) {', '.join(unknown)} are not trainer sections "
+            f"({', '.join(SECTIONS)}){'; ' + hint if hint else ''}: remove them. Settings of "
+            f"Hydra itself (hydra:) are never taken from a config file: pass them on the command "
+            f"line (e.g. hydra.run.dir=...)"
+        )
+    if "defaults" in doc and list(doc["defaults"] or []) != DEFAULTS:
+        got = list(doc["defaults"] or [])
+        raise ValueError(
+            f"{what}: defaults must be {DEFAULTS} (a best.yaml's), got {got}: a defaults list "
+            f"from a file could pull in other config groups; remove or restore it"
+        )
 
 
 def _yaml_problem(exc: Exception) -> str:

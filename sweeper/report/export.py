@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweeper.masking import mask_secrets
+from train.config_file import DEFAULTS
 
 if TYPE_CHECKING:
     from sweeper.verify.stage import Winner
@@ -81,7 +82,7 @@ def best_config_document(
             f"trainer_config has key(s) {unknown} that are not trainer sections "
             f"{list(TRAINER_SECTIONS)}; the trainer schema would reject them"
         )
-    doc: dict[str, Any] = {"defaults": ["train_schema", "_self_"],
+    doc: dict[str, Any] = {"defaults": list(DEFAULTS),
                            "pinned_sections": list(PINNED_SECTIONS)}  # fmt: skip
     for section in TRAINER_SECTIONS:
         doc[section] = _plain(trainer_config[section])

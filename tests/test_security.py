@@ -1,0 +1,85 @@
+"""What a user is handed is data: a best.yaml (or any config file the trainer reads before Hydra)
+cannot run code or redirect files through Hydra's own settings, tried as an attacker would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from train.config_file import SECTIONS, checked_command_line
+
+REPO = Path(__file__).resolve().parents[1]
+BEST = REPO / "docs" / "gpu" / "2026-11-26-h200" / "best.yaml"  # a real exported best.yaml
+
+
+def _hand_over(tmp_path: Path, **changes) -> Path:
+    """A copy of a real best.yaml with `changes` merged at the top level (None removes a key)."""
+    doc = yaml.safe_load(BEST.read_text())
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    folder = tmp_path / "handed"
+    folder.mkdir(exist_ok=True)
+    path = folder / "best.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _args(path: Path) -> list[str]:
+    return ["--config-path", str(path.parent), "--config-name", path.stem]
+
+
+def test_a_clean_best_yaml_passes() -> None:
+    assert checked_command_line(_args(BEST))[1] == str(BEST.parent)
+    assert set(yaml.safe_load(BEST.read_text())) <= {*SECTIONS, "defaults"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        # job_logging's FileHandler wrote the sender's text into a file of their choosing
+        ({"hydra": {"job_logging": {"handlers": {"evil": {
+            "class": "logging.FileHandler", "filename": "/tmp/pwned-by-best-yaml"}}}}},
+         "top-level key(s) hydra are not trainer sections"),
+        # callbacks are instantiated: any importable callable runs
+        ({"hydra": {"callbacks": {"x": {"_target_": "pathlib.Path.touch",
+                                        "self": "/tmp/pwned-by-callback"}}}},
+         "Settings of Hydra itself (hydra:) are never taken from a config file"),
+        ({"modle": {"n_layer": 2}}, "did you mean 'model' for 'modle'?"),
+        ({"defaults": ["train_schema", {"override hydra/job_logging": "disabled"}, "_self_"]},
+         "defaults must be ['train_schema', '_self_']"),
+    ],
+    ids=["hydra-job-logging", "hydra-callbacks", "typo", "defaults-group"],
+)  # fmt: skip
+def test_a_handed_config_with_keys_outside_the_schema_is_refused(tmp_path, changes, said) -> None:
+    path = _hand_over(tmp_path, **changes)
+    with pytest.raises(ValueError, match=r"config file .*best\.yaml") as err:
+        checked_command_line(_args(path))
+    assert said in str(err.value)
+
+
+@pytest.mark.parametrize("module", ["train", "train.trial"])
+def test_the_trainer_refuses_a_hydra_section_before_hydra_runs_it(tmp_path, module) -> None:
+    target = tmp_path / "written-by-the-sender.log"
+    touched = tmp_path / "touched-by-the-sender"
+    path = _hand_over(tmp_path, hydra={
+        "job_logging": {"version": 1, "handlers": {"f": {
+            "class": "logging.FileHandler", "filename": str(target)}},
+            "root": {"handlers": ["f"], "level": "INFO"}},
+        "callbacks": {"t": {"_target_": "pathlib.Path.touch", "self": str(touched)}},
+    })  # fmt: skip
+    args = ["--pinned", str(path)] if module == "train.trial" else _args(path)
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said[-2000:]
+    assert "top-level key(s) hydra are not trainer sections" in said
+    assert "Traceback" not in said
+    assert not target.exists() and not touched.exists()  # nothing the file asked for happened
