@@ -3,6 +3,7 @@ cannot run code or redirect files through Hydra's own settings, tried as an atta
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,40 @@ def test_the_trainer_refuses_a_hydra_section_before_hydra_runs_it(tmp_path, modu
     assert "top-level key(s) hydra are not trainer sections" in said
     assert "Traceback" not in said
     assert not target.exists() and not touched.exists()  # nothing the file asked for happened
+
+
+# -- exported files: no value can end a comment or a string ----------------------------------------
+
+PAYLOAD = "/data/x\nimport os; os.system('touch {marker}')\n#"
+
+
+@pytest.mark.parametrize("target", ["nanogpt", "llmc"])
+@pytest.mark.parametrize("key", ["data.dir", "checkpoint.dir"])
+def test_an_exported_file_keeps_a_hostile_value_inert(tmp_path: Path, target: str,
+                                                      key: str) -> None:  # fmt: skip
+    import ast
+
+    from tests.nested import changed
+    from tests.test_handoff import best_doc
+    from train.handoff.files import handoff
+
+    marker = tmp_path / "ran"
+    doc = changed(best_doc(), {key: PAYLOAD.format(marker=marker)})
+    text = handoff(doc, target).text
+    if target == "nanogpt":
+        # only comments and assignments of literals: nanoGPT's configurator exec()s the file
+        tree = ast.parse(text)
+        assert all(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                   for n in tree.body), text  # fmt: skip
+        exec(compile(text, "best_nanogpt.py", "exec"), {}, {})
+        assert "\\nimport os" in text  # in a comment, the newline written escaped, not dropped
+    else:
+        # every line before the command is a comment; bash parses it; the value is one quoted word
+        head = text.split("set -euo pipefail")[0].splitlines()
+        assert all(line.startswith("#") for line in head), text
+        assert subprocess.run(["bash", "-n", "-c", text], check=False).returncode == 0
+        words = shlex.split(text.split("set -euo pipefail\n")[1].replace(" \\\n    ", " "))
+        flag = {"data.dir": "-i", "checkpoint.dir": "-o"}[key]
+        value = words[words.index(flag) + 1]
+        assert value.startswith(PAYLOAD.format(marker=marker))  # one word, as bash reads it
+    assert not marker.exists()

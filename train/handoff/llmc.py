@@ -17,7 +17,14 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from train.handoff.gaps import Facts, Gap, HandoffRefused, check_tokens, facts_of
+from train.handoff.gaps import (
+    Facts,
+    Gap,
+    HandoffRefused,
+    check_tokens,
+    comment_lines,
+    facts_of,
+)
 
 TARGET = "llm.c"
 FILE_NAME = "best_llmc.sh"
@@ -153,15 +160,11 @@ def llmc_script(doc: Mapping[str, Any], *, notes: list[str], lines: list[str]) -
         head += ["What llm.c cannot express: nothing; every knob of the winner maps."]
     args = " \\\n    ".join(f"{flag} {shlex.quote(v)}" for flag, v in flags)
     body = f"set -euo pipefail\n{launch} \\\n    {args}\n"
-    return "#!/usr/bin/env bash\n" + _comments(head) + body
+    return "#!/usr/bin/env bash\n" + comment_lines(head) + body
 
 
 def refusal_script(refused: HandoffRefused, *, notes: list[str], lines: list[str]) -> str:
     """A script that says why llm.c cannot train this winner and exits 2 without running."""
     head = [*notes, str(refused), *lines]
     msg = shlex.quote(f"{FILE_NAME}: {refused}")
-    return "#!/usr/bin/env bash\n" + _comments(head) + f"echo {msg} >&2\nexit 2\n"
-
-
-def _comments(lines: list[str]) -> str:
-    return "".join(f"# {line}".rstrip() + "\n" for line in lines)
+    return "#!/usr/bin/env bash\n" + comment_lines(head) + f"echo {msg} >&2\nexit 2\n"

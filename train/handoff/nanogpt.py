@@ -23,7 +23,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from train.config_rules import FLASH_IMPLS
-from train.handoff.gaps import Facts, Gap, HandoffRefused, check_tokens, facts_of
+from train.handoff.gaps import (
+    Facts,
+    Gap,
+    HandoffRefused,
+    check_tokens,
+    comment_lines,
+    facts_of,
+)
 
 TARGET = "nanoGPT"
 FILE_NAME = "best_nanogpt.py"
@@ -149,7 +156,7 @@ def nanogpt_file(doc: Mapping[str, Any], *, notes: list[str], lines: list[str]) 
     else:
         head += ["What nanoGPT cannot express: nothing; every knob of the winner maps."]
     body = [f"{name} = {val!r}" for name, val in settings.items()]
-    return "".join(f"# {line}".rstrip() + "\n" for line in head) + "\n".join(body) + "\n"
+    return comment_lines(head) + "\n".join(body) + "\n"
 
 
 def command_notes(doc: Mapping[str, Any], facts: Facts) -> list[str]:
@@ -188,5 +195,4 @@ def data_notes(doc: Mapping[str, Any]) -> list[str]:
 def refusal_file(refused: HandoffRefused, *, notes: list[str], lines: list[str]) -> str:
     """A configurator file that stops train.py with the reason (configurator.py execs it)."""
     head = [*notes, str(refused), *lines]
-    comments = "".join(f"# {line}".rstrip() + "\n" for line in head)
-    return comments + f"raise SystemExit({f'{FILE_NAME}: {refused}'!r})\n"
+    return comment_lines(head) + f"raise SystemExit({f'{FILE_NAME}: {refused}'!r})\n"
