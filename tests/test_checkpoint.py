@@ -629,3 +629,39 @@ def test_torchs_bare_writer_error_is_disk_full_only_when_the_disk_has_no_room(
 def test_payload_bytes_counts_shared_storage_once() -> None:
     w = torch.zeros(100, 10)
     assert payload_bytes({"a": w, "b": [w, w.t()], "c": 3, "d": torch.zeros(5)}) == 4000 + 20
+
+
+# --- keep-N by content, not by name ------------------------------------------------------------
+
+
+def test_a_torn_newer_file_never_costs_a_good_checkpoint_its_place(tmp_path: Path) -> None:
+    # a newer checkpoint cut short (a copy interrupted, a full disk elsewhere) used to win keep's
+    # ordering by step number: the good ones were deleted and the next run started from step 0
+    model, opt = _model_and_opt()
+    ckpt = Checkpointer(CheckpointConfig(dir=str(tmp_path), keep=1))
+    ckpt.save(step=100, model=model, optimizer=opt, extra={})
+    good = checkpoint_path(tmp_path, 100).read_bytes()
+    torn = checkpoint_path(tmp_path, 900)
+    torn.write_bytes(good[: len(good) // 3])
+    ckpt.save(step=200, model=model, optimizer=opt, extra={})
+    # the newest good one kept, the older good one pruned, the torn one left aside untouched
+    assert _ckpt_names(tmp_path) == ["ckpt_00000200.pt", "ckpt_00000900.pt"]
+    assert ckpt_mod.verified(checkpoint_path(tmp_path, 200))
+    assert not ckpt_mod.verified(torn)
+
+
+def test_resume_skips_a_torn_newest_file_and_names_the_one_it_uses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from train.__main__ import resume_from
+    from train.config import CheckpointConfig as CkptCfg
+    from train.config import Config
+
+    model, opt = _model_and_opt()
+    Checkpointer(CheckpointConfig(dir=str(tmp_path), keep=2)).save(
+        step=100, model=model, optimizer=opt, extra={})  # fmt: skip
+    checkpoint_path(tmp_path, 900).write_bytes(b"PK\x03\x04 torn")
+    cfg = Config(checkpoint=CkptCfg(dir=str(tmp_path)))
+    with caplog.at_level("WARNING"):
+        assert resume_from(cfg) == checkpoint_path(tmp_path, 100)
+    assert "ckpt_00000900.pt" in caplog.text

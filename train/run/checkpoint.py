@@ -126,6 +126,16 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"step": step, "identity": payload.get("identity")}
 
 
+def verified(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a complete checkpoint of ours: it loads with the safe unpickler
+    (memory-mapped: the tensors are not read) and names its step."""
+    try:
+        header = read_header(path)
+    except CheckpointReadError:
+        return False
+    return isinstance(header["step"], int)
+
+
 def _unwrap(model: nn.Module) -> nn.Module:
     # torch.compile wraps the module and prefixes keys with "_orig_mod."; save plain GPT-2 keys.
     return getattr(model, "_orig_mod", model)
@@ -394,8 +404,19 @@ class Checkpointer:
         return CheckpointDiskFull(message)
 
     def _prune(self) -> None:
-        """Delete all but the newest `keep` completed checkpoints in our dir."""
-        for _, old in _completed_checkpoints(self.dir)[: -self.cfg.keep]:
+        """Delete all but the newest `keep` checkpoints that verify (`verified`) in our dir.
+
+        By content, not by name: a file that does not verify (torn, cut short, another tool's) is
+        neither counted among the kept nor deleted; a higher step number on such a file never
+        costs a good checkpoint its place."""
+        good, bad = [], []
+        for step, path in _completed_checkpoints(self.dir):
+            (good if verified(path) else bad).append((step, path))
+        for _, path in bad:
+            log.warning("checkpoint %s does not verify (torn or not a checkpoint): kept aside, "
+                        "never counted as one of checkpoint.keep=%d", path,
+                        self.cfg.keep)  # fmt: skip
+        for _, old in good[: -self.cfg.keep]:
             try:
                 old.unlink(missing_ok=True)
             except OSError as e:  # a failed delete must not fail training
