@@ -39,7 +39,7 @@ from table import format_table  # noqa: E402  (a sibling in scripts/)
 from train.config import Config  # noqa: E402
 from train.data.dataset import make_loader  # noqa: E402
 from train.run import device as dev  # noqa: E402
-from train.run.loop import build_model, check_data, resolve_dtype  # noqa: E402
+from train.run.loop import build_model, check_data, resolve_dtype, scheduled_lr  # noqa: E402
 from train.trial.measurement import run_trial  # noqa: E402
 from train.trial.result import TrialResult  # noqa: E402
 
@@ -126,8 +126,8 @@ class PlainRun:
 def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
     """The uninstrumented baseline: nanoGPT-style, built from the same parts as the trainer.
 
-    Same seed before the model init, same AdamW groups, the same DataLoader (batch i is seeded by
-    i, so both see identical batches), the same warm-up steps (short ones of at most
+    Same seed before the model init, same AdamW groups and lr schedule, the same DataLoader (batch
+    i is seeded by i, so both see identical batches), the same warm-up steps (short ones of at most
     trial.project_micro_steps micro-batches, as the trial's); then `steps` steps with one clock
     read and one device sync at each end of the window, nothing in between.
     """
@@ -140,7 +140,13 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
     loader = make_loader(cfg, split="train", device_type=device.type)
     batches = iter(loader)
 
+    done = 0  # optimizer steps so far: each trains at the production schedule's lr, as a trial's
+
     def step(batches: Iterator[tuple[torch.Tensor, torch.Tensor]], accum: int) -> torch.Tensor:
+        nonlocal done
+        for group in optimizer.param_groups:
+            group["lr"] = scheduled_lr(cfg, done)
+        done += 1
         total = torch.zeros((), device=device)
         for _ in range(accum):
             x, y = next(batches)
