@@ -121,3 +121,29 @@ def test_an_exported_file_keeps_a_hostile_value_inert(tmp_path: Path, target: st
         value = words[words.index(flag) + 1]
         assert value.startswith(PAYLOAD.format(marker=marker))  # one word, as bash reads it
     assert not marker.exists()
+
+
+# -- every storage URL a user can write reaches the trials ----------------------------------------
+
+
+@pytest.mark.slow
+def test_a_storage_url_with_a_query_string_and_a_space_runs_its_trials(tmp_path: Path) -> None:
+    # `?timeout=60` used to pass the checks and die at the first trial ("mismatched input '='":
+    # the URL went into the trial's command line unquoted), leaving a RUNNING trial
+    import optuna
+
+    from tests.sweep_helpers import run_sweep
+
+    folder = tmp_path / "a folder ü"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'o.db'}?timeout=60"
+    proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
+                     "hydra.sweeper.mlflow=false", "hydra.sweeper.verify_top_k=1",
+                     "hydra.sweeper.verify_repeats=1",
+                     f"hydra.sweeper.storage='{url}'", "hydra.sweeper.study_name=qs")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = optuna.load_study(study_name="qs", storage=url)
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.COMPLETE in states
+    assert optuna.trial.TrialState.RUNNING not in states and optuna.trial.TrialState.FAIL not in {
+        t.state for t in study.trials if "duplicate_of" not in t.user_attrs}  # fmt: skip

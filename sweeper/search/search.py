@@ -24,6 +24,7 @@ from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
 from sweeper.search.polish import interleave, neighbours, point_key
 from sweeper.space.memory import OutOfMemory
+from sweeper.space.overrides import format_override
 from sweeper.study.objective import objective_value
 from sweeper.study.owner import owner_tag
 from sweeper.study.study import (
@@ -223,8 +224,10 @@ class Search:
             *self.ctx.fixed,
             *self.ctx.space.to_overrides(trial.params),
             *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
-            f"trial.study_storage={self.storage}",
-            f"trial.study_name={self.ctx.study.study_name}",
+            # quoted for Hydra's grammar: a URL's query string (?timeout=60, ?sslmode=require) or
+            # a study name with spaces would otherwise not parse in the trial's command line
+            format_override("trial.study_storage", self.storage),
+            format_override("trial.study_name", self.ctx.study.study_name),
             f"trial.trial_id={trial_id(trial)}",
         ]
 
