@@ -147,3 +147,21 @@ def test_a_storage_url_with_a_query_string_and_a_space_runs_its_trials(tmp_path:
     assert optuna.trial.TrialState.COMPLETE in states
     assert optuna.trial.TrialState.RUNNING not in states and optuna.trial.TrialState.FAIL not in {
         t.state for t in study.trials if "duplicate_of" not in t.user_attrs}  # fmt: skip
+
+
+# -- a compile cache others can write is a place to plant code -------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "refused"), [(0o700, False), (0o755, False), (0o777, True),
+                                               (0o775, True)])  # fmt: skip
+def test_a_compile_cache_folder_others_can_write_is_refused(tmp_path, mode, refused) -> None:
+    from train.config_rules import check_compile_cache
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    folder.chmod(mode)
+    if refused:
+        with pytest.raises(ValueError, match=r"others can write to it .*chmod go-w"):
+            check_compile_cache(str(folder))
+    else:
+        check_compile_cache(str(folder))

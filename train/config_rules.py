@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import stat
 from typing import Any
 
 # Modes that capture CUDA graphs. With gradient accumulation they error or silently produce wrong
@@ -292,7 +293,7 @@ def flash_impl_unsupported(
 
 def check_compile_cache(value: object, *, field: str = "runtime.compile_cache") -> None:
     """torch.compile's cache setting (train/proc/compile_cache.py): '' (torch's default), 'off',
-    or a folder; a path that is a file is refused."""
+    or a folder; a path that is a file is refused, and so is a folder others can write to."""
     if not isinstance(value, str):
         raise ValueError(f"{field} must be '' (torch's default), 'off' or a folder, got {value!r}")
     if value in ("", "off"):
@@ -303,3 +304,15 @@ def check_compile_cache(value: object, *, field: str = "runtime.compile_cache") 
             f"{field}={value!r} is a file, not a folder; give a folder for torch's compile cache "
             f"or 'off' to compile cold every time"
         )
+    if os.path.isdir(path):
+        # the cache holds generated Python and shared objects that torch imports and runs: a
+        # folder others can write into is a folder they can plant code in
+        st = os.stat(path)
+        if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) or st.st_uid != os.getuid():
+            who = "others can write to it" if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) else \
+                f"it belongs to uid {st.st_uid}, not this user ({os.getuid()})"
+            raise ValueError(
+                f"{field}={value!r}: {who} (mode {stat.S_IMODE(st.st_mode):o}), and torch runs the "
+                f"code it finds there; use a folder only you can write (chmod go-w {path}), or "
+                f"'off' to compile cold"
+            )

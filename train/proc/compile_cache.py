@@ -78,7 +78,7 @@ def use_compile_cache(setting: str) -> str | None:
         _set_loaded_config(enabled=setting != OFF)
     folder = env.get(CACHE_DIR_VAR)
     if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        Path(folder).mkdir(mode=0o755, parents=True, exist_ok=True)  # never writable by others
     log.debug("torch.compile cache: %s", folder or "torch's default")
     return folder
 
