@@ -288,7 +288,9 @@ TRIAL_FAULTS = {  # trial.fault -> the state the sweep records
     "crash": "crash",
     "nan": "nan",
     "oom": "oom",
-    "sigkill": "oom",  # an unexplained SIGKILL is the OOM killer's, as far as the sweep can tell
+    # a SIGKILL the kernel did not send for memory (the cgroup's oom_kill count unchanged) is a
+    # kill from outside: it excludes no micro-batch, as an out-of-memory verdict would
+    "sigkill": "crash",
     "hang": "timeout",
 }
 

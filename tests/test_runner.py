@@ -94,7 +94,8 @@ MODES = [
     ("nan", "nan", r"loss is nan", 3),
     ("invalid_config", "invalid_config", r"batch\.micro_batch must be >= 1", 2),
     ("crash", "crash", r"(?s)^exit code 1: .*Traceback.*RuntimeError: boom", 1),
-    ("sigkill", "oom", r"killed by SIGKILL \(likely the host ran out of memory\)", -9),
+    # a SIGKILL with no out-of-memory kill counted in the cgroup is a kill from outside
+    ("sigkill", "crash", r"killed by SIGKILL from outside the trial \(no out-of-memory", -9),
     ("exit0_nojson", "crash", r"exited 0 but wrote no result", 0),
 ]
 
@@ -348,3 +349,28 @@ def test_outcome_rejects_an_unknown_state(tmp_path):
 def test_runner_does_not_import_torch():
     code = "import sys, sweeper.launch.runner; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "state", "said"),
+    [
+        (3, 4, "oom", "the kernel killed for memory while it ran (cgroup oom_kill 3 -> 4)"),
+        (3, 3, "crash", "from outside the trial (no out-of-memory kill recorded"),
+        (None, None, "crash", "no out-of-memory counter readable here"),
+    ],
+)  # fmt: skip
+def test_a_sigkill_is_out_of_memory_only_with_evidence(tmp_path, before, after, state, said):
+    import signal
+
+    got, reason = runner._from_exit(-signal.SIGKILL, tmp_path / "trial.log", oom_before=before,
+                                    oom_after=after)  # fmt: skip
+    assert got == state and said in reason
+
+
+def test_the_oom_counter_reads_cgroup_v2_and_v1(tmp_path):
+    v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
+    v2.write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    assert runner.oom_kills((v2, v1)) == 2
+    assert runner.oom_kills((tmp_path / "absent", v1)) == 5
+    assert runner.oom_kills((tmp_path / "absent",)) is None

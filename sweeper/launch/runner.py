@@ -268,12 +268,39 @@ def _from_result(doc: TrialResult) -> tuple[str, str | None]:
     return "crash", f"result JSON has unknown status {status!r}"
 
 
-def _from_exit(returncode: int, log_path: Path) -> tuple[str, str]:
-    """State and reason for a child that left no result JSON."""
+# The kernel's count of out-of-memory kills in this process's memory cgroup, readable without
+# privileges (dmesg is not): cgroup v2's memory.events, v1's memory.oom_control.
+OOM_COUNTERS = (Path("/sys/fs/cgroup/memory.events"),
+                Path("/sys/fs/cgroup/memory/memory.oom_control"))  # fmt: skip
+
+
+def oom_kills(counters: tuple[Path, ...] = OOM_COUNTERS) -> int | None:
+    """The cgroup's `oom_kill` count, or None where no counter can be read."""
+    for path in counters:
+        try:
+            for line in path.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _from_exit(returncode: int, log_path: Path, *, oom_before: int | None = None,
+               oom_after: int | None = None) -> tuple[str, str]:  # fmt: skip
+    """State and reason for a child that left no result JSON. A SIGKILL is an out-of-memory
+    verdict only with evidence (the cgroup's oom_kill count rose while the child ran): "oom"
+    excludes larger micro-batches from the search, so a kill from outside (a user, a zygote that
+    died, a job scheduler) must not."""
     if returncode == -signal.SIGKILL:
-        # Nobody here sent it, and the OOM killer is by far the usual sender (checking dmesg
-        # needs privileges we may not have).
-        return "oom", "killed by SIGKILL (likely the host ran out of memory)"
+        if oom_before is not None and oom_after is not None and oom_after > oom_before:
+            return "oom", (f"killed by SIGKILL: the kernel killed for memory while it ran "
+                           f"(cgroup oom_kill {oom_before} -> {oom_after})")  # fmt: skip
+        evidence = ("no out-of-memory kill recorded (cgroup oom_kill unchanged)"
+                    if oom_before is not None and oom_after is not None
+                    else "no out-of-memory counter readable here")  # fmt: skip
+        return "crash", f"killed by SIGKILL from outside the trial ({evidence})"
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -320,6 +347,7 @@ def run_child(
     child_env = child_environment(env)
     _install_signal_handlers()
     start = time.monotonic()
+    oom_before = oom_kills()
     child = _start(argv, env=child_env, cwd=cwd, log_path=log_path)
     try:
         timeout_reason = _watch(
@@ -333,7 +361,8 @@ def run_child(
     finally:
         _reap(child, grace_s=term_grace_s)
     wall_s = time.monotonic() - start
-    return _classify(child, timeout_reason, result_path, log_path, wall_s)
+    return _classify(child, timeout_reason, result_path, log_path, wall_s,
+                     oom=(oom_before, oom_kills()))  # fmt: skip
 
 
 def _clean_job_dir(job_dir: Path) -> tuple[Path, Path]:
@@ -419,8 +448,9 @@ def _reap(child: _Child, *, grace_s: float) -> None:
 
 
 def _classify(
-    child: _Child, timeout_reason: str | None, result_path: Path, log_path: Path, wall_s: float
-) -> TrialOutcome:
+    child: _Child, timeout_reason: str | None, result_path: Path, log_path: Path, wall_s: float,
+    oom: tuple[int | None, int | None] = (None, None),
+) -> TrialOutcome:  # fmt: skip
     returncode = child.proc.returncode
     result, unreadable = _read_result(result_path)
     done = dict(result=result, returncode=returncode, wall_s=wall_s, log_path=log_path)
@@ -440,7 +470,7 @@ def _classify(
         return TrialOutcome(state="crash", reason=child.killed_by_us, **done)
     if returncode is None:  # unreapable (e.g. stuck in uninterruptible I/O)
         return TrialOutcome(state="crash", reason="the process could not be reaped", **done)
-    state, reason = _from_exit(returncode, log_path)
+    state, reason = _from_exit(returncode, log_path, oom_before=oom[0], oom_after=oom[1])
     if unreadable:
         reason = f"{reason}; {unreadable}"
     return TrialOutcome(state=state, reason=reason, **done)
