@@ -7,7 +7,10 @@ hidden in the exported file too.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
+from pathlib import Path
 
 _SECRET_KEYS = (
     r"[A-Za-z0-9_]*(?:token|password|passwd|pwd|secret|api_?key|sig|signature|credential)s?"
@@ -32,3 +35,28 @@ def mask_secrets(text: str) -> str:
     for pattern, repl in _SECRET_PATTERNS:
         text = pattern.sub(repl, text)
     return text
+
+
+def scrub_files(paths: Iterable[Path]) -> list[Path]:
+    """Mask secrets in place in each of `paths` that exists (Hydra's .hydra/*.yaml and
+    multirun.yaml keep the command line's overrides, a storage URL's password with them); the
+    files changed. Written to a temporary name and renamed: a reader never sees half a file."""
+    changed = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        masked = mask_secrets(text)
+        if masked != text:
+            tmp = path.with_name(f".{path.name}.masking")
+            tmp.write_text(masked, encoding="utf-8")
+            os.replace(tmp, path)
+            changed.append(path)
+    return changed
+
+
+def hydra_files(job_dir: Path) -> list[Path]:
+    """What Hydra writes of a job's config: its .hydra/*.yaml, and the sweep's multirun.yaml."""
+    return [*sorted((job_dir / ".hydra").glob("*.yaml")), job_dir.parent / "multirun.yaml"]
+

@@ -165,3 +165,39 @@ def test_a_compile_cache_folder_others_can_write_is_refused(tmp_path, mode, refu
             check_compile_cache(str(folder))
     else:
         check_compile_cache(str(folder))
+
+
+# -- no secret written ----------------------------------------------------------------------------
+
+SECRET = "S3cretPW-not-in-any-file"
+
+
+@pytest.mark.slow
+def test_a_storage_password_is_in_no_file_the_sweep_writes(tmp_path: Path) -> None:
+    """A PostgreSQL URL with a password (the test server trusts local connections, so any
+    password connects): the sweep runs its trials, reports to the study, and not one file under
+    its folder (sweep.log, each trial's result.json, trial.log, trial_config.yaml, Hydra's
+    .hydra/*.yaml and multirun.yaml, best.yaml, MLflow's database and artifacts) holds the
+    password; the trials got it by the name of an environment variable."""
+    import json
+
+    from tests.postgres import running_postgres
+    from tests.sweep_helpers import run_sweep
+    from train.config_rules import STORAGE_ENV
+
+    with running_postgres(database="secrets") as url:
+        secret_url = url.replace("@", f":{SECRET}@", 1)
+        proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
+                         "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1",
+                         f"hydra.sweeper.storage='{secret_url}'",
+                         "hydra.sweeper.study_name=secret")  # fmt: skip
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 0, said[-3000:]
+    assert SECRET not in said  # the console
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    results = [p for p in files if p.name == "result.json"]
+    assert results and any(".hydra" in p.parts for p in files)  # the trials ran and were kept
+    leaks = [str(p.relative_to(tmp_path)) for p in files if SECRET.encode() in p.read_bytes()]
+    assert leaks == []
+    storages = {json.loads(p.read_text())["config"]["trial"]["study_storage"] for p in results}
+    assert storages <= {f"env:{STORAGE_ENV}", ""}, storages

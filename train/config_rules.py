@@ -316,3 +316,27 @@ def check_compile_cache(value: object, *, field: str = "runtime.compile_cache") 
                 f"code it finds there; use a folder only you can write (chmod go-w {path}), or "
                 f"'off' to compile cold"
             )
+
+
+# A storage URL that holds a secret reaches a trial by name, never on its command line (where ps,
+# Hydra's .hydra/ files and the result's config would keep it): the sweep puts it in this
+# environment variable of its trials and passes `trial.study_storage=env:<name>`.
+STORAGE_ENV = "THROUGHPUT_SWEEP_STORAGE"
+ENV_REFERENCE = "env:"
+
+
+def resolve_storage(value: str) -> str:
+    """trial.study_storage as a URL: `env:NAME` read from the environment (ValueError in one line
+    where it is unset), anything else as given."""
+    if not value.startswith(ENV_REFERENCE):
+        return value
+    name = value[len(ENV_REFERENCE):]
+    url = os.environ.get(name, "")
+    if not url:
+        raise ValueError(
+            f"trial.study_storage={value} names the environment variable {name}, which is not set "
+            f"in this process (the sweep sets it for the trials it starts); set it, or give the "
+            f"storage URL itself"
+        )
+    return url
+

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sweeper.launch.runner import run_child, trial_argv
+from sweeper.masking import hydra_files, scrub_files
 from sweeper.space.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
 from train.paths import PROJECT_DIR
 from train.proc.compile_cache import cache_env
@@ -104,6 +105,7 @@ def run_job(cfg: DictConfig) -> dict:
     quiet_console()  # the job's "trial in <dir>" goes to its log file; the trial line says it
     hc = HydraConfig.get()
     job_dir = Path(hc.runtime.output_dir)
+    scrub_files(hydra_files(job_dir))  # a storage URL's password in Hydra's copy of the command
     sweeper_cfg = hc.sweeper
     doc = pin_config(cfg)
     study = study_overrides(doc)

@@ -22,6 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sweeper.masking import mask_secrets
+
 SWEEP_LOG_NAME = "sweep.log"
 # Loggers whose lines below WARNING are chatter on the console: Hydra's launchers (the per-job
 # "Launching 1 jobs locally" and "#<job> : <overrides>"), our job's "trial in <dir>" and which
@@ -62,6 +64,19 @@ class ConsoleFilter(logging.Filter):
         if record.name == "py.warnings":
             return not known_warning(record.getMessage())
         return record.levelno >= logging.WARNING or not _quiet(record.name)
+
+
+class SecretFilter(logging.Filter):
+    """Masks URL passwords and secret-looking key=value pairs (sweeper/masking.py) in every line
+    the console or the sweep's log file gets, whoever logged it: a storage URL in Hydra's
+    override lines, an error quoting a connection string."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        masked = mask_secrets(text)
+        if masked != text:
+            record.msg, record.args = masked, None
+        return True
 
 
 class SweepLogHandler(logging.Handler):
@@ -115,12 +130,15 @@ def add_routes(logging_cfg: Any, log_file: Path) -> None:
             return  # hydra/hydra_logging=disabled: nothing is printed anyway
         logging_cfg.setdefault("filters", {})
         logging_cfg.filters["sweep_console"] = {"()": f"{__name__}.ConsoleFilter"}
+        logging_cfg.filters["sweep_secrets"] = {"()": f"{__name__}.SecretFilter"}
         logging_cfg.setdefault("handlers", {})
         for name in _console_handlers(logging_cfg.handlers):
             spec = logging_cfg.handlers[name]
             spec["filters"] = [*list(spec.get("filters") or []), "sweep_console"]
         logging_cfg.handlers["sweep_log"] = {"()": f"{__name__}.SweepLogHandler",
                                              "path": str(log_file)}  # fmt: skip
+        for spec in logging_cfg.handlers.values():  # no handler writes a secret
+            spec["filters"] = [*list(spec.get("filters") or []), "sweep_secrets"]
         root = logging_cfg.root
         root["handlers"] = [*list(root.get("handlers") or []), "sweep_log"]
 
@@ -159,11 +177,14 @@ def adopt_library_logger(name: str) -> None:
 
 
 def quiet_console() -> None:
-    """Filter the root logger's console handlers as the sweep's are (a job's logging, which
-    Hydra configures from `hydra.job_logging` in the job's own process or in ours)."""
+    """Filter the root logger's console handlers as the sweep's are, and mask secrets in every
+    handler (a job's logging, which Hydra configures from `hydra.job_logging` in the job's own
+    process or in ours)."""
     for handler in logging.getLogger().handlers:
         console = isinstance(handler, logging.StreamHandler) and not isinstance(
             handler, logging.FileHandler
         )
         if console and not any(isinstance(f, ConsoleFilter) for f in handler.filters):
             handler.addFilter(ConsoleFilter())
+        if not any(isinstance(f, SecretFilter) for f in handler.filters):
+            handler.addFilter(SecretFilter())  # the job's log file too

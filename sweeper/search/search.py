@@ -10,6 +10,7 @@ the sampler keeps proposing only points it has seen.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from pathlib import Path
@@ -20,6 +21,7 @@ from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import job_name, real_trial_s, trial_limits
+from sweeper.masking import mask_secrets
 from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
 from sweeper.search.polish import interleave, neighbours, point_key
@@ -38,6 +40,7 @@ from sweeper.study.study import (
     planned_params,
     trial_id,
 )
+from train.config_rules import ENV_REFERENCE, STORAGE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,12 @@ class Search:
     def __init__(self, ctx: SweepContext, *, storage: str) -> None:
         self.ctx = ctx
         self.storage = storage
+        # what the trials are told: a URL with a secret only by the name of the environment
+        # variable that holds it (train/config_rules.py STORAGE_ENV), set here for every trial
+        self.trial_storage = storage
+        if mask_secrets(storage) != storage:
+            os.environ[STORAGE_ENV] = storage
+            self.trial_storage = f"{ENV_REFERENCE}{STORAGE_ENV}"
         self.streak = 0  # points in a row that ran nothing (excluded or duplicates)
         self.exhausted = False  # the streak reached MAX_DUPLICATE_STREAK (and was said)
         self.twins_running = 0  # points in a row proposed while their twin was measured
@@ -226,7 +235,7 @@ class Search:
             *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
             # quoted for Hydra's grammar: a URL's query string (?timeout=60, ?sslmode=require) or
             # a study name with spaces would otherwise not parse in the trial's command line
-            format_override("trial.study_storage", self.storage),
+            format_override("trial.study_storage", self.trial_storage),
             format_override("trial.study_name", self.ctx.study.study_name),
             f"trial.trial_id={trial_id(trial)}",
         ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config
+from train.config_rules import resolve_storage
 from train.measure.ceiling import is_stale, measure_matmul_ceiling
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
@@ -59,7 +60,8 @@ def make_reporter(cfg: Config) -> Reporter | None:
         return None
     from train.trial.pruning import StudyReporter
 
-    return StudyReporter(storage=t.study_storage, study_name=t.study_name, trial_id=t.trial_id)
+    return StudyReporter(storage=resolve_storage(t.study_storage), study_name=t.study_name,
+                         trial_id=t.trial_id)  # fmt: skip
 
 
 def profile_steps(s: Session, out_dir: Path, *, first_step: int) -> Path:
