@@ -21,16 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from sweeper.forecast import trial_time  # noqa: E402
 from sweeper.space.limits import predict_step  # noqa: E402
-
-
-def flat(doc: dict, prefix: str = "") -> dict:
-    out: dict = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+from train.measure.compile_graphs import flat  # noqa: E402
 
 
 def main() -> int:

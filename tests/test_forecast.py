@@ -11,21 +11,12 @@ import pytest
 from sweeper.forecast import compile_s, costs_for, setup_s, trial_time
 from sweeper.forecast.costs import GENERIC, WARM_COMPILE_SHARE
 from sweeper.space.limits import predict_step, trial_limits
+from train.measure.compile_graphs import flat
 
 REPO = Path(__file__).resolve().parents[1]
 H200_RUN = REPO / "docs" / "gpu" / "2026-11-26-h200"
 H200 = "NVIDIA H200"
 
-
-def flat(doc: dict, prefix: str = "") -> dict:
-    """A result's nested `config` as the flat dotted keys the sweeper prices."""
-    out: dict = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def forecast_of(result: dict) -> float:

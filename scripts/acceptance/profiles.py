@@ -10,7 +10,7 @@ once, spending no device time, on a host with one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 STAGES = ("plan", "sweep", "production", "ddp", "lease")
 # The run in order: a second sweep stage resumes the first (a no-op once best.yaml exists).
@@ -165,17 +165,11 @@ TINY = Profile(
 # in a verified best.yaml (probe, the starting config from the memory model, the gpu-lease sweep:
 # the start, the best bf16 split and float8 tensorwise, guarded and raced, in one run), then a
 # second of at most 3 that trains from best.yaml and lays out the evidence folder.
-LEASE = Profile(
+LEASE = replace(
+    XL,
     name="lease",
-    model="gpt2-xl",
-    block_size=1024,
-    tokens_per_step=1_048_576,
-    device="cuda",
-    dtype="bf16",
     search="gpu-lease",
-    micro_batches=(16, 8, 4, 2, 1),
     compile_modes=("default",),
-    trial_overrides=XL.trial_overrides,
     production_steps=3,
     budget_s={"lease": 540.0, "production": 180.0},
     search_runs=0,  # one sweep command searches and races
@@ -185,24 +179,11 @@ LEASE = Profile(
 )
 
 # The lease rehearsed on a CPU with the tiny model (the tests' dry run).
-LEASE_TINY = Profile(
+LEASE_TINY = replace(
+    TINY,
     name="lease-tiny",
-    model="tiny",
-    block_size=64,
-    tokens_per_step=2048,
-    device="cpu",
-    dtype="auto",
-    search="smoke",
-    micro_batches=(8, 4),
-    compile_modes=("none",),
-    trial_overrides=TINY.trial_overrides,
-    production_steps=4,
     budget_s={"lease": 150.0, "production": 90.0},
     search_runs=0,
-    race_round_s=0.0,
-    pack_margin_s=10.0,
-    grace_s=5.0,
-    min_sweep_s=3.0,
     stages=("lease", "production"),
     evidence_folder=True,
 )
