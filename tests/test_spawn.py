@@ -141,6 +141,8 @@ def test_fork_only_where_it_is_exactly_equivalent(zygote):
     env = trial_env()
     assert zygote.accepts(argv, env)
     assert zygote.accepts(argv, {**env, "PYTHONUNBUFFERED": "0"})  # set per trial by the runner
+    # a secret storage URL reaches trials in the environment, set after the zygote started
+    assert zygote.accepts(argv, {**env, "THROUGHPUT_SWEEP_STORAGE": "postgresql://u:pw@h/db"})
     assert not zygote.accepts(argv, {**env, "OMP_NUM_THREADS": "3"})
     assert not zygote.accepts(["/other/python", *argv[1:]], env)
     assert not zygote.accepts([sys.executable, "tests/fake_trial.py", "x=1"], env)

@@ -29,13 +29,17 @@ import threading
 from pathlib import Path
 from typing import IO
 
+from train.config_rules import STORAGE_ENV
+
 log = logging.getLogger(__name__)
 
 TRIAL_MODULE = "train.trial"
 READY_TIMEOUT_S = 120.0  # the zygote's imports; generous for a loaded machine
 _START_TIMEOUT_S = 30.0  # a fork takes milliseconds; this only bounds a wedged zygote
-# set by the runner for every trial, so it never disqualifies the zygote's environment
-_PER_TRIAL_ENV = ("PYTHONUNBUFFERED",)
+# set for every trial (the runner's; the study's storage URL when it holds a secret, which the
+# search sets after the zygote started), so it never disqualifies the zygote's environment: the
+# forked child takes the trial's whole environment
+_PER_TRIAL_ENV = ("PYTHONUNBUFFERED", STORAGE_ENV)
 
 
 class ForkedProcess:
