@@ -84,3 +84,19 @@ def test_check_resume() -> None:
 def test_train_resume_is_validated() -> None:
     with pytest.raises(ValueError, match=r"train\.resume must be one of .*'sometimes'"):
         TrainConfig(resume="sometimes")
+
+
+def test_changed_data_at_the_same_path_is_another_runs(tmp_path) -> None:
+    from train.config import Config, DataConfig
+
+    (tmp_path / "train.bin").write_bytes(bytes(range(256)) * 100)
+    cfg = Config(data=DataConfig(dir=str(tmp_path)))
+    before = run_identity(cfg)
+    assert before["data.train_bytes"] == 25600 and len(before["data.train_fingerprint"]) == 16
+    # a checkpoint from before fingerprints were recorded resumes as it did
+    old = {k: v for k, v in before.items()
+           if k not in ("data.train_bytes", "data.train_fingerprint")}  # fmt: skip
+    assert check_resume(saved=old, current=before, path=Path("/ck/x.pt"), mode="auto") is None
+    (tmp_path / "train.bin").write_bytes(bytes(range(256)) * 99)  # cut short
+    with pytest.raises(ValueError, match=r"data.train_bytes 25600 -> 25344.*data.train_finger"):
+        check_resume(saved=before, current=run_identity(cfg), path=Path("/ck/x.pt"), mode="auto")

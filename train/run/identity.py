@@ -7,6 +7,9 @@ and the split), and the same optimizer settings. The identity is those config va
 `{"model.n_layer": 12, ...}` dict; each checkpoint stores it whole (not only its hash), so a
 refusal can say which keys differ, old -> new.
 
+The training file's size and a fingerprint of its ends are part of it: the same path holding other
+or changed tokens (a re-tokenised corpus, a file cut short) is another run's data.
+
 Left out on purpose: the speed knobs the sweep tunes (compile, attention, dtype, threads, data
 workers, checkpoint mode), which change how fast a step runs, not what it computes from what;
 `model.name` (a label) and `train.max_steps` (a resumed run may train longer).
@@ -35,6 +38,9 @@ IDENTITY_KEYS: dict[str, tuple[str, ...] | None] = {
     "optim": ("lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip"),
 }
 IGNORED = ("model.name",)  # a label: the same shape under another name is the same run
+FINGERPRINT_BYTES = 1 << 20  # read from each end of the token file: milliseconds, any size
+# identity keys a checkpoint written before they were recorded lacks: their absence is no mismatch
+LATER_KEYS = ("data.train_bytes", "data.train_fingerprint")
 
 
 def run_identity(cfg: Config | Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +57,25 @@ def run_identity(cfg: Config | Mapping[str, Any]) -> dict[str, Any]:
                 ident[name] = values[key]
     if "data.dir" in ident:
         ident["data.dir"] = str(Path(str(ident["data.dir"])).expanduser().resolve())
+        train = Path(ident["data.dir"]) / str(ident.get("data.train_file", "train.bin"))
+        ident.update(data_fingerprint(train))
     return dict(sorted(ident.items()))
+
+
+def data_fingerprint(path: Path) -> dict[str, Any]:
+    """The token file's size and a cheap fingerprint (SHA-256 of its size and its first and last
+    FINGERPRINT_BYTES), so a resume on other or changed data at the same path is refused; {} where
+    the file is not there yet (the embedded default is generated at the run's start)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(FINGERPRINT_BYTES)
+            f.seek(max(0, size - FINGERPRINT_BYTES))
+            tail = f.read(FINGERPRINT_BYTES)
+    except OSError:
+        return {}
+    digest = hashlib.sha256(str(size).encode() + head + tail).hexdigest()[:16]
+    return {"data.train_bytes": size, "data.train_fingerprint": digest}
 
 
 def identity_hash(identity: Mapping[str, Any]) -> str:
@@ -87,7 +111,7 @@ def check_resume(
             f"checkpoint {path} records no run identity (written before identities were "
             f"recorded): resuming from it unchecked"
         )
-    diff = identity_diff(saved, current)
+    diff = [d for d in identity_diff(saved, current) if not (d[0] in LATER_KEYS and d[1] is None)]
     if not diff:
         return None
     if mode == "force":
