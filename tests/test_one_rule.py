@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import sweeper.forecast.trial
 import sweeper.plan.scan
 import sweeper.space.constraints
 import sweeper.space.limits
@@ -59,8 +60,8 @@ RULES = {
         (train.measure.memory_model, "is_selective", train.config),
         (train.measure.memory_model, "loss_chunk_rows", train.config),
         (sweeper.space.limits, "floor_step_time_s", train.measure.flops),
-        (sweeper.space.limits, "projects", train.measure.meters),
-        (sweeper.space.limits, "short_step", train.measure.meters),
+        (sweeper.forecast.trial, "projects", train.measure.meters),
+        (sweeper.forecast.trial, "short_step", train.measure.meters),
         (train.measure.memory_model, "num_checkpointed_blocks", train.config),
         (train.measure.memory_model, "resolve_dtype_name", train.config),
         (train.explain.floor, "floor_step_time_s", train.measure.flops),
@@ -126,7 +127,7 @@ def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, 
 
 
 def test_trial_limits_fall_back_to_the_trainers_trial_defaults() -> None:
-    assert train.config.TrialConfig() == sweeper.space.limits.TRIAL_DEFAULTS
+    assert train.config.TrialConfig() == sweeper.forecast.trial.TRIAL_DEFAULTS
 
 
 def test_the_ceiling_cache_has_one_path_rule() -> None:
