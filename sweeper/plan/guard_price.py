@@ -60,13 +60,10 @@ class GuardPlan:
     runs: int  # curve runs at most: the reference's seeds and the top k
     run_s: float  # a curve run's predicted wall, seconds (the mean where they differ)
     line: str  # what plan mode prints
-    all_s: float | None = None  # every run's wall summed, where runs are priced one by one
 
     @property
     def total_s(self) -> float:
-        if not self.on:
-            return 0.0
-        return self.all_s if self.all_s is not None else self.runs * self.run_s
+        return self.runs * self.run_s if self.on else 0.0
 
 
 def guard_plan(
@@ -125,8 +122,7 @@ def guard_plan(
         f"stay within {rules.k:g} x the starting config's seed-to-seed loss spread (at least "
         f"{rules.floor:g} nats) to race"
     )
-    return GuardPlan(on=True, why=why, runs=runs, run_s=total / max(1, runs), line=line,
-                     all_s=all_s)  # fmt: skip
+    return GuardPlan(on=True, why=why, runs=runs, run_s=total / max(1, runs), line=line)
 
 
 def _step_tokens(keys: dict[str, Any], ctx: SpaceContext) -> int:

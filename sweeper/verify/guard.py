@@ -64,9 +64,9 @@ class GuardOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def searched_values(ctx: SweepContext) -> dict[str, list[Any] | None]:
+def searched_values(space: SearchSpace) -> dict[str, list[Any] | None]:
     """{key: its values, None for a range} of every searched key."""
-    return {p.key: p.values() for p in ctx.space.searched}
+    return {p.key: p.values() for p in space.searched}
 
 
 def curve_price_s(
@@ -86,7 +86,7 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     race's top k that changes the math, at a curve run's price; 0 when the guard is off or no
     such contender is among them."""
     rules = guard_rules_from(settings)
-    on, _ = guard_mode(rules, {p.key: p.values() for p in space.searched})
+    on, _ = guard_mode(rules, searched_values(space))
     if not on:
         return 0.0
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -115,7 +115,7 @@ def guard_entrants(
     """The race's entrants that pass the guard (all of them when it is off or nothing changes
     the math), with each one's record and the report's lines."""
     rules = guard_rules_from(ctx.settings)
-    on, why = guard_mode(rules, searched_values(ctx))
+    on, why = guard_mode(rules, searched_values(ctx.space))
     if not on:
         off = {n: {"verdict": "off", "why": why} for n in cands}
         return GuardOutcome(passed=cands, records=off)
