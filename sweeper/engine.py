@@ -26,6 +26,8 @@ from omegaconf import DictConfig
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import JobLauncher
+from sweeper.launch.dir_lock import lock_sweep_dir
+from sweeper.launch.quiet import drop_sweep_log
 from sweeper.launch.runner import kill_all_children
 from sweeper.masking import mask_secrets
 from sweeper.metrics import best_metrics, lead_metrics
@@ -84,15 +86,26 @@ class SweepEngine:
         launcher = type(self.launcher).__name__
         # before the zygote, the study, any folder
         check_sweep(self.settings, sweep_dir, launcher=launcher)
-        prepared = prepare(
-            self.settings,
-            arguments,
-            hydra_context=self.hydra_context,
-            config=self.config,
-            sweep_dir=sweep_dir,
-            fork_trials=launcher == "BasicLauncher",
-            launcher=launcher,
-        )
+        # one sweep per folder: a second one here would number its jobs as this one does
+        try:
+            held = None if self.settings.plan else lock_sweep_dir(sweep_dir)
+        except ValueError:
+            drop_sweep_log()  # that folder's log is the other sweep's
+            raise
+        try:
+            prepared = prepare(
+                self.settings,
+                arguments,
+                hydra_context=self.hydra_context,
+                config=self.config,
+                sweep_dir=sweep_dir,
+                fork_trials=launcher == "BasicLauncher",
+                launcher=launcher,
+            )
+        except BaseException:
+            if held is not None:
+                held.release(tidy=True)  # a refused sweep leaves no folder of its own
+            raise
         if prepared.settings.plan:
             return print_plan(prepared)
         started = open_sweep_study(prepared, sweep_dir)
@@ -109,6 +122,8 @@ class SweepEngine:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if held is not None:
+                held.release()
         tracker.finish()
         return {"best_yaml": str(best_path) if best_path else None, "study": started.study_name}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +29,7 @@ import torch
 from optuna.trial import TrialState
 
 from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
-from tests.sweep_helpers import finished_sweep, sweep_dirs
+from tests.sweep_helpers import REPO, finished_sweep, run_sweep, sweep_argv, sweep_dirs
 from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
 
 TALLY = {"injected": 0, "survived": 0, "lost": 0}
@@ -330,3 +331,66 @@ def test_every_planted_trial_fault_is_recorded_and_the_sweep_goes_on(tmp_path: P
     assert "\n" not in reason and "checkpoint.dir=<a disk with room>" in reason
     (sweep_dir,) = sweep_dirs(tmp_path)
     assert (sweep_dir / "best.yaml").is_file()
+
+
+def test_a_sweep_folder_is_held_by_one_sweep_and_let_go_when_it_ends(tmp_path: Path) -> None:
+    from sweeper.launch.dir_lock import lock_sweep_dir
+
+    fresh = tmp_path / "multirun" / "day" / "time"
+    held = lock_sweep_dir(fresh)
+    words = rf"hydra.sweep.dir={fresh} is in use by another sweep \(pid {os.getpid()} on "
+    with pytest.raises(ValueError, match=words):
+        lock_sweep_dir(fresh)
+    held.release(tidy=True)  # refused before writing anything: what the lock made goes
+    assert not (tmp_path / "multirun").exists()
+    lock_sweep_dir(fresh).release()
+    lock_sweep_dir(fresh).release()  # a sweep that ended (or died) leaves its folder free
+    kept = tmp_path / "kept"
+    (kept / "0").mkdir(parents=True)
+    lock_sweep_dir(kept).release(tidy=True)  # a folder that was there stays, with its jobs
+    assert (kept / "0").is_dir()
+
+
+def test_a_second_sweep_on_a_folder_in_use_is_refused_before_it_starts_anything(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "shared-folder"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, pathlib; from sweeper.launch.dir_lock import "
+         f"lock_sweep_dir; held = lock_sweep_dir(pathlib.Path({str(folder)!r})); "
+         "print('held', flush=True); sys.stdin.read()"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = run_sweep(tmp_path, "search=smoke", f"hydra.sweep.dir={folder}", timeout=120)
+    finally:
+        holder.communicate(input="", timeout=30)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    lines = [ln for ln in out.splitlines() if "is in use by another sweep" in ln]
+    assert len(lines) == 1 and f"pid {holder.pid} on " in lines[0], out[-3000:]
+    assert "Traceback" not in out and "zygote ready" not in out
+    assert sorted(p.name for p in folder.iterdir()) == [".sweep.lock"]  # no job of its own
+
+
+def test_two_sweeps_started_in_the_same_second_get_folders_of_their_own(tmp_path: Path) -> None:
+    argvs = [sweep_argv("search=smoke", "hydra.sweeper.n_trials=1", "hydra.sweeper.verify_top_k=1",
+                        f"hydra.sweeper.study_name=twin-{i}") for i in range(2)]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen(a, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for a in argvs]  # fmt: skip
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    folders = sweep_dirs(tmp_path)
+    assert len(folders) == 2, folders
+    assert set(_studies_of(folders)) == {"twin-0", "twin-1"}
+
+
+def _studies_of(folders: list[Path]) -> list[str]:
+    """The study each sweep folder's best.yaml came from."""
+    import yaml
+
+    docs = [yaml.safe_load((f / "best.yaml").read_text()) for f in folders]
+    return [d["provenance"]["sweep"]["study"] for d in docs]

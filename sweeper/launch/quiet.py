@@ -188,3 +188,12 @@ def quiet_console() -> None:
             handler.addFilter(ConsoleFilter())
         if not any(isinstance(f, SecretFilter) for f in handler.filters):
             handler.addFilter(SecretFilter())  # the job's log file too
+
+
+def drop_sweep_log() -> None:
+    """Stop writing to the sweep's log file: a sweep refused a folder that another sweep holds
+    must not write its lines into that sweep's log."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, SweepLogHandler)]:
+        root.removeHandler(handler)
+        handler.close()
