@@ -246,3 +246,40 @@ def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) 
     assert zygote.forks_poisoned() is True
     with pytest.raises(RuntimeError, match="touched the CUDA driver"):
         zygote.check_fork_safe()
+
+
+def test_a_zygote_killed_from_outside_is_restarted_once_then_trials_exec(
+    synthetic_dir, tmp_path, caplog
+):
+    """A zygote SIGKILLed between trials (an operator, a watchdog) is replaced once, in one line;
+    killed again, later trials exec. Every trial still completes."""
+    spawn.shutdown()
+    env = {"PYTHONPATH": str(REPO)}
+
+    def trial(name: str):
+        job = tmp_path / name
+        return run_child(argv_for(job, synthetic_dir), job_dir=job, timeout_s=120, env=env)
+
+    try:
+        with caplog.at_level("WARNING", logger=spawn.__name__):
+            outcomes = [trial("a")]
+            first = spawn._ZYGOTE
+            assert first is not None and first.alive
+            os.kill(first.pid, signal.SIGKILL)
+            assert first.died(timeout_s=30)
+            outcomes.append(trial("b"))
+            second = spawn._ZYGOTE
+            assert second is not None and second is not first and second.alive
+            os.kill(second.pid, signal.SIGKILL)
+            assert second.died(timeout_s=30)
+            outcomes.append(trial("c"))
+            assert spawn._ZYGOTE is None  # exec from now on
+    finally:
+        spawn.shutdown()
+    assert [o.state for o in outcomes] == ["complete"] * 3
+    lines = [r.getMessage() for r in caplog.records]
+    restarted = [ln for ln in lines if "restarted it once" in ln]
+    assert restarted == [f"the trial zygote (pid {first.pid}) died (killed by SIGKILL), its "
+                         f"running trials recorded as killed; restarted it once "
+                         f"(pid {second.pid})"]  # fmt: skip
+    assert any(f"(pid {second.pid}) died again (killed by SIGKILL)" in ln for ln in lines)

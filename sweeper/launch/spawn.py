@@ -115,6 +115,23 @@ class Zygote:
     def alive(self) -> bool:
         return not self._dead.is_set()
 
+    def died(self, *, timeout_s: float) -> bool:
+        """Whether the zygote's process has gone, waiting up to `timeout_s` for its reader to
+        see the end of its replies."""
+        return self._dead.wait(timeout_s)
+
+    def exit_cause(self) -> str:
+        """How the zygote's process ended, in a few words ("killed by SIGKILL", "exit code 1")."""
+        code = self._proc.poll()
+        if code is None:
+            return "its replies stopped"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
     def _read(self) -> None:
         assert self._proc.stdout is not None
         try:
@@ -206,6 +223,7 @@ class Zygote:
 
 _ZYGOTE: Zygote | None = None
 _FAILED = False
+_RESTARTED = False  # a zygote that died from outside is restarted once per sweep, no more
 _GUARD = threading.Lock()
 
 
@@ -217,13 +235,20 @@ def fork_enabled() -> bool:
 def _ensure_zygote(*, python: str, env: dict[str, str], stderr_path: Path) -> Zygote | None:
     """This process's zygote, started on first use; None where trials do not fork (disabled,
     not the main thread, or a zygote already failed us)."""
-    global _ZYGOTE, _FAILED
+    global _ZYGOTE, _FAILED, _RESTARTED
     if not fork_enabled() or threading.current_thread() is not threading.main_thread():
         return None
     with _GUARD:
         if _ZYGOTE is not None and not _ZYGOTE.alive:
-            log.warning("the trial zygote exited; starting trials with exec from now on")
-            _ZYGOTE, _FAILED = None, True
+            dead, _ZYGOTE = _ZYGOTE, None
+            if _RESTARTED:
+                log.warning("the trial zygote (pid %d) died again (%s); starting trials with "
+                            "exec from now on", dead.pid, dead.exit_cause())  # fmt: skip
+                _FAILED = True
+            else:
+                _RESTARTED = True
+                _ZYGOTE = _restart(dead, python=python, env=env, stderr_path=stderr_path)
+                _FAILED = _ZYGOTE is None
         if _ZYGOTE is None and not _FAILED:
             try:
                 _ZYGOTE = Zygote(python=python, env=env, stderr_path=stderr_path)
@@ -231,6 +256,20 @@ def _ensure_zygote(*, python: str, env: dict[str, str], stderr_path: Path) -> Zy
                 log.warning("no trial zygote (%s); starting trials with exec", exc)
                 _FAILED = True
         return _ZYGOTE
+
+
+def _restart(dead: Zygote, *, python: str, env: dict[str, str], stderr_path: Path) -> Zygote | None:
+    """A new zygote in place of one that died from outside (its trials were recorded as killed
+    with the signal), said in one line; None (exec from now on) when it cannot start."""
+    try:
+        fresh = Zygote(python=python, env=env, stderr_path=stderr_path)
+    except OSError as exc:
+        log.warning("the trial zygote (pid %d) died (%s) and could not be restarted (%s); "
+                    "starting trials with exec", dead.pid, dead.exit_cause(), exc)  # fmt: skip
+        return None
+    log.warning("the trial zygote (pid %d) died (%s), its running trials recorded as killed; "
+                "restarted it once (pid %d)", dead.pid, dead.exit_cause(), fresh.pid)  # fmt: skip
+    return fresh
 
 
 def _zygote_for(argv: list[str], env: dict[str, str], stderr_path: Path) -> Zygote | None:
@@ -260,13 +299,18 @@ def start_trial_process(
 ) -> subprocess.Popen | ForkedProcess:
     """Start `argv` in its own session with stdout+stderr to `log_path`: forked from the zygote
     where that is exactly equivalent, else exec'd (with `preexec_fn`, the parent-death signal)."""
-    zygote = _zygote_for(argv, env, log_path.parent.parent / "zygote.log")
-    if zygote is not None:
+    for _ in range(2):  # a zygote found dead at this fork is restarted once (_ensure_zygote)
+        zygote = _zygote_for(argv, env, log_path.parent.parent / "zygote.log")
+        if zygote is None:
+            break
         try:
             return zygote.spawn(argv, env=env, cwd=cwd, log_path=log_path)
         except ZygoteError as exc:
+            if zygote.died(timeout_s=2.0) and not _RESTARTED:
+                continue  # killed from outside: the next pass starts its replacement
             log.warning("%s; starting trials with exec from now on", exc)
             _give_up()
+            break
     with open(log_path, "wb") as log_file:
         return subprocess.Popen(
             argv,
@@ -287,4 +331,4 @@ def shutdown() -> None:
     with _GUARD:
         if _ZYGOTE is not None:
             _ZYGOTE.close()
-        _ZYGOTE, _FAILED = None, False
+        _ZYGOTE, _FAILED, _RESTARTED = None, False, False
