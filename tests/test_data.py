@@ -403,3 +403,23 @@ def test_prepare_data_cli(tmp_path):
     assert re.search(r"wrote .*cli", proc.stdout)
     meta = json.loads((out / "meta.json").read_text())
     assert (meta["seed"], meta["train_tokens"] + meta["val_tokens"]) == (3, 5000)
+
+
+def test_a_token_file_cut_short_is_caught_before_a_read_and_named_in_one_line(tmp_path):
+    from train.data.dataset import DataChanged, open_tokens
+
+    path = tmp_path / "train.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+    tokens = open_tokens(path, format="nanogpt", block_size=8, vocab_size=2000)
+    tokens.check_intact()  # intact: nothing raised
+    with path.open("r+b") as fh:
+        fh.truncate(1000)
+    with pytest.raises(DataChanged) as caught:
+        tokens.check_intact()
+    want = f"token file changed under the run: {path} shrank from 2,000 to 1,000 bytes"
+    assert DataChanged.line(caught.value).startswith(want)
+    # a DataLoader worker re-raises it wrapped in its traceback text: the line is still found
+    head = "Caught DataChanged in DataLoader worker process 0.\nOriginal Traceback (most recent"
+    wrapped = DataChanged(f"{head} call last):\n  ...\n{caught.value}\n")
+    assert DataChanged.line(wrapped) == DataChanged.line(caught.value)
+    assert DataChanged.line(RuntimeError("CUDA error")) is None

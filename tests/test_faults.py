@@ -394,3 +394,93 @@ def _studies_of(folders: list[Path]) -> list[str]:
 
     docs = [yaml.safe_load((f / "best.yaml").read_text()) for f in folders]
     return [d["provenance"]["sweep"]["study"] for d in docs]
+
+
+def _stop_after_checkpoint(argv: list[str], *, checkpoint: Path, cwd: Path, act) -> tuple[int, str]:
+    """Start `python -m train <argv>`, call `act(proc)` once `checkpoint` exists, and return the
+    exit code and output. The run is far longer than the test (train.max_steps in argv), so the
+    act always lands mid-run."""
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "train", *argv], cwd=cwd, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists():
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, f"no {checkpoint.name} within 120 s"
+            time.sleep(0.05)
+        act(proc)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out
+
+
+def _one_error(out: str) -> str:
+    assert "Traceback" not in out, out[-3000:]
+    errors = [ln for ln in out.splitlines() if "[ERROR]" in ln]
+    assert len(errors) == 1, out[-3000:]
+    return errors[0]
+
+
+def test_ctrl_c_twice_at_a_production_run_ends_in_the_resume_line(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    ck = tmp_path / "ck"
+
+    def interrupt_twice(proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    with fault("Ctrl-C twice at python -m train") as f:
+        argv = _argv(synthetic_dir, ck, tmp_path / "run", "train.max_steps=100000")
+        code, out = _stop_after_checkpoint(
+            argv, checkpoint=checkpoint_path(ck, 10), cwd=tmp_path, act=interrupt_twice
+        )
+        line = _one_error(out)
+        assert code == 130, out[-3000:]
+        kept = latest_checkpoint(ck)
+        assert kept is not None and read_header(kept)["step"] >= 10
+        assert "stopped at step " in line and "(interrupted)" in line, line
+        assert f"the newest checkpoint is {kept} (step {read_header(kept)['step']})" in line, line
+        assert line.endswith("the same command resumes from it"), line
+        f["lost"] += int(read_header(kept)["step"] < 10)
+
+
+def test_a_token_file_that_shrinks_under_a_run_stops_it_in_one_line(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_dir, data)
+    ck = tmp_path / "ck"
+    train_bin = data / "train.bin"
+    size = train_bin.stat().st_size
+
+    def truncate(proc: subprocess.Popen) -> None:
+        with train_bin.open("r+b") as fh:
+            fh.truncate(size // 2)
+
+    with fault("token file truncated under python -m train") as f:
+        argv = _argv(data, ck, tmp_path / "run", "train.max_steps=100000")
+        code, out = _stop_after_checkpoint(
+            argv, checkpoint=checkpoint_path(ck, 10), cwd=tmp_path, act=truncate
+        )
+        line = _one_error(out)
+        assert code == 1, out[-3000:]  # not 135 (SIGBUS)
+        assert f"token file changed under the run: {train_bin} shrank from {size:,} to " \
+            f"{size // 2:,} bytes" in line, line
+        assert "the newest checkpoint is " in line and "resumes from it" in line, line
+        f["lost"] += int(latest_checkpoint(ck) is None)

@@ -13,7 +13,9 @@ import logging
 import math
 import re
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config, check_batch, world_size
 from train.config_file import exit_on_bad_config_file
+from train.data.dataset import DataChanged
 from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
 from train.paths import check_checkpoint_target
@@ -32,6 +35,7 @@ from train.run.checkpoint import (
     load_checkpoint,
     read_header,
     restore_rng_state,
+    verified,
 )
 from train.run.distributed import current_rank
 from train.run.finite import NonFiniteState, diverged, first_non_finite, state_tensors
@@ -50,6 +54,31 @@ from train.run.loop import (
 from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 
 log = logging.getLogger("train")
+
+
+class RunStopped(Exception):
+    """The run stopped before train.max_steps (an interrupt, the data changed under it)."""
+
+    def __init__(self, *, step: int, why: str) -> None:
+        super().__init__(why)
+        self.step = step
+        self.why = why
+
+
+def _already_stopping(signum: int, frame: object) -> None:
+    log.warning("already stopping: the checkpoint writer finishes first (Ctrl-\\ kills at once)")
+
+
+def stopped_line(stop: RunStopped, *, checkpoint_dir: str) -> str:
+    """One line: where the run stopped, the newest checkpoint that verifies, and how to resume."""
+    kept = next((p for p in checkpoints_newest_first(checkpoint_dir) if verified(p)), None)
+    if kept is None:
+        resume = "no checkpoint was saved yet; the same command starts again from step 0"
+        return f"stopped at step {stop.step} ({stop.why}); {resume}"
+    saved = checkpoint_step(kept)
+    resume = f"the newest checkpoint is {kept} (step {saved}); the same command resumes from it"
+    # a stop during a step's save: the step and its checkpoint are done, the counter not yet
+    return f"stopped at step {max(stop.step, saved)} ({stop.why}); {resume}"
 
 
 def checkpoint_step(path: Path) -> int:
@@ -114,31 +143,43 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
     history: list[dict] = []
     step = start
     mark_time, mark_step = time.perf_counter(), step
-    while step < tc.max_steps:
-        # -- the step: cosine lr, forward/backward/update, and its checkpoint when one is due
-        lr = scheduled_lr(cfg, step)
-        done = step + 1
-        save = s.checkpointer.due(done) or (done == tc.max_steps and cfg.checkpoint.every_steps > 0)
-        loss_t, phases, _ = run_step(
-            s, lr=lr, clock=clock, checkpoint_step=done if save else None, save_rng=True
-        )
-        data_wait_s += phases["data_wait"]
-        step = done
-        # -- the log line: the rate since the last one; a non-finite loss stops the run
-        if step % tc.log_every == 0 or step == tc.max_steps:
-            now = time.perf_counter()  # run_step synchronised: the device's work is done
-            record = _progress_record(
-                s, step=step, loss=loss_t.item(), lr=lr, seconds=now - mark_time,
-                steps=step - mark_step, data_wait_s=data_wait_s, peak=peak, ceiling=ceiling,
-            )  # fmt: skip
-            history.append(record)
-            mark_time, mark_step, data_wait_s = time.perf_counter(), step, 0.0
-        # -- validation
-        if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
-            val = eval_loss(s, num_batches=tc.eval_batches)
-            log.info("step %d | val loss %.4f", step, val)
-            history.append({"step": step, "val_loss": val})
-            mark_time = time.perf_counter()  # evaluation is not training throughput
+    try:
+        while step < tc.max_steps:
+            # -- the step: cosine lr, forward/backward/update, and its checkpoint when one is due
+            lr = scheduled_lr(cfg, step)
+            done = step + 1
+            save = s.checkpointer.due(done) or (
+                done == tc.max_steps and cfg.checkpoint.every_steps > 0
+            )
+            loss_t, phases, _ = run_step(
+                s, lr=lr, clock=clock, checkpoint_step=done if save else None, save_rng=True
+            )
+            data_wait_s += phases["data_wait"]
+            step = done
+            # -- the log line: the rate since the last one; a non-finite loss stops the run
+            if step % tc.log_every == 0 or step == tc.max_steps:
+                now = time.perf_counter()  # run_step synchronised: the device's work is done
+                record = _progress_record(
+                    s, step=step, loss=loss_t.item(), lr=lr, seconds=now - mark_time,
+                    steps=step - mark_step, data_wait_s=data_wait_s, peak=peak, ceiling=ceiling,
+                )  # fmt: skip
+                history.append(record)
+                mark_time, mark_step, data_wait_s = time.perf_counter(), step, 0.0
+            # -- validation
+            if tc.eval_every and (step % tc.eval_every == 0 or step == tc.max_steps):
+                val = eval_loss(s, num_batches=tc.eval_batches)
+                log.info("step %d | val loss %.4f", step, val)
+                history.append({"step": step, "val_loss": val})
+                mark_time = time.perf_counter()  # evaluation is not training throughput
+    except KeyboardInterrupt:  # Ctrl-C
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, _already_stopping)  # a second one cannot cut the line
+        raise RunStopped(step=step, why="interrupted") from None
+    except RuntimeError as exc:  # the data file changed under the run (maybe in a loader worker)
+        changed = DataChanged.line(exc)
+        if changed is None:
+            raise
+        raise RunStopped(step=step, why=changed) from None
     return {"start_step": start, "end_step": step, "history": history}
 
 
@@ -259,6 +300,10 @@ def main(dcfg: DictConfig) -> None:
     except (CheckpointDiskFull, NonFiniteState) as exc:  # one line: what happened, the fix
         log.error("%s", exc)
         raise SystemExit(1) from exc
+    except RunStopped as exc:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C cannot cut the exit short
+        log.error("%s", stopped_line(exc, checkpoint_dir=cfg.checkpoint.dir))
+        raise SystemExit(130 if exc.why == "interrupted" else 1) from None
     if not current_rank().main:
         return
     out = out_dir / "train_summary.json"

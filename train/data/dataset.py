@@ -45,7 +45,26 @@ _LLMC_MAGICS = {magic for magic, _ in _LLMC_KINDS}
 _VOCAB_CHECK_TOKENS = 1_000_000
 # "endless" loader length: ~4.6e18 batches, never reached, still a valid len() for DataLoader
 _ENDLESS = 2**62
-_MAKE_DATA_HINT = "run `python scripts/prepare_data.py --out DIR` or set data.dir=/path/to/tokens"
+_MAKE_DATA_HINT = (
+    "run `python scripts/prepare_data.py --out data/synthetic` for synthetic tokens, or set "
+    "data.dir=/path/to/tokens (e.g. made by nanoGPT's data/openwebtext/prepare.py)"
+)
+
+
+class DataChanged(RuntimeError):
+    """The token file changed under a running process (truncated, rewritten): reading on would
+    end in a bus error (the memmap's pages are gone) or train on other tokens."""
+
+    MARK = "token file changed under the run: "
+
+    @classmethod
+    def line(cls, exc: BaseException) -> str | None:
+        """The one-line reason of a DataChanged, also when a DataLoader worker's re-raise wrapped
+        it in its traceback text; None for any other error."""
+        text = str(exc)
+        if cls.MARK not in text:
+            return None
+        return cls.MARK + text.split(cls.MARK, 1)[1].splitlines()[0]
 
 
 class TokenFile:
@@ -67,6 +86,26 @@ class TokenFile:
                 self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=(self.num_tokens,)
             )
         return self._tokens
+
+    @property
+    def size_bytes(self) -> int:
+        """The file's size when it was validated: header and tokens."""
+        return self.offset + self.num_tokens * self.dtype.itemsize
+
+    def check_intact(self) -> None:
+        """Raise DataChanged when the file is shorter than validated (one stat, ~1 us): caught
+        before a read past its new end, which a memmap turns into SIGBUS."""
+        try:
+            size = self.path.stat().st_size
+        except OSError as exc:
+            gone = f"{DataChanged.MARK}{self.path} can no longer be read ({exc})"
+            raise DataChanged(gone) from exc
+        if size < self.size_bytes:
+            raise DataChanged(
+                f"{DataChanged.MARK}{self.path} shrank from {self.size_bytes:,} to {size:,} bytes "
+                "while this run read it; restore the file (or point data.dir at an intact copy) "
+                "and resume"
+            )
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_tokens": None}
@@ -183,6 +222,7 @@ class TokenBatches(Dataset):
         return drawn[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.token_file.check_intact()  # a truncated file stops the run in one line, not SIGBUS
         tokens = self.token_file.tokens  # opened on first use in this process, then reused
         span = self.block_size + 1
         # one contiguous slice per window (B reads), never per token
