@@ -131,7 +131,10 @@ class SweepEngine:
     def _interrupted(started: Started, tracker: Tracker, sweep_dir: Path, *, point) -> None:
         """Ctrl-C or SIGTERM: record the running trials as interrupted (each with its MLflow run),
         close the parent run KILLED (the resumed sweep reopens it), and say in one line how to
-        resume; exit 130 without a traceback."""
+        resume; exit 130 without a traceback. A second Ctrl-C while this runs is said, not
+        obeyed: cut short here, the trials and the parent run would be left RUNNING."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _already_stopping)
         kill_all_children()
         stopped = fail_own_running(started.study, reason="interrupted: the sweep was stopped")
         log_stopped_trials(tracker, started.study, stopped, sweep_dir=sweep_dir, point=point)
@@ -142,6 +145,8 @@ class SweepEngine:
             resume_command(sys.argv, study_name=started.study_name,
                            storage=mask_secrets(started.storage), sweep_dir=sweep_dir),
         )  # fmt: skip
+        for sig in (signal.SIGINT, signal.SIGTERM):  # nor at the interpreter's exit
+            signal.signal(sig, signal.SIG_IGN)
         sys.exit(130)
 
     def _run(
@@ -297,6 +302,10 @@ class SweepEngine:
             },
         )
         return best_path
+
+
+def _already_stopping(signum: int, frame: object) -> None:
+    log.warning("already stopping: recording the running trials and closing the runs first")
 
 
 def resume_command(argv: list[str], *, study_name: str, storage: str, sweep_dir: Path) -> str:

@@ -54,11 +54,13 @@ def sweep_dirs(cwd: Path) -> list[Path]:
 
 
 def interrupt_sweep(
-    cwd: Path, argv: list[str], *, sig: int, ready: Callable[[], bool], settle_s: float
-) -> tuple[int, str]:
+    cwd: Path, argv: list[str], *, sig: int, ready: Callable[[], bool], settle_s: float,
+    again_after_s: float | None = None,
+) -> tuple[int, str]:  # fmt: skip
     """Start the sweep `argv` in its own session (a signal reaches it as a terminal's Ctrl-C
-    would), wait until `ready()`, let it run `settle_s` more, send `sig`, and return its exit
-    code and output; whatever is left of it is killed."""
+    would), wait until `ready()`, let it run `settle_s` more, send `sig` (and, with
+    `again_after_s`, once more that long after, if it still runs), and return its exit code and
+    output; whatever is left of it is killed."""
     proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip
@@ -71,6 +73,10 @@ def interrupt_sweep(
             time.sleep(0.2)
         time.sleep(settle_s)
         proc.send_signal(sig)
+        if again_after_s is not None:
+            time.sleep(again_after_s)
+            if proc.poll() is None:
+                proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -37,11 +37,14 @@ def _a_trial_runs(cwd) -> bool:
     return bool(states) and states[-1] == TrialState.RUNNING
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "sig,again", [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 0.3)],
+    ids=["ctrl-c", "sigterm", "ctrl-c-twice"],
+)  # fmt: skip
 def test_a_stopped_sweep_records_the_trial_closes_its_run_and_says_how_to_resume(
-    tmp_path, sig
+    tmp_path, sig, again
 ) -> None:
-    code, out = interrupt_sweep(tmp_path, sweep_argv(*OVERRIDES), sig=sig,
+    code, out = interrupt_sweep(tmp_path, sweep_argv(*OVERRIDES), sig=sig, again_after_s=again,
                                 ready=lambda: _a_trial_runs(tmp_path), settle_s=2)  # fmt: skip
     assert code == 130, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
