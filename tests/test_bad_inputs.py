@@ -157,6 +157,11 @@ BEST_YAML_CASES = [
      ["sets no config section", "restore it"]),
     ("a YAML list", lambda t: b"- model\n- batch\n", ["holds a list, not a mapping", "restore it"]),
     ("a folder", None, ["cannot be read (Is a directory)", "give a readable YAML file"]),
+    ("a value of the wrong type", lambda t: t.replace("  micro_batch: ", "  micro_batch: x", 1)
+     .encode(), ["batch.micro_batch = 'x", "is not an int", "correct the value"]),
+    ("a key renamed since (old schema)", lambda t: t.replace("  micro_batch: ", "  micro_bs: ", 1)
+     .encode(), ["batch.micro_bs is not a setting of the trainer (did you mean "
+                 "batch.micro_batch?)", "older version of the schema", "rename or remove it"]),
 ]  # fmt: skip
 
 
@@ -183,7 +188,8 @@ def test_trainer_refuses_a_broken_best_yaml(tmp_path: Path, exported_best: str, 
 
 # (entry point, best.yaml case): the other readers of a best.yaml say the same line
 READER_CASES = [("trial --pinned", "cut short"), ("trial --pinned", "not UTF-8"),
-                ("explain --result", "cut short"), ("explain --result", "a YAML list")]  # fmt: skip
+                ("explain --result", "cut short"), ("explain --result", "a YAML list"),
+                ("explain --result", "a key renamed since (old schema)")]  # fmt: skip
 
 
 @pytest.mark.parametrize("entry,case", READER_CASES, ids=[" ".join(c) for c in READER_CASES])

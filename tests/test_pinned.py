@@ -49,8 +49,10 @@ def test_a_pinned_file_measures_what_the_hydra_command_line_does(synthetic_dir, 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ({"batch": {"micro_batch": "many"}}, "micro_batch"),  # a type the schema refuses
-        ({"runtime": {"no_such_knob": 1}}, "no_such_knob"),  # a key the schema lacks
+        # a type the schema refuses; a key it lacks: named, with the type or the nearest key
+        ({"batch": {"micro_batch": "many"}}, "batch.micro_batch = 'many' is not an int"),
+        ({"runtime": {"float8_emulat": 1}}, "runtime.float8_emulat is not a setting of the "
+                                            "trainer (did you mean runtime.float8_emulate?)"),
         ({"trial": {"max_steps": 1}}, "trial.max_steps"),  # a value __post_init__ refuses
     ],
 )

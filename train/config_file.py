@@ -17,11 +17,13 @@ import dataclasses
 import difflib
 import io
 import logging
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from train.config import Config
+from train.keys import did_you_mean, schema_keys
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,50 @@ def check_trusted_keys(doc: Any, *, what: str) -> None:
         )
 
 
+def check_schema(doc: Any, *, what: str) -> None:
+    """Every value in the file fits the trainer's schema as Hydra will merge it: a key the schema
+    lacks (a typo, or a setting renamed since the file was written) or a value of the wrong type
+    is refused in one line naming the file, the key, what the schema expects and the nearest key,
+    before Hydra answers with a many-line merge error."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+    body = {k: v for k, v in doc.items() if k != "defaults"}
+    try:
+        OmegaConf.merge(OmegaConf.structured(Config), body)
+    except ConfigKeyError as exc:
+        key = str(exc.full_key)
+        section = key.rsplit(".", 1)[0] if "." in key else ""
+        known = [k for k in schema_keys() if k.rsplit(".", 1)[0] == section] or schema_keys()
+        raise ValueError(
+            f"{what}: {key} is not a setting of the trainer{did_you_mean(key, known)}; it may "
+            "come from an older version of the schema: rename or remove it"
+        ) from None
+    except OmegaConfBaseException as exc:  # a value of the wrong type, a missing enum member
+        key = str(getattr(exc, "full_key", "") or "?")
+        value = getattr(exc, "value", None)
+        expected = _expected_type(key)
+        raise ValueError(
+            f"{what}: {key} = {value!r} is not {expected} "
+            f"({str(exc).splitlines()[0]}): correct the value or {RESTORE}"
+        ) from None
+
+
+def _expected_type(key: str) -> str:
+    """The schema's type of dotted `key`, in words (e.g. 'an int', 'one of fp32, bf16')."""
+    cls: Any = Config
+    hint: Any = None
+    for part in key.split("."):
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        if part not in hints:
+            return "what the schema expects"
+        hint = cls = hints[part]
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(hint))
+    words = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
+    return words.get(hint, f"a {getattr(hint, '__name__', hint)}")
+
+
 def _yaml_problem(exc: Exception) -> str:
     """Where and what, in one line, from PyYAML's many-line error."""
     mark = getattr(exc, "problem_mark", None)
@@ -118,8 +164,9 @@ def missing_sections(doc: dict[str, Any]) -> list[str]:
     return [s for s in pinned if doc.get(s) in (None, {}, "")]
 
 
-def read_pinned_config(path: Path) -> dict[str, Any]:
-    """`read_config_file`, and every section the file says it pinned is there (ValueError)."""
+def read_pinned_config(path: Path, *, schema: bool = True) -> dict[str, Any]:
+    """`read_config_file`, every section the file says it pinned is there, and every value fits
+    the schema unless `schema` is off (ValueError)."""
     doc = read_config_file(path)
     missing = missing_sections(doc)
     if missing:
@@ -128,6 +175,8 @@ def read_pinned_config(path: Path) -> dict[str, Any]:
             f"config file {path} lacks pinned section(s) {', '.join(missing)} (its "
             f"{PINNED_KEY} lists them): it was cut short or edited{why}; {RESTORE}"
         )
+    if schema:
+        check_schema(doc, what=f"config file {path}")
     return doc
 
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from train.config import Config
-from train.config_file import read_pinned_config
+from train.config_file import check_schema, read_pinned_config
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ def apply_overrides(doc: DictConfig, overrides: list[str]) -> None:
 def load_raw(path: Path, overrides: list[str]) -> DictConfig:
     """The file with the overrides applied, untyped (so a typed merge that fails still knows
     where the trial's result goes)."""
-    raw = OmegaConf.create(read_pinned_config(path))  # a broken file: one line naming it
+    # a broken file: one line naming it; a value the schema refuses still gets a result
+    raw = OmegaConf.create(read_pinned_config(path, schema=False))
     raw.pop("defaults", None)  # Hydra's defaults list: the schema is merged in instead
     dropped = [k for k in STUDY_KEYS if OmegaConf.select(raw, f"trial.{k}") not in (None, "", -1)]
     for key in dropped:
@@ -79,5 +80,10 @@ def main_pinned(argv: list[str]) -> int:
     try:
         dcfg = OmegaConf.merge(OmegaConf.structured(Config), raw)
     except (ValueError, OmegaConfBaseException) as exc:  # a type or key the schema refuses
-        return invalid_config(f"{path}: {exc}", out=out, resolved=OmegaConf.to_container(raw))
+        try:
+            check_schema(raw, what=f"config file {path}")  # the key, its type, the nearest key
+            why = f"{path}: {exc}"
+        except ValueError as named:
+            why = str(named)
+        return invalid_config(why, out=out, resolved=OmegaConf.to_container(raw))
     return run_composed(dcfg, base_dir=path.parent)
