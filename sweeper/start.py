@@ -27,6 +27,7 @@ from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
 from sweeper.space.memory import past_ooms
 from sweeper.space.space import SearchSpace, baseline_params
+from sweeper.study.budget import resume_line
 from sweeper.study.objective import direction, searched_interval_warning
 from sweeper.study.study import (
     StudySpec,
@@ -88,6 +89,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         if s.n_trials <= 0:
             s = dataclasses.replace(s, n_trials=len(grid_points))
     study = open_study(spec)
+    check_same_space(study, s.space, search_name=s.search_name)
     if grid_points is not None:
         queue_grid(study, grid_points)
     # the child reports running tokens/s in these units (train/trial/pruning.py)
@@ -107,7 +109,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     if s.sampler == "tpe":
         queued = queue_prior(study, p, baseline)
         queue_design(study, p.space, baseline, s, queued=queued)
-    study.set_user_attr("search_space", {k: str(v) for k, v in s.space.items()})
+    study.set_user_attr(SPACE_ATTR, {k: str(v) for k, v in s.space.items()})
     # where and when it ran: plan mode calibrates from finished sweeps of the same key
     study.set_user_attr(PLAN_KEY_ATTR, plan_key(model=str(p.base["model.name"]),
                                                 search=s.search_name, device=p.device.name))
@@ -117,8 +119,37 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     requeue_unrun(study)  # the points an earlier sweep's budget ended before
     note_sweep_dir(study, sweep_dir)
     log.info("study %r in %s; sweep dir %s", study_name, mask_secrets(storage), sweep_dir)
+    resumed = resume_line(study, s)
+    if resumed:
+        log.info("%s", resumed)
     return Started(study=study, study_name=study_name, storage=storage, settings=s,
                    baseline=baseline)  # fmt: skip
+
+
+SPACE_ATTR = "search_space"  # the study's searched keys and their ranges, as the sweep gave them
+
+
+def check_same_space(study: optuna.Study, space: dict, *, search_name: str) -> None:
+    """A study is searched over one space: resumed under another (another search preset, a knob
+    added or a range changed), its trials' parameters no longer fit the sampler's distributions.
+    Refused in one line naming the study, the difference and the fix, before the study is changed
+    or a run is opened."""
+    before = study.user_attrs.get(SPACE_ATTR)
+    if not before or not study.get_trials(deepcopy=False):
+        return
+    now = {k: str(v) for k, v in space.items()}
+    if before == now:
+        return
+    was = str(study.user_attrs.get(PLAN_KEY_ATTR, "")).split("|")
+    preset = was[1] if len(was) == 3 else "?"
+    changes = [f"{k} {before.get(k, 'not searched')} -> {now.get(k, 'not searched')}"
+               for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]  # fmt: skip
+    shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+    raise ValueError(
+        f"study {study.study_name!r} was searched with search={preset} over another space than "
+        f"this sweep's (search={search_name}): {shown}; resume it with search={preset}, or give "
+        f"this search its own study (hydra.sweeper.study_name=<new name>)"
+    )
 
 
 def queue_grid(study: optuna.Study, points: list[dict]) -> int:
