@@ -46,7 +46,13 @@ SWEEP_CASES = [
     ("hydra.sweeper.numerics_guard_seeds=1", ["numerics_guard_seeds=1", "at least 2"]),
     ("hydra.sweeper.numerics_guard_tokens=0", ["hydra.sweeper.numerics_guard_tokens=0", "65536"]),
     ("hydra.sweeper.compile_cache=''", ["hydra.sweeper.compile_cache", "auto", "off"]),
-]
+    # trial limits no trial can meet: refused before the zygote, not found when every trial failed
+    ("search=smoke hydra.sweeper.trial_timeout_s=0.5",
+     ["hydra.sweeper.trial_timeout_s=0.5 is shorter than the quickest trial",
+      "every trial would time out; set it above "]),
+    ("search=smoke hydra.sweeper.stall_timeout_s=3",
+     ["hydra.sweeper.stall_timeout_s=3 is shorter than two", "killed as stalled; set at least 20"]),
+]  # fmt: skip
 
 TRAIN_CASES = [
     *MISTYPED,
@@ -76,7 +82,7 @@ def _judge(name: str, proc: subprocess.CompletedProcess, words: list[str]) -> st
 @pytest.mark.parametrize("override,words", SWEEP_CASES, ids=[c[0] for c in SWEEP_CASES])
 def test_sweep_refuses_before_anything_starts(tmp_path: Path, override: str, words: list[str]):
     storage = f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}"
-    proc = run_sweep(tmp_path, storage, override, timeout=120)
+    proc = run_sweep(tmp_path, storage, *override.split(), timeout=120)
     _judge(f"sweep {override}", proc, words)
     assert proc.returncode == 2, proc.returncode  # ours, not Hydra's wrapper (exit 1)
     assert "Error in call to target" not in proc.stdout + proc.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeper.launch import kinds
 from sweeper.launch.compile_cache import sweep_cache
 from sweeper.launch.job import prestart_zygote
+from sweeper.numbers import fmt_secs
 from sweeper.plan.device import DeviceFacts, device_facts, probe_device
 from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, startup_lines
@@ -32,6 +34,7 @@ from sweeper.space.space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
 from train.measure.cost import resolve_planned_steps
+from train.trial.progress import HEARTBEAT_S
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +91,10 @@ def prepare(
     fork_trials: bool,
     launcher: str = "BasicLauncher",
 ) -> Prepared:
-    """Check the request: the base config, the device (probed in a child process), the space.
-    `fork_trials` starts the trial zygote first, so its imports overlap the probe. `launcher` is
-    the Hydra launcher's class name: a local one runs parallel trials on GPU slots of this
-    machine."""
+    """Check the request: the base config, the device (probed in a child process), the space,
+    the wall budget. `fork_trials` then starts the trial zygote, once all of it passed.
+    `launcher` is the Hydra launcher's class name: a local one runs parallel trials on GPU slots
+    of this machine."""
     s = settings
     fixed, cli_space = split_arguments(arguments)
     base_cfg = hydra_context.config_loader.load_sweep_config(
@@ -114,11 +117,6 @@ def prepare(
     # one compile cache for every trial and race run, in their environment from the start
     cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
     fixed = [*fixed, *cache.overrides()]
-    if fork_trials and not s.plan:
-        # trials run in this process's main thread: fork them from a preloaded zygote, whose
-        # imports overlap the probe below
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        prestart_zygote(sweep_dir, compile_cache=cache.setting)
     # a plan for a named device needs no probe (and no torch) here, and neither do trials that
     # run on other machines (preflight.check_launcher: their device is named)
     probe_here = not (s.plan_device and (s.plan or not kinds.local(launcher)))
@@ -153,6 +151,13 @@ def prepare(
     for line in startup_lines(found, ctx):
         log.info(line)
     check_wall_budget(s, found, capped=settings.max_wall_s <= 0)
+    check_trial_limits(s, found)
+    if fork_trials and not s.plan:
+        # trials run in this process's main thread: fork them from a preloaded zygote, whose
+        # imports overlap the study's and the MLflow run's start. Only now: a request refused
+        # above (the space, the wall budget) starts no process and leaves no zygote.log.
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        prestart_zygote(sweep_dir, compile_cache=cache.setting)
     return Prepared(settings=s, objective=objective, fixed=fixed, base=base, facts=facts,
                     device=device, ctx=ctx, space=space, found=found,
                     gpu_slots=slots)  # fmt: skip
@@ -174,6 +179,28 @@ def check_wall_budget(s: SweepSettings, found: Scan, *, capped: bool) -> None:
     if not capped:
         raise ValueError(error)
     log.warning("%s; the first trial runs past it, and the search ends after it", error)
+
+
+def check_trial_limits(s: SweepSettings, found: Scan) -> None:
+    """Trial limits the user set that no trial of the space can meet are refused before any
+    process starts (else every trial fails the same way, found only at the end): a hard limit
+    below the quickest trial's expected wall, a stall limit below the gap between a healthy
+    trial's heartbeats."""
+    quickest = min((c.wall_min_s for c in found.classes if c.points), default=None)
+    if s.trial_timeout_s > 0 and quickest is not None and s.trial_timeout_s < quickest:
+        raise ValueError(
+            f"hydra.sweeper.trial_timeout_s={s.trial_timeout_s:g} is shorter than the quickest "
+            f"trial of this space is expected to take ({fmt_secs(quickest)}: set-up, compile, "
+            f"warm-up and the measured window): every trial would time out; set it above "
+            f"{math.ceil(quickest)}, or 0 for limits from each trial's prediction"
+        )
+    if 0 < s.stall_timeout_s < 2 * HEARTBEAT_S:
+        raise ValueError(
+            f"hydra.sweeper.stall_timeout_s={s.stall_timeout_s:g} is shorter than two of a healthy "
+            f"trial's heartbeats ({HEARTBEAT_S:g} s apart during set-up, compile and warm-up): "
+            f"every trial would be killed as stalled; set at least {2 * HEARTBEAT_S:g}, 0 "
+            f"(automatic) or -1 (no stall check)"
+        )
 
 
 def launcher_cpus(config: DictConfig, launcher: str) -> int | None:
