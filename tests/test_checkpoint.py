@@ -599,10 +599,27 @@ def test_a_checkpoint_into_a_full_disk_fails_in_one_line_and_keeps_the_earlier_o
     assert "no space left on device" in message and "ckpt_00000004.pt" in message
     assert re.search(r"[\d,.]+ [MG]B free there, the checkpoint needs ~[\d,.]+ MB", message)
     assert "checkpoint.dir=<a disk with room> or checkpoint.keep=2" in message
+    assert f"; the newest checkpoint kept is {checkpoint_path(tmp_path, 2)}; fix:" in message
     assert classify(info.value, during_setup=False) == {"kind": "disk_full", "message": message}
     assert _ckpt_names(tmp_path) == ["ckpt_00000002.pt"]
     assert checkpoint_path(tmp_path, 2).read_bytes() == before
     assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 2)
+
+
+@pytest.mark.parametrize(
+    ("keep", "kept", "fix"),
+    [(3, Path("/ck/ckpt_00000002.pt"), " or checkpoint.keep=2"), (1, None, ", or free ~")],
+)
+def test_the_disk_full_line_names_what_survived_and_never_a_keep_below_one(keep, kept, fix):
+    import errno
+
+    target = Path("/ck/ckpt_00000004.pt")
+    line = disk_full.disk_full_message(
+        path=target, code=errno.ENOSPC, free=10**6, needed=5 * 10**6, keep=keep, kept=kept
+    )
+    survived = f"the newest checkpoint kept is {kept}" if kept else "no earlier checkpoint"
+    assert f"; {survived}; fix: checkpoint.dir=<a disk with room>{fix}" in line, line
+    assert "checkpoint.keep=0" not in line and "<fewer>" not in line
 
 
 @pytest.mark.parametrize(("free", "full"), [(10, True), (10**12, False)])

@@ -208,9 +208,10 @@ def test_a_full_disk_at_checkpoint_stops_in_one_line_and_keeps_earlier_checkpoin
         # the step-10 save's temporary file is the kernel's always-full device: a real ENOSPC
         (ck / "ckpt_00000010.pt.tmp").symlink_to("/dev/full")
         proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=15")
+        kept = f"the newest checkpoint kept is {checkpoint_path(ck, 5)}"
         assert_one_line_error(proc, "disk full: no space left on device", "ckpt_00000010.pt",
                               "free there", "checkpoint.dir=<a disk with room>",
-                              "checkpoint.keep=1")  # fmt: skip
+                              "checkpoint.keep=1", kept)  # fmt: skip
         assert sorted(p.name for p in ck.iterdir()) == ["ckpt_00000005.pt"]  # no partial file
         f["lost"] += read_header(checkpoint_path(ck, 5))["step"] != 5
         # room again: the run resumes from the checkpoint the full disk left intact

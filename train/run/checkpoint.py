@@ -398,7 +398,10 @@ class Checkpointer:
     def _write_error(self, e: Exception, path: Path, payload: Any) -> CheckpointWriteError:
         """CheckpointDiskFull (one line: path, free space, fix) when the disk had no room
         (train/run/disk_full.py), else the plain CheckpointWriteError naming the file."""
-        message = recognise(e, path=path, needed=payload_bytes(payload), keep=self.cfg.keep)
+        kept = next((p for p in checkpoints_newest_first(path.parent) if verified(p)), None)
+        message = recognise(
+            e, path=path, needed=payload_bytes(payload), keep=self.cfg.keep, kept=kept
+        )
         if message is None:
             return CheckpointWriteError(f"checkpoint write to {path} failed: {e}")
         return CheckpointDiskFull(message)

@@ -77,17 +77,26 @@ def _size(n: int | None) -> str:
     return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
 
 
-def disk_full_message(*, path: Path, code: int, free: int | None, needed: int, keep: int) -> str:
-    """The one line a user reads when a checkpoint does not fit: what, where, how much, the fix."""
-    fewer = f"checkpoint.keep={keep - 1}" if keep > 1 else "checkpoint.keep=<fewer>"
+def disk_full_message(
+    *, path: Path, code: int, free: int | None, needed: int, keep: int, kept: Path | None = None
+) -> str:
+    """The one line a user reads when a checkpoint does not fit: what, where, how much, what
+    survived (`kept`, the newest checkpoint that verifies), the fix."""
+    survived = (
+        f"the newest checkpoint kept is {kept}" if kept is not None else "no earlier checkpoint"
+    )
+    fix = "checkpoint.dir=<a disk with room>"
+    fix += f" or checkpoint.keep={keep - 1}" if keep > 1 else f", or free ~{_size(needed)} there"
     return (
         f"disk full: {DISK_FULL_ERRNOS[code]} writing checkpoint {path} "
-        f"({_size(free)} free there, the checkpoint needs ~{_size(needed)}); "
-        f"fix: checkpoint.dir=<a disk with room> or {fewer}"
+        f"({_size(free)} free there, the checkpoint needs ~{_size(needed)}); {survived}; "
+        f"fix: {fix}"
     )
 
 
-def recognise(exc: BaseException, *, path: Path, needed: int, keep: int) -> str | None:
+def recognise(
+    exc: BaseException, *, path: Path, needed: int, keep: int, kept: Path | None = None
+) -> str | None:
     """The one-line disk-full message when writing `needed` bytes to `path` failed with `exc`
     for want of room, else None. Room is wanting when a disk-full errno is in the chain, or when
     torch's writer came up short and the target's free space is below `needed`."""
@@ -97,4 +106,4 @@ def recognise(exc: BaseException, *, path: Path, needed: int, keep: int) -> str 
         code = errno.ENOSPC
     if code is None:
         return None
-    return disk_full_message(path=path, code=code, free=free, needed=needed, keep=keep)
+    return disk_full_message(path=path, code=code, free=free, needed=needed, keep=keep, kept=kept)
