@@ -37,7 +37,8 @@ SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
 TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
     ("config_rules", "paths"),  # torch-free rules on plain values; can a run write its paths
     ("config",),  # the schema
-    ("config_file", "keys"),  # reading best.yaml before Hydra; the trainer's keys, from the schema
+    ("keys",),  # the trainer's keys, from the schema; did-you-mean
+    ("config_file",),  # reading best.yaml before Hydra: its keys and types against the schema
     ("device", "proc"),  # what a device offers and does; process plumbing (deathsig, probe)
     ("model",),
     ("data",),
