@@ -1,14 +1,15 @@
-"""The README's pasted output still comes out of its commands (issue 25: a README claim is a
-promise).
+"""The pasted output of README.md and of the docs site (docs/**/*.md) still comes out of its
+commands (issue 25: a README claim is a promise; issue 35: the docs make the same promises).
 
-Every ```text block of README.md that starts with a `$ ` command line is a command whose output is
-pasted below it. Each one is registered here: run for real (the cheap ones as written; the default
-sweep at a smaller budget, its output captured once for the module), or skipped with the reason (a
-GPU the CI machine lacks). A block that is in neither list fails the test, so a new paste gets a
-check. Lines are compared by shape: numbers, paths, times and knob values are normalised, and a
-pasted line (README lines may be cut at 160 characters) must be the start of some output line's
-shape. Lines that depend on the run's own trajectory (which trial won, which were pruned) belong to
-a family (their first words); such a line is only required where the run printed that family."""
+Every ```text block of README.md or a docs page that starts with a `$ ` command line is a command
+whose output is pasted below it. Each one is registered here: run for real (the cheap ones as
+written; the default sweep at a smaller budget, its output captured once for the module), or
+skipped with the reason (a GPU the CI machine lacks). A block that is in neither list fails the
+test, so a new paste gets a check. Lines are compared by shape: numbers, paths, times and knob
+values are normalised, and a pasted line (pasted lines may be cut at 160 characters) must be the
+start of some output line's shape. Lines that depend on the run's own trajectory (which trial
+won, which were pruned) belong to a family (their first words); such a line is only required
+where the run printed that family."""
 
 from __future__ import annotations
 
@@ -24,18 +25,22 @@ from typing import TypeAlias
 import pytest
 
 from tests.sweep_helpers import REPO
+from tests.sweep_helpers import unwrapped as unwrap_console
 
 README = REPO / "README.md"
+# every page the checks walk: the README, then the docs site's pages (docs/gpu/ raw files included)
+DOCS: tuple[Path, ...] = (README, *sorted((REPO / "docs").rglob("*.md")))
 
 
 @dataclass(frozen=True)
 class Block:
-    line: int  # the README line of the `$ ` command
+    line: int  # the page's line of the `$ ` command
     command: str  # joined across `\` continuations
     output: list[str]
+    page: str = "README.md"  # relative to the repository
 
 
-def pasted_blocks(text: str) -> list[Block]:
+def pasted_blocks(text: str, *, page: str = "README.md") -> list[Block]:
     """The ```text blocks that start with a `$ ` command, with the lines pasted after it."""
     blocks, lines = [], text.splitlines()
     i = 0
@@ -49,7 +54,8 @@ def pasted_blocks(text: str) -> list[Block]:
             k = j + 1
             while k < len(lines) and lines[k].strip() != "```":
                 k += 1
-            blocks.append(Block(line=start + 1, command=command, output=lines[j + 1 : k]))
+            output = lines[j + 1 : k]
+            blocks.append(Block(line=start + 1, command=command, output=output, page=page))
             i = k
         i += 1
     return blocks
@@ -92,14 +98,21 @@ def elided(line: str) -> bool:
     return line.strip() == "" or line.strip().startswith("...")
 
 
+def unwrapped(lines: list[str]) -> list[str]:
+    """Lines with the console's wrapping undone (tests/sweep_helpers.py), a paste's `...` lines
+    kept apart, so a paste is compared the same at any console width."""
+    return unwrap_console(lines, keep=elided)
+
+
 def missing_shapes(pasted: list[str], output: str, *, optional: Optional = ()) -> list[str]:
-    """The pasted lines whose shape starts no output line's shape. A line whose shape starts with
-    the prefix of an `optional` entry (prefix, family words, head words) names this run's own
-    trajectory: it is required only where the output has a line of its family (the prefix, or
-    the line's first `family words` words), and then only by its head (its first `head words`)."""
-    got = [shape(ln) for ln in output.splitlines()]
+    """The pasted lines whose shape starts no output line's shape, both unwrapped. A line whose
+    shape starts with the prefix of an `optional` entry (prefix, family words, head words) names
+    this run's own trajectory: it is required only where the output has a line of its family (the
+    prefix, or the line's first `family words` words), and then only by its head (its first
+    `head words`)."""
+    got = [shape(ln) for ln in unwrapped(output.splitlines())]
     missing = []
-    for line in pasted:
+    for line in unwrapped(pasted):
         if elided(line):
             continue
         want = shape(line)
@@ -185,12 +198,19 @@ def _kind(block: Block) -> str:
     return "unregistered"
 
 
-BLOCKS = pasted_blocks(README.read_text())
+BLOCKS = [b for page in DOCS
+          for b in pasted_blocks(page.read_text(), page=str(page.relative_to(REPO)))]  # fmt: skip
+
+
+def block_id(block: Block) -> str:
+    return f"{block.page}:{block.line}"
 
 
 def test_every_pasted_command_is_registered():
-    assert BLOCKS, "README.md has no pasted command output: the parser or the README changed"
-    unregistered = [f"line {b.line}: $ {b.command}" for b in BLOCKS if _kind(b) == "unregistered"]
+    pages = {b.page for b in BLOCKS}
+    assert "README.md" in pages, "README.md has no pasted command output: the parser or it changed"
+    assert pages - {"README.md"}, "no docs page has pasted command output: the parser changed"
+    unregistered = [f"{block_id(b)}: $ {b.command}" for b in BLOCKS if _kind(b) == "unregistered"]
     assert not unregistered, f"register these in tests/test_readme_drift.py: {unregistered}"
 
 
@@ -198,14 +218,14 @@ def _ids(kind: str) -> list[Block]:
     return [b for b in BLOCKS if _kind(b) == kind]
 
 
-@pytest.mark.parametrize("block", _ids("explain"), ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", _ids("explain"), ids=block_id)
 def test_explain_output_is_as_pasted(block: Block, tmp_path: Path):
     """The arithmetic is deterministic: every pasted line comes out exactly."""
     out = run_command(block.command, cwd=tmp_path).splitlines()
     assert [ln for ln in block.output if ln not in out] == [], "\n".join(out)
 
 
-@pytest.mark.parametrize("block", _ids("plan"), ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", _ids("plan"), ids=block_id)
 def test_plan_output_keeps_its_shape(block: Block, tmp_path: Path):
     extra = [] if block.command.startswith(LEASE_PLAN) else [f"hydra.sweep.dir={tmp_path / 's'}"]
     out = run_command(block.command, cwd=tmp_path, extra=extra)
@@ -221,11 +241,11 @@ def default_sweep_output(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", _ids("default sweep"), ids=lambda b: f"line{b.line}")
+@pytest.mark.parametrize("block", _ids("default sweep"), ids=block_id)
 def test_default_sweep_output_keeps_its_shape(block: Block, default_sweep_output: str):
     missing = missing_shapes(block.output, default_sweep_output, optional=SWEEP_OPTIONAL)
     assert not missing, (
-        f"README line {block.line}: pasted lines whose shape no longer comes out: {missing}\n"
+        f"{block_id(block)}: pasted lines whose shape no longer comes out: {missing}\n"
         f"--- got:\n{default_sweep_output}"
     )
 
@@ -259,3 +279,30 @@ def test_a_line_that_no_longer_comes_out_fails():
     assert missing_shapes([nxt], other_tail, optional=per_knob) == []
     assert missing_shapes([nxt], "  next: batch.micro_batch=16: up to 2x", optional=per_knob) == []
     assert missing_shapes([nxt], "  next: runtime.dtype=bf16 is", optional=per_knob) == [nxt]
+
+
+def test_a_wrapped_line_is_compared_unwrapped():
+    """The console wraps at its width (at most 160): a paste wrapped at one width holds against
+    output wrapped at another, and a changed continuation still fails."""
+    from sweeper.launch.quiet import wrap_lines
+
+    line = ("[...] prior: 1 point(s) on this CPU: the FLOP arithmetic does not hold on a CPU (no "
+            "datasheet peak, bf16 slower than fp32 without AMX, compile costing more than a short "
+            "trial gains), so it sets only threads and workers")  # fmt: skip
+    pasted, output = wrap_lines(line, 100), "\n".join(wrap_lines(line, 160))
+    assert len(pasted) == 3 and len(output.splitlines()) == 2
+    assert missing_shapes(pasted, output) == []
+    changed = output.replace("threads and workers", "threads")
+    assert missing_shapes(pasted, changed) == [" ".join(ln.strip() for ln in pasted)]
+
+
+def test_the_install_note_says_where_a_cpu_torch_comes_from():
+    """On a stock Linux machine PyPI's torch is the CUDA build: a page that explains the pinned
+    `pip install torch==2.13.0` says so and gives a CPU-only machine the CPU index (issue 35)."""
+    explaining = [p for p in DOCS if "`pip install torch==2.13.0` first" in p.read_text()]
+    assert explaining, "no page explains the pinned torch install"
+    for page in explaining:
+        text = " ".join(page.read_text().split())
+        assert "keeps pip from pulling" not in text, page
+        assert "PyPI's `torch` is the CUDA build" in text, page
+        assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in text, page
