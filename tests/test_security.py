@@ -201,3 +201,35 @@ def test_a_storage_password_is_in_no_file_the_sweep_writes(tmp_path: Path) -> No
     assert leaks == []
     storages = {json.loads(p.read_text())["config"]["trial"]["study_storage"] for p in results}
     assert storages <= {f"env:{STORAGE_ENV}", ""}, storages
+
+
+@pytest.mark.slow
+def test_a_bare_postgresql_url_with_options_runs_a_sweep(tmp_path: Path) -> None:
+    """`postgresql://` (SQLAlchemy 2.1 loads psycopg 3 for it; the scale extra installs it) with a
+    query string of PostgreSQL options: the sweep's trials report to the study and it ends."""
+    import optuna
+
+    from tests.postgres import running_postgres
+    from tests.sweep_helpers import run_sweep
+
+    with running_postgres(database="options") as url:
+        bare = url.replace("postgresql+psycopg2://", "postgresql://", 1)
+        storage = f"{bare}?connect_timeout=10&application_name=throughput-sweep"
+        proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
+                         "hydra.sweeper.verify_top_k=1", f"hydra.sweeper.storage='{storage}'",
+                         "hydra.sweeper.study_name=options")  # fmt: skip
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 0, said[-3000:]
+        study = optuna.load_study(study_name="options", storage=storage)
+        assert [t.state for t in study.trials].count(optuna.trial.TrialState.COMPLETE) >= 2
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [("postgresql://u@h/db", "psycopg"), ("postgresql+psycopg2://u@h/db", "psycopg2"),
+     ("postgresql+psycopg://u@h/db", "psycopg"), ("sqlite:///x.db", None)],
+)  # fmt: skip
+def test_each_postgresql_scheme_names_the_driver_it_loads(url: str, driver: str | None) -> None:
+    from sweeper.plan.extras import postgres_driver
+
+    assert postgres_driver(url) == driver

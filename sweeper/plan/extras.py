@@ -51,14 +51,30 @@ def storage_url(args: Iterable[str]) -> str | None:
     return url
 
 
+# the driver each PostgreSQL URL scheme loads: SQLAlchemy >= 2.1 takes psycopg (3) for a bare
+# postgresql://, 2.0 took psycopg2; the scale extra installs both
+POSTGRES_DRIVERS = {"postgresql+psycopg2": "psycopg2", "postgresql+psycopg": "psycopg"}
+
+
+def postgres_driver(url: str) -> str | None:
+    """The module a PostgreSQL storage URL's driver is (None: not a PostgreSQL URL we know)."""
+    scheme = url.split("://", 1)[0]
+    if scheme == "postgresql":
+        import sqlalchemy
+
+        major, minor = (int(x) for x in sqlalchemy.__version__.split(".")[:2])
+        return "psycopg" if (major, minor) >= (2, 1) else "psycopg2"
+    return POSTGRES_DRIVERS.get(scheme)
+
+
 def missing_driver_error(args: Iterable[str]) -> str | None:
-    """One line naming the extra when a PostgreSQL storage's driver (psycopg2, SQLAlchemy's
-    default for postgresql://) is not installed. The URL is not repeated: it may hold a password."""
-    url = storage_url(args) or ""
-    if not url.startswith(("postgresql://", "postgresql+psycopg2://")) or installed("psycopg2"):
+    """One line naming the extra when a PostgreSQL storage's driver (`postgres_driver`) is not
+    installed. The URL is not repeated: it may hold a password."""
+    driver = postgres_driver(storage_url(args) or "")
+    if driver is None or installed(driver):
         return None
     return (
-        "hydra.sweeper.storage is a PostgreSQL URL, and its driver psycopg2 is not installed "
+        f"hydra.sweeper.storage is a PostgreSQL URL, and its driver {driver} is not installed "
         f"here: install the package's scale extra ({SCALE_EXTRA}, from the repository root) and "
         "run the command again"
     )
