@@ -292,3 +292,27 @@ def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
     text = bench.report([("auto", cached), ("off", off), ("auto", cached), ("off", off)])
     assert "cache/off per pair: total compile s x0.55 [0.55-0.55]" in text
     assert "sweep wall x0.67 [0.67-0.67]" in text
+
+
+def test_a_failure_inside_a_cache_file_names_the_file_and_how_to_clear_it(tmp_path) -> None:
+    from train.proc.compile_cache import cache_failure
+
+    folder = tmp_path / "cache"
+    (folder / "dj").mkdir(parents=True)
+    module = folder / "dj" / "garbled.py"
+    try:
+        try:
+            exec(compile("import r", str(module), "exec"))  # a cached module cut short
+        except ModuleNotFoundError as inner:
+            raise RuntimeError("backend='inductor' raised:") from inner
+    except RuntimeError as exc:
+        caught = exc
+    line = cache_failure(caught, str(folder))
+    assert line == (
+        f"torch.compile failed loading {module} from the compile cache {folder} "
+        f"(ModuleNotFoundError: No module named 'r'): the cache is damaged; clear it (rm -rf "
+        f"{folder}) and run the same command again, or run with runtime.compile_cache=off"
+    )
+    assert cache_failure(caught, "off") is None and cache_failure(caught, "") is None
+    assert cache_failure(caught, str(tmp_path / "another")) is None  # no frame there: no claim
+    assert cache_failure(RuntimeError("CUDA error"), str(folder)) is None

@@ -485,3 +485,65 @@ def test_a_token_file_that_shrinks_under_a_run_stops_it_in_one_line(
             f"{size // 2:,} bytes" in line, line
         assert "the newest checkpoint is " in line and "resumes from it" in line, line
         f["lost"] += int(latest_checkpoint(ck) is None)
+
+
+@contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `path` (a real disk that fills up), or a skip where this
+    machine cannot mount one (not root, no tmpfs)."""
+    path.mkdir(parents=True, exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True)  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_sweep_folder_on_a_disk_that_fills_ends_in_one_line_keeping_every_trial(
+    tmp_path: Path,
+) -> None:
+    from tests.sweep_helpers import load_study
+
+    with fault("disk full under the sweep folder") as f, small_disk(tmp_path / "full", "200k"):
+        folder = tmp_path / "full" / "sweep"
+        proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=6",
+                         "hydra.sweeper.study_name=full", f"hydra.sweep.dir={folder}")  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out[-3000:]
+        assert "Traceback" not in out and "--- Logging error ---" not in out, out[-3000:]
+        (line,) = [ln for ln in out.splitlines() if "[ERROR]" in ln]
+        assert f"disk full: no space left on device writing {folder}" in line, line
+        assert f"every trial folder in {folder}; free space there or point hydra.sweep.dir " \
+            "at a disk with room; resume with: " in line, line
+        study = load_study(tmp_path, "full")
+        done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+        assert done and not [t for t in study.trials if t.state == TrialState.RUNNING]
+        f["lost"] += sum(not (folder / str(t.user_attrs["job_dir"]).rsplit("/", 1)[-1]).is_dir()
+                         for t in done)  # fmt: skip
+
+
+def test_a_garbled_compile_cache_is_named_in_one_line_and_clearing_it_as_said_works(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    cache = tmp_path / "cache"
+    argv = ["runtime.compile=default", f"runtime.compile_cache={cache}", "train.max_steps=2"]
+    with fault("garbled compile cache at python -m train") as f:
+        first, _ = train(synthetic_dir, tmp_path / "ck1", tmp_path / "a", *argv)
+        assert first.returncode == 0, first.stderr[-3000:]
+        modules = [p for p in cache.rglob("*.py") if p.is_file()]
+        assert modules, "the first run cached no compiled module"
+        for p in modules:  # every cached module cut short, as a full disk or a bad copy leaves it
+            p.write_text(p.read_text()[:100])
+        proc, _ = train(synthetic_dir, tmp_path / "ck2", tmp_path / "b", *argv)
+        clear = f"the cache is damaged; clear it (rm -rf {cache})"
+        line = assert_one_line_error(proc, "torch.compile failed loading ",
+                                     f"from the compile cache {cache} (", clear)  # fmt: skip
+        shutil.rmtree(cache)  # what the line says
+        again, summary = train(synthetic_dir, tmp_path / "ck3", tmp_path / "c", *argv)
+        assert again.returncode == 0 and summary is not None, again.stderr[-3000:]
+        f["lost"] += int("rm -rf" not in line)

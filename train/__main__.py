@@ -28,6 +28,7 @@ from train.data.dataset import DataChanged
 from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
 from train.paths import check_checkpoint_target
+from train.proc.compile_cache import cache_failure
 from train.run.checkpoint import (
     CheckpointDiskFull,
     CheckpointReadError,
@@ -304,6 +305,12 @@ def main(dcfg: DictConfig) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C cannot cut the exit short
         log.error("%s", stopped_line(exc, checkpoint_dir=cfg.checkpoint.dir))
         raise SystemExit(130 if exc.why == "interrupted" else 1) from None
+    except Exception as exc:  # a damaged compile cache: one line naming it and how to clear it
+        damaged = cache_failure(exc, cfg.runtime.compile_cache)
+        if damaged is None:
+            raise
+        log.error("%s", damaged)
+        raise SystemExit(1) from None
     if not current_rank().main:
         return
     out = out_dir / "train_summary.json"

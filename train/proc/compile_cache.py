@@ -92,3 +92,34 @@ def _set_loaded_config(*, enabled: bool) -> None:
     functorch = sys.modules.get("torch._functorch.config")
     if functorch is not None:
         functorch.enable_autograd_cache = enabled
+
+
+def cache_failure(exc: BaseException, setting: str) -> str | None:
+    """One line when `exc` failed inside a file of the compile cache `setting` names (a module
+    torch loaded from it, cut short or garbled), else None: what failed (the deepest error with
+    such a frame), the file, how to clear the cache. Only a traceback frame in the cache folder
+    counts as evidence."""
+    if setting in ("", OFF):
+        return None
+    folder = Path(setting).expanduser().resolve()
+    found: tuple[BaseException, Path] | None = None
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and not any(e is s for s in seen):
+        seen.append(e)
+        tb = e.__traceback__
+        while tb is not None:
+            path = Path(tb.tb_frame.f_code.co_filename)
+            if path.is_absolute() and folder in path.parents:
+                found = (e, path)  # a later (deeper) error in the chain wins
+            tb = tb.tb_next
+        e = e.__cause__ or e.__context__
+    if found is None:
+        return None
+    error, path = found
+    first = (str(error).splitlines() or [""])[0]
+    return (
+        f"torch.compile failed loading {path} from the compile cache {folder} "
+        f"({type(error).__name__}: {first}): the cache is damaged; clear it (rm -rf {folder}) and "
+        "run the same command again, or run with runtime.compile_cache=off"
+    )

@@ -14,6 +14,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from train.proc.compile_cache import cache_failure
 from train.run.checkpoint import CheckpointDiskFull, checkpoint_path
 from train.run.disk_full import DISK_FULL_ERRNOS, disk_full_errno
 from train.run.loop import check_finite
@@ -25,13 +26,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def classify(exc: BaseException, *, during_setup: bool) -> Failure:
+def classify(exc: BaseException, *, during_setup: bool, compile_cache: str = "") -> Failure:
     """The failure's kind: disk_full, oom, nan, invalid_config (a ValueError before anything
-    ran) or crash. A disk_full message is one line: the path, the free space and the fix."""
+    ran) or crash. A disk_full message is one line: the path, the free space and the fix; so is a
+    crash on a damaged file of the `compile_cache` folder."""
     text = f"{type(exc).__name__}: {exc}"
     full = _disk_full(exc)
     if full is not None:
         return Failure(kind="disk_full", message=full)
+    damaged = cache_failure(exc, compile_cache)
+    if damaged is not None:
+        return Failure(kind="crash", message=damaged)
     oom_types = tuple(t for t in (MemoryError, _torch_oom_type()) if t is not None)
     if isinstance(exc, oom_types) or "out of memory" in str(exc).lower():
         return Failure(kind="oom", message=text)

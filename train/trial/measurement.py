@@ -132,7 +132,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             write_result(result, out_path)
         finished = True
     except Exception as exc:
-        failure: Failure = classify(exc, during_setup=s is None)
+        failure: Failure = classify(exc, during_setup=s is None,
+                                    compile_cache=cfg.runtime.compile_cache)  # fmt: skip
         log.error("trial failed (%s): %s", failure["kind"], failure["message"])
         result = build_result(
             cfg=cfg,
