@@ -11,6 +11,7 @@ tells the story.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import signal
@@ -27,6 +28,7 @@ from omegaconf import DictConfig
 from sweeper.context import SweepContext
 from sweeper.launch.batch import JobLauncher
 from sweeper.launch.dir_lock import lock_sweep_dir
+from sweeper.launch.disk_full import disk_full_line
 from sweeper.launch.quiet import drop_sweep_log
 from sweeper.launch.runner import kill_all_children
 from sweeper.masking import mask_secrets
@@ -117,6 +119,10 @@ class SweepEngine:
             best_path = self._run(prepared, started, tracker, sweep_dir)
         except KeyboardInterrupt:
             self._interrupted(started, tracker, sweep_dir, point=prepared.space.point)
+        except Exception as exc:
+            tracker.finish("FAILED")
+            self._stop_if_disk_full(exc, started, sweep_dir)
+            raise
         except BaseException:
             tracker.finish("FAILED")
             raise
@@ -126,6 +132,23 @@ class SweepEngine:
                 held.release()
         tracker.finish()
         return {"best_yaml": str(best_path) if best_path else None, "study": started.study_name}
+
+    @staticmethod
+    def _stop_if_disk_full(exc: Exception, started: Started, sweep_dir: Path) -> None:
+        """A write of the sweep's own met a full disk: the running trials stopped and recorded
+        where the study can still be written, one line (what, where, what is kept, the resume),
+        exit 1. Any other error returns, to be raised as it was."""
+        storage = mask_secrets(started.storage)
+        resume = resume_command(sys.argv, study_name=started.study_name, storage=storage,
+                                sweep_dir=sweep_dir)  # fmt: skip
+        line = disk_full_line(exc, sweep_dir=sweep_dir, storage=storage, resume=resume)
+        if line is None:
+            return
+        kill_all_children()
+        with contextlib.suppress(Exception):  # the study's disk may be the full one
+            fail_own_running(started.study, reason="stopped: the disk was full")
+        log.error("%s", line)
+        sys.exit(1)
 
     @staticmethod
     def _interrupted(started: Started, tracker: Tracker, sweep_dir: Path, *, point) -> None:

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sweeper.launch.disk_full import tolerate_full_disks
 from sweeper.masking import mask_secrets
 
 SWEEP_LOG_NAME = "sweep.log"
@@ -151,6 +152,7 @@ def route_sweep_logging(config: Any) -> Path:
     log_file = Path(str(config.hydra.sweep.dir)).resolve() / SWEEP_LOG_NAME
     add_routes(config.hydra.hydra_logging, log_file)
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    tolerate_full_disks()  # a full disk under the log file: said once, not a traceback a line
     logging.captureWarnings(True)  # warnings reach the log file; the filter judges the console
     adopt_optuna()
     return log_file
