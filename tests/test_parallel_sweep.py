@@ -135,7 +135,10 @@ SMOKE = ("search=smoke", "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_r
 def _trials_recorded_once(study: optuna.Study, sweep_dir: Path, n_trials: int) -> list:
     """Every measured trial finished once, in a job folder of its own, with its own result."""
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
-    assert [t.state for t in ran] == [TrialState.COMPLETE] * n_trials, [t.state for t in ran]
+    why = [(t.number, t.state.name, t.user_attrs.get("failure_kind"),
+            t.user_attrs.get("failure_reason"))
+           for t in ran]  # fmt: skip
+    assert [t.state for t in ran] == [TrialState.COMPLETE] * n_trials, why
     job_dirs = [t.user_attrs["job_dir"] for t in ran]
     assert len(set(job_dirs)) == n_trials
     for job_dir in job_dirs:
