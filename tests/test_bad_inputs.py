@@ -60,8 +60,10 @@ TRAIN_CASES = [
     ("batch.micro_batch=-1", ["batch.micro_batch", "positive"]),
     ("model.n_head=5", ["model.n_head", "divisible"]),
     ("batch.tokens_per_step=1000", ["batch.tokens_per_step", "multiple"]),
-    # a batch that does not split across 2 ranks: refused before any rank starts (issue 19)
-    ("runtime.nproc=2", ["x world (2) = 8192, but batch.tokens_per_step is 4096", "splits: 1x32"]),
+    # a batch that does not split across 2 ranks: refused before any rank starts (issue 19); a
+    # grad_accum the command line gives is kept as given (one the config holds is divided)
+    ("runtime.nproc=2 batch.grad_accum=8", ["x world (2) = 8192, but batch.tokens_per_step is 4096",
+                                            "splits: 1x32"]),
 ]
 
 
@@ -94,7 +96,7 @@ def test_sweep_refuses_before_anything_starts(tmp_path: Path, override: str, wor
 @pytest.mark.parametrize("override,words", TRAIN_CASES, ids=[c[0] for c in TRAIN_CASES])
 def test_trainer_refuses_before_any_step(tmp_path: Path, override: str, words: list[str]):
     argv = [sys.executable, "-m", "train", "train.max_steps=2", f"hydra.run.dir={tmp_path}",
-            f"checkpoint.dir={tmp_path / 'ck'}", override]  # fmt: skip
+            f"checkpoint.dir={tmp_path / 'ck'}", *override.split()]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     _judge(f"train {override}", proc, words)
@@ -366,6 +368,10 @@ def test_sweep_refuses_a_wall_budget_below_one_trial(tmp_path: Path):
     assert proc.returncode == 2
     # no study (the storage check may have opened the file): no trial queued, none left waiting
     assert not storage.exists() or not optuna.study.get_all_study_names(f"sqlite:///{storage}")
+    # nothing started, nothing left: no zygote, no sweep folder, no compile cache folder
+    assert "zygote" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "multirun").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["optuna.db"])
 
 
 def _judges_inputs(item: pytest.Item) -> bool:

@@ -12,7 +12,14 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from sweeper.settings import SweepSettings
-from sweeper.study.budget import TRIALS, VERIFY_SHARE, WALL, Budget, wall_budget_error
+from sweeper.study.budget import (
+    TRIALS,
+    VERIFY_SHARE,
+    WALL,
+    Budget,
+    resume_line,
+    wall_budget_error,
+)
 from sweeper.study.study import (
     REQUEUED_ATTR,
     UNRUN,
@@ -238,6 +245,26 @@ def test_queued_points_the_search_never_ran_are_failed_as_unrun_and_queued_again
 FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow=false", "hydra.sweeper.verify_top_k=1"]
 
 
+@pytest.mark.parametrize(
+    ("n_trials", "walls", "kinds", "starts"),
+    [
+        (5, [], (), None),  # a new study: nothing to say
+        (5, [1.0, 2.0], ("excluded",), "the study holds 2 of its 5 trial(s) (hydra.sweeper."
+         "n_trials=5): it searches up to 3 more before verification"),  # excluded cost nothing
+        (2, [1.0, 2.0], ("oom",), "the study holds 3 trial(s), its hydra.sweeper.n_trials=2 "
+         "spent: no search, straight to verification"),  # a failure is a spent trial
+        (0, [1.0], (), "the study holds 1 trial(s) and has no trial budget"),
+    ],
+)
+def test_a_resumed_study_says_whether_it_searches_on(n_trials, walls, kinds, starts) -> None:
+    """The resume rule (issue 35): only n_trials carries over, so a study whose search a wall
+    budget ended searches on; the line names the n_trials that goes straight to verification."""
+    line = resume_line(make_study(walls, kinds), SweepSettings.from_config({"n_trials": n_trials}))
+    assert (line is None) if starts is None else line.startswith(starts), line
+    if line and "searches up to" in line:
+        assert line.endswith("hydra.sweeper.n_trials=2 goes straight to verification")
+
+
 def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(tmp_path) -> None:
     """TPE queues 11 spread-out points; a 30 s budget (after a ~10 s start, at most five trials
     measured for 4 s each) runs some, and says why it stopped. A continuous learning rate
@@ -260,6 +287,21 @@ def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(t
     assert unrun, [(t.number, t.state.name) for t in study.trials]
     assert all("wall budget ended the search" in t.user_attrs["failure_reason"] for t in unrun)
     assert "not run: recorded as unrun; a resumed sweep queues them again" in out
+    # the same command again searches on (only n_trials carries over) and says so; with
+    # n_trials at the trials it holds, it goes straight to verification (issue 35)
+    spent = Budget(SweepSettings.from_config({"n_trials": 50})).spent(study)
+    again = run_sweep(tmp_path, *FAST_SMOKE, "optim.lr=interval(0.0001,0.0005)",
+                      "trial.max_steps=10000", "trial.max_seconds=4",
+                      "hydra.sweeper.sampler=tpe", "hydra.sweeper.n_startup_trials=12",
+                      f"hydra.sweeper.n_trials={spent}", "hydra.sweeper.max_wall_s=30",
+                      "hydra.sweeper.study_name=wall")  # fmt: skip
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-3000:]
+    assert (f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={spent} spent: no "
+            "search, straight to verification") in out
+    after = load_study(tmp_path, "wall")
+    assert Budget(SweepSettings.from_config({"n_trials": 50})).spent(after) == spent
+    assert "the trial budget ended the search" in out
 
 
 def test_a_sweep_that_exports_nothing_exits_1_with_one_line(tmp_path) -> None:

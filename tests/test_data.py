@@ -357,6 +357,31 @@ def test_ensure_dataset_refuses_user_dirs(tmp_path, sub, kw, match):
         ensure_dataset(DataConfig(dir=str(root), **kw))
     assert "train.bin" in str(err.value) and "prepare_data.py" in str(err.value)
     assert not (root / "train.bin").exists()
+    # synthetic tokens are offered only for a folder whose name says synthetic
+    assert (f"--out {root.resolve()}" in str(err.value)) == (root.name == "synthetic")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "script"),
+    [("nanogpt", "data/openwebtext/prepare.py"), ("llmc", "dev/data/fineweb.py")],
+)
+def test_the_missing_data_hint_names_the_real_corpus_script(tmp_path, fmt, script):
+    root = tmp_path / "openwebtext"
+    with pytest.raises(ValueError, match=re.escape(script)) as err:
+        ensure_dataset(DataConfig(dir=str(root), format=fmt, generate_if_missing=False))
+    assert "--out data/synthetic" in str(err.value) and "data=synthetic" in str(err.value)
+    assert f"--out {root.resolve()}" not in str(err.value)
+
+
+def test_a_generated_folder_holds_nanogpt_meta_pkl(tmp_path):
+    root = tmp_path / "synthetic"
+    generate(root, num_tokens=5000, id_space=1024, num_active=512)
+    with open(root / "meta.pkl", "rb") as f:  # nanoGPT's train.py reads it so
+        assert pickle.load(f) == {"vocab_size": 1024}
+    (root / "meta.pkl").unlink()  # a folder made before meta.pkl was written gets one
+    ensure_dataset(DataConfig(dir=str(root)))
+    with open(root / "meta.pkl", "rb") as f:
+        assert pickle.load(f) == {"vocab_size": 1024}
 
 
 @pytest.mark.parametrize(

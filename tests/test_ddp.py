@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
+from train.config_rules import grad_accum_across_ranks
 from train.data.dataset import TokenBatches, open_tokens
 from train.measure.meters import PhaseClock
 from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
@@ -230,6 +231,51 @@ def _train_argv(synthetic_dir: Path, ck: Path, out: Path, *overrides: str) -> li
 def _losses(out: Path) -> dict[int, float]:
     summary = json.loads((out / "train_summary.json").read_text())
     return {h["step"]: h["loss"] for h in summary["history"] if "loss" in h}
+
+
+@pytest.mark.parametrize(
+    ("tokens", "micro_batch", "grad_accum", "world", "want"),
+    [
+        (4096, 8, 8, 2, 4),  # best.yaml swept on one process, trained on two: 8 -> 4 per rank
+        (4096, 8, 8, 8, 1),
+        (4096, 8, 4, 1, 8),  # swept on two ranks, trained on one: 4 -> 8
+        (4096, 8, 8, 1, None),  # already fits
+        (4096, 8, 2, 2, 4),  # made for 4 ranks (8 x 2 x 64 x 4), trained on 2
+        (4096, 8, 3, 2, None),  # fits no whole number of ranks (8 x 3 x 64 = 1536): refused
+        (4096, 8, 1, 16, None),  # 16 ranks cannot keep micro-batch 8 (8 x 64 x 16 > 4096)
+        (4096, 8, 8, 3, None),  # 4096 does not split over 3 ranks
+    ],
+)
+def test_grad_accum_is_divided_across_ranks_where_the_split_was_made_for_others(
+    tokens, micro_batch, grad_accum, world, want
+) -> None:
+    got = grad_accum_across_ranks(tokens_per_step=tokens, micro_batch=micro_batch,
+                                  grad_accum=grad_accum, block_size=64, world=world)  # fmt: skip
+    assert got == want
+    if got is not None:
+        assert micro_batch * got * 64 * world == tokens
+
+
+def test_a_single_process_split_trains_on_two_ranks_as_written(
+    synthetic_dir: Path, tmp_path: Path
+) -> None:
+    """The production example: a config whose split was made for one process (micro-batch 1 x
+    grad_accum 8 x block 64 = 512 tokens) trains on runtime.nproc=2 with grad_accum 4 per rank,
+    said in one line, the tokens per step kept; a grad_accum given beside it is the user's."""
+    base = [a for a in fast_overrides(synthetic_dir, tmp_path / "ck")
+            if not a.startswith(("batch.micro_batch=", "batch.grad_accum="))]  # fmt: skip
+    argv = [*base, "batch.micro_batch=1", "train.max_steps=2", "train.eval_every=0",
+            "checkpoint.every_steps=0", f"hydra.run.dir={tmp_path / 'run'}", "runtime.nproc=2"]
+    proc = run_cli("train", argv, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert ("2 processes: batch.grad_accum 8 -> 4 per process, keeping batch.micro_batch 1 and "
+            "batch.tokens_per_step 512 (1 x 4 x block 64 x 2 processes)") in out
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["history"][-1]["step"] == 2
+    given = run_cli("train", [*argv, "batch.grad_accum=8"], cwd=tmp_path)
+    assert given.returncode == 2
+    assert "x world (2) = 1024, but batch.tokens_per_step is 512" in given.stdout + given.stderr
 
 
 def test_a_two_process_run_killed_with_sigkill_resumes_with_no_step_lost_or_repeated(

@@ -11,8 +11,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from train.explain.cli import main, pick_result
+from train.explain.cli import main
 from train.explain.diagnosis import diagnose
+from train.explain.sweep_dir import pick_result
 from train.trial.measurement import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,6 +154,17 @@ def test_pick_result_from_a_sweep_dir(tmp_path, capsys) -> None:
     # it names the exported trial and the runs it chose from (issue 24, must-show 3)
     assert said.out == ("exported trial 3 (best.yaml): the median of its 3 complete run(s), "
                         "job folder(s) 0, 1, 5\n")  # fmt: skip
+    # with the verified figure recorded: the race runs only (the search run 900 is left out), so
+    # the run explained is the one whose tokens/s the sweep's table shows (issue 35)
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"batch": {"micro_batch": 8}, "provenance": {
+        "sweep": {"trial": 3, "runs": ["0", "1", "5", "4"]},
+        "metrics": {"trial": 3, "tokens_per_s": 600.0, "n": 2}}}))  # fmt: skip
+    lower_middle = tmp_path / "1" / "result.json"  # race runs 500, 700 and failed 4: 600
+    assert pick_result(tmp_path) == lower_middle
+    assert capsys.readouterr().out == (
+        "exported trial 3 (best.yaml): verified 600 tokens/s, the median of its 2 race run(s) "
+        "(real full steps; job folder(s) 1, 5), the figure of the sweep's table; explaining job "
+        "folder 1, the lower of its two middle runs, 500 tokens/s\n")
     best({"trial": 3})  # an older best.yaml: no runs recorded, said in one line
     assert pick_result(tmp_path) == median_all
     assert capsys.readouterr().err.count("names no complete run of trial 3") == 1
@@ -161,6 +173,78 @@ def test_pick_result_from_a_sweep_dir(tmp_path, capsys) -> None:
     assert "records no trial number" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no complete trial result"):
         pick_result(tmp_path / "4")
+
+
+def planted_sweep(tmp_path: Path, result: dict, *, lost: dict[str, object]) -> Path:
+    """A sweep dir as the sweep leaves it, around one real trial result: the exported trial 0
+    (a search run and three race runs, verified median 1,000 tokens/s) and trial 1, the winner's
+    settings with `lost` changed, which the race measured at 800 tokens/s; its real SQLite study
+    holds both trials and the race's rounds."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    sweep = tmp_path / "sweep"
+
+    def job(name: str, tokens_per_s: float) -> str:
+        (sweep / name).mkdir(parents=True)
+        # the same run at another speed: the window's time scales, so its step does too
+        scale = result["tokens_per_s"] / tokens_per_s
+        steps = {k: (v * scale if k in ("p50", "p90", "mean", "min", "max", "std") else v)
+                 for k, v in result["step_time_s"].items()}  # fmt: skip
+        doc = {**result, "tokens_per_s": tokens_per_s, "step_time_s": steps}
+        (sweep / name / "result.json").write_text(json.dumps(doc))
+        return str(sweep / name)
+
+    winner_params = {"runtime.compile": result["config"]["runtime"]["compile"],
+                     "data.num_workers": result["config"]["data"]["num_workers"]}  # fmt: skip
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="planted", storage=storage, direction="maximize")
+    dists = {k: CategoricalDistribution(sorted({v, lost.get(k, v)}, key=str))
+             for k, v in winner_params.items()}  # fmt: skip
+    for params, tps in ((winner_params, 5000.0), ({**winner_params, **lost}, 4000.0)):
+        study.enqueue_trial(params)
+        trial = study.ask(dists)
+        trial.set_user_attr("metrics", {"tokens_per_s": tps})
+        study.tell(trial, tps)
+    search = job("0", 5000.0)
+    race = [job(str(n), tps) for n, tps in ((2, 1100.0), (3, 900.0), (4, 1000.0))]
+    lost_run = job("5", 800.0)
+    study.set_user_attr("race", {"contenders": [0, 1], "rounds": [
+        {"0": {"value": 1100.0, "job_dir": race[0]}, "1": {"value": 800.0, "job_dir": lost_run}},
+        {"0": {"value": 900.0, "job_dir": race[1]}, "1": None},
+        {"0": {"value": 1000.0, "job_dir": race[2]}, "1": None}]})  # fmt: skip
+    (sweep / "best.yaml").write_text(yaml.safe_dump({**result["config"], "provenance": {
+        "sweep": {"study": "planted", "storage": storage, "trial": 0,
+                  "runs": [Path(d).name for d in (search, *race)]},
+        "metrics": {"trial": 0, "tokens_per_s": 1000.0, "n": 3}}}))  # fmt: skip
+    return sweep
+
+
+def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_slower(
+    workdir, tmp_path, capsys
+) -> None:
+    result, _ = trial(workdir, "sweep", ["batch.tokens_per_step=1024", "batch.micro_batch=8",
+                                         "batch.grad_accum=2"])  # fmt: skip
+    assert result["config"]["runtime"]["compile"] == "none"
+    fixes = [f.fix for f in diagnose(result).fixes]
+    assert "runtime.compile=default" in fixes  # what an eager tiny run is told to try
+    sweep = planted_sweep(tmp_path, result, lost={"runtime.compile": "default"})
+    assert main(["--result", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    # one figure for the winner: the race's verified median, the run explained, the floor's step
+    assert ("exported trial 0 (best.yaml): verified 1,000 tokens/s, the median of its 3 race "
+            "run(s)") in out
+    assert "\n1,000 tokens/s on " in out
+    assert "-> 1,000 tokens/s," in out
+    assert "5,000" not in out  # the search run is not the figure explained
+    # compile=default lost the race at the winner's other settings: not suggested
+    assert "fix: runtime.compile=default" not in out
+    assert "1 fix(es) left out: the sweep measured them no faster" in out
+    assert main(["--result", str(sweep), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fixes_left_out"] == 1
+    assert "runtime.compile=default" not in [f["fix"] for f in doc["diagnosis"]["fixes"]]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -176,8 +260,12 @@ def test_cli_issue_scenario_text() -> None:
     assert "floor (100% peak)   10.89 s per step" in out
     assert "MFU                 51.9% of peak" in out
     assert "nanoGPT would say   164.5%" in out
-    assert "target step         8 s: IMPOSSIBLE" in out
-    assert "1.36x below the 10.89 s floor" in out
+    assert "target step         8 s: IMPOSSIBLE in bf16" in out
+    assert "1.36x below the 10.89 s bf16 floor" in out
+    # the floor is bf16's: float8 on this GPU can step below it, and the output says which floor
+    (float8,) = [ln for ln in out.splitlines() if "float8" in ln]
+    assert "below the 10.89 s bf16 floor, never below half of it (5.45 s)" in float8
+    assert "28.9 h at the 100%-MFU bf16 floor of 10.9 s" in out
 
 
 def test_cli_issue_scenario_json() -> None:
@@ -229,7 +317,7 @@ def test_seed_prints_time_to_train_and_price(capsys) -> None:
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "10,000,000,000 tokens: 55.6 h at the measured step of 21 s" in out
-    assert "28.9 h at the 100%-MFU floor of 10.9 s" in out
+    assert "28.9 h at the 100%-MFU bf16 floor of 10.9 s" in out
     assert "$16.69 per 1B tokens at $3.00/h" in out
     assert main([*argv[:-2], "--planned-tokens", "1048576"]) == 0
     assert "1,048,576 tokens: 0.0 h" in capsys.readouterr().out

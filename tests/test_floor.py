@@ -75,7 +75,12 @@ def test_issue_scenario() -> None:
     assert r.target_mfu_needed == pytest.approx(r.floor_s / 8.0)
     assert r.target_mfu_needed == pytest.approx(1.36, abs=0.01)
     text = format_floor(r)
-    assert "IMPOSSIBLE" in text and "1.36x below the 10.89 s floor" in text
+    assert "IMPOSSIBLE in bf16" in text and "1.36x below the 10.89 s bf16 floor" in text
+    assert "floor (100% peak)   10.89 s per step (bf16)" in text
+    # the float8 note names the floor it beats as bf16's (issue 35): no contradiction with the
+    # IMPOSSIBLE above it, and it bounds what float8 can do
+    (note,) = [n for n in r.notes if "float8" in n]
+    assert note.startswith("The floors above are bf16's.") and "never below half of it" in note
     assert "164.5%" in text and "51.9%" in text
 
 

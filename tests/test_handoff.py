@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import pickle
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +23,7 @@ from train.handoff import llmc, nanogpt
 from train.handoff.files import handoff
 from train.handoff.gaps import HandoffRefused, MeasuredTrial, facts_of
 from train.handoff.interval import DEFAULT_MTBF_H, checkpoint_plan, plan_line
+from train.handoff.nanogpt import DataFolder, read_data_folder
 
 BLOCK = 1024
 
@@ -57,6 +61,18 @@ def read_configurator(text: str) -> dict:
     names: dict = {}
     exec(compile(text, "best_nanogpt.py", "exec"), {}, names)  # our file, as configurator.py does
     return names
+
+
+def nanogpt_vocab(text: str) -> int:
+    """The vocabulary nanoGPT's train.py builds for a configurator file, as its lines 115-155 do
+    (karpathy/nanoGPT train.py): data_dir = os.path.join('data', dataset), then meta.pkl's
+    vocab_size where that file exists, else 50304."""
+    data_dir = os.path.join("data", read_configurator(text)["dataset"])
+    meta_path = os.path.join(data_dir, "meta.pkl")
+    if os.path.exists(meta_path):
+        with open(meta_path, "rb") as f:
+            return pickle.load(f)["vocab_size"]  # our own test file, as train.py reads it
+    return 50304
 
 
 def llmc_args(text: str) -> dict[str, str]:
@@ -150,6 +166,74 @@ def test_a_value_that_would_change_the_science_is_refused_naming_the_key(
     made = handoff(doc, target)  # the sweep's file: it refuses to run, saying why
     assert made.refused is not None
     assert ("raise SystemExit(" if target == "nanogpt" else "exit 2") in made.text
+
+
+def small_vocab_doc(data_dir: Path) -> dict:
+    doc = changed(best_doc(), {"model.vocab_size": 4096, "data.dir": str(data_dir)})
+    return doc
+
+
+def test_a_data_folder_without_meta_pkl_is_named_with_the_file_to_write(tmp_path) -> None:
+    folder = tmp_path / "tokens"
+    folder.mkdir()
+    doc = small_vocab_doc(folder)
+    made = handoff(doc, "nanogpt", folder=read_data_folder(folder))
+    (line,) = [line for line in made.lines if line.startswith("model.vocab_size")]
+    assert "holds no meta.pkl, so train.py builds a 50,304-token model" in line
+    assert "What nanoGPT cannot express" in made.text and nanogpt_vocab(made.text) == 50304
+    # the command the line names writes the meta.pkl nanoGPT reads, and then the model matches
+    command = line.split("write one before running: ")[1]
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)
+    assert nanogpt_vocab(made.text) == 4096
+    again = handoff(doc, "nanogpt", folder=read_data_folder(folder))
+    assert not [line for line in again.lines if line.startswith("model.vocab_size")]
+    assert "train.py takes it from" in again.text and "does not open" in again.text
+
+
+@pytest.mark.parametrize(
+    ("vocab", "folder", "note", "gap"),
+    [
+        (4096, None, "which must hold {'vocab_size': 4096}", None),
+        (50304, None, "train.py builds it where", None),
+        (4096, DataFolder(has_meta_pkl=False), None, "builds a 50,304-token model"),
+        (50304, DataFolder(has_meta_pkl=False), None, None),
+        (4096, DataFolder(has_meta_pkl=True), "does not open", None),
+        (4096, DataFolder(has_meta_pkl=True, meta_vocab=4096), "({'vocab_size': 4096})", None),
+        (50304, DataFolder(has_meta_pkl=True, meta_vocab=4096), None, "builds a 4,096-token"),
+    ],
+)
+def test_what_the_export_says_of_the_vocabulary(vocab, folder, note, gap) -> None:
+    doc = changed(best_doc(), {"model.vocab_size": vocab})
+    made = handoff(doc, "nanogpt", folder=folder)
+    notes = [line for line in made.text.splitlines() if line.startswith("# vocab_size")]
+    gaps = [line for line in made.lines if line.startswith("model.vocab_size")]
+    assert (note in notes[0] if note else notes == []), notes
+    assert (gap in gaps[0] if gap else gaps == []), gaps
+
+
+def test_the_generated_data_folder_gives_nanogpt_the_swept_vocabulary(tmp_path) -> None:
+    from train.data.synthetic import GENERATOR, generate
+
+    assert GENERATOR.startswith("train.data.synthetic.")  # what read_data_folder trusts
+    generate(tmp_path / "synthetic", num_tokens=5000)
+    folder = read_data_folder(tmp_path / "synthetic")
+    assert folder == DataFolder(has_meta_pkl=True, meta_vocab=4096)
+    made = handoff(small_vocab_doc(tmp_path / "synthetic"), "nanogpt", folder=folder)
+    assert nanogpt_vocab(made.text) == 4096
+    assert not [line for line in made.lines if line.startswith("model.vocab_size")]
+
+
+def test_the_tool_never_reads_a_pickle() -> None:
+    """A data folder may come from someone else: its meta.pkl is written, never loaded."""
+    root = Path(__file__).resolve().parent.parent
+    readers = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("train", "sweeper", "hydra_plugins", "scripts")
+        for path in (root / folder).rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "pickle.load" in line or "Unpickler" in line
+    ]
+    assert readers == []
 
 
 def test_round_trip_through_the_cli_gives_the_same_batch_precision_and_model(tmp_path) -> None:
@@ -262,6 +346,8 @@ def test_a_smoke_sweep_pins_the_measured_interval_and_writes_both_handoffs(tmp_p
     assert f"checkpoint every {plan['every_steps']:,} steps" in proc.stdout
     nano = (sweep_dir / "best_nanogpt.py").read_text()
     assert read_configurator(nano)["eval_interval"] == plan["every_steps"]
+    # the generated data folder holds the meta.pkl nanoGPT sizes its model from
+    assert nanogpt_vocab(nano) == best["model"]["vocab_size"] == 4096
     assert "best_nanogpt.py: what nanoGPT cannot express" in proc.stdout
     assert "best_llmc.sh: refuses to run: llm.c export refused: model.n_layer 2" in proc.stdout
     run = subprocess.run(["bash", str(sweep_dir / "best_llmc.sh")], capture_output=True,

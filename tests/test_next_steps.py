@@ -1,4 +1,5 @@
-"""The `next:` lines' evidence (sweeper/report/story.py `measured_basis`): a table over planted
+"""The `next:` lines' evidence (train/explain/evidence.py `measured_basis`, which the sweep's
+report and `python -m train.explain --result` share): a table over planted
 studies, one row per case the README promises, and the glue that reads a real study."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution as Cat
 from optuna.trial import TrialState
 
-from sweeper.report.story import SearchRun, measured_basis, next_step_evidence
+from sweeper.report.story import next_step_evidence
+from train.explain.evidence import SearchRun, measured_basis
 
 WINNER = {"runtime.dtype": "fp32", "batch.micro_batch": 8, "runtime.compile": "none"}
 
@@ -65,6 +67,18 @@ CASES = {
         {6: [20000.0, 21000.0, 22000.0]},
         "runtime.dtype=bf16",
         "not measured at the winner's settings; at other settings trial 6 verified 21,000 "
+        "tokens/s (median, real full steps)"),
+    # issue 35: the race measured the value slower than the winner, though at other settings
+    "raced only at other settings, verified slower than the winner": (
+        [run(6, "complete", 30000.0, runtime__dtype="bf16", batch__micro_batch=16)],
+        {6: [12000.0, 13000.0, 13900.0]},
+        "runtime.dtype=bf16", None),
+    "raced only at other settings, one verified slower and one faster": (
+        [run(6, "complete", 30000.0, runtime__dtype="bf16", batch__micro_batch=16),
+         run(7, "complete", 25000.0, runtime__dtype="bf16", runtime__compile="default")],
+        {6: [12000.0], 7: [14500.0]},
+        "runtime.dtype=bf16",
+        "not measured at the winner's settings; at other settings trial 7 verified 14,500 "
         "tokens/s (median, real full steps)"),
     "searched only at other settings: the best complete run, never a pruned one": (
         [run(6, "complete", 9000.0, runtime__dtype="bf16", batch__micro_batch=16),

@@ -5,7 +5,10 @@ minutes."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from sweeper.forecast.costs import WARM_COMPILE_SHARE
 from sweeper.plan.prior import Prior, PriorPoint
 from sweeper.plan.wall import graph_of, wall_model
 from sweeper.space.limits import point_limits
-from tests.test_plan import XL, _plan, xl_ctx
+from tests.test_plan import REPO, XL, _plan, xl_ctx
 
 LIMITS = {"timeout_s": 0.0, "stall_timeout_s": 0.0}
 P1 = {"batch.micro_batch": 16, "batch.grad_accum": 64, "runtime.compile": "default",
@@ -175,3 +178,30 @@ def test_a_wall_budget_stops_the_search_but_never_the_first_race_round() -> None
     # a roomy budget runs every trial and the race's first rounds
     total, line = budgeted(m, cap_s=1e6, guard_s=0.0, race_entrants=4, top_k=3, repeats=3)
     assert total == pytest.approx(14 * 60 + 3 * 4 * 90 + 15)
+
+
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cpu_plan_wall_s(tmp_path: Path, search: str) -> float:
+    """Plan mode's predicted wall of `search` on this machine (its probe: a CPU here, so the CPU
+    cap and the search's own budget apply)."""
+    argv = [sys.executable, str(REPO / "sweep.py"), "-m", f"search={search}",
+            "hydra.sweeper.plan=true"]  # fmt: skip
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _seconds(re.search(r"predicted sweep wall: (\S+(?: s)?) \(", proc.stdout).group(1))
+
+
+@pytest.mark.skipif(torch_cuda(), reason="the CPU cap applies only where no GPU is found")
+def test_search_quick_plans_a_sweep_well_under_the_default_ones(tmp_path: Path) -> None:
+    """search=quick is "a small fast space": its budget (6 trials, the best raced against the
+    start, a 150 s cap) plans about 3 minutes on a CPU, well under search=throughput's (issue 35:
+    it had the same 390 s cap, 8 trials and a race of the top 3, and planned 6m01s here)."""
+    quick, full = _cpu_plan_wall_s(tmp_path, "quick"), _cpu_plan_wall_s(tmp_path, "throughput")
+    assert quick <= 240, quick
+    assert quick <= 0.6 * full, (quick, full)

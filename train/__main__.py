@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import signal
@@ -24,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from train.config import Config, check_batch, world_size
 from train.config_file import exit_on_bad_config_file
+from train.config_rules import grad_accum_across_ranks
 from train.data.dataset import DataChanged
 from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.measure.flops import mfu
@@ -277,10 +279,43 @@ def _first_mismatch(exc: RuntimeError) -> str:
     return (picked or lines or ["no detail"])[0].rstrip(".")
 
 
+def spread_grad_accum(dcfg: DictConfig, *, given: bool) -> None:
+    """Several ranks on a split made for another number of them (a best.yaml swept on one process,
+    `runtime.nproc=2`): the micro-batch is the tuned per-device knob and the tokens per step are
+    pinned, so the gradient accumulation is divided across the ranks, said in one line. A
+    batch.grad_accum the command line gives (`given`) is the user's, and check_batch judges it."""
+    b, nproc = dcfg.batch, dcfg.runtime.nproc
+    values = (b.tokens_per_step, b.micro_batch, b.grad_accum, dcfg.model.block_size, nproc)
+    if given or not all(isinstance(v, int) and v > 0 for v in values):
+        return  # a bad value is the schema's to refuse, in its own words
+    world = world_size(nproc)
+    per_rank = grad_accum_across_ranks(
+        tokens_per_step=b.tokens_per_step, micro_batch=b.micro_batch, grad_accum=b.grad_accum,
+        block_size=dcfg.model.block_size, world=world,
+    )
+    if per_rank is None:
+        return
+    if os.environ.get("RANK", "0") == "0":
+        log.info("%d processes: batch.grad_accum %d -> %d per process, keeping batch.micro_batch "
+                 "%d and batch.tokens_per_step %d (%d x %d x block %d x %d processes)", world,
+                 b.grad_accum, per_rank, b.micro_batch, b.tokens_per_step, b.micro_batch,
+                 per_rank, dcfg.model.block_size, world)  # fmt: skip
+    dcfg.batch.grad_accum = per_rank
+
+
+def command_line_keys() -> set[str]:
+    """The config keys this run's command line sets (Hydra's task overrides)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = HydraConfig.get().overrides.task
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(dcfg: DictConfig) -> None:
     try:
         check_trainer_keys(flat_keys(OmegaConf.to_container(dcfg, resolve=False)))
+        spread_grad_accum(dcfg, given="batch.grad_accum" in command_line_keys())
         cfg: Config = OmegaConf.to_object(dcfg)
         # a batch that does not split across runtime.nproc ranks: refused before any rank starts
         check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size(cfg.runtime.nproc))

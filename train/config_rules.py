@@ -7,9 +7,10 @@ Torch-free (listed in `train.TORCH_FREE`) and below the schema: it imports nothi
 Each rule is stated once, here, and the sweeper refuses points with the very functions the trainer
 refuses configs with (`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`,
 `resolve_dtype_name`, `sequences_per_device`, `valid_splits`, `grad_accum_for`,
-`num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`). `train/config.py`
-applies them to a whole config (`check_batch`, `check_combinations`) and re-exports them, so
-`from train.config import resolve_dtype_name` works as it always has.
+`num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`,
+`check_compile_unit`). `train/config.py` applies them to a whole config (`check_batch`,
+`check_combinations`) and re-exports them, so `from train.config import resolve_dtype_name` works
+as it always has.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from typing import Any
 # Modes that capture CUDA graphs. With gradient accumulation they error or silently produce wrong
 # gradients (pytorch/pytorch#169545, #96693), so such combinations are refused.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+# runtime.compile_unit: what torch.compile compiles. `model`: the whole model, one graph (nanoGPT's
+# `torch.compile(model)`). `block`: regional compilation (PyTorch's regional compilation recipe,
+# torchtitan's per-block compile): one function that runs a transformer block, compiled once and
+# reused by every block (the same code over other weights: Dynamo's guards pass, no recompile),
+# and the head (final LayerNorm, LM head, loss) compiled on its own; the embeddings run eager. A
+# cold compile then costs about one block's, not n_layer blocks' (train/model/regional.py).
+COMPILE_UNITS = ("model", "block")
 # SDPA backends whose CUDA kernels take fp16/bf16 only: torch's can_use_flash_attention and
 # can_use_cudnn_attention (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) accept kHalf and
 # kBFloat16, the efficient kernel also kFloat. Seen on an H100 with torch 2.11: fp32 causal SDPA
@@ -43,6 +51,16 @@ LOSS_MODES = ("full", "chunked")
 # is unrolled under torch.compile, so few, large chunks)
 LOSS_CHUNK_MIN_ROWS = 128
 LOSS_CHUNK_MAX_CHUNKS = 32
+
+
+def check_compile_unit(unit: object) -> None:
+    """Refuse a runtime.compile_unit outside COMPILE_UNITS, naming the key and the choices."""
+    if unit not in COMPILE_UNITS:
+        raise ValueError(
+            f"runtime.compile_unit must be one of {COMPILE_UNITS} (model: torch.compile of the "
+            f"whole model; block: each transformer block compiled once and reused, a shorter cold "
+            f"compile), got {unit!r}"
+        )
 
 
 def parse_activation_checkpointing(s: str) -> int:
@@ -132,6 +150,20 @@ def grad_accum_for(
     if per_device is None or not isinstance(micro_batch, int) or micro_batch < 1:
         return None
     return per_device // micro_batch if per_device % micro_batch == 0 else None
+
+
+def grad_accum_across_ranks(
+    *, tokens_per_step: int, micro_batch: int, grad_accum: int, block_size: int, world: int
+) -> int | None:
+    """The per-rank grad_accum that keeps `tokens_per_step` at this micro_batch on `world` ranks,
+    for a split made for another number of ranks (a best.yaml swept on one process, trained on
+    several); None where the split already fits `world`, fits no whole number of ranks (a wrong
+    split, refused as such), or no grad_accum keeps the tokens at this micro_batch on `world`."""
+    made_for, rem = divmod(tokens_per_step, micro_batch * grad_accum * block_size)
+    if rem or made_for < 1 or made_for == world:
+        return None
+    return grad_accum_for(micro_batch, tokens_per_step=tokens_per_step, block_size=block_size,
+                          world=world)  # fmt: skip
 
 
 def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool) -> str:

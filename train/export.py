@@ -19,26 +19,20 @@ from typing import Any
 from train.config_file import read_pinned_config
 from train.handoff.files import TARGETS, handoff
 from train.handoff.gaps import MeasuredTrial, measured_trials
+from train.handoff.nanogpt import read_data_folder
 
 log = logging.getLogger(__name__)
 
 
 def study_evidence(doc: dict[str, Any]) -> tuple[list[MeasuredTrial] | None, str]:
     """The study's measured trials, or None and why they could not be read."""
-    sweep = (doc.get("provenance") or {}).get("sweep") or {}
-    storage, name = str(sweep.get("storage") or ""), str(sweep.get("study") or "")
-    if not storage or not name:
-        return None, "best.yaml's provenance names no study"
-    if "***" in storage:
-        return None, f"the study's storage URL is masked in best.yaml ({storage})"
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        return None, f"the study's database {storage.removeprefix('sqlite:///')} is gone"
-    from train.trial.pruning import study_trials
+    from train.trial.pruning import sweep_study
 
     try:
-        return measured_trials(study_trials(storage, name)), ""
+        trials, _ = sweep_study(doc)
     except ValueError as exc:
         return None, str(exc)
+    return measured_trials(trials), ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = read_pinned_config(args.best)
         trials, why = study_evidence(doc)
-        made = handoff(doc, args.to, trials=trials, reachable=why)
+        folder = read_data_folder(doc["data"]["dir"])
+        made = handoff(doc, args.to, trials=trials, reachable=why, folder=folder)
     except (ValueError, KeyError) as exc:
         log.error("%s", exc if not isinstance(exc, KeyError) else f"{args.best} lacks {exc}")
         return 2

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from sweeper.launch.quiet import SWEEP_LOG_NAME
+
 LOCK_NAME = ".sweep.lock"
 
 
@@ -35,7 +37,9 @@ class SweepDirLock:
         self._handle.close()  # closing the last descriptor drops the flock
         self._handle = None
         if tidy and self._created:
-            (self.sweep_dir / LOCK_NAME).unlink(missing_ok=True)
+            # the lock and the refused sweep's own log (its lines were printed): both ours
+            for name in (LOCK_NAME, SWEEP_LOG_NAME):
+                (self.sweep_dir / name).unlink(missing_ok=True)
             for folder in self._created:
                 try:
                     folder.rmdir()  # only when empty

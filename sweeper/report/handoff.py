@@ -22,6 +22,7 @@ from train.config_file import read_pinned_config
 from train.handoff.files import TARGETS, handoff
 from train.handoff.gaps import measured_trials
 from train.handoff.interval import CheckpointPlan, checkpoint_plan, plan_line
+from train.handoff.nanogpt import read_data_folder
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +86,10 @@ def handoff_report(
 def write_handoffs(best_path: Path, doc: Mapping[str, Any], trials: Sequence[Any]) -> list[str]:
     """best_nanogpt.py and best_llmc.sh beside best.yaml (`doc`); the report's lines for them."""
     measured = measured_trials(trials)
+    folder = read_data_folder(doc["data"]["dir"])
     lines = []
     for target in TARGETS:
-        made = handoff(doc, target, trials=measured)
+        made = handoff(doc, target, trials=measured, folder=folder)
         path = Path(best_path).parent / made.file_name
         path.write_text(made.text)
         if path.suffix == ".sh":

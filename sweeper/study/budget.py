@@ -59,6 +59,36 @@ def wall_budget_error(
     )
 
 
+def trials_spent(study: optuna.Study, *, grid: bool) -> int:
+    """Trials charged to n_trials: excluded points ran nothing and cost none, except in a grid,
+    whose budget is its list of points."""
+    done = count_finished(study)
+    if grid:
+        return done
+    excluded = sum(t.user_attrs.get("failure_kind") == "excluded" for t in own_outcomes(study))
+    return done - excluded
+
+
+def resume_line(study: optuna.Study, settings: SweepSettings) -> str | None:
+    """What the search of a study that already holds trials does next, in one line (None for a
+    new study). Only the trial budget carries over: a wall budget is this run's, so a study whose
+    search a wall budget ended searches on until its n_trials are spent."""
+    spent = trials_spent(study, grid=settings.sampler == "grid")
+    if spent == 0:
+        return None
+    n = settings.n_trials
+    if n <= 0:
+        return (f"the study holds {spent} trial(s) and has no trial budget "
+                f"(hydra.sweeper.n_trials=0): it searches on until this run's wall budget ends")
+    if spent >= n:
+        return (f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={n} spent: no "
+                f"search, straight to verification; raise hydra.sweeper.n_trials to search more")
+    return (f"the study holds {spent} of its {n} trial(s) (hydra.sweeper.n_trials={n}): it "
+            f"searches up to {n - spent} more before verification (a wall budget ended the last "
+            f"search, or it was stopped); hydra.sweeper.n_trials={spent} goes straight to "
+            f"verification")  # fmt: skip
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrialWalls:
     """What one trial takes: the study's measured median (None before one) and the plan's
@@ -119,13 +149,8 @@ class Budget:
         return max(0.0, self.settings.max_wall_s - self.elapsed_s())
 
     def spent(self, study: optuna.Study) -> int:
-        """Trials charged to n_trials: excluded points ran nothing and cost none, except in a
-        grid, whose budget is its list of points."""
-        done = count_finished(study)
-        if self.settings.sampler == "grid":
-            return done
-        excluded = sum(t.user_attrs.get("failure_kind") == "excluded" for t in own_outcomes(study))
-        return done - excluded
+        """Trials charged to n_trials (`trials_spent`)."""
+        return trials_spent(study, grid=self.settings.sampler == "grid")
 
     @staticmethod
     def median_trial_s(study: optuna.Study) -> float | None:

@@ -12,7 +12,9 @@ Every state's next-token distribution is the same multiset of probabilities, so 
 exact: with the defaults (2048 active, branching 4, jump 0.02) it is ≈ 1.47 nats/token, against
 ln(2048) ≈ 7.6 for the unigram. A tiny GPT-2 drops from ~ln(vocab) to the unigram level within tens
 of steps and then towards the entropy rate as it learns the bigrams.
-The exact value is written to meta.json as `entropy_rate_nats` (the loss floor).
+The exact value is written to meta.json as `entropy_rate_nats` (the loss floor). Beside it goes
+meta.pkl, `{'vocab_size': N}` pickled as nanoGPT's prepare scripts write it, since nanoGPT's
+train.py sizes its model from that file (50304 without one); this project writes it, never reads it.
 
 Chains are simulated in parallel, one per document, so making 4M tokens takes well under a second.
 """
@@ -23,6 +25,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,8 @@ DEFAULT_ID_SPACE = 4096  # token ids lie in [0, 4096); the last one separates do
 DEFAULT_NUM_TOKENS = 4_000_000  # train + val; 8 MB of uint16
 DEFAULT_SEED = 1337
 META_FILE = "meta.json"
+# what nanoGPT's train.py reads the vocabulary size from (its data/*/prepare.py write it)
+NANOGPT_META_FILE = "meta.pkl"
 # folder name that `ensure_dataset` may generate into (see may_generate_into)
 SYNTHETIC_DIR_NAME = "synthetic"
 
@@ -158,7 +163,24 @@ def generate(
         "val_tokens": int(val.size),
     }
     _write_atomic(out / META_FILE, (json.dumps(meta, indent=2) + "\n").encode())
+    write_nanogpt_meta(out, vocab_size=id_space)
     return meta
+
+
+def write_nanogpt_meta(out: Path, *, vocab_size: int) -> None:
+    """meta.pkl as nanoGPT's prepare scripts write it: a pickled plain dict. nanoGPT's train.py
+    reads `vocab_size` from it and builds a 50304-token model where the folder has none."""
+    blob = pickle.dumps({"vocab_size": int(vocab_size)}, protocol=pickle.DEFAULT_PROTOCOL)
+    _write_atomic(out / NANOGPT_META_FILE, blob)
+
+
+def add_missing_nanogpt_meta(root: Path) -> None:
+    """A folder this module made before meta.pkl was written gets one, from its meta.json."""
+    if (root / NANOGPT_META_FILE).exists() or not may_generate_into(root):
+        return
+    meta = json.loads((root / META_FILE).read_text())
+    if isinstance(meta.get("vocab_size"), int):
+        write_nanogpt_meta(root, vocab_size=meta["vocab_size"])
 
 
 def may_generate_into(path: Path) -> bool:
@@ -203,6 +225,8 @@ def ensure_dataset(cfg: DataConfig) -> Path:
     check_token_paths(root, paths)
     missing = [p for p in paths if not p.is_file()]
     if not missing:
+        if root.name == SYNTHETIC_DIR_NAME and (root / META_FILE).is_file():
+            add_missing_nanogpt_meta(root)
         return root
     # only into the folder itself: a token path that leads elsewhere is the user's, not ours
     if cfg.generate_if_missing and may_generate_into(root) and all(p.parent == root for p in paths):
@@ -222,7 +246,21 @@ def ensure_dataset(cfg: DataConfig) -> Path:
         else f"only a folder named {SYNTHETIC_DIR_NAME!r} that is absent, empty or made by "
         "train.data.synthetic is generated into"
     )
-    raise ValueError(
-        f"token file(s) missing: {', '.join(map(str, missing))} ({why}); create them with "
-        f"`python scripts/prepare_data.py --out {root}` or point data.dir at your token files"
-    )
+    files = ", ".join(map(str, missing))
+    raise ValueError(f"token file(s) missing: {files} ({why}); {missing_data_hint(cfg, root)}")
+
+
+def missing_data_hint(cfg: DataConfig, root: Path) -> str:
+    """What to run for a missing token file. Synthetic tokens are offered only under a folder name
+    that says so: a folder named for a real corpus gets that corpus's own preparation script."""
+    if root.name == SYNTHETIC_DIR_NAME:
+        return (f"create them with `python scripts/prepare_data.py --out {root}` (synthetic "
+                f"tokens) or point data.dir at your token files")  # fmt: skip
+    if cfg.format == "llmc":
+        real = "llm.c's `python dev/data/fineweb.py` writes GPT-2 shards"
+    else:
+        real = "nanoGPT's `python data/openwebtext/prepare.py` writes train.bin and val.bin"
+    synthetic = f"data/{SYNTHETIC_DIR_NAME}"
+    return (f"prepare real tokens and point data.dir at their folder ({real}), or measure on "
+            f"generated tokens with data=synthetic (made on first use; `python "
+            f"scripts/prepare_data.py --out {synthetic}` writes them by hand)")  # fmt: skip

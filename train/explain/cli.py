@@ -20,13 +20,14 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import yaml
 
-from train.config_file import read_pinned_config
 from train.explain.diagnosis import Diagnosis, diagnose
 from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
+from train.explain.sweep_dir import judged, pick_result, sweep_evidence
 from train.measure.ceiling_cache import newest_ceiling
 from train.measure.cost import (
     DEFAULT_PLANNED_TOKENS,
@@ -35,7 +36,7 @@ from train.measure.cost import (
     usd_per_1b_tokens,
 )
 from train.measure.flops import DTYPES, lookup_peak
-from train.trial.result import load_result, read_result
+from train.trial.result import load_result
 
 log = logging.getLogger(__name__)
 MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -78,10 +79,14 @@ def arithmetic_inputs(args: argparse.Namespace) -> FloorInputs:
 
 
 def result_floor(result: dict, *, target_step_time_s: float | None = None) -> FloorReport:
-    """The floor report of a measured trial: its model, split, device peak/ceiling and p50 step."""
+    """The floor report of a measured trial: its model, split, device peak/ceiling and its step
+    as its tokens/s counts it (the window's tokens over its time: the mean step), so the floor's
+    tokens/s and MFU are the result's own, not a second figure from the p50."""
     cfg, dev = result["config"], result["device"]
     m, b = cfg["model"], cfg["batch"]
     per_device = b["micro_batch"] * b["grad_accum"] * m["block_size"]
+    tps = result.get("tokens_per_s")
+    step_time_s = result["tokens_per_step"] / tps if tps else result["step_time_s"]["p50"]
     return floor_report(FloorInputs(
         model=m.get("name", "custom"), n_layer=m["n_layer"], n_head=m["n_head"],
         n_embd=m["n_embd"], vocab_size=m["vocab_size"], block_size=m["block_size"],
@@ -90,62 +95,8 @@ def result_floor(result: dict, *, target_step_time_s: float | None = None) -> Fl
         device_name=dev.get("name") or dev.get("type") or "unknown", dtype=dev["dtype"],
         peak_flops=dev.get("peak_flops"), peak_source=dev.get("peak_source"),
         ceiling_flops=dev.get("ceiling_flops"), ceiling_source=dev.get("ceiling_source"),
-        step_time_s=result["step_time_s"]["p50"], target_step_time_s=target_step_time_s,
+        step_time_s=step_time_s, target_step_time_s=target_step_time_s,
     ))
-
-
-# what a sweep's trial job writes into its folder (sweeper/launch/runner.py RESULT_NAME); a re-run's
-# trial.json (`python -m train.trial --pinned <job>/trial_config.yaml`) is not one of the sweep's
-RUN_RESULT = "result.json"
-
-
-def exported_runs(best: Path) -> tuple[int | None, list[Path]]:
-    """The trial best.yaml was exported from (provenance.sweep.trial) and its runs' result files
-    (provenance.sweep.runs: job folders, relative to best.yaml's folder)."""
-    sweep = (read_pinned_config(best).get("provenance") or {}).get("sweep") or {}
-    trial = sweep.get("trial")
-    runs = [best.parent / str(run) / RUN_RESULT for run in sweep.get("runs") or []]
-    return (int(trial) if trial is not None else None), runs
-
-
-def pick_result(path: Path) -> Path:
-    """A result file itself, or from a sweep dir: the runs of the trial best.yaml was exported
-    from (by its recorded trial number and job folders, never by matching configs; else, said in
-    one line, all complete runs), and of those the median by tokens/s: a representative run, not
-    the luckiest. Only the sweep's job results count, not files re-runs wrote there."""
-    if path.is_file():
-        return path
-    found = []
-    for p in sorted(path.rglob(RUN_RESULT)):
-        r = read_result(p)  # None for a file that is no trial result
-        if r is not None and r["status"] == "complete":
-            found.append((p, r))
-    if not found:
-        raise ValueError(
-            f"no complete trial result ({RUN_RESULT} with schema_version) under {path}"
-        )
-    best = next(iter(sorted(path.rglob("best.yaml"))), None)
-    if best is not None:
-        trial, runs = exported_runs(best)  # a broken file: one line naming it
-        wanted = {q.resolve() for q in runs}
-        winners = [(p, r) for p, r in found if p.resolve() in wanted]
-        if winners:
-            found = winners
-            print(f"exported trial {trial} ({best.name}): the median of its {len(winners)} "
-                  f"complete run(s), job folder(s) {', '.join(p.parent.name for p, _ in winners)}")
-        else:
-            why = (
-                "records no trial number"
-                if trial is None
-                else f"names no complete run of trial {trial} under {path}"
-            )
-            print(
-                f"note: {best} {why}: explaining the median of all {len(found)} complete runs, "
-                "not the exported trial",
-                file=sys.stderr,
-            )
-    found.sort(key=lambda pr: pr[1]["tokens_per_s"])
-    return found[len(found) // 2][0]
 
 
 def run_fresh_trial(overrides: list[str], out_dir: Path) -> Path:
@@ -250,19 +201,33 @@ def main(argv: list[str] | None = None) -> int:
             print(out)
             return 0
         if args.result is not None:
-            path = pick_result(args.result)
+            # JSON mode keeps stdout one JSON document: the choice is said on stderr
+            path = pick_result(args.result, say=print if args.format == "text"
+                               else partial(print, file=sys.stderr))  # fmt: skip
         else:  # kept afterwards: the printed result path stays readable
             path = run_fresh_trial(args.run, Path(tempfile.mkdtemp(prefix="explain-")))
         result = load_result(path)
         d = diagnose(result, planned_steps=args.planned_steps)
+        judge, unjudged = (sweep_evidence(args.result, path) if args.result is not None
+                           else (None, ""))  # fmt: skip
+        dropped = 0
+        if judge is not None and d.verdict != "failed":
+            d, dropped = judged(d, judge)
         floor = None if d.verdict == "failed" else result_floor(
             result, target_step_time_s=args.target_step_time_s)
         if args.format == "json":
             doc = {"result": str(path), "diagnosis": _diagnosis_doc(d),
-                   "floor": _floor_doc(floor) if floor else None}
+                   "floor": _floor_doc(floor) if floor else None,
+                   "fixes_left_out": dropped, "fixes_unchecked": unjudged or None}
             print(json.dumps(doc, indent=2, default=str))
         else:
+            notes = [unjudged] if unjudged else []
+            if dropped:
+                notes.append(f"{dropped} fix(es) left out: the sweep measured them no faster "
+                             f"(the race, or a pruned or complete trial at this trial's other "
+                             f"settings)")  # fmt: skip
             print(format_diagnosis(d, result, path)
+                  + "".join(f"\n  note: {n}" for n in notes)
                   + ("\n\nthe floor:\n" + format_floor(floor) if floor else ""))
         return 0 if d.verdict != "failed" else 3
     except ValueError as exc:
@@ -274,7 +239,8 @@ def cost_lines(r: FloorReport, args: argparse.Namespace) -> list[str]:
     """Time to train the planned tokens at the measured step and at the floor, and $ per 1B."""
     steps = planned_steps_for(planned_tokens=args.planned_tokens, tokens_per_step=r.tokens_per_step)
     lines = []
-    for label, step_s in (("measured step", r.inputs.step_time_s), ("100%-MFU floor", r.floor_s)):
+    floor = f"100%-MFU {r.inputs.dtype} floor"
+    for label, step_s in (("measured step", r.inputs.step_time_s), (floor, r.floor_s)):
         if step_s is None:
             continue
         t = train_time(planned_steps=steps, step_s=step_s)

@@ -191,9 +191,9 @@ def _notes(r: FloorReport) -> list[str]:
         )
     if r.target_possible is False:
         notes.append(
-            f"A target of {inp.target_step_time_s:g} s per step is physically impossible: it is "
-            f"{r.target_mfu_needed:.2f}x below the {r.floor_s:.2f} s floor (it would need "
-            f"{100 * r.target_mfu_needed:.0f}% MFU)."
+            f"A target of {inp.target_step_time_s:g} s per step is physically impossible in "
+            f"{inp.dtype}: it is {r.target_mfu_needed:.2f}x below the {r.floor_s:.2f} s "
+            f"{inp.dtype} floor (it would need {100 * r.target_mfu_needed:.0f}% MFU)."
         )
     elif r.target_possible and r.ceiling_floor_s and inp.target_step_time_s < r.ceiling_floor_s:
         notes.append(
@@ -203,14 +203,23 @@ def _notes(r: FloorReport) -> list[str]:
         )
     elif inp.target_step_time_s is not None and r.floor_s is None:
         notes.append("The target cannot be checked without a peak for this device and dtype.")
-    cap = capability_for_device_name(inp.device_name)
-    if inp.dtype == "bf16" and r.floor_s is not None and cap and cap >= FLOAT8_MIN_CAPABILITY:
+    if float8_below_floor(r):
         notes.append(
-            "This GPU has float8 tensor cores (runtime.float8): the converted matmuls run at up "
-            "to twice the bf16 peak, so a float8 run can step faster than this floor; its MFU is "
-            "still counted as the same FLOPs against this bf16 peak (bf16-equivalent)."
+            f"The floors above are bf16's. This GPU has float8 tensor cores (runtime.float8): "
+            f"the converted matmuls run at up to twice the bf16 peak, so a float8 run can step "
+            f"below the {r.floor_s:.2f} s bf16 floor, never below half of it "
+            f"({r.floor_s / 2:.2f} s); its MFU is still counted as the same FLOPs against the "
+            f"bf16 peak (bf16-equivalent)."
         )
     return notes
+
+
+def float8_below_floor(r: FloorReport) -> bool:
+    """Whether a float8 run could step below this bf16 floor: a bf16 floor on a GPU with float8
+    tensor cores (compute capability >= 8.9, by its name)."""
+    cap = capability_for_device_name(r.inputs.device_name)
+    return (r.inputs.dtype == "bf16" and r.floor_s is not None and cap is not None
+            and cap >= FLOAT8_MIN_CAPABILITY)  # fmt: skip
 
 
 def _nanogpt_sentence(r: FloorReport) -> str:
@@ -258,7 +267,8 @@ def format_floor(r: FloorReport) -> str:
         f"  FLOPs per step      {r.flops_per_step_per_device:.4g} per device",
         f"  device peak         {_tflops(inp.peak_flops)}"
         + (f"  ({inp.peak_source})" if inp.peak_source else "  (no datasheet peak known)"),
-        f"  floor (100% peak)   {_secs(r.floor_s)} per step",
+        f"  floor (100% peak)   {_secs(r.floor_s)} per step"
+        + (f" ({inp.dtype})" if r.floor_s is not None else ""),
     ]
     if inp.ceiling_flops:
         lines.append(
@@ -281,7 +291,8 @@ def format_floor(r: FloorReport) -> str:
                 f"({inp.step_time_s / r.floor_s:.2f}x the floor)"
             )
     if inp.target_step_time_s is not None:
-        verdict = {True: "possible", False: "IMPOSSIBLE", None: "unknown"}[r.target_possible]
+        verdict = {True: "possible", False: f"IMPOSSIBLE in {inp.dtype}",
+                   None: "unknown"}[r.target_possible]  # fmt: skip
         lines.append(
             f"  target step         {inp.target_step_time_s:g} s: {verdict}"
             + (f" (needs {_pct(r.target_mfu_needed)} MFU)" if r.target_mfu_needed else "")

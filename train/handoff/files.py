@@ -35,9 +35,11 @@ def handoff(
     *,
     trials: Iterable[MeasuredTrial] | None = None,
     reachable: str = "",
+    folder: nanogpt.DataFolder | None = None,
 ) -> Handoff:
     """The target's file for `doc` (best.yaml as a dict). `trials` None: the study was not read
-    (`reachable` says why, and every price reads "not measured")."""
+    (`reachable` says why, and every price reads "not measured"). `folder`: best.yaml's data
+    folder as nanoGPT will find it (`nanogpt.read_data_folder`), None where it was not looked at."""
     if target not in TARGETS:
         raise ValueError(f"--to must be one of {sorted(TARGETS)}, got {target!r}")
     module = TARGETS[target]
@@ -53,7 +55,12 @@ def handoff(
     winner = ((doc.get("provenance") or {}).get("sweep") or {}).get("trial")
     found = priced(module.gaps(doc, facts), trials, winner=winner, reachable=reachable)
     lines = [g.line() for g in found]
-    text = RENDER[target](doc, notes=notes, lines=lines)
+    if target == "nanogpt":  # the data folder decides nanoGPT's vocabulary, not its config file
+        vocab_notes, vocab_gaps = nanogpt.vocab_lines(doc, folder)
+        lines += vocab_gaps
+        text = nanogpt.nanogpt_file(doc, notes=notes, lines=lines, data=vocab_notes)
+    else:
+        text = RENDER[target](doc, notes=notes, lines=lines)
     return Handoff(target=target, file_name=module.FILE_NAME, text=text, lines=lines)
 
 

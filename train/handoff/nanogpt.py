@@ -11,15 +11,21 @@ The names and their meaning are train.py's:
   `tokens_per_iter` once divided back), which must equal `batch.tokens_per_step`.
 - `dtype` is 'float32' | 'bfloat16' | 'float16', applied through autocast on CUDA only: on a CPU
   train.py uses no autocast, so a CPU run is float32 whatever `dtype` says.
-- `compile = True` is torch.compile's default mode; TF32 is always on; batches are read in the
-  training process (`get_batch`, pinned on CUDA); DDP is one rank per GPU (`cuda:<local_rank>`)
-  with default bucket settings; checkpoints are `torch.save` at `eval_interval` (every one when
-  `always_save_checkpoint`), one `ckpt.pt` overwritten; the seed is 1337 + rank.
+- `compile = True` is torch.compile's default mode, of the whole model (`model =
+  torch.compile(model)`: no compile block by block, runtime.compile_unit=block); TF32 is always
+  on; batches are read in the training process (`get_batch`, pinned on CUDA); DDP is one rank per
+  GPU (`cuda:<local_rank>`) with default bucket settings; checkpoints are `torch.save` at
+  `eval_interval` (every one when `always_save_checkpoint`), one `ckpt.pt` overwritten; the seed
+  is 1337 + rank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from train.config_rules import FLASH_IMPLS
@@ -37,6 +43,39 @@ FILE_NAME = "best_nanogpt.py"
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # train.py's ptdtype keys
 NANOGPT_SEED = 1337  # train.py: torch.manual_seed(1337 + seed_offset)
 DDP_DEFAULTS = {"bucket_cap_mb": 25.0, "gradient_as_bucket_view": False, "static_graph": False}
+NANOGPT_VOCAB = 50304  # train.py's vocab_size where the data folder has no meta.pkl
+META_PKL = "meta.pkl"  # train.py unpickles os.path.join(data_dir, 'meta.pkl') where it exists
+# train/data/synthetic.py's GENERATOR, whose meta.json is written with the meta.pkl beside it (not
+# imported: train.data loads torch)
+OUR_GENERATOR_PREFIX = "train.data.synthetic."
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataFolder:
+    """What nanoGPT's train.py will find in best.yaml's data folder, looked at by the caller."""
+
+    has_meta_pkl: bool  # train.py sizes its model from meta.pkl's vocab_size, 50304 without one
+    meta_vocab: int | None = None  # meta.pkl's vocab_size, known where this project wrote it
+
+
+def read_data_folder(path: str | Path) -> DataFolder | None:
+    """The data folder as train.py will see it, or None where it is not on this machine. The
+    pickle is never opened: its vocab_size is known only from a meta.json this project wrote
+    beside it (scripts/prepare_data.py, train/data/synthetic.py)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return None
+    if not (folder / META_PKL).is_file():
+        return DataFolder(has_meta_pkl=False)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        return DataFolder(has_meta_pkl=True)
+    ours = isinstance(meta, dict) and str(meta.get("generator", "")).startswith(
+        OUR_GENERATOR_PREFIX
+    )
+    vocab = meta.get("vocab_size") if ours else None
+    return DataFolder(has_meta_pkl=True, meta_vocab=vocab if isinstance(vocab, int) else None)
 
 
 def check(doc: Mapping[str, Any]) -> Facts:
@@ -71,6 +110,10 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
     if rt["compile"] not in ("none", "default"):
         gap("runtime.compile", ("default",), "nanoGPT compiles in torch.compile's default mode "
             "only (compile = True)")  # fmt: skip
+    if rt["compile"] != "none" and rt.get("compile_unit", "model") != "model":
+        gap("runtime.compile_unit", ("model",), "nanoGPT compiles the whole model "
+            "(model = torch.compile(model)), not each block once: its cold compile grows with "
+            "the depth")  # fmt: skip
     if rt["activation_checkpointing"] != "none":
         gap("runtime.activation_checkpointing", ("none",), "nanoGPT has no activation "
             "checkpointing: it keeps every activation (more memory; it may not fit)")  # fmt: skip
@@ -115,9 +158,12 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
     return out
 
 
-def nanogpt_file(doc: Mapping[str, Any], *, notes: list[str], lines: list[str]) -> str:
+def nanogpt_file(
+    doc: Mapping[str, Any], *, notes: list[str], lines: list[str], data: Sequence[str] = ()
+) -> str:
     """The configurator file: `notes` (comment lines) on top, then `name = value` lines. `lines`
-    are the cannot-express lines (gaps priced, best expressible config)."""
+    are the cannot-express lines (gaps priced, best expressible config); `data` more notes on the
+    data folder (`vocab_lines`)."""
     facts = check(doc)
     m, b, o, t, rt = doc["model"], doc["batch"], doc["optim"], doc["train"], doc["runtime"]
     every, evals = int(doc["checkpoint"]["every_steps"]), int(t["eval_every"])
@@ -149,7 +195,7 @@ def nanogpt_file(doc: Mapping[str, Any], *, notes: list[str], lines: list[str]) 
     }
     if facts.world > 1:
         settings["backend"] = "nccl"
-    head = [*notes, *command_notes(doc, facts), *data_notes(doc)]
+    head = [*notes, *command_notes(doc, facts), *data_notes(doc), *data]
     if lines:
         head += ["What nanoGPT cannot express (what the sweep measured it to be worth):"]
         head += [f"  - {line}" for line in lines]
@@ -180,16 +226,43 @@ def command_notes(doc: Mapping[str, Any], facts: Facts) -> list[str]:
 
 
 def data_notes(doc: Mapping[str, Any]) -> list[str]:
-    """What nanoGPT needs in the data folder to train the same tokens and vocabulary."""
-    data, vocab = doc["data"], int(doc["model"]["vocab_size"])
-    out = [f"data: train.py reads {data['dir']}/train.bin and val.bin as headerless uint16 "
-           f"(best.yaml: {data['train_file']}, {data['val_file']}, format {data['format']}); "
-           f"it samples random windows, not this project's seeded order"]  # fmt: skip
-    if vocab != 50304:
-        out.append(f"vocab_size {vocab}: train.py takes it from meta.pkl "
-                   f"({{'vocab_size': {vocab}}}) "
-                   f"in that folder; without one it builds 50304")  # fmt: skip
-    return out
+    """What nanoGPT reads from the data folder for the tokens."""
+    data = doc["data"]
+    return [f"data: train.py reads {data['dir']}/train.bin and val.bin as headerless uint16 "
+            f"(best.yaml: {data['train_file']}, {data['val_file']}, format {data['format']}); "
+            f"it samples random windows, not this project's seeded order"]  # fmt: skip
+
+
+def vocab_lines(doc: Mapping[str, Any], folder: DataFolder | None) -> tuple[list[str], list[str]]:
+    """(notes, cannot-express lines) for the vocabulary: train.py builds meta.pkl's vocab_size,
+    or 50304 where the data folder has no meta.pkl, whatever the configurator file says.
+    `folder` None: the folder was not looked at (it is not on this machine)."""
+    vocab, where = int(doc["model"]["vocab_size"]), str(doc["data"]["dir"])
+    pkl = f"{where.rstrip('/')}/{META_PKL}"
+    write = (f"python -c \"import pickle, sys; pickle.dump({{'vocab_size': {vocab}}}, "
+             f"open(sys.argv[1], 'wb'))\" {shlex.quote(pkl)}")  # fmt: skip
+    held = f"{{'vocab_size': {vocab}}}"
+    if folder is None:
+        if vocab == NANOGPT_VOCAB:
+            return [f"vocab_size {vocab}: train.py builds it where {where} has no {META_PKL} "
+                    f"(one there sets the vocabulary)"], []  # fmt: skip
+        return [f"vocab_size {vocab}: train.py takes it from {pkl}, which must hold {held} "
+                f"(without one it builds {NANOGPT_VOCAB}); the folder is not on this machine to "
+                f"check; to write one: {write}"], []  # fmt: skip
+    if not folder.has_meta_pkl:
+        if vocab == NANOGPT_VOCAB:
+            return [], []
+        return [], [f"model.vocab_size={vocab}: {where} holds no {META_PKL}, so train.py builds a "
+                    f"{NANOGPT_VOCAB:,}-token model (a larger lm_head: a different model and "
+                    f"speed); write one before running: {write}"]  # fmt: skip
+    if folder.meta_vocab is None:
+        return [f"vocab_size {vocab}: train.py takes it from {pkl} (a pickle, which this tool "
+                f"does not open): it must hold {held}, else: {write}"], []  # fmt: skip
+    if folder.meta_vocab == vocab:
+        return [f"vocab_size {vocab}: train.py takes it from {pkl} ({held})"], []
+    return [], [f"model.vocab_size={vocab}: {pkl} says {folder.meta_vocab:,}, so train.py builds a "
+                f"{folder.meta_vocab:,}-token model, not the one the sweep measured; for "
+                f"best.yaml's model rewrite it: {write}"]  # fmt: skip
 
 
 def refusal_file(refused: HandoffRefused, *, notes: list[str], lines: list[str]) -> str:

@@ -15,7 +15,9 @@ checkpoint terms, which the running rate cannot know yet).
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +77,22 @@ class StudyReporter:
         return bool(self._trial.should_prune())
 
 
-def study_trials(storage: str, study_name: str) -> list:
-    """Every trial of a stored study (python -m train.export prices what nanoGPT and llm.c cannot
-    express with them); ValueError in one line when the study cannot be read."""
+def sweep_study(doc: Mapping[str, Any]) -> tuple[list, dict[str, Any]]:
+    """The trials and the user attributes (the race's rounds among them) of the study a best.yaml
+    names in its provenance; ValueError in one line saying why they cannot be read."""
+    sweep = (doc.get("provenance") or {}).get("sweep") or {}
+    storage, name = str(sweep.get("storage") or ""), str(sweep.get("study") or "")
+    if not storage or not name:
+        raise ValueError("best.yaml's provenance names no study")
+    if "***" in storage:
+        raise ValueError(f"the study's storage URL is masked in best.yaml ({storage})")
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        raise ValueError(f"the study's database {storage.removeprefix('sqlite:///')} is gone")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
+        study = optuna.load_study(study_name=name, storage=storage)
     except Exception as exc:  # any storage error means: not reachable
-        raise ValueError(f"study {study_name!r} in {storage} cannot be read ({exc})") from None
-    return study.get_trials(deepcopy=False)
+        raise ValueError(f"study {name!r} in {storage} cannot be read ({exc})") from None
+    return study.get_trials(deepcopy=False), dict(study.user_attrs)
