@@ -205,6 +205,14 @@ def test_run_child_forks_from_the_main_thread_and_execs_when_disabled(
     assert [o.state for o in (first, second, third)] == ["complete"] * 3
     assert len(forked) == 2  # the third exec'd
     assert first.result["loss"] == second.result["loss"] == third.result["loss"]
+    # the set-up, phase by phase: a forked trial starts with torch imported, an exec'd one pays it
+    setups = [o.result["setup"] for o in (first, second, third)]
+    for setup in setups:
+        phases = ("before_trial_s", "session_s", "fingerprint_s", "device_peaks_s")
+        assert all(setup[k] >= 0 for k in phases), setup
+        assert setup["total_s"] == pytest.approx(sum(setup[k] for k in phases))
+    forked_s = max(setups[0]["before_trial_s"], setups[1]["before_trial_s"])
+    assert forked_s < setups[2]["before_trial_s"], setups
 
 
 # Run in a fresh interpreter: this test process may already have asked the CUDA driver (another

@@ -66,4 +66,5 @@ TORCH_FREE: tuple[str, ...] = (
     "train.trial.progress",
     "train.trial.pruning",
     "train.trial.result",
+    "train.trial.setup_clock",
 )

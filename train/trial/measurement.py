@@ -49,6 +49,7 @@ from train.trial.result import (
     format_summary,
     write_result,
 )
+from train.trial.setup_clock import SetupClock, setup_line
 from train.trial.window import measure
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def profile_steps(s: Session, out_dir: Path, *, first_step: int) -> Path:
 
 def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
     """Run one bounded trial and write its result; failures are results too, never lost."""
+    setup = SetupClock()  # first: the time since the process began is the imports' and Hydra's
     out_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     s: Session | None = None
@@ -102,11 +104,14 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             if rank.main
             else None  # rank 0 alone saves
         )
-        s = build_session(cfg, checkpoint_dir=str(scratch) if scratch else None)
-        fingerprint = environment_fingerprint(
-            device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
-        )
-        name, peak, ceiling = device_peaks(s)
+        with setup.phase("session"):  # model, optimizer, data pipeline, checkpointer
+            s = build_session(cfg, checkpoint_dir=str(scratch) if scratch else None)
+        with setup.phase("fingerprint"):
+            fingerprint = environment_fingerprint(
+                device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR
+            )
+        with setup.phase("device_peaks"):  # the spec peak, the matmul ceiling (cached per machine)
+            name, peak, ceiling = device_peaks(s)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
         # CPU: one extra step, after the timed window
         done = len(raw["losses"])  # the schedule goes on after the window's steps
@@ -129,6 +134,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             # the graph's compile as the sweep charges it: the same for every trial of the graph
             add_compile_charge(result, record=cfg.trial.compile_record,
                                measured_by=str(out_path.parent))  # fmt: skip
+            result["setup"] = setup.record()
+            log.info("set-up %s", setup_line(result["setup"]))
             write_result(result, out_path)
         finished = True
     except Exception as exc:
@@ -144,6 +151,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             fingerprint=fingerprint,
             wall_s=time.time() - started,
         )
+        result["setup"] = setup.record()  # as far as it got
         # Written before the rank leaves the process group (close_session below): its peers then
         # fail too ("connection closed"), and the first record written names the rank that ended
         # a data-parallel trial (train/run/torchrun.py root_failure)

@@ -216,6 +216,8 @@ class TrialResult(TypedDict):
     trace: str | None  # the torch.profiler trace's path, when trial.profile
     projection: Projection | None
     full_step_estimate_s: float | None  # a full step sized from the last warm-up step
+    # seconds of set-up before the first step, by phase (train/trial/setup_clock.py)
+    setup: dict[str, float | None] | None
     wall_s: float  # the trial's whole wall time, set-up included
     fingerprint: dict[str, Any]  # the environment (train/measure/fingerprint.py)
     config: dict[str, Any]  # the resolved trainer config
@@ -370,6 +372,7 @@ def _unmeasured_result(
         "trace": None,
         "projection": None,
         "full_step_estimate_s": None,
+        "setup": None,
         "wall_s": wall_s,
         "fingerprint": fingerprint,
         "config": config,

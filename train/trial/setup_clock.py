@@ -1,0 +1,61 @@
+"""Where a trial process's set-up goes, phase by phase, from the moment the process began.
+
+A trial forked from the zygote (train/proc/zygote.py) starts with torch imported; an exec'd one
+pays the imports itself: `before_trial_s` (process start to the trial's first line) shows which.
+The phases after it are the trial's own (`phase`): the session (model, optimizer, data), the
+environment fingerprint, the device's peaks and matmul ceiling. The first step's compile and the
+warm-up are measured apart (result `compile_s`, `warmup_s`). Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def process_start_epoch(stat: Path = Path("/proc/self/stat")) -> float | None:
+    """When this process began (fork or exec), seconds since the epoch; None off Linux. Field 22
+    of /proc/self/stat counts clock ticks since boot; /proc/stat's btime is the boot."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 overall: the two before the ')' split off
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))  # fmt: skip
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+class SetupClock:
+    """Seconds per set-up phase of one trial process (`record` for its result)."""
+
+    def __init__(self, *, process_start: float | None = None) -> None:
+        start = process_start if process_start is not None else process_start_epoch()
+        # btime is whole seconds: a process that began this second may read a hair negative
+        self.before_trial_s = None if start is None else max(0.0, time.time() - start)
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - began
+
+    def record(self) -> dict[str, float | None]:
+        """{"before_trial_s", "<phase>_s"..., "total_s"}: the set-up before the first step."""
+        out: dict[str, float | None] = {"before_trial_s": self.before_trial_s}
+        out.update({f"{name}_s": s for name, s in self.phases.items()})
+        out["total_s"] = (self.before_trial_s or 0.0) + sum(self.phases.values())
+        return out
+
+
+def setup_line(record: dict[str, float | None]) -> str:
+    """'2.4 s: before_trial 1.1, session 0.9, ...' (seconds, in the order spent)."""
+    parts = [f"{k.removesuffix('_s')} {v:.2f}" for k, v in record.items()
+             if k != "total_s" and v is not None]  # fmt: skip
+    return f"{record['total_s']:.2f} s: {', '.join(parts)}"
