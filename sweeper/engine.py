@@ -35,7 +35,7 @@ from sweeper.masking import mask_secrets
 from sweeper.metrics import best_metrics, lead_metrics
 from sweeper.plan.preflight import check_sweep
 from sweeper.plan.prepare import Prepared, prepare
-from sweeper.report.console import console, final_report, trial_states
+from sweeper.report.console import final_report, print_start, say, start_knobs, trial_states
 from sweeper.report.cost import cost_lines, sweep_costs
 from sweeper.report.export import export_winner
 from sweeper.report.handoff import handoff_report, plan_from_results
@@ -188,7 +188,10 @@ class SweepEngine:
         ctx = SweepContext(study=study, space=prepared.space, settings=settings, budget=budget,
                            tracker=tracker, jobs=jobs, fixed=prepared.fixed,
                            objective=prepared.objective)  # fmt: skip
-        search = Search(ctx, storage=started.storage)
+        start = start_knobs([q.key for q in prepared.space.searched], prepared.space.ctx.base,
+                            started.baseline)  # fmt: skip
+        print_start(start, in_space=started.baseline is not None)
+        search = Search(ctx, storage=started.storage, start=start)
         search.run()
         budget_line = search.end_line()
         notes = [budget_line] if budget_line else []
@@ -210,7 +213,7 @@ class SweepEngine:
             self._close(study, [*notes, claim.line])
             return None
         try:
-            best_path = self._verify_and_export(ctx, started, tracker, sweep_dir, notes)
+            best_path = self._verify_and_export(ctx, started, tracker, sweep_dir, notes, start)
             if best_path is not None:
                 record_export(study, best_yaml=best_path, compared=compared)
         finally:
@@ -251,8 +254,10 @@ class SweepEngine:
         tracker: Tracker,
         sweep_dir: Path,
         notes: list[str],
+        start: dict,
     ) -> Path | None:
-        """Verify the study's contenders, export the winner, print the report and explain it."""
+        """Verify the study's contenders, export the winner, print the report (each verified
+        config's knobs against `start`, the starting config's) and explain it."""
         settings, study = started.settings, started.study
         verification = verify(ctx, baseline=started.baseline)
         best_path, costs, plan = None, None, None
@@ -271,14 +276,15 @@ class SweepEngine:
             rows=verification.rows,
             best_path=best_path,
             notes=[*notes, *verification.notes],  # the numerics guard's verdicts, with curves
+            start=start,
         )
         if costs is not None:
             for line in cost_lines(costs):
-                console.print(line)
+                say(line)
             tracker.log_cost(costs)
         if best_path is not None:  # the interval, and the nanoGPT and llm.c files beside it
             for line in handoff_report(best_path, study.get_trials(deepcopy=False), plan):
-                console.print(line)
+                say(line)
         if verification.winner is not None:
             tell_story(study, verification, baseline=started.baseline,
                     planned_steps=settings.planned_steps, tracker=tracker,

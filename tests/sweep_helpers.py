@@ -29,11 +29,35 @@ def sweep_argv(*overrides: str) -> list[str]:
     return [sys.executable, str(REPO / "sweep.py"), "-m", *FAST_TRIAL, *overrides]
 
 
+def unwrapped(lines: list[str], *, keep: Callable[[str], bool] = lambda line: False) -> list[str]:
+    """Lines with the console's wrapping undone: a line indented 4 or more past the line before it
+    continues that line (sweeper/launch/quiet.py `wrap_lines`). A line `keep` names is never
+    joined, nor joined to."""
+    out: list[str] = []
+    for line in lines:
+        indent = len(line) - len(line.lstrip(" "))
+        if (out and line.strip() and not keep(line) and not keep(out[-1])
+                and indent >= len(out[-1]) - len(out[-1].lstrip(" ")) + 4):  # fmt: skip
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
+def said(text: str) -> str:
+    """A sweep's output as it was said, whatever the console's width: each wrapped line whole.
+    The layout itself is tested in tests/test_console.py and tests/test_one_parent.py."""
+    return "\n".join(unwrapped(text.splitlines())) + ("\n" if text.endswith("\n") else "")
+
+
 def run_sweep(cwd: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the sweep; its stdout and stderr unwrapped (`said`)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
+    proc = subprocess.run(
         sweep_argv(*overrides), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+    proc.stdout, proc.stderr = said(proc.stdout), said(proc.stderr)
+    return proc
 
 
 def finished_sweep(
@@ -60,7 +84,7 @@ def interrupt_sweep(
     """Start the sweep `argv` in its own session (a signal reaches it as a terminal's Ctrl-C
     would), wait until `ready()`, let it run `settle_s` more, send `sig` (and, with
     `again_after_s`, once more that long after, if it still runs), and return its exit code and
-    output; whatever is left of it is killed."""
+    output (unwrapped: `said`); whatever is left of it is killed."""
     proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # fmt: skip
@@ -82,4 +106,4 @@ def interrupt_sweep(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return proc.returncode, out
+    return proc.returncode, said(out)

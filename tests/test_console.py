@@ -1,12 +1,15 @@
 """What the console shows and what only the sweep's log file keeps (sweeper/launch/quiet.py), the
-progress line in trial numbers, and the verified table's CV only where n > 1. A real sweep's
-console and log file are read in tests/test_one_parent.py."""
+progress line in trial numbers, and the verified table's CV only where n > 1; a console line is at
+most 160 characters, a trial names only the knobs that differ from the start, and the verified
+table reads in a 100-column terminal. A real sweep's console and log file are read in
+tests/test_one_parent.py."""
 
 from __future__ import annotations
 
 import io
 import logging
 import logging.config
+import re
 import warnings
 from pathlib import Path
 
@@ -14,9 +17,23 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweeper.launch.batch import job_name, link_job
-from sweeper.launch.quiet import ConsoleFilter, SweepLogHandler, add_routes, known_warning
+from sweeper.launch.quiet import (
+    MAX_CONSOLE_WIDTH,
+    ConsoleFilter,
+    SweepLogHandler,
+    add_routes,
+    known_warning,
+    wrap_lines,
+)
 from sweeper.report import console as console_module
-from sweeper.report.console import _cell, trial_line
+from sweeper.report.console import (
+    SAME_AS_START,
+    _cell,
+    final_report,
+    knob_lines,
+    start_lines,
+    trial_line,
+)
 from sweeper.study.eta import estimate
 
 
@@ -143,7 +160,7 @@ def test_the_trial_line_names_the_trial_and_its_eta(monkeypatch) -> None:
                result={"tokens_per_s": 1234.0, "mfu": {"ceiling": 0.1}, "wall_s": 3.25},
                reason="pruned [at step 6]", done=4, total=14, best=2000.0, eta=eta)  # fmt: skip
     first, second = out.getvalue().splitlines()
-    assert first.startswith("trial   3 pruned") and "micro_batch=8  in 3.2 s" in first
+    assert first.startswith("trial   3 pruned") and "in 3.2 s  micro_batch=8" in first
     assert "(pruned [at step 6])" in first  # brackets are text, not markup
     assert second.strip().startswith("[######..............] 4/14")
     assert second.endswith("eta 30s (2 trial(s) x 3.0 s + race ~6 runs x 4.0 s)")
@@ -170,3 +187,177 @@ def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(tmp_path, monkeyp
     path = export_winner(winner, [row], sweep_dir=tmp_path / "s", study_name="s",
                          storage="sqlite:///x.db", planned_checkpoint_every=0)  # fmt: skip
     assert said in path.read_text().split("# Train with it")[0].replace("\n# ", " ")
+
+
+# -- what changed, in at most 160 characters a line ----------------------------------------------
+# The default CPU sweep's 14 knobs at the starting config (trial 0 of `search=throughput`)
+START = {
+    "batch.micro_batch": 8, "checkpoint.dir": "checkpoints", "checkpoint.every_steps": 3,
+    "checkpoint.mode": "sync", "data.num_workers": 1, "data.pin_memory": True,
+    "data.prefetch_factor": 2, "runtime.activation_checkpointing": "none",
+    "runtime.attention": "auto", "runtime.compile": "none", "runtime.dtype": "fp32",
+    "runtime.float8": "none", "runtime.loss": "full", "runtime.tf32": True,
+}  # fmt: skip
+# Trials as a real run has them: the start, one knob changed, 11 of 14 changed, a crash with a long
+# multi-line reason, a point refused before it ran
+CHANGES = {
+    "batch.micro_batch": 32, "checkpoint.dir": "/dev/shm/throughput-sweep",
+    "checkpoint.every_steps": 6, "checkpoint.mode": "async", "data.num_workers": 2,
+    "data.pin_memory": False, "data.prefetch_factor": 4,
+    "runtime.activation_checkpointing": "every", "runtime.attention": "math",
+    "runtime.compile": "max-autotune-no-cudagraphs", "runtime.dtype": "bf16",
+    "runtime.float8": "none",
+}  # fmt: skip
+TRIALS = [
+    ("complete", {}, None),
+    ("complete", {"data.num_workers": 0}, None),
+    ("pruned", CHANGES, "pruned at step 6: running 1,121 tokens/s below the median 11,059"),
+    ("crash", {"batch.micro_batch": 64, "runtime.compile": "default"},
+     "exit code 1: " + "RuntimeError: a very long compiler message " * 20 + "\nTraceback ..."),
+    ("excluded", {"batch.micro_batch": 2}, "micro_batch 2 x grad_accum 1 is not 64 sequences"),
+]  # fmt: skip
+
+
+def _capture(monkeypatch, width: int) -> io.StringIO:
+    from rich.console import Console
+
+    out = io.StringIO()
+    monkeypatch.setattr(console_module, "console", Console(file=out, width=width, soft_wrap=True))
+    return out
+
+
+def _knob_names(line: str) -> set[str]:
+    return {word.split("=")[0] for word in line.split() if "=" in word}
+
+
+@pytest.mark.parametrize("width", [250, 100])
+def test_a_trial_line_names_only_what_changed_in_at_most_160_characters(
+    monkeypatch, caplog, width
+) -> None:
+    out = _capture(monkeypatch, width)
+    result = {"tokens_per_s": 23820.5, "mfu": {"spec": None, "ceiling": 0.259}, "wall_s": 4.1}
+    with caplog.at_level(logging.INFO, logger="sweeper.report.record"):
+        for number, (state, change, reason) in enumerate(TRIALS):
+            trial_line(number=number, state=state, params={**START, **change},
+                       result=None if state == "excluded" else result, reason=reason,
+                       done=number + 1, total=14, best=23820.5, eta_s=6.0, start=START)  # fmt: skip
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= min(width, MAX_CONSOLE_WIDTH)
+    trials = out.getvalue().split("trial ")[1:]
+    assert len(trials) == len(TRIALS)
+    for text, (_, change, _) in zip(trials, TRIALS, strict=True):
+        named = _knob_names(text.split("  [")[0].split("(")[0])
+        assert named == {k.split(".")[-1] for k, v in change.items() if START[k] != v}
+    assert SAME_AS_START in " ".join(trials[0].split())
+    assert "max-autotune-no-cudagraphs" in trials[2]  # a value is never cut
+    assert "Traceback" not in out.getvalue()  # the reason's first line only, cut at 120
+    # the log file keeps every knob by its full name, and the whole reason
+    kept = [r.getMessage() for r in caplog.records if r.getMessage().startswith("trial ")]
+    assert len(kept) == len(TRIALS)
+    assert all(f"{k}=" in line for line in kept for k in START)
+    assert "Traceback ..." in kept[3]
+
+
+def test_the_start_is_printed_once_in_full_by_its_full_names() -> None:
+    head, knobs = start_lines(START, in_space=True)
+    assert "differ from it" in head
+    assert knobs.split() == [f"{k}={v}" for k, v in sorted(START.items())]
+    assert "not a point of the search space" in start_lines(START, in_space=False)[0]
+
+
+def _row(trial: int, params: dict, **kw) -> dict:
+    return {"trial": trial, "params": params, "tokens_per_s": 46614.2, "step_time_s": 0.0856,
+            "mfu_spec": None, "mfu_ceiling": 0.268, "data_wait_frac": 0.011, "cv": 0.116, "n": 3,
+            "search_tokens_per_s": 51480.0, "search_projected": False, "winner": False,
+            "start": False, **kw}  # fmt: skip
+
+
+ROWS = [
+    _row(8, {**START, **CHANGES}, winner=True, search_projected=True,
+         float8={"recipe": "tensorwise", "emulated": True, "linears_converted": 8,
+                 "linears_total": 9}),
+    _row(0, START, start=True, tokens_per_s=23227.0, n=1),
+    _row(5, {**START, "data.num_workers": 0}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [100, 160])
+def test_the_verified_table_reads_in_a_100_column_terminal(monkeypatch, width) -> None:
+    """Every line within the terminal, no value cut (`micro_b...` was the knobs column at 100),
+    and under the table each row's knobs that differ from the start."""
+    out = _capture(monkeypatch, width)
+    final_report(trials=[], duplicate_attr="dup", rows=ROWS, best_path=None, start=None)
+    text = out.getvalue()
+    assert max(map(len, text.splitlines())) <= width
+    assert "…" not in text and "..." not in text
+    header = next(line for line in text.splitlines() if "tokens/s" in line)
+    assert "rank" in header and "knobs" not in header
+    below = text.split("knobs that differ from the starting config:\n")[1].split("\nf8: ")[0]
+    winner, start, other = (" ".join(e.split()) for e in re.split(r"\n(?=  \S)", below))
+    assert winner.startswith("trial 8 (rank 1, winner):")
+    assert _knob_names(winner) == {k.split(".")[-1] for k, v in CHANGES.items() if START[k] != v}
+    assert "compile=max-autotune-no-cudagraphs" in winner.split()
+    assert start == "trial 0 (rank 2, start): the starting config"
+    assert other == "trial 5 (rank 3): num_workers=0"
+
+
+def test_the_knobs_are_all_named_where_no_start_is_known() -> None:
+    rows = [r for r in ROWS if not r["start"]]
+    head, *lines = knob_lines(rows)
+    assert head == "knobs:" and len(_knob_names(lines[1])) == len(START)
+    assert knob_lines(rows, start=START)[2] == "  trial 5 (rank 2): num_workers=0"
+
+
+def test_a_long_line_is_wrapped_at_words_within_the_width() -> None:
+    line = "  next: " + " ".join(f"word{i}" for i in range(60)) + " /a/very/long/path" * 12
+    wrapped = wrap_lines(line, 100)
+    assert wrapped[0].startswith("  next: word0") and wrapped[1].startswith("      word")
+    assert " ".join(w.strip() for w in wrapped) == line.strip()  # nothing lost, words whole
+    assert all(len(w) <= 100 for w in wrapped if "/" not in w)
+    assert wrap_lines("short\n  and short", 100) == ["short", "  and short"]
+
+
+def test_the_console_wraps_long_lines_and_the_log_file_keeps_them_whole(tmp_path) -> None:
+    cfg = OmegaConf.create({
+        "version": 1,
+        "formatters": {"simple": {"format": "[%(asctime)s][HYDRA] %(message)s"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "simple",
+                                 "stream": "ext://sys.stdout"}},
+        "root": {"level": "INFO", "handlers": ["console"]},
+        "disable_existing_loggers": False,
+    })  # fmt: skip
+    log_file = tmp_path / "sweep.log"
+    add_routes(cfg, log_file)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    long_info = "prior: " + "the FLOP arithmetic does not hold on a CPU " * 8
+    resume = "sweep interrupted; resume with: python sweep.py" + " hydra.x=1" * 30
+    try:
+        logging.config.dictConfig(OmegaConf.to_container(cfg))
+        stream = io.StringIO()
+        console = next(h for h in root.handlers if not isinstance(h, SweepLogHandler))
+        console.setStream(stream)
+        logging.getLogger("sweeper.plan.prior").info(long_info)
+        logging.getLogger("sweeper.engine").error(resume)
+        logging.getLogger("sweeper.report.record").info("trial 0 every knob")
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    shown, kept = stream.getvalue().splitlines(), log_file.read_text()
+    info = [ln for ln in shown if "resume with" not in ln]
+    assert len(info) > 2 and max(map(len, info)) <= MAX_CONSOLE_WIDTH
+    assert long_info.strip() in kept  # one line in the file
+    assert any(ln.endswith(resume) for ln in shown)  # an error's command stays whole
+    assert "every knob" in kept and "every knob" not in stream.getvalue()
+
+
+def test_dropped_choices_are_folded_a_line_per_reason(caplog) -> None:
+    from sweeper.space.space import parse_space
+    from tests.test_space import BASE, make_ctx
+
+    with caplog.at_level(logging.WARNING, logger="sweeper.space.params"):
+        parse_space({"runtime.attention": "choice(auto,flash,efficient,cudnn,math)"},
+                    make_ctx(base=BASE))  # fmt: skip
+    head, *why = caplog.records[-1].getMessage().splitlines()
+    assert head == "runtime.attention: dropped 2 of 5 choices: efficient, cudnn"
+    assert why == ["  efficient, cudnn: has no CPU kernel"]

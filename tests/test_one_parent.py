@@ -1,7 +1,7 @@
 """One MLflow parent run per sweep, across interruptions and resumes; one experiment per study and
 storage; plots small enough for an artifact store; a console without Hydra's per-job chatter
-(kept in the sweep's log file). Real MLflow on SQLite, real Optuna studies, and one real sweep
-stopped by SIGTERM and resumed."""
+(kept in the sweep's log file) and no line over 160 characters. Real MLflow on SQLite, real Optuna
+studies, and one real sweep stopped by SIGTERM and resumed."""
 
 from __future__ import annotations
 
@@ -151,6 +151,13 @@ def test_a_sweep_stopped_and_resumed_is_one_parent_run_with_every_trial(tmp_path
     # experimental warning are in the sweep's log file only
     assert f"trial {again.number:>3} " in console
     assert "Launching 1 jobs" not in console and "ExperimentalWarning" not in console
+    # every console line is at most 160 characters (sweeper/launch/quiet.py MAX_CONSOLE_WIDTH),
+    # the trial lines included: each names only the knobs that differ from the start
+    longest = max(console.splitlines(), key=len)
+    assert len(longest) <= 160, longest
     log_text = (sweep_dir / "sweep.log").read_text()
     assert "Launching 1 jobs" in log_text and "ExperimentalWarning" in log_text
+    # ... and the log file keeps each trial's line whole, with every knob by its full name
+    (kept,) = [ln for ln in log_text.splitlines() if f" - trial {again.number:>3} " in ln]
+    assert all(f"{key}={value}" in kept for key, value in again.params.items()), kept
     assert (sweep_dir / f"trial-{again.number}").resolve() == Path(again.user_attrs["job_dir"])

@@ -108,6 +108,24 @@ def test_lead_over_the_start_with_its_interval() -> None:
     assert lead([110.0], [100.0], rules=RULES) is None
 
 
+@pytest.mark.parametrize(
+    ("contender", "leader", "said"),
+    [
+        ([138.0], [100.0], "1.38x (no interval: 1 round)"),
+        ([], [], "1.00x (no interval: 0 rounds)"),
+        # two rounds that disagree: a t interval of 0.00x-57729952.90x is no result
+        ([963.0, 23820.0], [697.0, 697.0], "6.87x (no interval: 2 rounds disagree too much)"),
+        ([110.0, 112.0, 111.0], [100.0, 100.0, 100.0], "1.11x (95% CI 1.09x-1.14x, 3 rounds)"),
+    ],
+)  # fmt: skip
+def test_an_interval_that_says_nothing_is_named_with_its_reason(contender, leader, said) -> None:
+    from sweeper.verify.race_stats import compare
+
+    c = compare(contender, leader)
+    assert interval_text(c) == said
+    assert "e+" not in interval_text(c) and "0.00x" not in interval_text(c)
+
+
 def test_round_order_is_a_shuffle_fixed_by_seed_and_round() -> None:
     orders = {tuple(round_order([1, 2, 3, 4], seed=0, round_index=r)) for r in range(20)}
     assert len(orders) > 1 and all(sorted(o) == [1, 2, 3, 4] for o in orders)

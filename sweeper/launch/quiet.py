@@ -13,11 +13,16 @@ for the log file (`route_sweep_logging`), and every reconfiguration keeps them. 
 MLflow's loggers print through handlers of their own; they are handed to the root logger
 (`adopt_library_logger`). A job running in this process (Hydra's basic launcher) logs through
 Hydra's job logging: `quiet_console` filters its console handlers too.
+
+A console line is at most `MAX_CONSOLE_WIDTH` characters (or the terminal's width, if less): a
+longer one is wrapped at word boundaries by `ConsoleFormatter`; the log file keeps it whole.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,11 +46,15 @@ QUIET_LOGGERS = (
     "optuna",
     "torchao",
     "matplotlib",
+    "sweeper.report.record",  # the report's lines in full (every knob): the console shortens them
 )
 # Third-party warnings the sweep triggers on purpose, by category name as `warnings` prints it:
 # Optuna's RDB heartbeat (which recovers trials of a dead worker) is marked experimental.
 KNOWN_WARNINGS = ("ExperimentalWarning",)
 FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+# The widest console line; a log, CI or Slurm output file has no terminal width of its own.
+MAX_CONSOLE_WIDTH = 160
+CONTINUATION = "    "  # the indent of a wrapped line's continuation
 
 
 def _quiet(name: str) -> bool:
@@ -65,6 +74,37 @@ class ConsoleFilter(logging.Filter):
         if record.name == "py.warnings":
             return not known_warning(record.getMessage())
         return record.levelno >= logging.WARNING or not _quiet(record.name)
+
+
+def console_width() -> int:
+    """The console's width: the terminal's (or $COLUMNS), at most MAX_CONSOLE_WIDTH."""
+    columns = shutil.get_terminal_size((MAX_CONSOLE_WIDTH, 24)).columns
+    return max(40, min(columns, MAX_CONSOLE_WIDTH))
+
+
+def wrap_lines(text: str, width: int) -> list[str]:
+    """`text` with each line longer than `width` wrapped at word boundaries, its continuation
+    indented past the line's own indent; a word longer than the width (a path) is left whole."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" "))) + CONTINUATION
+        out += textwrap.wrap(line, width=width, subsequent_indent=indent, break_long_words=False,
+                             break_on_hyphens=False)  # fmt: skip
+    return out
+
+
+class ConsoleFormatter(logging.Formatter):
+    """The console handler's format with its lines wrapped to `console_width`. An error is printed
+    whole: the command it ends with (how to resume) is copied as one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.ERROR:
+            return text
+        return "\n".join(wrap_lines(text, console_width()))
 
 
 class SecretFilter(logging.Filter):
@@ -136,12 +176,26 @@ def add_routes(logging_cfg: Any, log_file: Path) -> None:
         for name in _console_handlers(logging_cfg.handlers):
             spec = logging_cfg.handlers[name]
             spec["filters"] = [*list(spec.get("filters") or []), "sweep_console"]
+            _wrap_formatter(logging_cfg, spec)
         logging_cfg.handlers["sweep_log"] = {"()": f"{__name__}.SweepLogHandler",
                                              "path": str(log_file)}  # fmt: skip
         for spec in logging_cfg.handlers.values():  # no handler writes a secret
             spec["filters"] = [*list(spec.get("filters") or []), "sweep_secrets"]
         root = logging_cfg.root
         root["handlers"] = [*list(root.get("handlers") or []), "sweep_log"]
+
+
+def _wrap_formatter(logging_cfg: Any, handler: Any) -> None:
+    """A console handler's plain format (Hydra's `simple`) through ConsoleFormatter; a formatter
+    of the user's own class (colorlog) is left as it is."""
+    formatters = logging_cfg.setdefault("formatters", {})
+    spec = formatters.get(handler.get("formatter")) if handler.get("formatter") else None
+    if spec is None or "()" in spec or "class" in spec:
+        return
+    name = f"{handler.formatter}_sweep_console"
+    formatters[name] = {"()": f"{__name__}.ConsoleFormatter", "fmt": spec.get("format"),
+                        "datefmt": spec.get("datefmt")}  # fmt: skip
+    handler["formatter"] = name
 
 
 def route_sweep_logging(config: Any) -> Path:

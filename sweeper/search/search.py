@@ -58,8 +58,9 @@ HEARTBEAT_S = 10  # seconds between a running trial's heartbeats (StudySpec.hear
 class Search:
     """One worker's search over `space` in `study`, until its budget is spent."""
 
-    def __init__(self, ctx: SweepContext, *, storage: str) -> None:
+    def __init__(self, ctx: SweepContext, *, storage: str, start: dict | None = None) -> None:
         self.ctx = ctx
+        self.start = start  # the starting config's knobs: a trial line names those it changes
         self.storage = storage
         # what the trials are told: a URL with a secret only by the name of the environment
         # variable that holds it (train/config_rules.py STORAGE_ENV), set here for every trial
@@ -345,4 +346,5 @@ class Search:
             total=self.ctx.settings.n_trials,
             best=best,
             eta=self.ctx.budget.eta(self.ctx.study, real_trial_s=self.real_s),
+            start=self.start,
         )

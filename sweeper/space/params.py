@@ -256,10 +256,25 @@ def _keep_choices(p: Param, reasons: dict[Any, str | None], *, problem: str, fix
     if not kept:
         raise fail(p.key, p.spec, f"{problem} ({'; '.join(map(str, reasons.values()))})", fix)
     if len(kept) < len(p.choices):
-        log.warning("%s: dropped %s (%s)", p.key, [c for c in p.choices if c not in kept],
-                    "; ".join(r for r in reasons.values() if r))
+        log.warning(dropped_text(p.key, reasons))
         return replace(p, choices=kept)
     return p
+
+
+def dropped_text(key: str, reasons: Mapping[Any, str | None]) -> str:
+    """The dropped choices folded for a reader: a line that counts and names them, then a line
+    per distinct reason with the choices it drops (`key=value ` or `key=value: ` cut from its
+    start), e.g.
+    `runtime.attention: dropped 4 of 7 choices: efficient, cudnn, fa3, fa4` and under it
+    `  efficient, cudnn: has no CPU kernel`."""
+    dropped = [str(c) for c, why in reasons.items() if why]
+    by_reason: dict[str, list[str]] = {}
+    for c, why in reasons.items():
+        if why:
+            why = re.sub(f"^{re.escape(f'{key}={c}')}:? ", "", why)
+            by_reason.setdefault(why, []).append(str(c))
+    head = f"{key}: dropped {len(dropped)} of {len(reasons)} choices: {', '.join(dropped)}"
+    return "\n".join([head, *(f"  {', '.join(cs)}: {why}" for why, cs in by_reason.items())])
 
 
 def drop_missing_dirs(p: Param) -> Param:

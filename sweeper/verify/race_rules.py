@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sweeper.verify.race_stats import EQUIVALENT, OPEN, SLOWER, Comparison, compare
+from sweeper.verify.race_stats import EQUIVALENT, SLOWER, Comparison, compare
 
 if TYPE_CHECKING:
     from sweeper.settings import RaceRules  # the rules' numbers, checked with the settings
@@ -135,9 +135,21 @@ def inverse(c: Comparison) -> Comparison:
                                high=1 / c.low if c.low else math.inf)  # fmt: skip
 
 
+# An interval wider than this (its upper bound over its lower; a lower bound of ~0 included) says
+# nothing a reader can use: two rounds that disagree give a t interval with one degree of freedom
+# (12.7 standard errors each side at 95%), e.g. 0.00x-57729952.90x.
+USELESS_INTERVAL = 100.0
+
+
 def interval_text(c: Comparison) -> str:
-    """Like '1.12x (95% CI 1.05x-1.19x, 6 rounds)'; an open-ended interval says so."""
-    if c.decision == OPEN and c.rounds < 2:
-        return f"{c.ratio:.2f}x (1 round: no interval)"
+    """Like '1.12x (95% CI 1.05x-1.19x, 6 rounds)'. An interval that says nothing is named as
+    such with the reason instead of its numbers: '1.38x (no interval: 1 round)', '(no interval:
+    2 rounds disagree too much)' (MLflow's best/lead_over_start_low/_high keep them)."""
+    rounds = f"{c.rounds} round{'s' if c.rounds != 1 else ''}"
+    if c.rounds < 2:
+        return f"{c.ratio:.2f}x (no interval: {rounds})"
+    finite = math.isfinite(c.low) and math.isfinite(c.high)
+    if not finite or c.high > USELESS_INTERVAL * c.low:
+        return f"{c.ratio:.2f}x (no interval: {rounds} disagree too much)"
     return (f"{c.ratio:.2f}x ({100 * c.confidence:.0f}% CI {c.low:.2f}x-{c.high:.2f}x, "
-            f"{c.rounds} rounds)")  # fmt: skip
+            f"{rounds})")  # fmt: skip
