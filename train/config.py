@@ -23,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 
 # The cross-field rules, re-exported: callers import them from here as from their own module.
 from train.config_rules import (  # noqa: F401
+    COMPILE_UNITS,
     CUDAGRAPH_MODES,
     FLASH_IMPLS,
     FLOAT8_RECIPES,
@@ -31,6 +32,7 @@ from train.config_rules import (  # noqa: F401
     SELECTIVE,
     attention_dtype_conflict,
     check_compile_cache,
+    check_compile_unit,
     check_loss,
     cudagraph_conflict,
     dtype_unsupported,
@@ -241,6 +243,10 @@ class RuntimeConfig:
     dtype: str = "auto"  # auto (bf16 on a CUDA device that has it, else fp32) | fp32 | bf16 | fp16
     tf32: bool = True  # TF32 tensor cores for fp32 matmuls (CUDA Ampere and newer)
     compile: str = "none"  # torch.compile mode, or none for eager
+    # what runtime.compile compiles: model (the whole model, one graph) | block (each transformer
+    # block compiled once and reused by all, the head and loss apart: a shorter cold compile;
+    # train/model/regional.py). Read only when runtime.compile is not none
+    compile_unit: str = "model"
     # torch.compile's cache folder (train/proc/compile_cache.py): '' = torch's default, 'off' =
     # compile cold every time, or a folder (a sweep passes its own; best.yaml carries it)
     compile_cache: str = ""
@@ -269,6 +275,7 @@ class RuntimeConfig:
         if self.nproc < 1:
             raise ValueError(f"runtime.nproc must be >= 1 (processes per node), got {self.nproc}")
         one_of("runtime.compile", self.compile, COMPILE_MODES)
+        check_compile_unit(self.compile_unit)
         check_compile_cache(self.compile_cache, field="runtime.compile_cache")
         one_of("runtime.dtype", self.dtype, DTYPES)
         one_of("runtime.attention", self.attention, ATTENTION_BACKENDS)
@@ -334,7 +341,7 @@ class TrialConfig:
     # it (0.02 = +-2%; train/measure/window_ci.py), after ci_min_steps measured steps (and the
     # first checkpoint save inside the window); 0 = off: min_steps/max_steps/max_seconds only
     target_ci: float = 0.0
-    ci_min_steps: int = 3
+    ci_min_steps: int = 3  # measured steps before target_ci may end the window (>= 2)
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:

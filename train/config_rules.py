@@ -29,7 +29,7 @@ CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 # torchtitan's per-block compile): one function that runs a transformer block, compiled once and
 # reused by every block (the same code over other weights: Dynamo's guards pass, no recompile),
 # and the head (final LayerNorm, LM head, loss) compiled on its own; the embeddings run eager. A
-# cold compile then costs about one block's, not n_layer blocks' (train/model/regional.py).
+# cold compile then no longer grows with the depth (train/model/regional.py).
 COMPILE_UNITS = ("model", "block")
 # SDPA backends whose CUDA kernels take fp16/bf16 only: torch's can_use_flash_attention and
 # can_use_cudnn_attention (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) accept kHalf and

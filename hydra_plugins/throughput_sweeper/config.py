@@ -36,8 +36,9 @@ class ThroughputSweeperConf:
     # applied instead of n_trials / verify_top_k / verify_repeats and verify_max_rounds when a GPU
     # is found (0 = the general setting): search=throughput sets them so a GPT-2 XL sweep reaches a
     # verified best.yaml in about 20 minutes of one GPU (plan mode prints the arithmetic)
-    gpu_n_trials: int = 0
-    gpu_verify_top_k: int = 0
+    gpu_n_trials: int = 0  # n_trials on a GPU (a grid keeps its own count); 0 = n_trials
+    gpu_verify_top_k: int = 0  # verify_top_k on a GPU; 0 = verify_top_k
+    # the race's rounds on a GPU (both verify_repeats and verify_max_rounds); 0 = theirs
     gpu_verify_rounds: int = 0
     # the last trials of the budget measure the best trial's unmeasured one-knob neighbours
     # (sweeper/search/polish.py); -1 = automatic: a quarter of n_trials under tpe or random,

@@ -1,5 +1,6 @@
 """What a trial process costs besides its steps, by device: set-up, and torch.compile once per
-graph, cold or from the sweep's compile cache, float8's graphs at their own price. Pure.
+graph, cold or from the sweep's compile cache, float8's graphs at their own price, a model compiled
+block by block (runtime.compile_unit=block) at a few layers' price. Pure.
 
 Where a device's costs were measured on our GPU hosts, they are that device's (with the run that
 measured them); elsewhere a generic model sized by depth, erring long. A later process of a graph
@@ -24,6 +25,13 @@ SETUP_PER_LAYER_S = 0.6
 # AUTOTUNE_FACTOR times as long, not measured here.
 COMPILE_PER_LAYER_S = 87.0 / 48
 AUTOTUNE_FACTOR = 3.0
+# runtime.compile_unit=block compiles one block's graph, which every block reuses, and the head's
+# (train/model/regional.py): its compile is priced as a whole-model compile of this many layers,
+# whatever the depth. Measured on this 2-core CPU, docs/bench/compile_unit-2026-11-27-cpu.txt
+# (scripts/bench_compile_unit.py, 2026-11-27: tiny at 24 layers, every compile cold, medians of 3
+# interleaved pairs: whole model 31.8 s, block 12.1 s, so 24 x 12.1 / 31.8 = 9.1 layers). On a
+# GPU it is projected, not measured: the same 9.1 layers' worth assumed.
+BLOCK_UNIT_LAYERS = 24 * 12.1 / 31.8
 # A compile whose graph is in the cache, generic: DESIGN.md measured the first compiled step of a
 # 2-layer GPT at 25-40 s on this CPU and ~3 s in a later process reusing the on-disk cache.
 WARM_COMPILE_SHARE = 0.1
@@ -79,13 +87,16 @@ def setup_s(costs: ProcessCosts, *, device_type: str, n_layer: int) -> float:
 
 
 def compile_s(
-    costs: ProcessCosts, *, mode: str, n_layer: int, float8: bool, warm: bool = False
-) -> float:
-    """torch.compile of a graph in `mode` ("none": 0) at `n_layer` layers: its cold compile, or
-    with `warm` its load from the compile cache (float8 graphs priced cold where they are not
-    cached)."""
+    costs: ProcessCosts, *, mode: str, n_layer: int, float8: bool, warm: bool = False,
+    unit: str = "model",
+) -> float:  # fmt: skip
+    """torch.compile of a graph in `mode` ("none": 0) at `n_layer` layers, the whole model or
+    (`unit` block) each block once: its cold compile, or with `warm` its load from the compile
+    cache (float8 graphs priced cold where they are not cached)."""
     if not mode or mode == "none":
         return 0.0
+    if unit == "block":  # one block's graph, reused: a few layers' compile at any depth
+        n_layer = min(n_layer, BLOCK_UNIT_LAYERS)
     autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
     if costs.compile_cold_s is not None:
         cold = costs.compile_cold_s * n_layer / costs.n_layer

@@ -42,7 +42,9 @@ class TrialTime:
     """A trial's duration, broken down (expected values, or the SAFETY-scaled bounds)."""
 
     setup_s: float  # process start to first step
-    compile_s: float  # torch.compile of the first step (0 when runtime.compile=none)
+    # torch.compile of the first step (0 when runtime.compile=none; a few layers' worth under
+    # runtime.compile_unit=block)
+    compile_s: float
     warmup_s: float  # the warm-up steps, compile excluded
     window_s: float  # the measured window
     checkpoint_s: float  # checkpoint writes inside the window
@@ -110,8 +112,11 @@ def trial_time(
     costs = costs_for(device_name if device_type == "cuda" else "")
     mode = str(cfg.get("runtime.compile") or "none")
     expected_compile = compile_s(costs, mode=mode, n_layer=n_layer, float8=is_float8(cfg),
-                                 warm=warm and scale == 1)  # fmt: skip
-    if scale > 1 and mode != "none":  # the limit's allowance: never below the generic one
+                                 warm=warm and scale == 1,
+                                 unit=str(cfg.get("runtime.compile_unit") or "model"))  # fmt: skip
+    # the limit's allowance: never below the generic one, sized by the whole depth whatever the
+    # compile unit (a limit errs long: a block compile that ran long is still a measurement)
+    if scale > 1 and mode != "none":
         autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
         generic = max(COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer)
         expected_compile = max(scale * expected_compile, autotune * generic)

@@ -33,6 +33,10 @@ PLAN_KEYS = (
     "runtime.float8", "runtime.float8_emulate",  # float8's rule reads the dtype and the device
     "runtime.loss",  # the memory model reads it (the chunked loss holds no full logits)
 )  # fmt: skip
+# runtime.compile_unit is counted, not enumerated: it never changes whether a point runs, only its
+# expected compile, which the forecast prices lower for a block-compiled model (so the scan's walls
+# and limits, at the base config's unit, err long); enumerating it would double the scan of
+# search=throughput past ENUMERATE_LIMIT
 PLAN_PREFIXES = ("model.", "trial.")
 # The knobs a memory estimate depends on (train.measure.memory_model.MemoryInputs), as
 # printed.

@@ -292,6 +292,13 @@ def _compile_dominated(result: dict, f: _Facts, share: float) -> tuple[str, list
             None, f"{c:.1f} s of compile over {n:,} steps of {f.step_s:.3g} s is {share:.0%}"),
         Fix("rerun with a warm compile cache (same torch, same shapes)", amdahl(share, math.inf),
             f"the {share:.0%} compile share of wall time, 1/(1-{share:.2f})"),
+    ]
+    if ((result.get("config") or {}).get("runtime") or {}).get("compile_unit", "model") == "model":
+        fixes.append(Fix("runtime.compile_unit=block", None,
+                         "each transformer block compiled once and reused: a cold compile of a "
+                         "few layers' worth at any depth (docs/bench/compile_unit-2026-11-27-cpu"
+                         ".txt); the step may lose a few %: compare the two trials"))  # fmt: skip
+    fixes += [
         Fix("runtime.compile=none", amdahl(share, math.inf),
             f"wins only if eager steps are under {1 + breakeven:.2f}x the compiled step "
             f"(compile_s / (N x step) = {breakeven:.2f}); compare the two trials"),

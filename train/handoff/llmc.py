@@ -72,7 +72,9 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
         out.append(Gap(key=key, value=doc[section][name], instead=instead, why=why))
 
     if rt["compile"] != "none":
-        gap("runtime.compile", ("none",), "llm.c has no torch.compile: its own CUDA kernels run")
+        whole = "" if rt.get("compile_unit", "model") == "model" else " (whole or block by block)"
+        gap("runtime.compile", ("none",), f"llm.c has no torch.compile{whole}: its own CUDA "
+            "kernels run")  # fmt: skip
     if rt["activation_checkpointing"] == "selective":
         gap("runtime.activation_checkpointing", ("none",), "llm.c has no op-level policy: its "
             "-r 2 recomputes GELU and LayerNorm and keeps the other outputs")  # fmt: skip

@@ -50,6 +50,10 @@ NOT_GRAPH: tuple[str, ...] = (
     "runtime.compile_cache",
     "ddp.timeout_s",
 )
+# Graph knobs whose default is left out of the key, so that a config from before the knob existed
+# (which lacks it) names the same graph as one that sets the default: runtime.compile_unit=model is
+# the whole-model graph every compiled config was before regional compilation.
+KEY_DEFAULTS: dict[str, Any] = {"runtime.compile_unit": "model"}
 
 
 def changes_graph(key: str) -> bool:
@@ -72,8 +76,12 @@ def flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def graph_knobs(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The knobs of `config` (nested or dotted) that change the compiled graph, sorted."""
-    return {k: v for k, v in sorted(flat(config).items()) if changes_graph(k)}
+    """The knobs of `config` (nested or dotted) that change the compiled graph, sorted (a knob at
+    its KEY_DEFAULTS value left out)."""
+    return {
+        k: v for k, v in sorted(flat(config).items())
+        if changes_graph(k) and not (k in KEY_DEFAULTS and v == KEY_DEFAULTS[k])
+    }  # fmt: skip
 
 
 def graph_key(config: Mapping[str, Any]) -> str | None:

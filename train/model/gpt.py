@@ -4,13 +4,16 @@ Parameter names match the GPT-2 checkpoints (wte, wpe, h.N.attn.c_attn, ...). At
 torch's fused scaled_dot_product_attention with a causal mask; which kernel it uses is governed
 by train/model/attention.py. Activation checkpointing trades recompute for memory, per block or
 op by op (train/model/recompute.py); the LM head and its loss run whole or in chunks of rows
-(train/model/loss.py).
+(train/model/loss.py). Every block runs through one function, `run_block`, and the head through
+`run_head`: runtime.compile_unit=block compiles those two (train/model/regional.py), so one graph
+serves all the blocks.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -82,6 +85,33 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, C)
 
 
+def run_block(block: nn.Module, x: torch.Tensor, *, recompute: bool, selective: bool
+              ) -> torch.Tensor:  # fmt: skip
+    """block(x); with `recompute`, under activation checkpointing (only its input kept, or with
+    `selective` also its matmul and attention outputs; the rest recomputed in backward). Every
+    block of a GPT runs through this one function, so compiling it compiles one graph for all."""
+    if recompute:
+        return checkpointed(block, x, selective=selective)
+    return block(x)
+
+
+def run_head(ln_f: nn.Module, weight: torch.Tensor, x: torch.Tensor,
+             targets: torch.Tensor | None, *, loss_mode: str
+             ) -> tuple[torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+    """The final LayerNorm, the LM head (its `weight` tied to the token embedding) and, with
+    targets, the mean cross-entropy: (logits (B, T, vocab), loss); chunked: (None, loss)."""
+    x = ln_f(x)  # (B, T, C)
+    if targets is None:
+        return F.linear(x, weight), None  # (B, T, vocab)
+    flat, flat_targets = x.view(-1, x.size(-1)), targets.view(-1)  # (B*T, C), (B*T,)
+    if loss_mode == "chunked":
+        # the head and loss a chunk of rows at a time: no (B*T, vocab) logits to return
+        loss = chunked_cross_entropy(flat, weight, flat_targets, ignore_index=IGNORE_INDEX)
+        return None, loss
+    logits, loss = full_cross_entropy(flat, weight, flat_targets, ignore_index=IGNORE_INDEX)
+    return logits.view(*x.shape[:-1], -1), loss  # (B, T, vocab)
+
+
 class GPT(nn.Module):
     def __init__(
         self,
@@ -109,6 +139,10 @@ class GPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        # what runs each block and the head: these functions, or their compiled versions
+        # (runtime.compile_unit=block, train/model/regional.py compile_regions)
+        self.block_fn: Callable[..., torch.Tensor] = run_block
+        self.head_fn: Callable[..., tuple[torch.Tensor | None, torch.Tensor | None]] = run_head
         # Weight tying (Press & Wolf 2017), as GPT-2: one matrix embeds and un-embeds tokens.
         self.transformer.wte.weight = self.lm_head.weight
 
@@ -159,22 +193,9 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             # Checkpointed blocks keep only their input (selective: also their matmul and
             # attention outputs) and recompute the rest in backward.
-            if self._checkpointed(i):
-                x = checkpointed(block, x, selective=self.selective)
-            else:
-                x = block(x)
-        x = self.transformer.ln_f(x)  # (B, T, C)
-        if targets is None:
-            return self.lm_head(x), None  # (B, T, vocab)
-        flat, flat_targets = x.view(-1, x.size(-1)), targets.view(-1)  # (B*T, C), (B*T,)
-        if self.loss_mode == "chunked":
-            # the head and loss a chunk of rows at a time: no (B*T, vocab) logits to return
-            loss = chunked_cross_entropy(flat, self.lm_head.weight, flat_targets,
-                                         ignore_index=IGNORE_INDEX)  # fmt: skip
-            return None, loss
-        logits, loss = full_cross_entropy(flat, self.lm_head.weight, flat_targets,
-                                          ignore_index=IGNORE_INDEX)  # fmt: skip
-        return logits.view(*x.shape[:-1], -1), loss  # (B, T, vocab)
+            x = self.block_fn(block, x, recompute=self._checkpointed(i), selective=self.selective)
+        return self.head_fn(self.transformer.ln_f, self.lm_head.weight, x, targets,
+                            loss_mode=self.loss_mode)  # fmt: skip
 
     def configure_optimizer(
         self,

@@ -26,6 +26,7 @@ from train.measure.meters import EventPhaseClock, PhaseClock
 from train.model.attention import installed_flash_impls, probe_backend
 from train.model.float8 import convert_to_float8, float8_report
 from train.model.gpt import GPT
+from train.model.regional import compile_model
 from train.proc.compile_cache import use_compile_cache
 from train.run import device as dev
 from train.run.checkpoint import Checkpointer, rng_state
@@ -57,7 +58,7 @@ class Session:
     device: torch.device
     dtype: str  # resolved precision: fp32 | bf16 | fp16
     raw_model: GPT
-    model: nn.Module  # raw_model, or its torch.compile wrapper
+    model: nn.Module  # raw_model (eager, or its regions compiled), or its torch.compile wrapper
     optimizer: torch.optim.Optimizer
     fused_optimizer: bool
     scaler: torch.amp.GradScaler
@@ -99,9 +100,11 @@ def check_data(cfg: Config) -> None:
 def build_model(
     cfg: Config, device: torch.device
 ) -> tuple[GPT, nn.Module, torch.optim.Optimizer, bool]:
-    """The seeded model on `device`, its AdamW optimizer and, under runtime.compile, its compiled
-    wrapper: (raw model, model to call, optimizer, whether the optimizer is fused). The trainer and
-    the benchmark's plain loop (scripts/bench_trainer.py) build their weights here alike."""
+    """The seeded model on `device`, its AdamW optimizer and, under runtime.compile, the model to
+    call: its compiled wrapper (runtime.compile_unit=model), or the model with its block and head
+    compiled in place (block; train/model/regional.py): (raw model, model to call, optimizer,
+    whether the optimizer is fused). The trainer and the benchmark's plain loop
+    (scripts/bench_trainer.py) build their weights here alike."""
     rt = cfg.runtime
     torch.manual_seed(rt.seed)
     raw_model = GPT(
@@ -120,7 +123,7 @@ def build_model(
     model: nn.Module = raw_model
     if rt.compile != "none":
         use_compile_cache(rt.compile_cache)  # the folder before the first compile reads it
-        model = torch.compile(raw_model, mode=None if rt.compile == "default" else rt.compile)
+        model = compile_model(raw_model, mode=rt.compile, unit=rt.compile_unit)
     return raw_model, model, optimizer, fused
 
 
@@ -392,10 +395,12 @@ def eval_loss(s: Session, *, num_batches: int) -> float:
         world=s.rank.world,
     )
     losses = []
+    # eager under either compile unit: the raw model of runtime.compile_unit=block holds compiled
+    # regions, whose no-grad variant would compile again here, inside the timed run
     for x, y in loader:
         x = x.to(s.device, non_blocking=True)
         y = y.to(s.device, non_blocking=True)
-        with dev.autocast(s.device, s.dtype):
+        with dev.autocast(s.device, s.dtype), torch.compiler.set_stance("force_eager"):
             _, loss = s.raw_model(x, y)
         losses.append(loss.item())
     s.model.train()

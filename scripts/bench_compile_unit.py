@@ -1,0 +1,171 @@
+"""Cold compile and step time of runtime.compile_unit=model against block, on a deep narrow model.
+
+    python scripts/bench_compile_unit.py [--pairs 3] [--n-layer 24] [--steps 20] [--compile default]
+
+Each run is one `python -m train.trial` in a fresh process with runtime.compile_cache=off (a
+private, empty cache folder; Inductor's FX-graph and AOTAutograd caches off), so every compile is
+cold. The pairs are interleaved, their order alternating (model then block, block then model, ...)
+so that load from other users falls on both arms alike. Each run prints its cold compile (torch's
+own compile seconds in the warm-up, train/measure/compile_stats.py), its warm-up wall, its measured
+step time (p50 of the window) and the Dynamo recompiles its log shows (TORCH_LOGS=recompiles: a
+block that could not reuse block 1's graph would show one). Then each figure's min / median / max
+per arm, and the per-pair ratios: compile model / block (the goal: >= 3x) and step block / model
+(the goal: within 3%). Measured numbers only.
+
+Part of every cold compile on a CPU is no graph's: Inductor's ISA probe (cpu_vec_isa.pick_vec_isa
+builds and loads a test program per instruction set into the cache folder, once per folder: a
+sweep's shared cache pays it once). Each pair also times that probe alone, in a fresh process with
+an empty folder, and the ratios are printed with it taken off both arms as well.
+
+Not cleared between runs: Inductor's precompiled C++ header (kept in torch's default temp folder,
+not the cache folder), built once per machine by whichever run comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from configs import cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
+from table import format_table  # noqa: E402
+
+from train.proc.compile_cache import cache_env  # noqa: E402
+
+UNITS = ("model", "block")
+RECOMPILE_MARK = "Recompiling function"  # torch/_dynamo's recompiles log line
+ISA_PROBE = ("import time; from torch._inductor import cpu_vec_isa; t = time.perf_counter(); "
+             "cpu_vec_isa.pick_vec_isa(); print(time.perf_counter() - t)")  # fmt: skip
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--n-layer", type=int, default=24)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=4)
+    p.add_argument("--warmup-steps", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20, help="measured steps per run")
+    p.add_argument("--compile", default="default", help="runtime.compile mode")
+    p.add_argument("--activation-checkpointing", default="none")
+    p.add_argument("--threads", type=int, default=0, help="runtime.threads (0: torch's default)")
+    p.add_argument("--out", type=Path, help="also write the output to this file")
+    return p.parse_args()
+
+
+def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
+    """One cold trial of `unit` in a fresh process: its result, and the recompiles it logged."""
+    out = tmp / f"{tag}.json"
+    overrides = [
+        *cpu_trial_overrides(tmp, model="tiny", micro_batch=a.micro_batch,
+                             grad_accum=a.grad_accum, block_size=64,
+                             warmup_steps=a.warmup_steps, steps=a.steps),
+        f"model.n_layer={a.n_layer}", f"runtime.compile={a.compile}",
+        f"runtime.compile_unit={unit}", "runtime.compile_cache=off",
+        f"runtime.activation_checkpointing={a.activation_checkpointing}",
+        f"runtime.threads={a.threads}", "trial.project_above_s=0", f"trial.out={out}",
+        f"hydra.run.dir={tmp / tag}",
+    ]  # fmt: skip
+    env = {**os.environ, **cache_env("off"), "TORCH_LOGS": "recompiles"}
+    proc = subprocess.run([sys.executable, "-m", "train.trial", *overrides], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"{tag}: trial failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(out.read_text())
+    if result["status"] != "complete":
+        raise SystemExit(f"{tag}: trial {result['status']}: {result['failure']}")
+    result["recompiles"] = (proc.stdout + proc.stderr).count(RECOMPILE_MARK)
+    return result
+
+
+def isa_probe_s(folder: Path) -> float:
+    """Inductor's CPU ISA probe alone, in a fresh process with the empty cache folder `folder`."""
+    env = {**os.environ, **cache_env(str(folder))}
+    proc = subprocess.run([sys.executable, "-c", ISA_PROBE], env=env, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return float(proc.stdout.split()[-1])
+
+
+def spread(xs: list[float], fmt: str) -> str:
+    return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+
+
+def measure(a: argparse.Namespace, tmp: Path) -> tuple[dict[str, list[dict]], list[float]]:
+    """The interleaved pairs: each unit's results in pair order, and each pair's ISA probe."""
+    runs: dict[str, list[dict]] = {u: [] for u in UNITS}
+    probes = []
+    for pair in range(1, a.pairs + 1):
+        for unit in UNITS if pair % 2 else UNITS[::-1]:
+            r = run_one(a, tmp, unit, f"{pair}-{unit}")
+            runs[unit].append(r)
+            print(f"pair {pair} {unit}: compile {r['compile_s']:.1f} s, step p50 "
+                  f"{r['step_time_s']['p50'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+        probes.append(isa_probe_s(tmp / f"isa-{pair}"))
+    return runs, probes
+
+
+def report(a: argparse.Namespace, runs: dict[str, list[dict]], probes: list[float],
+           load_before: float) -> str:  # fmt: skip
+    rows = [
+        [str(i + 1), u, f"{r['compile_s']:.1f}", f"{probes[i]:.1f}", f"{r['warmup_s']:.1f}",
+         f"{r['step_time_s']['p50'] * 1e3:.1f}", f"{r['step_time_s']['cv']:.1%}",
+         str(r["recompiles"]), r["compile"]["cache"]["state"]]
+        for i in range(a.pairs) for u in UNITS for r in [runs[u][i]]
+    ]  # fmt: skip
+    compile_s = {u: [r["compile_s"] for r in runs[u]] for u in UNITS}
+    graphs_s = {u: [c - p for c, p in zip(compile_s[u], probes, strict=True)] for u in UNITS}
+    step_ms = {u: [r["step_time_s"]["p50"] * 1e3 for r in runs[u]] for u in UNITS}
+
+    def ratio(xs: dict[str, list[float]], num: str, den: str) -> list[float]:
+        return [n / d for n, d in zip(xs[num], xs[den], strict=True)]
+
+    first = runs["model"][0]
+    return "\n".join([
+        f"runtime.compile_unit model vs block: model=tiny model.n_layer={a.n_layer}, "
+        f"runtime.compile={a.compile}, activation_checkpointing={a.activation_checkpointing}, "
+        f"micro_batch {a.micro_batch} x grad_accum {a.grad_accum}, runtime.threads={a.threads} "
+        f"({first['fingerprint'].get('torch_threads')} used), {a.steps} measured steps, {a.pairs} "
+        f"interleaved pairs, every run a fresh process with runtime.compile_cache=off",
+        f"device {first['device']['name']}, {os.cpu_count()} CPUs, 1-minute load average "
+        f"{load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other users "
+        f"share this machine), torch {first['fingerprint'].get('torch')}",
+        "",
+        format_table(["pair", "unit", "cold compile s", "pair's ISA probe s", "warm-up s",
+                      "step p50 ms", "step cv", "recompiles", "cache"], rows),
+        "",
+        "median (min-max) over the pairs:",
+        *(f"  {u:5s}: cold compile {spread(compile_s[u], '{:.1f}')} s, less the ISA probe "
+          f"{spread(graphs_s[u], '{:.1f}')} s, step p50 {spread(step_ms[u], '{:.1f}')} ms"
+          for u in UNITS),
+        f"  ISA probe alone: {spread(probes, '{:.1f}')} s",
+        f"  cold compile model / block: {spread(ratio(compile_s, 'model', 'block'), '{:.2f}')}x "
+        f"(goal >= 3x); less the ISA probe: "
+        f"{spread(ratio(graphs_s, 'model', 'block'), '{:.2f}')}x",
+        f"  step time block / model:    {spread(ratio(step_ms, 'block', 'model'), '{:.3f}')} "
+        f"(goal within 0.97-1.03)",
+    ])  # fmt: skip
+
+
+def main() -> int:
+    a = _args()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench_compile_unit_") as tmp:
+        runs, probes = measure(a, Path(tmp))
+    text = report(a, runs, probes, load_before)
+    print(text)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
