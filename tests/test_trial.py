@@ -24,14 +24,14 @@ from tests.conftest import FAST, compose_config, fast_overrides, run_cli
 from train.measure.flops import flops_per_token
 from train.trial.measurement import run_trial
 
-# The result contract (train/trial/result.py TrialResult, schema version 3): every key, always.
+# The result contract (train/trial/result.py TrialResult, SCHEMA_VERSION): every key, always.
 SCHEMA_KEYS = {
     "schema_version", "status", "failure", "tokens_per_s", "tokens_per_step", "step_time_s",
     "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",
     "flops_per_token", "mfu", "peak_memory_gib", "memory_kind", "loss", "device",
     "attention_backend", "fused_optimizer", "device_samples", "intervals", "trace", "wall_s",
     "fingerprint", "config", "projection", "full_step_estimate_s", "memory", "world_size",
-    "float8",
+    "float8", "setup",
 }  # fmt: skip
 STEP_TIME_KEYS = {"p50", "p90", "mean", "std", "cv", "min", "max", "n"}
 TIME_FRAC_KEYS = {"compute", "data_wait", "optimizer", "checkpoint", "other"}
@@ -76,7 +76,7 @@ def baseline(synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 def test_result_has_every_schema_key(baseline) -> None:
     _, result, out = baseline
     assert set(result) == SCHEMA_KEYS
-    assert result["schema_version"] == 5
+    assert result["schema_version"] == 6
     assert result["world_size"] == 1 and "comms" not in result["time_frac"]
     assert len(result["loss"]["steps"]) == result["step_time_s"]["n"] + 1  # warm-up step first
     assert result["status"] == "complete" and result["failure"] is None

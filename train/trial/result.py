@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from train.config import Config
 
 # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis;
-# 5: loss.lr
-SCHEMA_VERSION = 5
+# 5: loss.lr; 6: setup
+SCHEMA_VERSION = 6
 
 Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died
