@@ -374,6 +374,26 @@ def test_sweep_refuses_a_wall_budget_below_one_trial(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["optuna.db"])
 
 
+def test_a_study_resumed_under_another_search_is_refused_naming_the_difference(tmp_path: Path):
+    """A finished smoke study resumed with search=quick: one line naming the study, its preset,
+    the first differences and the fix; the study and its trials are left as they were."""
+    from tests.sweep_helpers import load_study
+
+    first = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.study_name=mine",
+                      "hydra.sweeper.n_trials=1", "hydra.sweeper.verify_top_k=1")  # fmt: skip
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    before = [(t.number, t.state, t.params) for t in load_study(tmp_path, "mine").trials]
+    proc = run_sweep(tmp_path, "search=quick", "hydra.sweeper.study_name=mine", timeout=300)
+    line = _judge("a study resumed under another search preset", proc, [
+        "study 'mine' was searched with search=smoke over another space than this sweep's "
+        "(search=quick): ", "resume it with search=smoke, or give this search its own study "
+        "(hydra.sweeper.study_name=<new name>)"])  # fmt: skip
+    assert "batch.micro_batch choice(4, 8) -> " in line, line
+    study = load_study(tmp_path, "mine")
+    assert [(t.number, t.state, t.params) for t in study.trials] == before
+    assert study.user_attrs["search_space"]["batch.micro_batch"] == "choice(4, 8)"
+
+
 def _judges_inputs(item: pytest.Item) -> bool:
     """A test of this file whose own code calls _judge (a new table or test function counts
     without being listed anywhere)."""
@@ -399,22 +419,3 @@ def test_zz_count(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture)
     assert not missing, f"cases that never judged their input (failed early, ran after): {missing}"
     assert CLEAN == TRIED, f"not rejected cleanly: {[t for t in TRIED if t not in CLEAN]}"
 
-
-def test_a_study_resumed_under_another_search_is_refused_naming_the_difference(tmp_path: Path):
-    """A finished smoke study resumed with search=quick: one line naming the study, its preset,
-    the first differences and the fix; the study and its trials are left as they were."""
-    from tests.sweep_helpers import load_study
-
-    first = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.study_name=mine",
-                      "hydra.sweeper.n_trials=1", "hydra.sweeper.verify_top_k=1")  # fmt: skip
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    before = [(t.number, t.state, t.params) for t in load_study(tmp_path, "mine").trials]
-    proc = run_sweep(tmp_path, "search=quick", "hydra.sweeper.study_name=mine", timeout=300)
-    line = _judge("a study resumed under another search preset", proc, [
-        "study 'mine' was searched with search=smoke over another space than this sweep's "
-        "(search=quick): ", "resume it with search=smoke, or give this search its own study "
-        "(hydra.sweeper.study_name=<new name>)"])  # fmt: skip
-    assert "batch.micro_batch choice(4, 8) -> " in line, line
-    study = load_study(tmp_path, "mine")
-    assert [(t.number, t.state, t.params) for t in study.trials] == before
-    assert study.user_attrs["search_space"]["batch.micro_batch"] == "choice(4, 8)"
