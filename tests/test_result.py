@@ -89,25 +89,24 @@ def test_the_schema_imports_no_torch() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
-def test_a_process_start_is_read_from_proc_and_the_setup_line_names_each_phase(tmp_path) -> None:
-    from train.trial.setup_clock import SetupClock, process_start_epoch, setup_line
-
-    stat = tmp_path / "stat"
-    # pid (comm with ') ' inside) state ppid ... field 22 = starttime in clock ticks
-    stat.write_text("123 (py) thon) S " + " ".join(["0"] * 18) + " 500 0 0\n")
-    start = process_start_epoch(stat)
+def test_a_process_age_is_read_from_proc_and_the_setup_line_names_each_phase(tmp_path) -> None:
     import os
-    from pathlib import Path
 
-    boot = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines()
-                if ln.startswith("btime "))  # fmt: skip
-    assert start == boot + 500 / os.sysconf("SC_CLK_TCK")
-    assert process_start_epoch(tmp_path / "missing") is None
-    clock = SetupClock(process_start=__import__("time").time() - 2.0)
+    from train.trial.setup_clock import SetupClock, process_age_s, setup_line
+
+    stat, uptime = tmp_path / "stat", tmp_path / "uptime"
+    # pid (comm with ') ' inside) state ppid ... field 22 = starttime in clock ticks since boot
+    ticks = 500 * os.sysconf("SC_CLK_TCK")  # began 500 s after the boot
+    stat.write_text("123 (py) thon) S " + " ".join(["0"] * 18) + f" {ticks} 0 0\n")
+    uptime.write_text("512.25 1000.00\n")
+    assert process_age_s(stat, uptime) == 12.25
+    assert process_age_s(tmp_path / "missing", uptime) is None
+    assert 0 <= process_age_s() < 3600  # this process's own
+    clock = SetupClock(age_s=2.0)
     with clock.phase("session"):
         pass
     record = clock.record()
-    assert 2.0 <= record["before_trial_s"] < 60 and list(record) == [
+    assert record["before_trial_s"] == 2.0 and list(record) == [
         "before_trial_s", "session_s", "total_s"]  # fmt: skip
     assert setup_line({"before_trial_s": 1.0, "session_s": 0.5, "total_s": 1.5}) == (
         "1.50 s: before_trial 1.00, session 0.50"

@@ -16,26 +16,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def process_start_epoch(stat: Path = Path("/proc/self/stat")) -> float | None:
-    """When this process began (fork or exec), seconds since the epoch; None off Linux. Field 22
-    of /proc/self/stat counts clock ticks since boot; /proc/stat's btime is the boot."""
+def process_age_s(
+    stat: Path = Path("/proc/self/stat"), uptime: Path = Path("/proc/uptime")
+) -> float | None:
+    """Seconds since this process began (its fork or exec); None off Linux. Field 22 of
+    /proc/self/stat is the start in clock ticks since boot, /proc/uptime the seconds since boot:
+    both count from the boot, so no whole-second boot time (btime) rounds the difference."""
     try:
         fields = stat.read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # field 22 overall: the two before the ')' split off
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))  # fmt: skip
-    except (OSError, IndexError, ValueError, StopIteration):
+        since_boot = float(uptime.read_text().split()[0])
+    except (OSError, IndexError, ValueError):
         return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    return max(0.0, since_boot - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 class SetupClock:
     """Seconds per set-up phase of one trial process (`record` for its result)."""
 
-    def __init__(self, *, process_start: float | None = None) -> None:
-        start = process_start if process_start is not None else process_start_epoch()
-        # btime is whole seconds: a process that began this second may read a hair negative
-        self.before_trial_s = None if start is None else max(0.0, time.time() - start)
+    def __init__(self, *, age_s: float | None = None) -> None:
+        self.before_trial_s = age_s if age_s is not None else process_age_s()
         self.phases: dict[str, float] = {}
 
     @contextmanager
