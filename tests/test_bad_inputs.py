@@ -51,7 +51,8 @@ SWEEP_CASES = [
      ["hydra.sweeper.trial_timeout_s=0.5 is shorter than the quickest trial",
       "every trial would time out; set it above "]),
     ("search=smoke hydra.sweeper.stall_timeout_s=3",
-     ["hydra.sweeper.stall_timeout_s=3 is shorter than two", "killed as stalled; set at least 20"]),
+     ["hydra.sweeper.stall_timeout_s=3 is not longer than the gap between a healthy trial's "
+      "heartbeats", "killed as stalled; set more than 10"]),
 ]  # fmt: skip
 
 TRAIN_CASES = [

@@ -184,8 +184,8 @@ def check_wall_budget(s: SweepSettings, found: Scan, *, capped: bool) -> None:
 def check_trial_limits(s: SweepSettings, found: Scan) -> None:
     """Trial limits the user set that no trial of the space can meet are refused before any
     process starts (else every trial fails the same way, found only at the end): a hard limit
-    below the quickest trial's expected wall, a stall limit below the gap between a healthy
-    trial's heartbeats."""
+    below the quickest trial's expected wall, a stall limit no longer than the gap between a
+    healthy trial's heartbeats."""
     quickest = min((c.wall_min_s for c in found.classes if c.points), default=None)
     if s.trial_timeout_s > 0 and quickest is not None and s.trial_timeout_s < quickest:
         raise ValueError(
@@ -194,11 +194,11 @@ def check_trial_limits(s: SweepSettings, found: Scan) -> None:
             f"warm-up and the measured window): every trial would time out; set it above "
             f"{math.ceil(quickest)}, or 0 for limits from each trial's prediction"
         )
-    if 0 < s.stall_timeout_s < 2 * HEARTBEAT_S:
+    if 0 < s.stall_timeout_s <= HEARTBEAT_S:
         raise ValueError(
-            f"hydra.sweeper.stall_timeout_s={s.stall_timeout_s:g} is shorter than two of a healthy "
-            f"trial's heartbeats ({HEARTBEAT_S:g} s apart during set-up, compile and warm-up): "
-            f"every trial would be killed as stalled; set at least {2 * HEARTBEAT_S:g}, 0 "
+            f"hydra.sweeper.stall_timeout_s={s.stall_timeout_s:g} is not longer than the gap "
+            f"between a healthy trial's heartbeats ({HEARTBEAT_S:g} s during set-up, compile and "
+            f"warm-up): every trial would be killed as stalled; set more than {HEARTBEAT_S:g}, 0 "
             f"(automatic) or -1 (no stall check)"
         )
 
