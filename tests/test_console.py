@@ -86,10 +86,9 @@ def test_the_log_file_waits_for_its_folder(tmp_path: Path) -> None:
     assert "[b][WARNING]" in lines[1]
 
 
-def test_routes_keep_chatter_in_the_file_only(tmp_path: Path) -> None:
-    """Hydra's own hydra_logging config, routed: the launcher's line reaches the file only, a
-    sweep line both, a captured ExperimentalWarning the file only."""
-    cfg = OmegaConf.create({
+def _hydra_logging():
+    """Hydra's own hydra_logging config: one console handler on stdout."""
+    return OmegaConf.create({
         "version": 1,
         "formatters": {"simple": {"format": "[%(asctime)s][HYDRA] %(message)s"}},
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "simple",
@@ -97,6 +96,12 @@ def test_routes_keep_chatter_in_the_file_only(tmp_path: Path) -> None:
         "root": {"level": "INFO", "handlers": ["console"]},
         "disable_existing_loggers": False,
     })  # fmt: skip
+
+
+def test_routes_keep_chatter_in_the_file_only(tmp_path: Path) -> None:
+    """Hydra's own hydra_logging config, routed: the launcher's line reaches the file only, a
+    sweep line both, a captured ExperimentalWarning the file only."""
+    cfg = _hydra_logging()
     log_file = tmp_path / "sweep.log"
     add_routes(cfg, log_file)
     root = logging.getLogger()
@@ -318,14 +323,7 @@ def test_a_long_line_is_wrapped_at_words_within_the_width() -> None:
 
 
 def test_the_console_wraps_long_lines_and_the_log_file_keeps_them_whole(tmp_path) -> None:
-    cfg = OmegaConf.create({
-        "version": 1,
-        "formatters": {"simple": {"format": "[%(asctime)s][HYDRA] %(message)s"}},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "simple",
-                                 "stream": "ext://sys.stdout"}},
-        "root": {"level": "INFO", "handlers": ["console"]},
-        "disable_existing_loggers": False,
-    })  # fmt: skip
+    cfg = _hydra_logging()
     log_file = tmp_path / "sweep.log"
     add_routes(cfg, log_file)
     root = logging.getLogger()

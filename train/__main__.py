@@ -36,9 +36,9 @@ from train.run.checkpoint import (
     CheckpointReadError,
     checkpoints_newest_first,
     load_checkpoint,
+    newest_verified,
     read_header,
     restore_rng_state,
-    verified,
 )
 from train.run.distributed import current_rank
 from train.run.finite import NonFiniteState, diverged, first_non_finite, state_tensors
@@ -74,7 +74,7 @@ def _already_stopping(signum: int, frame: object) -> None:
 
 def stopped_line(stop: RunStopped, *, checkpoint_dir: str) -> str:
     """One line: where the run stopped, the newest checkpoint that verifies, and how to resume."""
-    kept = next((p for p in checkpoints_newest_first(checkpoint_dir) if verified(p)), None)
+    kept = newest_verified(checkpoint_dir)
     if kept is None:
         resume = "no checkpoint was saved yet; the same command starts again from step 0"
         return f"stopped at step {stop.step} ({stop.why}); {resume}"

@@ -13,30 +13,18 @@ import logging
 import sys
 from pathlib import Path
 
-from train.run.disk_full import DISK_FULL_ERRNOS, free_bytes
+from train.run.disk_full import DISK_FULL_ERRNOS, causes, free_bytes
 
 SQLITE_FULL = "database or disk is full"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is s for s in seen):
-            continue
-        seen.append(e)
-        todo += [e.__context__, e.__cause__]
-    return seen
 
 
 def full_disk(exc: BaseException) -> tuple[str, str | None] | None:
     """(what was refused, the file written or None) when `exc` or a cause says the disk is full
     (ENOSPC, EDQUOT, EROFS; SQLite's "database or disk is full"), else None."""
-    for e in _chain(exc):
+    for e in causes(exc):
         if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
             return DISK_FULL_ERRNOS[e.errno], e.filename and str(e.filename)
-    for e in _chain(exc):
+    for e in causes(exc):
         if SQLITE_FULL in str(e):
             return SQLITE_FULL, None
     return None

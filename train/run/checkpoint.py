@@ -136,6 +136,11 @@ def verified(path: str | os.PathLike[str]) -> bool:
     return isinstance(header["step"], int)
 
 
+def newest_verified(dir: str | os.PathLike[str]) -> Path | None:
+    """The highest-step checkpoint in `dir` that `verified`, or None."""
+    return next((p for p in checkpoints_newest_first(dir) if verified(p)), None)
+
+
 def _unwrap(model: nn.Module) -> nn.Module:
     # torch.compile wraps the module and prefixes keys with "_orig_mod."; save plain GPT-2 keys.
     return getattr(model, "_orig_mod", model)
@@ -398,7 +403,7 @@ class Checkpointer:
     def _write_error(self, e: Exception, path: Path, payload: Any) -> CheckpointWriteError:
         """CheckpointDiskFull (one line: path, free space, fix) when the disk had no room
         (train/run/disk_full.py), else the plain CheckpointWriteError naming the file."""
-        kept = next((p for p in checkpoints_newest_first(path.parent) if verified(p)), None)
+        kept = newest_verified(path.parent)
         message = recognise(
             e, path=path, needed=payload_bytes(payload), keep=self.cfg.keep, kept=kept
         )

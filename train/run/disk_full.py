@@ -31,19 +31,26 @@ TORCH_WRITER_FAILURES = (
 )
 
 
-def disk_full_errno(exc: BaseException) -> int | None:
-    """The disk-full errno (ENOSPC, EDQUOT, EROFS) of an OSError anywhere in `exc`'s chain of
-    causes (`__cause__` and `__context__`, followed to the end), or None."""
-    seen: set[int] = set()
+def causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and every exception in its chain of causes (`__cause__` and `__context__`, followed
+    to the end), each once, an error before the ones it was raised from."""
+    seen: list[BaseException] = []
     todo: list[BaseException | None] = [exc]
     while todo:
         e = todo.pop()
-        if e is None or id(e) in seen:
+        if e is None or any(e is s for s in seen):
             continue
-        seen.add(id(e))
+        seen.append(e)
+        todo += [e.__context__, e.__cause__]
+    return seen
+
+
+def disk_full_errno(exc: BaseException) -> int | None:
+    """The disk-full errno (ENOSPC, EDQUOT, EROFS) of an OSError anywhere in `exc`'s chain of
+    causes (`causes`), or None."""
+    for e in causes(exc):
         if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
             return e.errno
-        todo += [e.__context__, e.__cause__]
     return None
 
 
