@@ -35,7 +35,7 @@ from sweeper.study.export_claim import (
 from sweeper.study.study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
 from tests.postgres import require_postgres, running_postgres
 from tests.servers import dead_pid, free_port
-from tests.sweep_helpers import sweep_argv
+from tests.sweep_helpers import said, sweep_argv
 
 REPO = Path(__file__).resolve().parents[1]
 N_WORKERS = 2
@@ -222,7 +222,7 @@ def _assert_one_export_of_the_study(study: optuna.Study, procs: list) -> Path:
     assert compared["workers"] == sorted({t.user_attrs[OWNER_ATTR] for t in complete})
     assert study.user_attrs[EXPORT_ATTR]["best_yaml"] == str(best)
     for _, cwd in procs:
-        out = (cwd / "sweep.log").read_text()
+        out = said((cwd / "sweep.log").read_text())  # a long path wraps the line at the console
         if cwd in best.parents:
             assert f"best config: {best}" in out, out[-3000:]
         else:  # one line naming the exporter's file: the study's best is there
