@@ -9,7 +9,7 @@ and each Hydra job is one trial, run in its own child process by `sweeper.launch
 import hydra
 from omegaconf import DictConfig
 
-import train.config  # noqa: F401  (registers the trainer schema, `train_schema`, with Hydra)
+import train.core.config  # noqa: F401  (registers the trainer schema, `train_schema`, with Hydra)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="sweep")
@@ -28,7 +28,7 @@ def check_command_line() -> None:
 
     from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
     from sweeper.plan.extras import missing_plugin_error
-    from train.keys import exit_on_mistyped_keys
+    from train.core.keys import exit_on_mistyped_keys
 
     missing = missing_plugin_error(sys.argv[1:])
     if missing:

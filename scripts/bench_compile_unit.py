@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from configs import cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
 from table import format_table  # noqa: E402
 
-from train.proc.compile_cache import cache_env  # noqa: E402
+from train.core.compile_cache import cache_env  # noqa: E402
 
 UNITS = ("model", "block")
 RECOMPILE_MARK = "Recompiling function"  # torch/_dynamo's recompiles log line

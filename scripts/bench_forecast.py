@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from sweeper.forecast import trial_time  # noqa: E402
 from sweeper.space.limits import predict_step  # noqa: E402
-from train.measure.compile_graphs import flat  # noqa: E402
+from train.core.compile_graphs import flat  # noqa: E402
 
 
 def main() -> int:

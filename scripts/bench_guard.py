@@ -6,7 +6,7 @@
 Each rerun does what the sweep's guard does (sweeper/verify/guard.py), outside a sweep: it trains
 the reference config from `--seeds` fresh seeds (rerun r: 1000 + 10 r, + 1, ...) and the candidate
 from the first of them, each `--steps` optimizer steps in its own `python -m train.trial` process
-with the guard's curve keys (train/trial/curve.py), derives the tolerance from the reference's
+with the guard's curve keys (train/core/curve.py), derives the tolerance from the reference's
 seed spread and judges the candidate (sweeper/verify/guard_rules.py). The candidate is the
 reference config itself (identical math) unless `--candidate` adds overrides (e.g.
 `--candidate trial.fault=coarse_weights` to see the planted precision loss alarm every time).
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from sweeper.space.overrides import format_override  # noqa: E402
 from sweeper.verify.guard_rules import check, descent, tolerance, window_size  # noqa: E402
-from train.trial.curve import curve_keys, loss_curve  # noqa: E402
+from train.core.curve import curve_keys, loss_curve  # noqa: E402
 
 log = logging.getLogger("bench_guard")
 DEFAULTS = ["model=tiny", "batch.tokens_per_step=2048", "batch.micro_batch=8",

@@ -7,7 +7,7 @@ For runtime.loss full and chunked, each with runtime.activation_checkpointing no
 every: build the trainer's real Session (fp32, eager, CPU, grad_accum 2), take one optimizer step
 (AdamW's state exists from there, as after a trial's warm-up), then measure one more step with the
 tensor-level counter (train/measure/memory_meter.py: every tensor storage alive at the worst
-moment) and put train.measure.memory_model.predict_memory's figure beside it.
+moment) and put train.core.memory_model.predict_memory's figure beside it.
 
 With --time-rounds N it also times one unmetered optimizer step of each row over N interleaved,
 shuffled rounds (informational: no bound; this CPU is shared and noisy).
@@ -36,10 +36,10 @@ sys.path.insert(0, str(REPO))
 from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
+from train.core.memory_model import predict_memory  # noqa: E402
+from train.core.meters import PhaseClock  # noqa: E402
 from train.data.synthetic import generate  # noqa: E402
 from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
-from train.measure.memory_model import predict_memory  # noqa: E402
-from train.measure.meters import PhaseClock  # noqa: E402
 from train.run.loop import Session, build_session, train_step  # noqa: E402
 
 log = logging.getLogger("bench_levers_memory")

@@ -8,7 +8,7 @@ For each of `tiny`, `small-cpu` and a 12-layer 768-wide model at block 256 (voca
 with activation checkpointing off and on every block: build the real Session (the trial's
 `build_session` from the composed config), take one optimizer step (it makes AdamW's state, as a
 trial's warm-up does), then measure one more step of grad_accum 2 with the tensor-level counter
-(train/measure/memory_meter.py) and compare with `train.measure.memory_model.predict_memory`. Prints
+(train/measure/memory_meter.py) and compare with `train.core.memory_model.predict_memory`. Prints
 a table and exits 1 if any row is off by more than the tolerance (15%, the issue's figure).
 """
 
@@ -30,10 +30,10 @@ sys.path.insert(0, str(REPO))
 from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
+from train.core.memory_model import predict_memory  # noqa: E402
+from train.core.meters import PhaseClock  # noqa: E402
 from train.data.synthetic import generate  # noqa: E402
 from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
-from train.measure.memory_model import predict_memory  # noqa: E402
-from train.measure.meters import PhaseClock  # noqa: E402
 from train.run.loop import build_session, train_step  # noqa: E402
 
 log = logging.getLogger("bench_memory")

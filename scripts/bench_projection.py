@@ -4,7 +4,7 @@
     python scripts/bench_projection.py --pairs 5 --grad-accum 64
 
 A long optimizer step (large grad_accum) is measured as short steps of a few micro-batches and
-projected to the full step (train/measure/meters.py project_step). Here the same configuration runs
+projected to the full step (train/core/meters.py project_step). Here the same configuration runs
 as a projected trial and as a real full-step trial (`trial.project_above_s=0`), interleaved P F / F
 P so machine drift hits both alike, each a real bounded trial (`train.trial.measurement.run_trial`).
 Printed, all measured now: each pair's projected and real step-time medians, the projection's error,

@@ -36,7 +36,7 @@ from optuna.trial import TrialState  # noqa: E402
 
 from sweeper.verify.race_rules import paired  # noqa: E402
 from sweeper.verify.race_stats import compare  # noqa: E402
-from train.trial.result import TrialResult, read_result  # noqa: E402
+from train.core.result import TrialResult, read_result  # noqa: E402
 
 log = logging.getLogger("bench_sweep")
 GOALS = {"gap": 0.03, "trial_time_frac": 0.30, "overhead_frac": 0.10}

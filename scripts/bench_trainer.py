@@ -36,12 +36,12 @@ from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.path when run)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
-from train.config import Config  # noqa: E402
+from train.core.config import Config  # noqa: E402
+from train.core.result import TrialResult  # noqa: E402
 from train.data.dataset import make_loader  # noqa: E402
 from train.run import device as dev  # noqa: E402
 from train.run.loop import build_model, check_data, resolve_dtype, scheduled_lr  # noqa: E402
 from train.trial.measurement import run_trial  # noqa: E402
-from train.trial.result import TrialResult  # noqa: E402
 
 log = logging.getLogger("bench_trainer")
 
@@ -95,7 +95,7 @@ QUICK_VARIANTS = (HEADLINE, Variant(compile="none", dtype="fp32", num_workers=0)
 def run_variant(
     common: list[str], variant: Variant, out_dir: Path, tag: str, *, required: bool = True
 ) -> TrialResult:
-    """One bounded trial in this process; returns its result dict (schema: train/trial/result.py).
+    """One bounded trial in this process; returns its result dict (schema: train/core/result.py).
     A failed trial raises when `required`, else comes back as a failed result to print."""
     if variant.compile != "none":
         torch._dynamo.reset()  # no guards or cache entries carried over from an earlier trial

@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from train.config import Config
+from train.core.config import Config
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from table import format_table  # noqa: E402  (a sibling in scripts/, on sys.path when this runs)
 
-from train.trial.result import read_result  # noqa: E402  (torch-free)
+from train.core.result import read_result  # noqa: E402  (torch-free)
 
 log = logging.getLogger("gpu_check")
 

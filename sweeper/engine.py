@@ -60,7 +60,7 @@ from sweeper.tracking.stopped import log_stopped_trials
 from sweeper.verify.guard import guard_reserve_s
 from sweeper.verify.race_rounds import RACE_ATTR
 from sweeper.verify.stage import Verification, verify
-from train.handoff.interval import CheckpointPlan
+from train.core.handoff.interval import CheckpointPlan
 
 log = logging.getLogger(__name__)
 

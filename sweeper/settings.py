@@ -20,8 +20,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
-from train.config_rules import check_compile_cache
-from train.measure.cost import validate_prices
+from train.core.cost import validate_prices
+from train.core.rules import check_compile_cache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ class GuardRules:
     seeds: int = 2
     k: float = 2.0
     floor: float = 0.01
-    max_tokens: int = 65536  # the most tokens in one curve step (train.trial.curve.capped_split)
+    max_tokens: int = 65536  # the most tokens in one curve step (train.core.curve.capped_split)
 
     def __post_init__(self) -> None:
         if self.mode not in GUARD_MODES:
@@ -214,7 +214,7 @@ class SweepSettings(ThroughputSweeperConf):
 
 
 def _check_cost(s: SweepSettings) -> None:
-    """The run length and the price the time-to-train report uses (train/measure/cost.py)."""
+    """The run length and the price the time-to-train report uses (train/core/cost.py)."""
 
     def whole(value: Any, low: int) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= low

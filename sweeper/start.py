@@ -38,8 +38,8 @@ from sweeper.study.study import (
     sampler_seed,
 )
 from sweeper.tracking import NullTracker, SweepTracker, Tracker, experiment_name
-from train.paths import PROJECT_DIR
-from train.trial.pruning import OBJECTIVE_ATTR
+from train.core.paths import PROJECT_DIR
+from train.core.pruning import OBJECTIVE_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     check_same_space(study, s.space, search_name=s.search_name)
     if grid_points is not None:
         queue_grid(study, grid_points)
-    # the child reports running tokens/s in these units (train/trial/pruning.py)
+    # the child reports running tokens/s in these units (train/core/pruning.py)
     study.set_user_attr(OBJECTIVE_ATTR, {
         "name": p.objective.name,
         "planned_tokens": p.objective.planned_steps * p.ctx.tokens_per_step,

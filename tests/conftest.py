@@ -49,20 +49,20 @@ def compose_dictconfig(overrides: Sequence[str] = ()):
     """conf/train.yaml + overrides, composed by Hydra (a DictConfig, not yet validated)."""
     from hydra import compose, initialize_config_dir
 
-    import train.config  # noqa: F401  (registers `train_schema` in Hydra's ConfigStore)
+    import train.core.config  # noqa: F401  (registers `train_schema` in Hydra's ConfigStore)
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("train", overrides=list(overrides))
 
 
 def compose_config(overrides: Sequence[str] = ()):
-    """conf/train.yaml + overrides -> a validated train.config.Config, as the CLI builds it."""
+    """conf/train.yaml + overrides -> a validated train.core.config.Config, as the CLI builds it."""
     from omegaconf import OmegaConf
 
-    import train.config
+    import train.core.config
 
     cfg = OmegaConf.to_object(compose_dictconfig(overrides))
-    assert isinstance(cfg, train.config.Config)
+    assert isinstance(cfg, train.core.config.Config)
     return cfg
 
 

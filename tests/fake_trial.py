@@ -46,7 +46,7 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 def write_json(path: Path, doc: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)  # atomic, like train/trial/result.py
+    os.replace(tmp, path)  # atomic, like train/core/result.py
 
 
 def progress(path: Path, **event) -> None:

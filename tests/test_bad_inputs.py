@@ -14,7 +14,7 @@ import pytest
 
 from sweeper.plan import preflight
 from tests.sweep_helpers import REPO, run_sweep
-from train import keys
+from train.core import keys
 
 TRIED: list[str] = []  # every input _judge saw
 CLEAN: list[str] = []  # the ones it saw rejected cleanly
@@ -136,7 +136,7 @@ def exported_best(tmp_path_factory: pytest.TempPathFactory) -> str:
     from omegaconf import OmegaConf
 
     from sweeper.report.export import best_config_document, write_best_yaml
-    from train.config import Config
+    from train.core.config import Config
 
     doc = best_config_document(
         trainer_config=OmegaConf.to_container(OmegaConf.structured(Config)),

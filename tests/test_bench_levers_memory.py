@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_scripts import run_script, table_rows
-from train.paths import PROJECT_DIR
+from train.core.paths import PROJECT_DIR
 
 sys.path.insert(0, str(PROJECT_DIR / "scripts"))
 import bench_levers_memory as bench  # scripts/ is not a package

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 import train.run.checkpoint as ckpt_mod
-from train.run import disk_full
+from train.core import disk_full
+from train.core.disk_full import DISK_FULL_ERRNOS, disk_full_errno
 from train.run.checkpoint import (
     CheckpointConfig,
     CheckpointDiskFull,
@@ -29,7 +30,6 @@ from train.run.checkpoint import (
     restore_rng_state,
     rng_state,
 )
-from train.run.disk_full import DISK_FULL_ERRNOS, disk_full_errno
 from train.trial.failure import classify
 
 
@@ -671,8 +671,8 @@ def test_resume_skips_a_torn_newest_file_and_names_the_one_it_uses(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from train.__main__ import resume_from
-    from train.config import CheckpointConfig as CkptCfg
-    from train.config import Config
+    from train.core.config import CheckpointConfig as CkptCfg
+    from train.core.config import Config
 
     model, opt = _model_and_opt()
     Checkpointer(CheckpointConfig(dir=str(tmp_path), keep=2)).save(

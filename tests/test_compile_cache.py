@@ -16,7 +16,9 @@ from sweeper.launch.compile_cache import sweep_cache
 from sweeper.launch.job import trial_env
 from sweeper.settings import SweepSettings
 from sweeper.study.objective import ObjectiveConfig, compile_charge_s, result_train_time
-from train.measure.compile_graphs import (
+from train.core.compile_cache import cache_env
+from train.core.compile_graphs import (
+    cache_state,
     changes_graph,
     charge_compile,
     distinct_graphs,
@@ -24,8 +26,6 @@ from train.measure.compile_graphs import (
     read_record,
     record_key,
 )
-from train.measure.compile_stats import cache_state
-from train.proc.compile_cache import cache_env
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {
@@ -240,7 +240,7 @@ def test_use_compile_cache_off_gives_a_private_cold_folder():
     still turns both caches off and points the folders at a private, empty one."""
     code = (
         "import os, torch._inductor.config as ic, torch._functorch.config as fc\n"
-        "from train.proc.compile_cache import use_compile_cache\n"
+        "from train.core.compile_cache import use_compile_cache\n"
         "d = use_compile_cache('off')\n"
         "print(ic.fx_graph_cache, fc.enable_autograd_cache,\n"
         "      d == os.environ['TORCHINDUCTOR_CACHE_DIR'], os.listdir(d),\n"
@@ -295,7 +295,7 @@ def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
 
 
 def test_a_failure_inside_a_cache_file_names_the_file_and_how_to_clear_it(tmp_path) -> None:
-    from train.proc.compile_cache import cache_failure
+    from train.core.compile_cache import cache_failure
 
     folder = tmp_path / "cache"
     (folder / "dj").mkdir(parents=True)

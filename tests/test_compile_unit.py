@@ -30,10 +30,10 @@ from sweeper.space.params import parse_param
 from tests.conftest import compose_config, run_cli
 from tests.test_handoff import best_doc
 from tests.test_verdict import make as make_result
-from train.config import ModelConfig, RuntimeConfig
-from train.explain.diagnosis import diagnose
-from train.handoff.files import handoff
-from train.measure.compile_graphs import graph_key
+from train.core.compile_graphs import graph_key
+from train.core.config import ModelConfig, RuntimeConfig
+from train.core.diagnosis import diagnose
+from train.core.handoff.files import handoff
 from train.model.gpt import GPT, run_block, run_head
 from train.model.regional import compile_model
 from train.trial.measurement import run_trial
@@ -261,8 +261,8 @@ def test_block_compile_under_ddp(tmp_path: Path) -> None:
     last backward's buckets reach the comm hook."""
     import torch.distributed as dist
 
-    from train.config import DdpConfig
-    from train.measure.meters import PhaseClock
+    from train.core.config import DdpConfig
+    from train.core.meters import PhaseClock
     from train.run.distributed import ExposedComms, no_sync, wrap_ddp
 
     store = dist.FileStore(str(tmp_path / "store"), 1)

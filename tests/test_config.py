@@ -1,5 +1,5 @@
-"""train/config.py's cross-field rules: the attention/precision rule the sweeper shares, and the
-trainer refusing such a combination before anything is built (CUDA faked on a CPU machine)."""
+"""train/core/config.py's cross-field rules: the attention/precision rule the sweeper shares, and
+the trainer refusing such a combination before anything is built (CUDA faked on a CPU machine)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.config import (
-    Config,
-    DataConfig,
-    RuntimeConfig,
-    attention_dtype_conflict,
-    check_combinations,
-)
+from train.core.config import Config, DataConfig, RuntimeConfig, check_combinations
+from train.core.rules import attention_dtype_conflict
 from train.run import loop
 
 

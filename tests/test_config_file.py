@@ -1,4 +1,4 @@
-"""train/config_file.py: a config file read before Hydra, and train/paths.py: paths a run
+"""train/core/config_file.py: a config file read before Hydra, and train/core/paths.py: paths a run
 writes, checked before any step. Pure and table-tested; the real commands are in
 tests/test_bad_inputs.py."""
 
@@ -10,14 +10,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweeper.report.export import PINNED_SECTIONS, best_config_document, write_best_yaml
-from train.config import Config
-from train.config_file import (
+from train.core.config import Config
+from train.core.config_file import (
     missing_sections,
     primary_config_file,
     read_config_file,
     read_pinned_config,
 )
-from train.paths import check_file_target, check_folder_target, folder_problem
+from train.core.paths import check_file_target, check_folder_target, folder_problem
 
 
 @pytest.fixture

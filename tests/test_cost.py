@@ -1,10 +1,10 @@
-"""train/measure/cost.py: time to train the planned tokens and dollars per billion tokens."""
+"""train/core/cost.py: time to train the planned tokens and dollars per billion tokens."""
 
 from __future__ import annotations
 
 import pytest
 
-from train.measure.cost import (
+from train.core.cost import (
     DEFAULT_PLANNED_TOKENS,
     device_price,
     planned_steps_for,
@@ -13,7 +13,7 @@ from train.measure.cost import (
     usd_per_1b_tokens,
     validate_prices,
 )
-from train.measure.flops import floor_step_time_s, flops_per_token, gpt2_num_params, lookup_peak
+from train.core.flops import floor_step_time_s, flops_per_token, gpt2_num_params, lookup_peak
 
 SEED_TOKENS_PER_STEP = 1_048_576  # GPT-2 XL: 16 x 64 x 1024
 

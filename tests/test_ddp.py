@@ -22,9 +22,9 @@ import torch.distributed as dist
 from torch import nn
 
 from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
-from train.config_rules import grad_accum_across_ranks
+from train.core.meters import PhaseClock
+from train.core.rules import grad_accum_across_ranks
 from train.data.dataset import TokenBatches, open_tokens
-from train.measure.meters import PhaseClock
 from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
 from train.run.distributed import ExposedComms, Rank, current_rank, rank_device_name, wrap_ddp
 from train.run.torchrun import RankExit, exit_text, needs_launch, root_failure, under_torchrun
@@ -118,7 +118,7 @@ def test_the_comm_hook_marks_the_last_bucket_in_a_real_ddp_backward(tmp_path: Pa
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        from train.config import DdpConfig
+        from train.core.config import DdpConfig
 
         torch.manual_seed(0)
         comms = ExposedComms()

@@ -23,7 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from tests.sweep_helpers import REPO
 from tests.test_readme_drift import DOCS
-from train import keys
+from train.core import keys
 
 sys.path.insert(0, str(REPO / "scripts"))
 import settings_reference

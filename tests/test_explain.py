@@ -11,8 +11,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from train.core.diagnosis import diagnose
 from train.explain.cli import main
-from train.explain.diagnosis import diagnose
 from train.explain.sweep_dir import pick_result
 from train.trial.measurement import run_trial
 

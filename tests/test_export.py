@@ -212,7 +212,7 @@ def test_header() -> None:
 
 def test_modules_stay_light() -> None:
     # the sweeper must never pull in torch; it may import train's torch-free modules
-    # (train.TORCH_FREE, guarded by tests/test_torch_free.py), e.g. train.measure.cost
+    # (train/core/, guarded by tests/test_torch_free.py), e.g. train.core.cost
     code = (
         "import sys, sweeper.report.export, sweeper.study.objective, sweeper.verify.winner; "
         "print(sorted(m for m in ('torch',) if m in sys.modules))"

@@ -19,8 +19,8 @@ import torch
 
 import train.__main__ as main_mod
 from tests.conftest import run_cli
-from train.config import ModelConfig, check_combinations, flash_impl_unsupported
-from train.config_rules import float8_unsupported
+from train.core.config import ModelConfig, check_combinations
+from train.core.rules import flash_impl_unsupported, float8_unsupported
 from train.model.float8 import float8_report, left_out_reason, plan
 
 CPU_REFUSAL = (
@@ -227,7 +227,7 @@ def test_without_emulate_the_trial_refuses_in_one_line(synthetic_dir: Path, tmp_
     ],
 )
 def test_the_mfu_basis_names_float8(dtype: str, float8: str, words: str) -> None:
-    from train.measure.flops import mfu_basis
+    from train.core.flops import mfu_basis
 
     assert mfu_basis(dtype=dtype, float8=float8).startswith(words)
 
@@ -236,8 +236,8 @@ def test_a_float8_trial_is_measured_against_the_bf16_peak() -> None:
     """The same tokens/s gives the same MFU with or without float8: the 6N + 12LHQT FLOPs against
     the bf16 dense peak (989.4 TFLOP/s on an H100 SXM), never the float8 peak (twice as high). At
     the README's 39,210 tokens/s for GPT-2 XL that is the 40.7% it reports."""
-    from train.measure.flops import flops_per_token, lookup_peak, mfu_basis
-    from train.trial.result import _mfu
+    from train.core.flops import flops_per_token, lookup_peak, mfu_basis
+    from train.core.result import _mfu
 
     fpt = flops_per_token(n_layer=48, n_head=25, n_embd=1600, seq_len=1024, vocab_size=50304)
     peak = lookup_peak("NVIDIA H100 80GB HBM3", "bf16")
@@ -250,8 +250,8 @@ def test_a_float8_trial_is_measured_against_the_bf16_peak() -> None:
 
 
 def test_an_emulated_float8_trial_says_so_in_its_result(make_config, tmp_path: Path) -> None:
+    from train.core.result import format_summary
     from train.trial.measurement import run_trial
-    from train.trial.result import format_summary
 
     cfg = make_config("runtime.dtype=bf16", "runtime.float8=rowwise", "runtime.float8_emulate=true")
     out = tmp_path / "trial.json"
@@ -307,7 +307,7 @@ def test_best_yaml_records_the_precision_its_runs_ran_in() -> None:
 def test_the_handoffs_name_what_they_cannot_express(target, change, key, words) -> None:
     from tests.nested import changed
     from tests.test_handoff import best_doc
-    from train.handoff.files import handoff
+    from train.core.handoff.files import handoff
 
     lines = handoff(changed(best_doc(), change), target).lines
     named = [ln for ln in lines if ln.startswith(key + "=")]
@@ -325,7 +325,7 @@ XL_RESULT_CHANGES = {
 
 
 def _gains(result: dict) -> dict:
-    from train.explain.diagnosis import diagnose
+    from train.core.diagnosis import diagnose
 
     d = diagnose(result)
     assert d.verdict == "compute-bound"
@@ -334,7 +334,7 @@ def _gains(result: dict) -> dict:
 
 def test_the_compute_bound_verdict_names_the_levers_on_an_h100() -> None:
     from tests.test_verdict import make
-    from train.explain.diagnosis import amdahl
+    from train.core.diagnosis import amdahl
 
     gains = _gains(make(**XL_RESULT_CHANGES))
     # recompute: every block's forward again, ~1.32x the FLOPs of GPT-2 XL, on 90% of the step
@@ -384,7 +384,7 @@ def test_only_the_levers_that_apply_on_the_device_are_named(changes: dict, absen
 
 def test_a_float8_trials_verdict_says_its_mfu_is_bf16_equivalent() -> None:
     from tests.test_verdict import make
-    from train.explain.diagnosis import diagnose
+    from train.core.diagnosis import diagnose
 
     d = diagnose(make(float8=F8))
     assert "45% MFU (bf16-equivalent: float8 matmuls ran)" in d.headline
@@ -437,8 +437,8 @@ def test_a_real_float8_trial_on_a_gpu(
 @pytest.mark.parametrize("device,has_note", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA L4", True),
                                              ("NVIDIA A100-SXM4-80GB", False)])  # fmt: skip
 def test_the_floor_says_where_float8_can_beat_it(device: str, has_note: bool) -> None:
+    from train.core.flops import lookup_peak
     from train.explain.floor import FloorInputs, floor_report
-    from train.measure.flops import lookup_peak
 
     peak = lookup_peak(device, "bf16")
     r = floor_report(FloorInputs(model="gpt2-xl", n_layer=48, n_head=25, n_embd=1600,

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from train.core.flops import lookup_peak
 from train.explain.cli import arithmetic_inputs, parse_args
 from train.explain.floor import FloorInputs, floor_report, format_floor
-from train.measure.flops import lookup_peak
 
 # Hand-computed FLOPs per token, 6N + 12·L·H·Q·T (N without wpe, from conf/model/*.yaml comments):
 # gpt2:    6 * 123,689,472 + 12*12*12*64*1024 = 742,136,832 + 113,246,208

@@ -7,7 +7,7 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-from train.measure.flops import (
+from train.core.flops import (
     PEAKS,
     Peak,
     chip_for_device_name,
@@ -220,7 +220,7 @@ def test_lookup_peak_tf32_flag_does_not_change_bf16() -> None:
 
 
 def test_lookup_peak_unknown_device_warns(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="train.measure.flops"):
+    with caplog.at_level(logging.WARNING, logger="train.core.flops"):
         assert lookup_peak("NVIDIA GeForce RTX 4090", "bf16") is None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -228,7 +228,7 @@ def test_lookup_peak_unknown_device_warns(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_lookup_peak_cpu_is_none_without_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="train.measure.flops"):
+    with caplog.at_level(logging.WARNING, logger="train.core.flops"):
         assert lookup_peak("cpu", "fp32") is None
     assert not caplog.records
 

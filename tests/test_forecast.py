@@ -11,7 +11,7 @@ import pytest
 from sweeper.forecast import compile_s, costs_for, setup_s, trial_time
 from sweeper.forecast.costs import GENERIC, WARM_COMPILE_SHARE
 from sweeper.space.limits import predict_step, trial_limits
-from train.measure.compile_graphs import flat
+from train.core.compile_graphs import flat
 
 REPO = Path(__file__).resolve().parents[1]
 H200_RUN = REPO / "docs" / "gpu" / "2026-11-26-h200"

@@ -23,7 +23,7 @@ pytestmark = [
 
 
 def test_event_clock_matches_a_synchronised_host_clock() -> None:
-    from train.measure.meters import EventPhaseClock
+    from train.core.meters import EventPhaseClock
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     clock = EventPhaseClock(new_event=lambda: torch.cuda.Event(enable_timing=True))

@@ -84,7 +84,7 @@ class Recorder:
 def test_each_job_carries_its_slots_devices_and_hydra_reads_them_back() -> None:
     from hydra import compose, initialize_config_dir
 
-    import train.config  # noqa: F401  (registers `train_schema`)
+    import train.core.config  # noqa: F401  (registers `train_schema`)
     from tests.conftest import CONF_DIR
 
     rec = Recorder()

@@ -11,8 +11,8 @@ import torch
 
 from sweeper.space.overrides import format_override
 from sweeper.verify.guard_rules import check, descent, tolerance, window_size
+from train.core.curve import curve_keys, loss_curve
 from train.trial.coarse import round_mantissa_
-from train.trial.curve import curve_keys, loss_curve
 from train.trial.measurement import run_trial
 
 STEPS = 20  # the sweep's numerics_guard_steps: the curves cover the production warm-up (20 steps)

@@ -1,6 +1,6 @@
 """The numerics guard's pure parts: curve arithmetic (sweeper/verify/guard_rules.py), the
 math-changing keys (sweeper/space/math_keys.py), its settings (sweeper/settings.py GuardRules),
-whether it runs (sweeper/plan/guard_price.py) and the curve-run keys (train/trial/curve.py)."""
+whether it runs (sweeper/plan/guard_price.py) and the curve-run keys (train/core/curve.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sweeper.verify.guard_rules import (
     window_size,
     windowed_means,
 )
-from train.trial.curve import capped_split, curve_keys, loss_curve
+from train.core.curve import capped_split, curve_keys, loss_curve
 
 FALLING = [8.0 - 0.05 * i for i in range(20)]  # a reference curve: 8.00, 7.95, ... 7.05
 

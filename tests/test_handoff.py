@@ -18,12 +18,12 @@ import yaml
 
 from tests.nested import changed
 from tests.sweep_helpers import finished_sweep, sweep_dirs
+from train.core.handoff import llmc, nanogpt
+from train.core.handoff.files import handoff
+from train.core.handoff.gaps import HandoffRefused, MeasuredTrial, facts_of
+from train.core.handoff.interval import DEFAULT_MTBF_H, checkpoint_plan, plan_line
+from train.core.handoff.nanogpt import DataFolder, read_data_folder
 from train.export import main as export_main
-from train.handoff import llmc, nanogpt
-from train.handoff.files import handoff
-from train.handoff.gaps import HandoffRefused, MeasuredTrial, facts_of
-from train.handoff.interval import DEFAULT_MTBF_H, checkpoint_plan, plan_line
-from train.handoff.nanogpt import DataFolder, read_data_folder
 
 BLOCK = 1024
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from train.config import Config, TrainConfig
+from train.core.config import Config, TrainConfig
 from train.run.identity import check_resume, format_diff, identity_diff, identity_hash, run_identity
 
 
@@ -87,7 +87,7 @@ def test_train_resume_is_validated() -> None:
 
 
 def test_changed_data_at_the_same_path_is_another_runs(tmp_path) -> None:
-    from train.config import Config, DataConfig
+    from train.core.config import Config, DataConfig
 
     (tmp_path / "train.bin").write_bytes(bytes(range(256)) * 100)
     cfg = Config(data=DataConfig(dir=str(tmp_path)))

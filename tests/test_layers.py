@@ -2,8 +2,8 @@
 the rooms declared below it, never one above it or beside it on the same level.
 
 A room is a subpackage (sweeper/verify/, train/measure/) or a top-level module (sweeper/engine.py,
-train/config.py). Imports are read with `ast`, function-level and TYPE_CHECKING ones included: a
-lazy import is still an arrow a reader has to follow. A room missing from the tables fails the
+train/core/config.py). Imports are read with `ast`, function-level and TYPE_CHECKING ones included:
+a lazy import is still an arrow a reader has to follow. A room missing from the tables fails the
 test, so a new one is placed on purpose. train/ never imports the sweeper.
 """
 
@@ -35,19 +35,26 @@ SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("config_rules", "paths"),  # torch-free rules on plain values; can a run write its paths
-    ("config",),  # the schema
-    ("keys",),  # the trainer's keys, from the schema; did-you-mean
-    ("config_file",),  # reading best.yaml before Hydra: its keys and types against the schema
-    ("device", "proc"),  # what a device offers and does; process plumbing (deathsig, probe)
+    ("core",),  # torch-free: schema, rules, FLOPs, memory, results (all the sweeper may import)
+    ("device", "proc"),  # what a device offers and does; process plumbing (probe, zygote)
     ("model",),
     ("data",),
-    ("measure",),  # meters, FLOPs, peaks, memory, cost
+    ("measure",),  # clocks, peaks measured, memory measured, compile counters
     ("run",),  # the step loop, checkpoints, DDP
     ("trial",),  # one bounded run -> result JSON
-    ("explain", "handoff"),  # reads results; best.yaml for nanoGPT and llm.c (pure)
+    ("explain",),  # reads results: the floor and the verdict's text
     ("__main__", "export"),  # the production run; python -m train.export
 )
+
+# train/core/'s own modules, bottom first: the core is small, but its arrows still point one way.
+CORE_LAYERS: tuple[tuple[str, ...], ...] = (
+    # leaves: rules on plain values, FLOPs and peaks, statistics, what a trial reports, plumbing
+    ("rules", "paths", "flops", "meters", "window_ci", "cost", "curve", "progress", "pruning",
+     "disk_full", "deathsig", "compile_graphs", "evidence"),
+    ("config", "compile_cache", "compute_levers"),  # the schema; what reads the rules
+    ("keys", "memory_model", "diagnosis", "handoff"),  # what reads the schema
+    ("config_file", "result"),  # best.yaml against the schema; the result schema
+)  # fmt: skip
 
 # Back arrows known and owned by an open issue; each names its importing file and imported room.
 KNOWN: set[tuple[str, str]] = set()
@@ -86,10 +93,11 @@ def back_arrows(
     """The imports in `source` (the file `filename` under `package`/) that point at a room above
     its own or beside it, or at an undeclared room; one line each: file:line, module, why."""
     parts = Path(filename).with_suffix("").parts
-    assert parts[0] == package, filename
+    top = package.split(".")
+    assert list(parts[: len(top)]) == top, filename
     is_package = parts[-1] == "__init__"
     module = ".".join(parts[:-1] if is_package else parts)
-    inner = module.split(".")[1:]
+    inner = module.split(".")[len(top) :]
     if not inner:  # the package's own __init__: its face, not a room
         return []
     level = _level(layers)
@@ -99,11 +107,13 @@ def back_arrows(
     problems = []
     for line, target in _imported_modules(ast.parse(source), module, is_package):
         names = target.split(".")
-        if package == "train" and names[0] in ("sweeper", "hydra_plugins"):
+        if top[0] == "train" and names[0] in ("sweeper", "hydra_plugins"):
             problems.append(f"{filename}:{line} imports {target}: train/ never imports the sweeper")
-        if names[0] != package or len(names) < 2 or names[1] == room:
+        if top == ["train", "core"] and names[0] == "train" and names[:2] != top:
+            problems.append(f"{filename}:{line} imports {target}: the core imports only the core")
+        if names[: len(top)] != top or len(names) <= len(top) or names[len(top)] == room:
             continue
-        other = names[1]
+        other = names[len(top)]
         if other not in level:
             problems.append(f"{filename}:{line} imports {target}: {other!r} is in no layer")
             continue
@@ -123,7 +133,7 @@ def back_arrows(
 
 def _check(package: str, layers: tuple[tuple[str, ...], ...]) -> list[str]:
     problems = []
-    for path in sorted((REPO / package).rglob("*.py")):
+    for path in sorted((REPO / package.replace(".", "/")).rglob("*.py")):
         filename = str(path.relative_to(REPO))
         problems += back_arrows(
             path.read_text(encoding="utf-8"), filename=filename, package=package, layers=layers,
@@ -133,7 +143,8 @@ def _check(package: str, layers: tuple[tuple[str, ...], ...]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("package", "layers"), [("sweeper", SWEEPER_LAYERS), ("train", TRAIN_LAYERS)]
+    ("package", "layers"),
+    [("sweeper", SWEEPER_LAYERS), ("train", TRAIN_LAYERS), ("train.core", CORE_LAYERS)],
 )
 def test_no_back_arrows(package: str, layers: tuple[tuple[str, ...], ...]) -> None:
     problems = _check(package, layers)
@@ -204,4 +215,20 @@ def test_a_planted_back_arrow_in_the_real_sweeper_fails() -> None:
     assert problems == [
         f"sweeper/space/limits.py:{line} imports sweeper.engine: engine sits above space "
         "(a back arrow)"
+    ]
+
+
+def test_a_core_module_importing_the_torch_side_fails() -> None:
+    """The core may not lean on train/'s torch side, even lazily: the real result schema with one
+    planted import of the compile counters' torch reader."""
+    path = REPO / "train" / "core" / "result.py"
+    plant = "\n\ndef _planted():\n    import train.measure.compile_stats\n"
+    planted = path.read_text(encoding="utf-8") + plant
+    line = planted.count("\n")
+    problems = back_arrows(
+        planted, filename="train/core/result.py", package="train.core", layers=CORE_LAYERS
+    )
+    assert problems == [
+        f"train/core/result.py:{line} imports train.measure.compile_stats: "
+        "the core imports only the core"
     ]

@@ -1,13 +1,14 @@
 """runtime.loss=chunked (train/model/loss.py): the same loss and gradients as the full loss, in
 fp32 within rtol 1e-4, on the tiny and small-cpu shapes at GPT-2's padded vocabulary, with ignored
-targets, eagerly and under torch.compile; and the chunk rule (train/config_rules.py)."""
+targets, eagerly and under torch.compile; and the chunk rule (train/core/rules.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from train.config import LOSS_MODES, ModelConfig, RuntimeConfig, loss_chunk_rows
+from train.core.config import ModelConfig, RuntimeConfig
+from train.core.rules import LOSS_MODES, loss_chunk_rows
 from train.model.gpt import GPT
 from train.model.loss import IGNORE_INDEX, chunked_cross_entropy, full_cross_entropy
 

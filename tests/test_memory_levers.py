@@ -20,8 +20,7 @@ from sweeper.space.params import drop_gpu_levers, gpu_memory_lever, parse_param
 from sweeper.space.space import parse_space
 from tests.test_handoff import best_doc, changed
 from tests.test_plan import H100, SETTINGS, xl_ctx
-from train.export import handoff
-from train.measure.memory_model import (
+from train.core.memory_model import (
     DEVICE_MEMORY_GIB,
     GIB,
     MemoryInputs,
@@ -30,6 +29,7 @@ from train.measure.memory_model import (
     inputs_from_config,
     predict_memory,
 )
+from train.export import handoff
 
 SHAPES = {
     "small-cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=50304),
@@ -121,8 +121,8 @@ def test_the_config_reads_the_loss_and_refuses_an_unknown_one() -> None:
 def test_a_measured_cpu_step_matches_the_model(tmp_path) -> None:
     """tiny at vocab 50304, fp32, micro-batch 4: the chunked loss with selective recompute,
     measured by train/measure/memory_meter.py (scripts/bench_levers_memory.py does the grid)."""
+    from train.core.paths import PROJECT_DIR
     from train.data.synthetic import generate
-    from train.paths import PROJECT_DIR
 
     sys.path.insert(0, str(PROJECT_DIR / "scripts"))
     import bench_levers_memory as bench  # scripts/ is not a package

@@ -1,4 +1,4 @@
-"""The memory model (train/measure/memory_model.py): real measurements, its structure, its helpers.
+"""The memory model (train/core/memory_model.py): real measurements, its structure, its helpers.
 
 The H100 table is the model's GPU calibration and check; the CPU test measures a real training
 step of the tiny preset with train/measure/memory_meter.py (scripts/bench_memory.py does the larger
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import PROJECT_DIR
-from train.measure.memory_model import (
+from train.core.memory_model import (
     ALLOCATOR_MARGIN,
     DEVICE_MEMORY_GIB,
     GIB,
@@ -271,17 +271,17 @@ def test_inputs_are_hashable_for_caching() -> None:
 
 
 def test_importing_the_model_leaves_torch_unloaded() -> None:
-    code = "import sys, train.measure.memory_model; sys.exit('torch' in sys.modules)"
+    code = "import sys, train.core.memory_model; sys.exit('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, check=False)
-    assert done.returncode == 0, "train.measure.memory_model imported torch"
+    assert done.returncode == 0, "train.core.memory_model imported torch"
 
 
 # -- against a real CPU training step --------------------------------------------------------------
 
 
 def test_tiny_prediction_matches_the_measured_cpu_step(make_config) -> None:
+    from train.core.meters import PhaseClock
     from train.measure.memory_meter import CPU_METHOD, measure_memory
-    from train.measure.meters import PhaseClock
     from train.run.loop import build_session, train_step, untimed_step
 
     cfg = make_config("runtime.device=cpu", "runtime.dtype=fp32")

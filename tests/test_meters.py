@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.measure.meters import (
+from train.core.meters import (
     PHASES,
     EventPhaseClock,
     PhaseClock,

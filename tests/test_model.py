@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train.measure.flops import gpt2_num_params
+from train.core.flops import gpt2_num_params
 from train.model.attention import BACKENDS, probe_backend, sdpa_context
 from train.model.gpt import GPT, ModelConfig, fused_adamw_supported, parse_activation_checkpointing
 

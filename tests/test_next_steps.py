@@ -1,4 +1,4 @@
-"""The `next:` lines' evidence (train/explain/evidence.py `measured_basis`, which the sweep's
+"""The `next:` lines' evidence (train/core/evidence.py `measured_basis`, which the sweep's
 report and `python -m train.explain --result` share): a table over planted
 studies, one row per case the README promises, and the glue that reads a real study."""
 
@@ -10,7 +10,7 @@ from optuna.distributions import CategoricalDistribution as Cat
 from optuna.trial import TrialState
 
 from sweeper.report.story import next_step_evidence
-from train.explain.evidence import SearchRun, measured_basis
+from train.core.evidence import SearchRun, measured_basis
 
 WINNER = {"runtime.dtype": "fp32", "batch.micro_batch": 8, "runtime.compile": "none"}
 

@@ -190,9 +190,9 @@ def test_searching_the_interval_without_a_plan_warns(name, planned_every, search
 
 
 def test_time_to_train_is_the_cost_arithmetic() -> None:
-    """One function prices a run: the objective is train.measure.cost.train_time's total."""
+    """One function prices a run: the objective is train.core.cost.train_time's total."""
     from sweeper.study.objective import result_train_time
-    from train.measure.cost import train_time
+    from train.core.cost import train_time
 
     cfg = ObjectiveConfig(name="time_to_train", planned_steps=1000, planned_checkpoint_every=100)
     result = _result(p50=0.5, compile_s=30.0, checkpoint_s=(2.0, 2.0, 4.0), every_steps=5)

@@ -1,5 +1,5 @@
 """No rule is defined twice: the sweeper refuses and predicts with the trainer's own torch-free
-functions (train.config, train.measure), never with copies of them."""
+functions (train.core), never with copies of them."""
 
 from __future__ import annotations
 
@@ -16,55 +16,56 @@ import sweeper.space.limits
 import sweeper.space.memory
 import sweeper.space.params
 import sweeper.space.space
-import train.config
+import train.core.config
+import train.core.flops
+import train.core.memory_model
+import train.core.meters
+import train.core.rules
 import train.explain.cli
 import train.explain.floor
 import train.measure.ceiling_cache
-import train.measure.flops
-import train.measure.memory_model
-import train.measure.meters
 from sweeper.space.constraints import SpaceContext, check_point
-from train.config import BatchConfig, Config, RuntimeConfig, check_combinations
+from train.core.config import BatchConfig, Config, RuntimeConfig, check_combinations
 
 REPO = Path(__file__).resolve().parents[1]
 # The trainer's rules, by the module that states them. The sweeper may import these; it may not
 # define a function or constant of the same name.
 RULES = {
-    train.config: (
+    train.core.rules: (
         "attention_dtype_conflict", "cudagraph_conflict", "dtype_unsupported", "grad_accum_for",
         "num_checkpointed_blocks", "parse_activation_checkpointing", "resolve_dtype_name",
         "sequences_per_device", "valid_splits", "CUDAGRAPH_MODES", "HALF_ONLY_CUDA_ATTENTION",
-        "COMPILE_MODES", "ATTENTION_BACKENDS",
         "is_selective", "check_loss", "loss_chunk_rows", "SELECTIVE", "LOSS_MODES",
     ),
-    train.measure.flops: ("floor_step_time_s", "flops_per_token", "gpt2_num_params", "mfu"),
-    train.measure.meters: ("projects", "short_step"),
+    train.core.config: ("COMPILE_MODES", "ATTENTION_BACKENDS"),
+    train.core.flops: ("floor_step_time_s", "flops_per_token", "gpt2_num_params", "mfu"),
+    train.core.meters: ("projects", "short_step"),
 }
 
 
 @pytest.mark.parametrize(
     ("user", "name", "owner"),
     [
-        (sweeper.space.constraints, "cudagraph_conflict", train.config),
-        (sweeper.space.constraints, "dtype_unsupported", train.config),
-        (sweeper.space.constraints, "attention_dtype_conflict", train.config),
-        (sweeper.space.constraints, "grad_accum_for", train.config),
-        (sweeper.space.params, "valid_splits", train.config),
-        (sweeper.space.space, "resolve_dtype_name", train.config),
-        (sweeper.plan.scan, "resolve_dtype_name", train.config),
-        (sweeper.space.memory, "resolve_dtype_name", train.config),
-        (sweeper.space.limits, "resolve_dtype_name", train.config),
-        (sweeper.space.limits, "num_checkpointed_blocks", train.config),
-        (sweeper.space.limits, "is_selective", train.config),
-        (sweeper.space.params, "parse_activation_checkpointing", train.config),
-        (train.measure.memory_model, "is_selective", train.config),
-        (train.measure.memory_model, "loss_chunk_rows", train.config),
-        (sweeper.space.limits, "floor_step_time_s", train.measure.flops),
-        (sweeper.forecast.trial, "projects", train.measure.meters),
-        (sweeper.forecast.trial, "short_step", train.measure.meters),
-        (train.measure.memory_model, "num_checkpointed_blocks", train.config),
-        (train.measure.memory_model, "resolve_dtype_name", train.config),
-        (train.explain.floor, "floor_step_time_s", train.measure.flops),
+        (sweeper.space.constraints, "cudagraph_conflict", train.core.rules),
+        (sweeper.space.constraints, "dtype_unsupported", train.core.rules),
+        (sweeper.space.constraints, "attention_dtype_conflict", train.core.rules),
+        (sweeper.space.constraints, "grad_accum_for", train.core.rules),
+        (sweeper.space.params, "valid_splits", train.core.rules),
+        (sweeper.space.space, "resolve_dtype_name", train.core.rules),
+        (sweeper.plan.scan, "resolve_dtype_name", train.core.rules),
+        (sweeper.space.memory, "resolve_dtype_name", train.core.rules),
+        (sweeper.space.limits, "resolve_dtype_name", train.core.rules),
+        (sweeper.space.limits, "num_checkpointed_blocks", train.core.rules),
+        (sweeper.space.limits, "is_selective", train.core.rules),
+        (sweeper.space.params, "parse_activation_checkpointing", train.core.rules),
+        (train.core.memory_model, "is_selective", train.core.rules),
+        (train.core.memory_model, "loss_chunk_rows", train.core.rules),
+        (sweeper.space.limits, "floor_step_time_s", train.core.flops),
+        (sweeper.forecast.trial, "projects", train.core.meters),
+        (sweeper.forecast.trial, "short_step", train.core.meters),
+        (train.core.memory_model, "num_checkpointed_blocks", train.core.rules),
+        (train.core.memory_model, "resolve_dtype_name", train.core.rules),
+        (train.explain.floor, "floor_step_time_s", train.core.flops),
         (train.explain.cli, "newest_ceiling", train.measure.ceiling_cache),
     ],
 )  # fmt: skip
@@ -108,7 +109,7 @@ def _trainer_refusal(compile_mode: str, dtype: str, accum: int, device_type: str
 @pytest.mark.parametrize(
     ("compile_mode", "dtype", "accum", "device_type"),
     list(itertools.product(
-        train.config.COMPILE_MODES, ("auto", "fp32", "fp16"), (1, 8), ("cpu", "cuda")
+        train.core.config.COMPILE_MODES, ("auto", "fp32", "fp16"), (1, 8), ("cpu", "cuda")
     )),
 )  # fmt: skip
 def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, device_type):
@@ -127,7 +128,7 @@ def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, 
 
 
 def test_trial_limits_fall_back_to_the_trainers_trial_defaults() -> None:
-    assert train.config.TrialConfig() == sweeper.forecast.trial.TRIAL_DEFAULTS
+    assert train.core.config.TrialConfig() == sweeper.forecast.trial.TRIAL_DEFAULTS
 
 
 def test_the_ceiling_cache_has_one_path_rule() -> None:

@@ -186,7 +186,7 @@ def test_a_slurm_sweep_without_a_named_device_stops_before_any_trial(tmp_path: P
 def test_the_slurm_example_config_composes_for_a_two_gpu_trial() -> None:
     from hydra import compose, initialize_config_dir
 
-    import train.config  # noqa: F401  (registers `train_schema`)
+    import train.core.config  # noqa: F401  (registers `train_schema`)
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("sweep", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu",

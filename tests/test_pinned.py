@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from sweeper.launch.job import pin_config, study_overrides, write_trial_config
 from tests.conftest import compose_dictconfig, fast_overrides, run_cli
-from train.config import Config
+from train.core.config import Config
 
 
 @pytest.fixture

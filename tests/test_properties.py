@@ -27,7 +27,7 @@ from sweeper.plan.prepare import flatten
 from sweeper.report.export import best_config_document, write_best_yaml
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
-from train.config import (
+from train.core.config import (
     ATTENTION_BACKENDS,
     COMPILE_MODES,
     DTYPES,
@@ -36,10 +36,10 @@ from train.config import (
     ModelConfig,
     check_batch,
     check_combinations,
-    resolve_dtype_name,
 )
-from train.measure.flops import floor_step_time_s, flops_per_token, gpt2_num_params, mfu
-from train.measure.memory_model import MemoryInputs, predict_memory
+from train.core.flops import floor_step_time_s, flops_per_token, gpt2_num_params, mfu
+from train.core.memory_model import MemoryInputs, predict_memory
+from train.core.rules import resolve_dtype_name
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,7 +13,7 @@ import yaml
 from sweeper.launch import threads
 from sweeper.report.export import pin_measured_threads
 from tests.sweep_helpers import finished_sweep, sweep_dirs
-from train.trial.result import read_result
+from train.core.result import read_result
 
 LIMITS = ["trial.max_steps=4", "trial.max_seconds=60"]
 

@@ -11,7 +11,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import CheckpointPolicy
 
-from train.config import RuntimeConfig, is_selective, num_checkpointed_blocks
+from train.core.config import RuntimeConfig
+from train.core.rules import is_selective, num_checkpointed_blocks
 from train.model.gpt import GPT, ModelConfig, parse_activation_checkpointing
 from train.model.recompute import SAVED_OPS, selective_policy
 

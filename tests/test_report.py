@@ -6,7 +6,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from train.trial.pruning import OBJECTIVE_ATTR, PRUNER_ATTR, StudyReporter, study_value
+from train.core.pruning import OBJECTIVE_ATTR, PRUNER_ATTR, StudyReporter, study_value
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The trial result schema (train/trial/result.py): its keys, its writer and its one reader."""
+"""The trial result schema (train/core/result.py): its keys, its writer and its one reader."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from train.trial.result import (
+from train.core.result import (
     SCHEMA_VERSION,
     Failure,
     ResultError,
@@ -85,7 +85,7 @@ def test_read_result_tolerates_no_file_and_older_schemas(tmp_path: Path) -> None
 
 def test_the_schema_imports_no_torch() -> None:
     """The sweeper reads results with this module, and the sweeper process never imports torch."""
-    code = "import sys, train.trial.result; assert 'torch' not in sys.modules"
+    code = "import sys, train.core.result; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 

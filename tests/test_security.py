@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.config_file import SECTIONS, checked_command_line
+from train.core.config_file import SECTIONS, checked_command_line
 
 REPO = Path(__file__).resolve().parents[1]
 BEST = REPO / "docs" / "gpu" / "2026-11-26-h200" / "best.yaml"  # a real exported best.yaml
@@ -99,7 +99,7 @@ def test_an_exported_file_keeps_a_hostile_value_inert(tmp_path: Path, target: st
 
     from tests.nested import changed
     from tests.test_handoff import best_doc
-    from train.handoff.files import handoff
+    from train.core.handoff.files import handoff
 
     marker = tmp_path / "ran"
     doc = changed(best_doc(), {key: PAYLOAD.format(marker=marker)})
@@ -155,7 +155,7 @@ def test_a_storage_url_with_a_query_string_and_a_space_runs_its_trials(tmp_path:
 @pytest.mark.parametrize(("mode", "refused"), [(0o700, False), (0o755, False), (0o777, True),
                                                (0o775, True)])  # fmt: skip
 def test_a_compile_cache_folder_others_can_write_is_refused(tmp_path, mode, refused) -> None:
-    from train.config_rules import check_compile_cache
+    from train.core.rules import check_compile_cache
 
     folder = tmp_path / "cache"
     folder.mkdir()
@@ -183,7 +183,7 @@ def test_a_storage_password_is_in_no_file_the_sweep_writes(tmp_path: Path) -> No
 
     from tests.postgres import running_postgres
     from tests.sweep_helpers import run_sweep
-    from train.config_rules import STORAGE_ENV
+    from train.core.rules import STORAGE_ENV
 
     with running_postgres(database="secrets") as url:
         secret_url = url.replace("@", f":{SECRET}@", 1)

@@ -2,8 +2,8 @@
 (issue 35).
 
 The generator (scripts/settings_reference.py) reads the dataclasses that declare the settings; these
-tests hold it to sources it does not read: the trainer keys Hydra's schema has (train.keys) and the
-fields `SweepSettings` accepts, and the settings `python sweep.py --cfg hydra -p hydra.sweeper`
+tests hold it to sources it does not read: the trainer keys Hydra's schema has (train.core.keys) and
+the fields `SweepSettings` accepts, and the settings `python sweep.py --cfg hydra -p hydra.sweeper`
 prints.
 """
 
@@ -20,7 +20,7 @@ import yaml
 
 from sweeper.settings import SweepSettings
 from tests.sweep_helpers import REPO
-from train import keys
+from train.core import keys
 
 sys.path.insert(0, str(REPO / "scripts"))
 import settings_reference

@@ -231,7 +231,7 @@ RULES = [
     ({"runtime.attention": "cudnn"}, {}, r"attention=cudnn has no CPU kernel"),
     ({"runtime.attention": "flash"}, {}, None),
     ({"runtime.attention": "efficient"}, CUDA, None),
-    # flash and cuDNN attention take fp16/bf16 only on CUDA (train.config's rule)
+    # flash and cuDNN attention take fp16/bf16 only on CUDA (train.core.config's rule)
     ({"runtime.attention": "flash", "runtime.dtype": "fp32"}, CUDA,
      r"attention=flash has no fp32 kernel on CUDA"),
     ({"runtime.attention": "cudnn", "runtime.dtype": "fp32"}, CUDA, r"cudnn has no fp32 kernel"),

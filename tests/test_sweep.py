@@ -173,7 +173,7 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
 def test_a_search_preset_sets_the_sweeper_settings_it_names(search, top_k, repeats) -> None:
     from hydra import compose, initialize_config_dir
 
-    import train.config  # noqa: F401  (registers train_schema)
+    import train.core.config  # noqa: F401  (registers train_schema)
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("sweep", overrides=[f"search={search}"], return_hydra_config=True)

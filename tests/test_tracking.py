@@ -87,7 +87,7 @@ def test_the_mlflow_tracker_and_the_null_one_are_trackers() -> None:
 
 # -- fakes ----------------------------------------------------------------------------------------
 def fake_result(*, tokens_per_s: float | None, status: str = "complete", failure=None) -> dict:
-    """A result.json as train/trial/result.py writes it (schema v1), trimmed to what we read."""
+    """A result.json as train/core/result.py writes it (schema v1), trimmed to what we read."""
     intervals = [
         {"step": s, "tokens_per_s": 1900.0 + s, "step_time_s": 0.5, "data_wait_frac": 0.1}
         for s in (10, 20, 30)

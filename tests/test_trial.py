@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import train.core.progress as progress_mod
 import train.trial.measurement as trial_mod
-import train.trial.progress as progress_mod
 from tests.conftest import FAST, compose_config, fast_overrides, run_cli
-from train.measure.flops import flops_per_token
+from train.core.flops import flops_per_token
 from train.trial.measurement import run_trial
 
-# The result contract (train/trial/result.py TrialResult, SCHEMA_VERSION): every key, always.
+# The result contract (train/core/result.py TrialResult, SCHEMA_VERSION): every key, always.
 SCHEMA_KEYS = {
     "schema_version", "status", "failure", "tokens_per_s", "tokens_per_step", "step_time_s",
     "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",

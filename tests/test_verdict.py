@@ -1,11 +1,11 @@
-"""The bottleneck verdict on hand-made trial results (train/explain/diagnosis.py)."""
+"""The bottleneck verdict on hand-made trial results (train/core/diagnosis.py)."""
 
 import math
 
 import pytest
 
 from tests.nested import changed
-from train.explain.diagnosis import (
+from train.core.diagnosis import (
     CHECKPOINT_BOUND_MIN_FRAC,
     DATA_BOUND_MIN_FRAC,
     VERDICTS,

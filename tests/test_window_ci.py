@@ -1,4 +1,4 @@
-"""The early stop of a trial's measured window (train/measure/window_ci.py): the t quantile, the
+"""The early stop of a trial's measured window (train/core/window_ci.py): the t quantile, the
 interval, the first step it may end at, the stop rule and its forward run for the plan (tables);
 a real tiny trial that ends on it; pruning at equal measured steps."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from train.measure.window_ci import (
+from train.core.window_ci import (
     ci_reached,
     first_ci_step,
     relative_half_width,
@@ -126,7 +126,7 @@ def test_the_window_ends_on_the_interval(make_config, monkeypatch, overrides, sp
                                          by) -> None:  # fmt: skip
     # the step times of this loaded VM wander 10-50%: the interval's width is planted (the rule
     # itself is the tables above); the window's wiring is what runs for real
-    import train.measure.window_ci as rule
+    import train.core.window_ci as rule
 
     monkeypatch.setattr(rule, "relative_half_width", lambda times, **kw: spread)
     raw = _measure(make_config, "trial.max_steps=8", "trial.min_steps=8",
@@ -155,7 +155,7 @@ def test_the_pruner_compares_trials_at_equal_measured_steps(tmp_path) -> None:
     at each step apart: a later trial is judged against the value at its own measured step."""
     import optuna
 
-    from train.trial.pruning import PRUNER_ATTR, StudyReporter
+    from train.core.pruning import PRUNER_ATTR, StudyReporter
 
     storage = f"sqlite:///{tmp_path / 'o.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")

@@ -23,14 +23,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from train.config import Config, check_batch, world_size
-from train.config_file import exit_on_bad_config_file
-from train.config_rules import grad_accum_across_ranks
+from train.core.compile_cache import cache_failure
+from train.core.config import Config, check_batch
+from train.core.config_file import exit_on_bad_config_file
+from train.core.flops import mfu
+from train.core.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
+from train.core.paths import check_checkpoint_target
+from train.core.rules import grad_accum_across_ranks, world_size
 from train.data.dataset import DataChanged
-from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
-from train.measure.flops import mfu
-from train.paths import check_checkpoint_target
-from train.proc.compile_cache import cache_failure
 from train.run.checkpoint import (
     CheckpointDiskFull,
     CheckpointReadError,

@@ -16,17 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from train.config_file import read_pinned_config
-from train.handoff.files import TARGETS, handoff
-from train.handoff.gaps import MeasuredTrial, measured_trials
-from train.handoff.nanogpt import read_data_folder
+from train.core.config_file import read_pinned_config
+from train.core.handoff.files import TARGETS, handoff
+from train.core.handoff.gaps import MeasuredTrial, measured_trials
+from train.core.handoff.nanogpt import read_data_folder
 
 log = logging.getLogger(__name__)
 
 
 def study_evidence(doc: dict[str, Any]) -> tuple[list[MeasuredTrial] | None, str]:
     """The study's measured trials, or None and why they could not be read."""
-    from train.trial.pruning import sweep_study
+    from train.core.pruning import sweep_study
 
     try:
         trials, _ = sweep_study(doc)

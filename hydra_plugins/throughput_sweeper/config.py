@@ -68,7 +68,7 @@ class ThroughputSweeperConf:
     # JSON to this file, for scripts (scripts/gpu_acceptance.py --lease --plan); '' = none
     plan_json: str = ""
     storage: str = ""  # Optuna storage URL; empty = sqlite:///<cwd>/sweeps/optuna.db
-    # torch.compile's cache, shared by every trial and race run (train/proc/compile_cache.py):
+    # torch.compile's cache, shared by every trial and race run (train/core/compile_cache.py):
     # auto = a compile_cache folder beside a SQLite storage's file (else in the sweep dir), a
     # folder, or off (every trial compiles cold); best.yaml carries the folder to the production run
     compile_cache: str = "auto"
@@ -85,8 +85,8 @@ class ThroughputSweeperConf:
     # saves at the Young/Daly interval from the winner's measured save (mtbf_h), at most this;
     # 0 = no cap (the search prices each trial's own checkpoint.every_steps)
     planned_checkpoint_every: int = 0
-    # mean time between failures of ONE device, hours (train/handoff/interval.py): Llama 3 paper
-    # (2024, sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100s = 54 x 24 x
+    # mean time between failures of ONE device, hours (train/core/handoff/interval.py): Llama 3
+    # paper (2024, sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100s = 54 x 24 x
     # 16,384 / 419 = 50,677 GPU-hours; rounded down. A job of N devices fails N times as often
     mtbf_h: float = 50_000.0
     usd_per_hour: float = 0.0  # device price, USD per hour; 0 = unknown: show hours only

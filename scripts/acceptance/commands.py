@@ -118,7 +118,7 @@ def race_stop_reason(line: str, *, left_s: float, race_round_s: float) -> str:
 
 def ddp_split(micro_batch: int, grad_accum: int, *, world: int) -> tuple[int, int]:
     """The per-process (micro_batch, grad_accum) of a one-process split on `world` processes at
-    the same tokens per step (train/config.py's check_batch: micro_batch x grad_accum x block x
+    the same tokens per step (train/core/config.py's check_batch: micro_batch x grad_accum x block x
     world). Each process keeps the micro-batch (the same kernels as the single-GPU figure) and
     takes 1/world of the accumulation; where that does not divide, the micro-batch is split."""
     if grad_accum % world == 0:

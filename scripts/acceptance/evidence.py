@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from train.trial.result import read_result
+from train.core.result import read_result
 
 SCHEMA = "gpu-acceptance/1"
 FILE_NAME = "evidence.json"

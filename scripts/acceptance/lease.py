@@ -26,7 +26,7 @@ from acceptance.profiles import LEASE, Profile
 from sweeper.forecast import compile_s, costs_for, setup_s
 from sweeper.numbers import fmt_secs
 from sweeper.space.limits import predict_step
-from train.measure.memory_model import device_memory_gib
+from train.core.memory_model import device_memory_gib
 
 LEASE_S = 900.0  # one lease of device time, the machine's start included
 MACHINE_START_S = 180.0  # the start of a fresh machine: 1-3 minutes, its worst case

@@ -1,6 +1,6 @@
 """The plan stage's choices, pure: the sweep's starting config and the memory points to measure.
 
-Both come from the memory model (train/measure/memory_model.py) and the probed device's memory.
+Both come from the memory model (train/core/memory_model.py) and the probed device's memory.
 The starting config is the best one predicted to fit: the largest micro-batch first (the seed's 16
 where it fits: larger matmuls run nearer the ceiling), without activation checkpointing before
 with it (recompute costs a third more compute), compiled before eager (on the 2026-11-23 H100 run,
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceptance.profiles import Profile
-from train.measure.memory_model import inputs_from_config, predict_memory, usable_gib
+from train.core.memory_model import inputs_from_config, predict_memory, usable_gib
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -127,7 +127,7 @@ def lease_stage(ctx: StageContext) -> StageOutcome:
 
 
 def _sweep_results(ctx: StageContext) -> list[dict]:
-    from train.trial.result import read_result
+    from train.core.result import read_result
 
     found = [read_result(path) for path in sorted(ctx.sweep_dir.glob("*/result.json"))
              if path.parent.name.isdigit()]  # fmt: skip
@@ -193,7 +193,7 @@ def _memory_check(ctx: StageContext, point: Point, model: dict, kind: str) -> di
 
 
 def _earlier_results(ctx: StageContext) -> list[dict]:
-    from train.trial.result import read_result
+    from train.core.result import read_result
 
     found = [read_result(path) for path in sorted((ctx.work / "memory").glob("*/*.json"))]
     return [r for r in found if r]
@@ -340,7 +340,7 @@ def ddp_stage(ctx: StageContext, *, device_count: Callable[[], int] | None = Non
     ran = run_until(argv, cwd=ctx.work, env=child_env(), log_path=ctx.logs / "ddp.log",
                     deadline=ctx.deadline, label="data-parallel trial", clock=ctx.clock,
                     grace_s=p.grace_s)  # fmt: skip
-    from train.trial.result import read_result
+    from train.core.result import read_result
 
     result = read_result(result_path)
     figures = result_figures(result)

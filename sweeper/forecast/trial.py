@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.forecast.costs import AUTOTUNE_FACTOR, compile_s, costs_for, setup_s
-from train.config import TrialConfig
-from train.measure.meters import projects, short_step
-from train.measure.window_ci import first_ci_step, steps_to_ci
+from train.core.config import TrialConfig
+from train.core.meters import projects, short_step
+from train.core.window_ci import first_ci_step, steps_to_ci
 
 # torch.compile's allowance in a trial's hard limit: 300 s for 48 layers, scaled by depth, at
 # least 60 s (a 2-layer model's first compile on a 2-core CPU takes 25-40 s).
@@ -30,7 +30,7 @@ WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are fa
 # The trainer's defaults, for a config that leaves a trial.* key out.
 TRIAL_DEFAULTS = TrialConfig()
 # Step-to-step coefficient of variation the expected window assumes for trial.target_ci's early
-# stop (train/measure/window_ci.py). GPU: assumed for a compute-bound step of many micro-batches
+# stop (train/core/window_ci.py). GPU: assumed for a compute-bound step of many micro-batches
 # (the projection of gpt2-xl's short steps was 0.1% off its real full steps, README); a sweep's
 # own trials replace it where a calibration exists (sweeper/plan/calibration.py). CPU: this 2-core
 # VM's fixed work varies 12-23% (DEVELOPERS.md), so a +-2% interval is rarely reached in 20 steps.

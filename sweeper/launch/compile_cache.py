@@ -9,7 +9,7 @@ same folder twice: in its environment from its first instruction (`env`: torch r
 switches when its config modules are imported, which a zygote-forked trial did before it was
 forked) and as `runtime.compile_cache` (`overrides`, which the trainer applies before it compiles,
 and best.yaml carries to the production run). `trial.compile_record` names the record of each
-graph's first measured compile (train/measure/compile_graphs.py) that time_to_train charges.
+graph's first measured compile (train/core/compile_graphs.py) that time_to_train charges.
 
 Light: no torch.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.space.overrides import hydra_quote
-from train.measure.compile_graphs import RECORD_NAME
-from train.proc.compile_cache import OFF, cache_env
+from train.core.compile_cache import OFF, cache_env
+from train.core.compile_graphs import RECORD_NAME
 
 AUTO = "auto"
 FOLDER_NAME = "compile_cache"  # auto's folder name

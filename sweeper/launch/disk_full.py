@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from train.run.disk_full import DISK_FULL_ERRNOS, causes, free_bytes
+from train.core.disk_full import DISK_FULL_ERRNOS, causes, free_bytes
 
 SQLITE_FULL = "database or disk is full"
 

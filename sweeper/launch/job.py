@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from sweeper.launch.runner import run_child, trial_argv
 from sweeper.masking import hydra_files, scrub_files
 from sweeper.space.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
-from train.paths import PROJECT_DIR
-from train.proc.compile_cache import cache_env
+from train.core.compile_cache import cache_env
+from train.core.paths import PROJECT_DIR
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def write_trial_config(doc: dict, job_dir: Path) -> Path:
 def trial_env(compile_cache: str = "") -> dict[str, str]:
     """The variables a trial gets on top of ours: the project importable from anywhere, and the
     compile cache it uses (runtime.compile_cache, set before torch is imported:
-    train/proc/compile_cache.py)."""
+    train/core/compile_cache.py)."""
     path = os.environ.get("PYTHONPATH")
     return {
         "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_DIR), path) if p),

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from sweeper.launch.spawn import ForkedProcess, start_trial_process
 from sweeper.space.overrides import hydra_quote
-from train.proc.deathsig import die_with_parent, libc_prctl
-from train.trial.result import FAILURE_KINDS, ResultError, TrialResult, load_result
+from train.core.deathsig import die_with_parent, libc_prctl
+from train.core.result import FAILURE_KINDS, ResultError, TrialResult, load_result
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ _PRCTL = libc_prctl()
 
 
 def _preexec_pdeathsig(parent_pid: int) -> Callable[[], None]:
-    """The child's parent-death signal (train/proc/deathsig.py), set between fork and exec.
+    """The child's parent-death signal (train/core/deathsig.py), set between fork and exec.
 
     Popen runs setsid() (start_new_session=True) before preexec_fn, so this runs in the new session.
     The death signal fires when the *thread* that forked exits, so call run_child from a thread
@@ -256,7 +256,7 @@ def _read_result(path: Path) -> tuple[TrialResult | None, str | None]:
 
 
 def _from_result(doc: TrialResult) -> tuple[str, str | None]:
-    """State and reason from a result JSON (train/trial/result.py)."""
+    """State and reason from a result JSON (train/core/result.py)."""
     status = doc.get("status")
     if status in ("complete", "pruned"):
         return status, None

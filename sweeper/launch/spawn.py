@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from train.config_rules import STORAGE_ENV
+from train.core.rules import STORAGE_ENV
 
 log = logging.getLogger(__name__)
 

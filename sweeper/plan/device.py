@@ -1,5 +1,5 @@
 """The device a sweep plans for: probed where trials run, or a named plan device taken from the
-memory and peak tables (train/measure/memory_model.py, train/measure/flops.py), so a plan can be
+memory and peak tables (train/core/memory_model.py, train/core/flops.py), so a plan can be
 made for a GPU this machine lacks. The probe asks a child process (`probe_device`), so that the
 sweeper never imports torch.
 """
@@ -11,10 +11,10 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
-from train.config_rules import FLASH_IMPLS
-from train.measure.flops import capability_for_device_name, chip_for_device_name
-from train.measure.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
-from train.paths import PROJECT_DIR
+from train.core.flops import capability_for_device_name, chip_for_device_name
+from train.core.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
+from train.core.paths import PROJECT_DIR
+from train.core.rules import FLASH_IMPLS
 
 
 def probe_device(timeout_s: float = 180.0) -> dict:
@@ -43,7 +43,7 @@ class DeviceFacts:
     cpu_count: int  # CPUs for data workers
     source: str  # "probed" | "plan device"
     # compute capability (runtime.float8 needs >= 8.9): probed, or a plan device's from the chip
-    # table (train/measure/flops.py CHIP_CAPABILITY); None on a CPU or where unknown
+    # table (train/core/flops.py CHIP_CAPABILITY); None on a CPU or where unknown
     cuda_capability: tuple[int, int] | None = None
     # runtime.attention's flash implementations installed where trials run: probed, or a plan
     # device's assumed software (hydra.sweeper.plan_software); None: not known
@@ -65,8 +65,8 @@ class DeviceFacts:
 
 
 def known_plan_devices() -> list[str]:
-    """Device names plan_device accepts: a memory size (train/measure/memory_model.py) and a peak
-    (train/measure/flops.py) are both known for them."""
+    """Device names plan_device accepts: a memory size (train/core/memory_model.py) and a peak
+    (train/core/flops.py) are both known for them."""
     return sorted(n for n in DEVICE_MEMORY_GIB if chip_for_device_name(n) is not None)
 
 

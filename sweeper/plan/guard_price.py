@@ -21,7 +21,7 @@ from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import point_limits
 from sweeper.space.math_keys import math_changes, searched_math_keys
-from train.trial.curve import capped_split, curve_keys
+from train.core.curve import capped_split, curve_keys
 
 
 def curve_run_keys(

@@ -18,7 +18,7 @@ from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import recompute_factor
 from sweeper.space.memory import predict
 from sweeper.space.space import SearchSpace, baseline_params
-from train.config import resolve_dtype_name
+from train.core.rules import resolve_dtype_name
 
 LEVER_KEYS = ("runtime.activation_checkpointing", "runtime.loss")
 # the reference point's knobs the heading names

@@ -23,8 +23,8 @@ from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import point_limits
 from sweeper.space.memory import predict
 from sweeper.space.space import SearchSpace, baseline_params
-from train.measure.flops import flops_per_token, gpt2_num_params
-from train.measure.memory_model import ALLOCATOR_MARGIN
+from train.core.flops import flops_per_token, gpt2_num_params
+from train.core.memory_model import ALLOCATOR_MARGIN
 
 __all__ = ["SWEEP_OVERHEAD_S", "SweepPlan", "build_plan", "startup_lines"]
 

@@ -14,7 +14,7 @@ from sweeper.launch import kinds
 from sweeper.masking import mask_secrets
 from sweeper.plan.device import known_plan_devices
 from sweeper.study.study import PRUNERS, SAMPLERS
-from train import keys
+from train.core import keys
 
 
 def check_sweep(settings: Any, sweep_dir: Path, *, launcher: str = "BasicLauncher") -> None:
@@ -152,7 +152,7 @@ def listed_ints(spec: Any) -> list[int] | None:
 def check_micro_batches(space: dict[str, Any], base: dict[str, Any]) -> None:
     """A searched micro-batch list with no value that keeps the tokens per step is refused with
     the valid micro_batch x grad_accum splits."""
-    from train.config import grad_accum_for, valid_splits
+    from train.core.rules import grad_accum_for, valid_splits
 
     values = listed_ints(space.get("batch.micro_batch"))
     if not values or "batch.grad_accum" in space:

@@ -33,8 +33,8 @@ from sweeper.space.constraints import SpaceContext, cpus_here
 from sweeper.space.space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
-from train.measure.cost import resolve_planned_steps
-from train.trial.progress import HEARTBEAT_S
+from train.core.cost import resolve_planned_steps
+from train.core.progress import HEARTBEAT_S
 
 log = logging.getLogger(__name__)
 

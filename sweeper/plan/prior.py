@@ -9,7 +9,7 @@ compute-bound GPU step, so those are queued first (after the starting config):
    kernels: gpt2-xl on an H100 ran 14% faster compiled, README), with a fused attention kernel
    (flash, then cuDNN, then memory-efficient: none stores the T x T score matrix);
 2. the same one micro-batch size up with the cheapest recompute that lets it fit (the least extra
-   forward work by train.config.num_checkpointed_blocks);
+   forward work by train.core.config.num_checkpointed_blocks);
 3. point 1 with each new lever of the compute-bound step the space holds (float8 matmuls, the
    chunked loss, a newer flash implementation, selective recompute): one point per lever, the
    micro-batch re-fitted when the lever frees memory.

@@ -21,7 +21,7 @@ from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
 from sweeper.space.space import SAMPLE_POINTS, SearchSpace
-from train.config import resolve_dtype_name
+from train.core.rules import resolve_dtype_name
 
 # Keys read by the constraints (sweeper/space/space.py), the memory model and the trial limits; a
 # searched key outside these (and outside model.* / trial.*) never changes whether a point runs
@@ -38,7 +38,7 @@ PLAN_KEYS = (
 # and limits, at the base config's unit, err long); enumerating it would double the scan of
 # search=throughput past ENUMERATE_LIMIT
 PLAN_PREFIXES = ("model.", "trial.")
-# The knobs a memory estimate depends on (train.measure.memory_model.MemoryInputs), as
+# The knobs a memory estimate depends on (train.core.memory_model.MemoryInputs), as
 # printed.
 MEMORY_KNOBS = (
     "batch.micro_batch", "runtime.dtype", "runtime.attention",
@@ -63,7 +63,7 @@ class PointClass:
     """Runnable points that share precision, compile mode and activation checkpointing."""
 
     knobs: dict[str, Any]  # "precision" (bf16 | fp16 | tf32 | fp32) and CLASS_KNOBS
-    floor_s: float | None  # step at 100% of the datasheet peak (train/measure/flops.py)
+    floor_s: float | None  # step at 100% of the datasheet peak (train/core/flops.py)
     step_s: float  # predicted step at ASSUMED_MFU
     timeout_s: float  # the largest hard limit in the class
     stall_timeout_s: float | None  # the largest stall limit (None: stall check off)

@@ -31,14 +31,14 @@ from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import point_limits
 from sweeper.study.budget import verify_reserve
-from train.measure.compile_graphs import graph_key
+from train.core.compile_graphs import graph_key
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
 REAL_STEPS = {"trial.project_above_s": 0}  # a race run measures real full steps (never projected)
 
 
 def graph_of(config: Mapping[str, Any]) -> str | None:
-    """The compiled graph a flat config builds (train/measure/compile_graphs.py's key, the one
+    """The compiled graph a flat config builds (train/core/compile_graphs.py's key, the one
     the trials' compile record uses); None when eager. The plan's own keys are not knobs."""
     return graph_key({k: v for k, v in config.items() if not k.startswith("plan.")})
 

@@ -3,7 +3,7 @@
 For each, the production run's wall time for the planned tokens (compile once, the steady steps,
 every checkpoint save's stall at the planned interval) and, when a price is known, the dollars per
 billion tokens. The run is priced by sweeper/study/objective.py `result_train_time` (the
-time_to_train objective's own function, on train/measure/cost.py's arithmetic), from the
+time_to_train objective's own function, on train/core/cost.py's arithmetic), from the
 configuration's verified runs when it has them (the median run by predicted time), else from its
 search run.
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.report.handoff import plan_from_results
 from sweeper.study.objective import ObjectiveConfig, result_train_time
-from train.measure.cost import TOKENS_PER_BILLION, device_price, usd_per_1b_tokens
+from train.core.cost import TOKENS_PER_BILLION, device_price, usd_per_1b_tokens
 
 if TYPE_CHECKING:
     import optuna

@@ -1,7 +1,7 @@
 """best.yaml: the winning trainer config, pinned, with the evidence for it.
 
-The document is a Hydra primary config: `defaults: [train_schema, _self_]` types it with the
-trainer schema (train/config.py), the trainer sections follow as resolved values, and `provenance`
+The document is a Hydra primary config: `defaults: [train_schema, _self_]` types it with the trainer
+schema (train/core/config.py), the trainer sections follow as resolved values, and `provenance`
 (which the trainer carries and ignores) records the measured metrics, the machine fingerprint, the
 command and the sweep it came from.
 """
@@ -20,25 +20,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweeper.masking import mask_secrets
-from train.config_file import DEFAULTS
+from train.core.config_file import DEFAULTS
 
 if TYPE_CHECKING:
     from sweeper.verify.stage import Winner
-    from train.handoff.interval import CheckpointPlan
+    from train.core.handoff.interval import CheckpointPlan
 
 log = logging.getLogger(__name__)
 
-# The trainer's sections in schema order (train/config.py: Config).
+# The trainer's sections in schema order (train/core/config.py: Config).
 TRAINER_SECTIONS = (
     "model", "data", "batch", "optim", "checkpoint", "runtime", "ddp", "trial", "train",
 )  # fmt: skip
 # Top-level keys of a composed config that are not trainer settings and are dropped on export.
 _DROPPED_KEYS = ("defaults", "hydra", "provenance", "pinned_sections")
 # What a best.yaml says it pins, written above the sections so that a file cut short still says
-# what it lacks (train/config_file.py refuses it); provenance, written last, marks the end.
+# what it lacks (train/core/config_file.py refuses it); provenance, written last, marks the end.
 PINNED_SECTIONS = (*TRAINER_SECTIONS, "provenance")
 # trial.* keys that only make sense inside a sweep, reset to the TrialConfig defaults
-# (train/config.py; duplicated here because sweeper/ must not import train/, which imports torch).
+# (train/core/config.py; duplicated here because sweeper/ must not import train/, which imports
+# torch).
 SWEEP_ONLY_TRIAL_DEFAULTS: dict[str, Any] = {
     "study_storage": "",
     "study_name": "",
@@ -99,7 +100,7 @@ def best_config_document(
     # command line): best.yaml says plainly that it attaches to no study
     doc["trial"].update(SWEEP_ONLY_TRIAL_DEFAULTS)
     # runtime.compile_cache: the sweep's cache folder, which the production run compiles from
-    # (train/proc/compile_cache.py); a sweep that ran with it off leaves torch's default
+    # (train/core/compile_cache.py); a sweep that ran with it off leaves torch's default
     if doc["runtime"].get("compile_cache") == "off":
         doc["runtime"]["compile_cache"] = ""
 
@@ -337,7 +338,7 @@ def export_winner(
         else {"every_steps": pinned["checkpoint"]["every_steps"], "rule": "no save measured"}
     )  # fmt: skip
     doc["provenance"]["measured_as"] = measured_as  # the conditions the race measured it in
-    # what its matmuls ran in, and what its MFU is measured against (train/trial/result.py)
+    # what its matmuls ran in, and what its MFU is measured against (train/core/result.py)
     doc["provenance"]["precision"] = precision_record(winner.results, row)
     # the numerics guard's check of its math against the starting config's (sweeper/verify/guard.py)
     guard = getattr(winner, "numerics_guard", None)

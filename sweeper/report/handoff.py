@@ -2,11 +2,11 @@
 beside best.yaml with what each target cannot express.
 
 The interval comes from the winner's verified runs: the median save stall they measured and their
-median steady step, through Young/Daly (train/handoff/interval.py) with hydra.sweeper.mtbf_h per
-device and the user's planned_checkpoint_every as the upper bound. best.yaml pins it
+median steady step, through Young/Daly (train/core/handoff/interval.py) with hydra.sweeper.mtbf_h
+per device and the user's planned_checkpoint_every as the upper bound. best.yaml pins it
 (sweeper/report/export.py) and the time-to-train report prices it (sweeper/report/cost.py). The
-handoff files are rendered by train/handoff/files.py from the written best.yaml, so they say what
-the file says; the study's trials price each gap.
+handoff files are rendered by train/core/handoff/files.py from the written best.yaml, so they say
+what the file says; the study's trials price each gap.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.study.objective import save_stall_s, steady_step_time_s
-from train.config_file import read_pinned_config
-from train.handoff.files import TARGETS, handoff
-from train.handoff.gaps import measured_trials
-from train.handoff.interval import CheckpointPlan, checkpoint_plan, plan_line
-from train.handoff.nanogpt import read_data_folder
+from train.core.config_file import read_pinned_config
+from train.core.handoff.files import TARGETS, handoff
+from train.core.handoff.gaps import measured_trials
+from train.core.handoff.interval import CheckpointPlan, checkpoint_plan, plan_line
+from train.core.handoff.nanogpt import read_data_folder
 
 log = logging.getLogger(__name__)
 

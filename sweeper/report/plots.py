@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from train.measure.flops import floor_step_time_s
+from train.core.flops import floor_step_time_s
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The sweep's closing story: the starting config against the winner, each with its bottleneck
-diagnosis (train/explain/diagnosis.py), and the next fixes with the evidence the study holds.
+diagnosis (train/core/diagnosis.py), and the next fixes with the evidence the study holds.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sweeper.report.console import say
 from sweeper.tracking import Tracker
 from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
 from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
-from train.explain.evidence import SearchRun, measured_basis, search_runs, verified_runs
+from train.core.evidence import SearchRun, measured_basis, search_runs, verified_runs
 
 
 def tell_story(
@@ -28,7 +28,7 @@ def tell_story(
 ) -> None:
     """Print the bottleneck verdict for the winner and for the starting config, side by side,
     and log both (and the speedup) on the parent MLflow run."""
-    from train.explain.diagnosis import diagnose
+    from train.core.diagnosis import diagnose
 
     winner: Winner = verification.winner
     lines = [f"race: {winner.verdict.reason}"]

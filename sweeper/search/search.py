@@ -40,7 +40,7 @@ from sweeper.study.study import (
     planned_params,
     trial_id,
 )
-from train.config_rules import ENV_REFERENCE, STORAGE_ENV
+from train.core.rules import ENV_REFERENCE, STORAGE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Search:
         self.start = start  # the starting config's knobs: a trial line names those it changes
         self.storage = storage
         # what the trials are told: a URL with a secret only by the name of the environment
-        # variable that holds it (train/config_rules.py STORAGE_ENV), set here for every trial
+        # variable that holds it (train/core/rules.py STORAGE_ENV), set here for every trial
         self.trial_storage = storage
         if mask_secrets(storage) != storage:
             os.environ[STORAGE_ENV] = storage

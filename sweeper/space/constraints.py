@@ -6,7 +6,7 @@ knob: a batch split that changes the tokens per step, a device this machine lack
 or kernel the device cannot run, CUDA graphs with gradient accumulation, more data workers than
 CPUs, a checkpoint interval the measured window may never reach, and the memory rules
 (sweeper/space/memory.py). The rules the trainer also enforces are the trainer's own torch-free
-functions (train.config), never copies of them.
+functions (train.core.config), never copies of them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from train.config import (
+from train.core.rules import (
     attention_dtype_conflict,
     cudagraph_conflict,
     dtype_unsupported,

@@ -2,7 +2,7 @@
 
 A GPT-2 XL step of a million tokens takes ~35 s on an H100; a tiny CPU step takes a quarter of a
 second. One fixed trial limit either kills the first or lets the second hang for ten minutes, so
-the sweep predicts each trial from arithmetic (train/measure/flops.py, torch-free) and sizes
+the sweep predicts each trial from arithmetic (train/core/flops.py, torch-free) and sizes
 its limits:
 
     predicted step  = FLOPs per step / (device peak x MFU)   (x recompute, see below; MFU is
@@ -34,14 +34,14 @@ from sweeper.forecast.trial import (
     trial_time,
     window_steps,
 )
-from train.config import is_selective, num_checkpointed_blocks, resolve_dtype_name
-from train.measure.flops import (
+from train.core.flops import (
     chip_for_device_name,
     floor_step_time_s,
     flops_per_token,
     gpt2_num_params,
     lookup_peak,
 )
+from train.core.rules import is_selective, num_checkpointed_blocks, resolve_dtype_name
 
 if TYPE_CHECKING:
     from sweeper.space.constraints import SpaceContext
@@ -64,7 +64,7 @@ DEFAULT_STALL_S = 300.0
 # A CPU has no datasheet peak. 10 GFLOP/s is below every rate measured on the 2-core EPYC these
 # demos run on (139 GFLOP/s fp32 and 19 GFLOP/s bf16 matmul ceilings), so predictions err long.
 CPU_FLOPS = 10e9
-# A GPU missing from train/measure/flops.py's peak table: rates below an L4's (T4-class), again
+# A GPU missing from train/core/flops.py's peak table: rates below an L4's (T4-class), again
 # erring long: a timeout too generous costs time only when a trial hangs, one too short kills it.
 UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +94,7 @@ class TrialLimits:
 
 def recompute_factor(activation_checkpointing: Any, n_layer: int) -> float:
     """Extra compute of activation checkpointing: each checkpointed block (the model's rule,
-    train.config.num_checkpointed_blocks) runs its forward twice, and a forward is a third of
+    train.core.config.num_checkpointed_blocks) runs its forward twice, and a forward is a third of
     forward + backward. `selective` reruns no matmul and no attention (their outputs are kept,
     train/model/recompute.py), only LayerNorm, GELU and the adds: ~100C FLOPs per token and block
     against its matmuls' 72C^2 (forward and backward; C = n_embd), under 0.1% at gpt2-xl's 1600,

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# The trainer keys that change the numbers a step computes (train/config.py RuntimeConfig), and the
-# test-only trial.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
+# The trainer keys that change the numbers a step computes (train/core/config.py RuntimeConfig), and
+# the test-only trial.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
 MATH_KEYS: tuple[str, ...] = (
     "runtime.dtype",  # fp32 | bf16 | fp16 autocast
     "runtime.tf32",  # TF32 tensor cores for fp32 matmuls

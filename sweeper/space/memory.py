@@ -1,7 +1,7 @@
 """Points that would run out of device memory: refused before they launch, never after.
 
 Two sources, both pure and torch-free:
-- the memory model (train/measure/memory_model.py): a point predicted not to fit in the
+- the memory model (train/core/memory_model.py): a point predicted not to fit in the
   device's memory, less the allocator's margin, is refused with its predicted GiB;
 - the sweep's own out-of-memory trials: a point with the same knobs as one that ran out of
   memory and a micro-batch at least as large would too (activations grow with the micro-batch,
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from train.config import resolve_dtype_name
+from train.core.rules import resolve_dtype_name
 
 MICRO_BATCH, GRAD_ACCUM = "batch.micro_batch", "batch.grad_accum"
 # Knobs that live in host memory only (the DataLoader, the checkpoint writer's host snapshot):
@@ -48,7 +48,7 @@ class OutOfMemory:
 
 
 def _model() -> Any:
-    from train.measure import memory_model  # torch-free; imported where it is used
+    from train.core import memory_model  # torch-free; imported where it is used
 
     return memory_model
 

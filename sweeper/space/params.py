@@ -4,7 +4,7 @@ Specs use Hydra's own override grammar (`choice(...)`, `range(a,b[,step])`, `int
 `int(interval(a,b))`, `tag(log, ...)`), parsed by Hydra's parser so the meaning matches the command
 line. A YAML list is a categorical, a plain scalar is a fixed override. Our one extension is the
 batch split: `batch.micro_batch: {split: true, min: 1, max: 64}` (or `split()`) searches only the
-micro-batch sizes that keep the tokens per step (train.config.valid_splits).
+micro-batch sizes that keep the tokens per step (train.core.config.valid_splits).
 
 Choices this machine cannot run (data workers beyond its CPUs, checkpoint folders it lacks,
 precisions and kernels its device lacks) are dropped here, before any sampler sees them.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.space.constraints import MICRO_BATCH, SpaceContext, unsupported_here
-from train.config import SELECTIVE, parse_activation_checkpointing, valid_splits
+from train.core.rules import SELECTIVE, parse_activation_checkpointing, valid_splits
 
 log = logging.getLogger(__name__)
 

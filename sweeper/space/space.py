@@ -37,7 +37,7 @@ from sweeper.space.params import (
     fail,
     parse_param,
 )
-from train.config import resolve_dtype_name
+from train.core.rules import resolve_dtype_name
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution

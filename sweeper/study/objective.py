@@ -1,6 +1,6 @@
 """What a trial is scored on: its tokens/s, or the wall time the production run would take.
 
-Pure arithmetic over a trial result (train/trial/result.py `TrialResult`); no torch, no I/O.
+Pure arithmetic over a trial result (train/core/result.py `TrialResult`); no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from train.measure.cost import TrainTime, train_time
+from train.core.cost import TrainTime, train_time
 
 if TYPE_CHECKING:
-    from train.trial.result import TrialResult
+    from train.core.result import TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ _DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
     "time_to_train": "minimize",
 }
 # An optional key in step_time_s: the median of the measured steps that carried no checkpoint
-# save. The trial does not write it (it is not in train/trial/result.py StepTimes); a result that
+# save. The trial does not write it (it is not in train/core/result.py StepTimes); a result that
 # carries it is scored on it, any other has it estimated from p50 (see steady_step_time_s).
 NO_CHECKPOINT_P50_KEY = "p50_no_checkpoint"
 
@@ -107,7 +107,7 @@ def objective_value(result: TrialResult, cfg: ObjectiveConfig) -> float:
 def result_train_time(result: TrialResult, cfg: ObjectiveConfig) -> TrainTime:
     """The production run's wall time predicted from one trial result, split into steps, compile
     and checkpoint stalls: the time_to_train objective and the sweep's cost report
-    (sweeper/report/cost.py) both read it, through train.measure.cost.train_time."""
+    (sweeper/report/cost.py) both read it, through train.core.cost.train_time."""
     interval = cfg.planned_checkpoint_every or _trial_checkpoint_every(result)
     per_save = 0.0
     if interval > 0:
@@ -178,7 +178,7 @@ def steady_step_time_s(result: TrialResult) -> float:
 
     Prefers step_time_s["p50_no_checkpoint"] when the result carries it. Otherwise p50 stands
     in: with k = len(checkpoint_s) saves among n measured steps, the k stalled steps are the
-    slowest, so p50 (linear interpolation, train/measure/meters.py percentile) ignores them while
+    slowest, so p50 (linear interpolation, train/core/meters.py percentile) ignores them while
     k < n/2; from there on it sits partly or wholly on a stalled step, and that share of the
     median stall is subtracted (e.g. checkpoint.every_steps=1: every step stalled, the whole
     median stall comes off).

@@ -23,8 +23,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.masking import mask_secrets
 from sweeper.study.owner import owner_alive, owner_tag
-from train.trial.pruning import PRUNER_ATTR
-from train.trial.result import read_result
+from train.core.pruning import PRUNER_ATTR
+from train.core.result import read_result
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from sweeper.tracking.names import (
 from sweeper.tracking.parent import parent_to_resume, record_parent
 
 if TYPE_CHECKING:
-    from train.trial.result import TrialResult
+    from train.core.result import TrialResult
 
 # one logger for the package: its warnings read as the tracker's wherever they come from
 log = logging.getLogger("sweeper.tracking")

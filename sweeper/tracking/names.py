@@ -16,7 +16,7 @@ from sweeper.masking import mask_secrets
 from sweeper.metrics import dig, mlflow_paths
 
 if TYPE_CHECKING:
-    from train.trial.result import TrialResult
+    from train.core.result import TrialResult
 
 # MLflow 3.x limits (mlflow/utils/validation.py): param values <= 6000 chars, tag values <= 8000,
 # one log_batch call <= 1000 metrics and <= 100 params + tags.

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from train.trial.result import TrialResult
+    from train.core.result import TrialResult
 
 
 @runtime_checkable

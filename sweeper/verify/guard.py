@@ -3,7 +3,7 @@
 
 The math-changing keys are sweeper/space/math_keys.py's. The guard trains the starting config
 (the reference) `numerics_guard_seeds` times, one seed each, and every contender that changes a
-math key once, from the reference's first seed on the same batches (train/trial/curve.py: the same
+math key once, from the reference's first seed on the same batches (train/core/curve.py: the same
 seed and the same micro-batch split draw the same batches); each run is `numerics_guard_steps`
 optimizer steps. The tolerance is k x the reference's own seed-to-seed spread, measured here, at
 least a floor (sweeper/verify/guard_rules.py). A contender outside it fails the guard: recorded
@@ -44,7 +44,7 @@ from sweeper.verify.guard_rules import (
     window_size,
 )
 from sweeper.verify.winner import Candidate
-from train.trial.curve import curve_lrs, loss_curve
+from train.core.curve import curve_lrs, loss_curve
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 # does not race, as a failed one does not, but nothing says its math is wrong
 NOT_CHECKED = "not checked"
 GUARD_ATTR = "numerics_guard"  # study user attr: the guard's settings, tolerance and verdicts
-DEFAULT_SEED = 1337  # train/config.py RuntimeConfig.seed, for a base config that lacks it
+DEFAULT_SEED = 1337  # train/core/config.py RuntimeConfig.seed, for a base config that lacks it
 
 
 @dataclass(kw_only=True)

@@ -21,7 +21,7 @@ from sweeper.study.objective import direction, objective_value
 from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate
-from train.trial.result import read_result
+from train.core.result import read_result
 
 log = logging.getLogger(__name__)
 

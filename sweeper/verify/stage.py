@@ -278,7 +278,7 @@ def verified_row(number: int, cand: Candidate, results: list[dict], *, winner: b
         "step_time_s": med(lambda r: r["step_time_s"]["p50"]),
         "mfu_spec": med(lambda r: r["mfu"]["spec"]),
         "mfu_ceiling": med(lambda r: r["mfu"]["ceiling"]),
-        # the float8 matmuls its runs ran (train/trial/result.py Float8): its MFU is then
+        # the float8 matmuls its runs ran (train/core/result.py Float8): its MFU is then
         # bf16-equivalent; None: no float8
         "float8": next((r["float8"] for r in results if r.get("float8")), None),
         "data_wait_frac": med(lambda r: r["time_frac"]["data_wait"]),

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from train.config import DATA_FORMATS as _FORMATS
-from train.config import Config, DataConfig
+from train.core.config import DATA_FORMATS as _FORMATS
+from train.core.config import Config, DataConfig
 from train.data.fetch import ThreadedFetch
 
 _LLMC_HEADER_INTS = 256

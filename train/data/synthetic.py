@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from train.core.paths import check_folder_target
 from train.data.dataset import DataConfig
-from train.paths import check_folder_target
 
 log = logging.getLogger(__name__)
 

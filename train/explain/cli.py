@@ -25,18 +25,18 @@ from pathlib import Path
 
 import yaml
 
-from train.explain.diagnosis import Diagnosis, diagnose
-from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
-from train.explain.sweep_dir import judged, pick_result, sweep_evidence
-from train.measure.ceiling_cache import newest_ceiling
-from train.measure.cost import (
+from train.core.cost import (
     DEFAULT_PLANNED_TOKENS,
     planned_steps_for,
     train_time,
     usd_per_1b_tokens,
 )
-from train.measure.flops import DTYPES, lookup_peak
-from train.trial.result import load_result
+from train.core.diagnosis import Diagnosis, diagnose
+from train.core.flops import DTYPES, lookup_peak
+from train.core.result import load_result
+from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
+from train.explain.sweep_dir import judged, pick_result, sweep_evidence
+from train.measure.ceiling_cache import newest_ceiling
 
 log = logging.getLogger(__name__)
 MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from train.config_rules import FLOAT8_MIN_CAPABILITY
-from train.measure.flops import (
+from train.core.flops import (
     NANOGPT_PROMISED_FLOPS,
     capability_for_device_name,
     floor_step_time_s,
@@ -21,6 +20,7 @@ from train.measure.flops import (
     gpt2_num_params,
     nanogpt_reported_mfu,
 )
+from train.core.rules import FLOAT8_MIN_CAPABILITY
 
 log = logging.getLogger(__name__)
 

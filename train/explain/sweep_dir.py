@@ -4,7 +4,7 @@ what the sweep measured of each fix.
 The run is one of the trial best.yaml was exported from: the median of its race runs, whose median
 is the verified figure the sweep's table shows (provenance.metrics.tokens_per_s), so the header, the
 run's own line and the floor's step all say that one figure. The fixes are judged by the rule the
-sweep's `next:` lines apply (train/explain/evidence.py), on the study best.yaml names: a fix the
+sweep's `next:` lines apply (train/core/evidence.py), on the study best.yaml names: a fix the
 sweep measured no faster is left out. Torch-free.
 """
 
@@ -16,15 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from train.config_file import read_pinned_config
-from train.explain.diagnosis import Diagnosis, Fix
-from train.explain.evidence import (
+from train.core.config_file import read_pinned_config
+from train.core.diagnosis import Diagnosis, Fix
+from train.core.evidence import (
     DEFAULT_NOISE_FLOOR,
     measured_basis,
     search_runs,
     verified_runs,
 )
-from train.trial.result import read_result
+from train.core.result import read_result
 
 # what a sweep's trial job writes into its folder (sweeper/launch/runner.py RESULT_NAME); a re-run's
 # trial.json (`python -m train.trial --pinned <job>/trial_config.yaml`) is not one of the sweep's
@@ -119,7 +119,7 @@ def _median_run(runs: list[tuple[Path, dict]]) -> tuple[Path, dict]:
 
 
 def sweep_evidence(path: Path, picked: Path) -> tuple[Callable[[str], str | None] | None, str]:
-    """How the sweep judges a suggested fix (train/explain/evidence.py `measured_basis`, the rule of
+    """How the sweep judges a suggested fix (train/core/evidence.py `measured_basis`, the rule of
     the sweep's own `next:` lines) when `picked` is a run of the trial best.yaml was exported
     from; (None, why) where it cannot be judged (no sweep, another run, no study to read)."""
     best = next(iter(sorted(path.rglob("best.yaml"))), None) if path.is_dir() else None
@@ -128,7 +128,7 @@ def sweep_evidence(path: Path, picked: Path) -> tuple[Callable[[str], str | None
     ex = exported_runs(best)
     if ex.trial is None or picked.resolve() not in {q.resolve() for q in ex.runs}:
         return None, ""
-    from train.trial.pruning import sweep_study
+    from train.core.pruning import sweep_study
 
     try:
         trials, attrs = sweep_study(ex.doc)

@@ -5,7 +5,7 @@ Snapshots before and after a window tell whether anything recompiled inside it; 
 recompiles while being measured is timing the compiler, not the model, and is flagged. The cache
 counters (Inductor's FX-graph cache and AOTAutograd's cache: torch/_inductor/codecache.py and
 torch/_functorch/_aot_autograd/autograd_cache.py count a hit or a miss per graph looked up) say
-whether the warm-up's compile was cold or warm (`cache_state`).
+whether the warm-up's compile was cold or warm (`train.core.compile_graphs.cache_state`).
 """
 
 from __future__ import annotations
@@ -23,26 +23,6 @@ class CompileSnapshot:
     fxgraph_misses: int = 0
     autograd_hits: int = 0
     autograd_misses: int = 0
-
-
-CACHE_STATES = ("hit", "miss", "partial", "off", "none")
-# the cache counters a `delta` carries
-CACHE_COUNTS = ("fxgraph_hits", "fxgraph_misses", "autograd_hits", "autograd_misses")
-
-
-def cache_state(*, hits: int, misses: int, compiled: bool, enabled: bool) -> str:
-    """What the cache did for a compile: hit (every graph found: a warm compile), miss (none
-    found: cold), partial (some of each), off (caches disabled: cold), none (nothing compiled,
-    or nothing the caches looked up)."""
-    if not compiled:
-        return "none"
-    if not enabled:
-        return "off"
-    if hits and misses:
-        return "partial"
-    if misses:
-        return "miss"
-    return "hit" if hits else "none"
 
 
 def snapshot() -> CompileSnapshot:

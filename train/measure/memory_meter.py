@@ -36,11 +36,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from train.core.memory_model import GIB, MODEL_SHAPE, MemoryInputs, predict_memory
 from train.device import reset_peak_memory, sync
-from train.measure.memory_model import GIB, MODEL_SHAPE, MemoryInputs, predict_memory
 
 if TYPE_CHECKING:
-    from train.config import Config
+    from train.core.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ and "FA4" in torch 2.11-2.13) are runtime.attention values of their own ("fa3", 
 implementation, process-wide, and the flash backend alone is then allowed. FA3 runs on compute
 capability 9.0 (Hopper), FA4 on 9.0 and 10.x, fp16/bf16 only; each needs its provider package
 (`flash_attn_interface`, `flash_attn.cute`). They are refused where the installed torch lists no
-such implementation or the device is not CUDA (train/config_rules.py flash_impl_unsupported), and
+such implementation or the device is not CUDA (train/core/rules.py flash_impl_unsupported), and
 the probe raises where activation or the kernel fails.
 """
 
@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from train.config_rules import FLASH_IMPL_PACKAGES, FLASH_IMPLS
-from train.config_rules import installed_flash_impls as installed_impls
+from train.core.rules import FLASH_IMPL_PACKAGES, FLASH_IMPLS
+from train.core.rules import installed_flash_impls as installed_impls
 
 log = logging.getLogger(__name__)
 

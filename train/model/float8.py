@@ -20,7 +20,7 @@ Which linears (`left_out_reason`, pure and table-tested):
 - under runtime.float8_emulate the size thresholds do not apply: emulation gains nothing at any
   size, it exists to run the plumbing, so every eligible linear of a tiny CPU model is converted.
 
-Memory: the memory model (train/measure/memory_model.py) is left unchanged for float8. torchao's
+Memory: the memory model (train/core/memory_model.py) is left unchanged for float8. torchao's
 float8 matmul saves its high-precision input and weight for backward (float8_linear.py:
 `ctx.save_for_backward(input_hp, weight_hp_t)`), the same tensors a bf16 linear keeps, and
 re-casts them in backward; the float8 copies live only inside one matmul (at GPT-2 XL's micro-batch

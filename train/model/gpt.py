@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train.config import ModelConfig, check_loss, is_selective, parse_activation_checkpointing
+from train.core.config import ModelConfig
+from train.core.rules import check_loss, is_selective, parse_activation_checkpointing
 from train.model.attention import sdpa_context
 from train.model.loss import IGNORE_INDEX, chunked_cross_entropy, full_cross_entropy
 from train.model.recompute import checkpointed

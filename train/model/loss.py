@@ -2,11 +2,11 @@
 
 `full` is nanoGPT's: logits = lm_head(x), shape (B*T, vocab), then F.cross_entropy. Its memory
 grows with micro-batch x vocab: at gpt2-xl's micro-batch 16 the logits, their fp32
-log-probabilities and both gradients are ~7.7 GiB (train/measure/memory_model.py).
+log-probabilities and both gradients are ~7.7 GiB (train/core/memory_model.py).
 
 `chunked` (runtime.loss=chunked) never holds those. One autograd Function takes the final hidden
 states (N, C), the head's weight (V, C) and the targets, and for each chunk of rows
-(train.config_rules.loss_chunk_rows) computes the chunk's logits, its log-sum-exp and loss, and,
+(train.core.rules.loss_chunk_rows) computes the chunk's logits, its log-sum-exp and loss, and,
 while the chunk's logits exist, the gradients the backward pass will need: of the hidden states
 (softmax - one-hot) @ W, and of the weight, (softmax - one-hot)^T @ x, summed over chunks in fp32.
 So backward only scales what forward stored and recomputes nothing (the way Liger-Kernel's fused
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from train.config_rules import loss_chunk_rows
+from train.core.rules import loss_chunk_rows
 
 IGNORE_INDEX = -1  # targets the loss skips (train/model/gpt.py passes it to both paths)
 
@@ -111,7 +111,7 @@ def chunked_cross_entropy(
     chunk_rows: int | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of x (N, C) under head weight (V, C), computed in chunks of rows
-    (train.config_rules.loss_chunk_rows unless `chunk_rows` is given)."""
+    (train.core.rules.loss_chunk_rows unless `chunk_rows` is given)."""
     n, c = x.shape
     rows = chunk_rows or loss_chunk_rows(rows=n, n_embd=c, vocab_size=weight.shape[0])
     return ChunkedLinearCrossEntropy.apply(x, weight, targets, rows, ignore_index)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from train.config_rules import check_compile_unit
+from train.core.rules import check_compile_unit
 from train.model.gpt import GPT, run_block, run_head
 
 

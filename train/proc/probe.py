@@ -13,7 +13,7 @@ import os
 def probe() -> dict:
     import torch
 
-    from train.config_rules import installed_flash_impls
+    from train.core.rules import installed_flash_impls
 
     cuda = torch.cuda.is_available()
     return {

@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 
-from train.proc.deathsig import die_with_parent, libc_prctl
+from train.core.deathsig import die_with_parent, libc_prctl
 
 _PRCTL = libc_prctl()
 _REAP_POLL_S = 0.05  # how often a quiet zygote checks for exited children
@@ -37,7 +37,7 @@ _REAP_POLL_S = 0.05  # how often a quiet zygote checks for exited children
 
 # What a trial imports, heaviest first. The first scaled_dot_product_attention call imports
 # dynamo (~2.5 s on a 2-core CPU), eager or not; a compiled trial then imports inductor (~2 s); a
-# sweep's trial reports to its Optuna study through an RDB storage (train/trial/pruning.py). None of
+# sweep's trial reports to its Optuna study through an RDB storage (train/core/pruning.py). None of
 # these imports starts a thread or touches CUDA.
 PRELOAD = (
     "numpy",

@@ -42,8 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from train.config import CheckpointConfig
-from train.run.disk_full import recognise
+from train.core.config import CheckpointConfig
+from train.core.disk_full import recognise
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +402,7 @@ class Checkpointer:
 
     def _write_error(self, e: Exception, path: Path, payload: Any) -> CheckpointWriteError:
         """CheckpointDiskFull (one line: path, free space, fix) when the disk had no room
-        (train/run/disk_full.py), else the plain CheckpointWriteError naming the file."""
+        (train/core/disk_full.py), else the plain CheckpointWriteError naming the file."""
         kept = newest_verified(path.parent)
         message = recognise(
             e, path=path, needed=payload_bytes(payload), keep=self.cfg.keep, kept=kept

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from train.config import dtype_unsupported
+from train.core.rules import dtype_unsupported
 from train.device import (
     DTYPES,
     MemoryReading,

@@ -11,7 +11,7 @@ Exposed communication: DDP overlaps each bucket's all-reduce with the rest of th
 the time a step loses to communication is what is left after the last bucket is ready. The comm
 hook (`ExposedComms.hook`, DDP's own all-reduce hook with a mark before it) marks that moment on
 the step's clock (a host time on a CPU, a CUDA event on the compute stream on a GPU), and the
-trainer charges the rest of the backward to the `comms` phase (train/measure/meters.py `carve`).
+trainer charges the rest of the backward to the `comms` phase (train/core/meters.py `carve`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from train.config import DdpConfig
+from train.core.config import DdpConfig
 
 
 @dataclass(frozen=True, kw_only=True)

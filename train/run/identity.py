@@ -14,7 +14,7 @@ Left out on purpose: the speed knobs the sweep tunes (compile, attention, dtype,
 workers, checkpoint mode), which change how fast a step runs, not what it computes from what;
 `model.name` (a label) and `train.max_steps` (a resumed run may train longer).
 
-Torch-free (listed in `train.TORCH_FREE`).
+Imports no torch.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from train.config import Config
+    from train.core.config import Config
 
 # section -> keys whose values decide the weights and the batches; None = the whole section
 IDENTITY_KEYS: dict[str, tuple[str, ...] | None] = {

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from train.proc.deathsig import die_with_parent, libc_prctl
+from train.core.deathsig import die_with_parent, libc_prctl
 
 log = logging.getLogger(__name__)
 

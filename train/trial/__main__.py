@@ -12,8 +12,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from train.config_file import exit_on_bad_config_file
-from train.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
+from train.core.config_file import exit_on_bad_config_file
+from train.core.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.run.torchrun import under_torchrun
 from train.trial.measurement import run_composed
 

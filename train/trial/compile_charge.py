@@ -1,5 +1,5 @@
 """A trial's compile charge: the graph's first measured compile from the sweep's record, so every
-trial of one graph is charged alike (train/measure/compile_graphs.py), written into the result.
+trial of one graph is charged alike (train/core/compile_graphs.py), written into the result.
 """
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from train.measure.compile_graphs import charge_compile, record_key
-from train.trial.result import TrialResult
+from train.core.compile_graphs import charge_compile, record_key
+from train.core.result import TrialResult
 
 log = logging.getLogger(__name__)
 

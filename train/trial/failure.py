@@ -1,6 +1,6 @@
 """How a trial fails: naming what went wrong (`classify`), and failing on purpose (`plant_fault`).
 
-A failure is a result too (train/trial/result.py `Failure`): the sweeper records its kind as the
+A failure is a result too (train/core/result.py `Failure`): the sweeper records its kind as the
 reason a configuration was refused, never a stack trace.
 """
 
@@ -14,11 +14,11 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from train.proc.compile_cache import cache_failure
+from train.core.compile_cache import cache_failure
+from train.core.disk_full import DISK_FULL_ERRNOS, disk_full_errno
+from train.core.result import Failure
 from train.run.checkpoint import CheckpointDiskFull, checkpoint_path
-from train.run.disk_full import DISK_FULL_ERRNOS, disk_full_errno
 from train.run.loop import check_finite
-from train.trial.result import Failure
 
 if TYPE_CHECKING:
     from train.run.loop import Session

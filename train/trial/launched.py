@@ -15,10 +15,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from train.config import Config
-from train.run.loop import check_data
-from train.run.torchrun import LAUNCH_CONFIG, RankExit, launch, root_failure
-from train.trial.result import (
+from train.core.config import Config
+from train.core.result import (
     Failure,
     ResultError,
     TrialResult,
@@ -26,6 +24,8 @@ from train.trial.result import (
     load_result,
     write_result,
 )
+from train.run.loop import check_data
+from train.run.torchrun import LAUNCH_CONFIG, RankExit, launch, root_failure
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Warm-up steps first (compilation and allocator warm-up happen there and are reported separately),
 then a measured window that ends after `trial.max_steps` steps or `trial.max_seconds`, whichever
 comes first (`measure`, train/trial/window.py). The result is one JSON file (the schema is
-`train/trial/result.py`) that the sweeper, MLflow logging and `explain` all read, plus a
+`train/core/result.py`) that the sweeper, MLflow logging and `explain` all read, plus a
 one-screen summary.
 """
 
@@ -18,12 +18,21 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from train.config import Config
-from train.config_rules import resolve_storage
+from train.core.config import Config
+from train.core.paths import PROJECT_DIR, check_checkpoint_target, check_file_target
+from train.core.progress import Heartbeat, ProgressFile
+from train.core.pruning import Reporter
+from train.core.result import (
+    Failure,
+    TrialResult,
+    build_result,
+    format_summary,
+    write_result,
+)
+from train.core.rules import resolve_storage
 from train.measure.ceiling import is_stale, measure_matmul_ceiling
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
-from train.paths import PROJECT_DIR, check_checkpoint_target, check_file_target
 from train.run import device as dev
 from train.run.distributed import current_rank
 from train.run.loop import (
@@ -40,15 +49,6 @@ from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.compile_charge import add_compile_charge
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
-from train.trial.progress import Heartbeat, ProgressFile
-from train.trial.pruning import Reporter
-from train.trial.result import (
-    Failure,
-    TrialResult,
-    build_result,
-    format_summary,
-    write_result,
-)
 from train.trial.setup_clock import SetupClock, setup_line
 from train.trial.window import measure
 
@@ -59,7 +59,7 @@ def make_reporter(cfg: Config) -> Reporter | None:
     t = cfg.trial
     if not t.study_storage:
         return None
-    from train.trial.pruning import StudyReporter
+    from train.core.pruning import StudyReporter
 
     return StudyReporter(storage=resolve_storage(t.study_storage), study_name=t.study_name,
                          trial_id=t.trial_id)  # fmt: skip

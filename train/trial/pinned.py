@@ -21,8 +21,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from train.config import Config
-from train.config_file import check_schema, read_pinned_config
+from train.core.config import Config
+from train.core.config_file import check_schema, read_pinned_config
 
 log = logging.getLogger(__name__)
 

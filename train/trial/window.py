@@ -4,8 +4,8 @@ Warm-up steps first, short ones (compilation and allocator growth happen there a
 apart); the last sizes a full step, which decides whether the window measures full steps or short
 ones projected to full ones. The window then runs until `trial.max_steps`, or `trial.max_seconds`
 past `trial.min_steps`, or the step time's confidence interval is within `trial.target_ci`
-(train/measure/window_ci.py), or a prune; `train/trial/measurement.py` runs the trial around it and
-`train/trial/result.py` turns what it returns into the result JSON.
+(train/core/window_ci.py), or a prune; `train/trial/measurement.py` runs the trial around it and
+`train/core/result.py` turns what it returns into the result JSON.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from train.measure import compile_stats
-from train.measure.compile_stats import CompileSnapshot
-from train.measure.meters import (
+from train.core.meters import (
     EventPhaseClock,
     PhaseClock,
     micro_batch_times,
@@ -28,15 +26,17 @@ from train.measure.meters import (
     time_fractions,
     window_rate,
 )
+from train.core.progress import Heartbeat, ProgressFile
+from train.core.pruning import Reporter
+from train.core.result import Interval, Measurement
+from train.core.window_ci import ci_reached, first_ci_step, relative_half_width
+from train.measure import compile_stats
+from train.measure.compile_stats import CompileSnapshot
 from train.measure.nvml import NvmlSampler
-from train.measure.window_ci import ci_reached, first_ci_step, relative_half_width
 from train.run import device as dev
 from train.run.distributed import any_rank, from_main
 from train.run.loop import Session, check_finite, make_phase_clock, run_step, scheduled_lr
 from train.trial.failure import plant_fault
-from train.trial.progress import Heartbeat, ProgressFile
-from train.trial.pruning import Reporter
-from train.trial.result import Interval, Measurement
 
 # the trial's logger: the projection and prune lines read as they always have
 log = logging.getLogger("train.trial.measurement")

@@ -1,7 +1,7 @@
 """Which knobs change the compiled graph, and each graph's compile measured once per sweep.
 
 torch.compile's caches key a graph by its code, shapes and compile config
-(train/proc/compile_cache.py), so two configurations that differ only in how data is loaded,
+(train/core/compile_cache.py), so two configurations that differ only in how data is loaded,
 where checkpoints go or how long the trial runs compile the same graph: the second finds the
 first's in the cache. `graph_key` names that graph from a trainer config, leaving out the knobs
 that cannot change it (NOT_GRAPH: data loading, checkpointing, the optimizer, the trial's window,
@@ -26,6 +26,26 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+CACHE_STATES = ("hit", "miss", "partial", "off", "none")
+# the cache counters a `delta` carries
+CACHE_COUNTS = ("fxgraph_hits", "fxgraph_misses", "autograd_hits", "autograd_misses")
+
+
+def cache_state(*, hits: int, misses: int, compiled: bool, enabled: bool) -> str:
+    """What the cache did for a compile: hit (every graph found: a warm compile), miss (none
+    found: cold), partial (some of each), off (caches disabled: cold), none (nothing compiled,
+    or nothing the caches looked up)."""
+    if not compiled:
+        return "none"
+    if not enabled:
+        return "off"
+    if hits and misses:
+        return "partial"
+    if misses:
+        return "miss"
+    return "hit" if hits else "none"
+
 
 RECORD_NAME = "graphs.json"  # the record's file name beside a cache folder
 RECORD_VERSION = 1
@@ -108,7 +128,7 @@ class GraphCompile:
     """A graph's compile as the record holds it: what time_to_train charges for the graph."""
 
     compile_s: float  # the first measured compile's seconds
-    cache: str  # that measurement's cache state (compile_stats.cache_state): miss = cold
+    cache: str  # that measurement's cache state (cache_state): miss = cold
     measured_by: str  # who measured it (a trial's job folder)
     first: bool  # this call wrote the entry (its own compile is the graph's)
 

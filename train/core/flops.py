@@ -186,7 +186,7 @@ def lookup_peak(device_name: str, dtype: str, *, tf32: bool = False) -> Peak | N
     if chip is None:
         log.warning(
             "no peak FLOP/s known for device %r; MFU will not be reported (add it to "
-            "train/measure/flops.py PEAKS with a datasheet source)",
+            "train/core/flops.py PEAKS with a datasheet source)",
             device_name,
         )
         return None

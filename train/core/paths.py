@@ -5,7 +5,7 @@ A path through a regular file, a read-only disk or a virtual file system such as
 at the first write otherwise: after the model is built, in a traceback, or mid-run. Each check
 raises ValueError in one line naming the setting, the path, why and the fix.
 
-Torch-free (train.TORCH_FREE).
+Part of the torch-free core (train/core/).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 # the repository root (train/ and sweeper/ in it): a cwd for the children, a PYTHONPATH, git
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def folder_problem(folder: Path) -> str | None:

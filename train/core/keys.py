@@ -45,10 +45,10 @@ def flat_keys(d: dict, prefix: str = "") -> list[str]:
 
 
 def schema_keys() -> set[str]:
-    """Every dotted key of the trainer's schema (train/config.py Config)."""
+    """Every dotted key of the trainer's schema (train/core/config.py Config)."""
     from omegaconf import OmegaConf
 
-    from train.config import Config
+    from train.core.config import Config
 
     return set(flat_keys(OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)))
 
@@ -78,7 +78,7 @@ def override_key(arg: str) -> str | None:
 
 def check_command_line(args: Iterable[str], *, sweeper_fields: Iterable[str] = ()) -> None:
     """Refuse a mistyped override before Hydra composes anything, with did-you-mean from the
-    schema: trainer keys against train/config.py, `hydra.sweeper.<field>` against the sweeper's
+    schema: trainer keys against train/core/config.py, `hydra.sweeper.<field>` against the sweeper's
     settings (`sweeper_fields`; empty = not a sweep). Hydra's own `hydra.*` keys are left to it."""
     trainer = schema_keys()
     parents = {k.rsplit(".", i)[0] for k in trainer for i in range(1, k.count(".") + 1)}

@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from train.config_rules import check_compile_cache
+from train.core.rules import check_compile_cache
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 (sweeper/report/story.py) and `python -m train.explain --result <sweep dir>` both apply, so the two
 never disagree about a suggestion.
 
-A suggestion is a diagnosis fix (train/explain/diagnosis.py) such as `batch.micro_batch=16
+A suggestion is a diagnosis fix (train/core/diagnosis.py) such as `batch.micro_batch=16
 batch.grad_accum=4`; its evidence is the study's search trials (`SearchRun`) and each raced trial's
 verified tokens/s (real full steps). `measured_basis` returns None where the sweep measured the
 value no faster at the winner's other settings (the race, a pruned trial, a complete search run),

@@ -1,7 +1,7 @@
 """One target's handoff file for a best.yaml: the text, its cannot-express lines, or the refusal.
 
 `handoff(doc, "nanogpt" | "llmc", trials=...)` checks the winner against the target, prices each
-gap with the study's trials (train/handoff/gaps.py) and renders the file; where the target
+gap with the study's trials (train/core/handoff/gaps.py) and renders the file; where the target
 cannot train the winner at all it renders a file that refuses to run, naming the key and the best
 measured config the target can express. Pure: the caller reads the study and writes the file.
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from train.handoff import llmc, nanogpt
-from train.handoff.gaps import HandoffRefused, MeasuredTrial, best_expressible, priced
+from train.core.handoff import llmc, nanogpt
+from train.core.handoff.gaps import HandoffRefused, MeasuredTrial, best_expressible, priced
 
 TARGETS = {"nanogpt": nanogpt, "llmc": llmc}
 RENDER = {"nanogpt": nanogpt.nanogpt_file, "llmc": llmc.llmc_script}

@@ -1,8 +1,8 @@
 """Predicted peak device memory of one training step: pure arithmetic, no torch.
 
 The sweeper imports this to drop points that cannot fit before any trial runs, so it stays
-torch-free (listed in `train.TORCH_FREE`; tests/test_torch_free.py imports it in a fresh
-interpreter and checks that torch stays unloaded).
+torch-free (part of train/core/; tests/test_torch_free.py imports it in a fresh interpreter
+and checks that torch stays unloaded).
 
 What is counted is what `torch.cuda.max_memory_allocated` counts: bytes of live tensors, at the
 worst moment of an optimizer step of *our* trainer (train/model/gpt.py, train/run/loop.py
@@ -53,9 +53,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from train.config import (
-    ATTENTION_BACKENDS,
-    COMPILE_MODES,
+from train.core.config import ATTENTION_BACKENDS, COMPILE_MODES
+from train.core.flops import gpt2_num_params
+from train.core.rules import (
     FLOAT8_RECIPES,
     check_loss,
     is_selective,
@@ -64,7 +64,6 @@ from train.config import (
     parse_activation_checkpointing,
     resolve_dtype_name,
 )
-from train.measure.flops import gpt2_num_params
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -73,7 +72,7 @@ MATH_BYTES = 4  # the math SDPA kernel computes in fp32 whatever the autocast dt
 # input and weight a bf16 linear saves and re-casts them in backward; not measured on a GPU).
 # Compiled, see _COMPILED_FLOAT8_SAVED_BYTES.
 DEVICE_TYPES = ("cuda", "cpu")
-# MemoryInputs' fields that are the model's shape (train.config.ModelConfig's names).
+# MemoryInputs' fields that are the model's shape (train.core.config.ModelConfig's names).
 MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
 
 # Fraction of the device's memory (as torch reports it) that the predicted tensor peak must leave

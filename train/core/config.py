@@ -4,10 +4,9 @@ YAML under `conf/` selects presets and overrides fields; these dataclasses are t
 typo or a wrong type fails at load time, and `check_combinations` checks the rules that span
 fields before any step runs.
 
-Torch-free (listed in `train.TORCH_FREE`). The rules that span fields are stated on plain values
-in `train/config_rules.py` (the sweeper calls them too); `check_batch` and `check_combinations`
-below apply them to a whole config, and every rule is re-exported here, so `from train.config
-import resolve_dtype_name` works as it always has.
+Part of the torch-free core (train/core/). The rules that span fields are stated on plain values
+in `train/core/rules.py` (the sweeper calls them too); `check_batch` and `check_combinations`
+below apply them to a whole config.
 """
 
 from __future__ import annotations
@@ -21,15 +20,9 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-# The cross-field rules, re-exported: callers import them from here as from their own module.
-from train.config_rules import (  # noqa: F401
-    COMPILE_UNITS,
-    CUDAGRAPH_MODES,
+from train.core.rules import (
     FLASH_IMPLS,
     FLOAT8_RECIPES,
-    HALF_ONLY_CUDA_ATTENTION,
-    LOSS_MODES,
-    SELECTIVE,
     attention_dtype_conflict,
     check_compile_cache,
     check_compile_unit,
@@ -38,13 +31,7 @@ from train.config_rules import (  # noqa: F401
     dtype_unsupported,
     flash_impl_unsupported,
     float8_unsupported,
-    grad_accum_for,
-    is_selective,
-    loss_chunk_rows,
-    num_checkpointed_blocks,
     parse_activation_checkpointing,
-    resolve_dtype_name,
-    sequences_per_device,
     valid_splits,
     world_size,
 )
@@ -247,7 +234,7 @@ class RuntimeConfig:
     # block compiled once and reused by all, the head and loss apart: a shorter cold compile;
     # train/model/regional.py). Read only when runtime.compile is not none
     compile_unit: str = "model"
-    # torch.compile's cache folder (train/proc/compile_cache.py): '' = torch's default, 'off' =
+    # torch.compile's cache folder (train/core/compile_cache.py): '' = torch's default, 'off' =
     # compile cold every time, or a folder (a sweep passes its own; best.yaml carries it)
     compile_cache: str = ""
     # SDPA backend: auto | flash | efficient | cudnn | math, or a flash implementation the installed
@@ -324,7 +311,7 @@ class TrialConfig:
     study_storage: str = ""  # Optuna storage URL to report intermediate values to; empty = off
     study_name: str = ""  # study to report to
     trial_id: int = -1  # Optuna trial id to report to
-    # the sweep's record of each graph's first measured compile (train/measure/compile_graphs.py),
+    # the sweep's record of each graph's first measured compile (train/core/compile_graphs.py),
     # a JSON file shared by its trials; empty = none: the trial's own compile is charged
     compile_record: str = ""
     # a full optimizer step predicted (from the warm-up) to take longer than this is measured as
@@ -338,7 +325,7 @@ class TrialConfig:
     fault: str = "none"
     fault_rank: int = 0  # the process that plants it in a data-parallel trial (runtime.nproc > 1)
     # the window also ends once the 95% t-interval of the mean step time is within +-target_ci of
-    # it (0.02 = +-2%; train/measure/window_ci.py), after ci_min_steps measured steps (and the
+    # it (0.02 = +-2%; train/core/window_ci.py), after ci_min_steps measured steps (and the
     # first checkpoint save inside the window); 0 = off: min_steps/max_steps/max_seconds only
     target_ci: float = 0.0
     ci_min_steps: int = 3  # measured steps before target_ci may end the window (>= 2)
@@ -406,7 +393,7 @@ class Config:
     trial: TrialConfig = field(default_factory=TrialConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # The sections an exported best.yaml pinned, written near its top (sweeper/report/export.py):
-    # a file that lacks any was cut short, and train/config_file.py refuses it before Hydra;
+    # a file that lacks any was cut short, and train/core/config_file.py refuses it before Hydra;
     # [] = not one
     pinned_sections: list[str] = field(default_factory=list)
     # Where a pinned config came from (the sweep's measured metrics, spread, fingerprint, command).

@@ -3,14 +3,13 @@ precision a run resolves to, the blocks activation checkpointing recomputes, and
 that cannot work (CUDA graphs with gradient accumulation, fp16 on a CPU, flash or cuDNN attention
 in fp32).
 
-Torch-free (listed in `train.TORCH_FREE`) and below the schema: it imports nothing from train/.
-Each rule is stated once, here, and the sweeper refuses points with the very functions the trainer
+Part of the torch-free core, below the schema: it imports nothing from train/. Each rule is stated
+once, here, and the sweeper refuses points with the very functions the trainer
 refuses configs with (`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`,
 `resolve_dtype_name`, `sequences_per_device`, `valid_splits`, `grad_accum_for`,
-`num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`,
-`check_compile_unit`). `train/config.py` applies them to a whole config (`check_batch`,
-`check_combinations`) and re-exports them, so `from train.config import resolve_dtype_name` works
-as it always has.
+`num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`, `check_compile_unit`).
+`train/core/config.py` applies them to a whole config (`check_batch`, `check_combinations`);
+callers import each rule from here.
 """
 
 from __future__ import annotations
@@ -324,7 +323,7 @@ def flash_impl_unsupported(
 
 
 def check_compile_cache(value: object, *, field: str = "runtime.compile_cache") -> None:
-    """torch.compile's cache setting (train/proc/compile_cache.py): '' (torch's default), 'off',
+    """torch.compile's cache setting (train/core/compile_cache.py): '' (torch's default), 'off',
     or a folder; a path that is a file is refused, and so is a folder others can write to."""
     if not isinstance(value, str):
         raise ValueError(f"{field} must be '' (torch's default), 'off' or a folder, got {value!r}")

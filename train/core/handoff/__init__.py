@@ -3,7 +3,7 @@ configurator file) and llm.c (`train_gpt2cu` flags), with what each target canno
 the sweep measured that to be worth; and the production checkpoint interval chosen from the
 winner's measured save stall (Young/Daly).
 
-Pure and torch-free (train.TORCH_FREE): plain dicts in, text and dataclasses out. `python -m
+Pure and torch-free (part of train/core/): plain dicts in, text and dataclasses out. `python -m
 train.export` and the sweep's export (sweeper/report/handoff.py) write the files. Imports nothing,
 so importing the room is free.
 """

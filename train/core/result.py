@@ -17,7 +17,7 @@ at the top level, but one interval's median step in seconds (a float) inside `in
 `peak_memory_gib` and `memory_kind` are the older whole-allocator / host-RSS reading; `memory`
 holds the tensor peak measured like the memory model predicts it.
 
-This module imports no torch (it is listed in `train.TORCH_FREE`): the sweeper reads results with
+Part of the torch-free core (train/core/): the sweeper reads results with
 it. The writer's inputs (the session, the device peaks) are read by attribute only.
 """
 
@@ -28,13 +28,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
 
-from train.measure.compile_graphs import graph_key
-from train.measure.compile_stats import CACHE_COUNTS, cache_state
-from train.measure.flops import mfu, mfu_basis
-from train.measure.meters import summarize, time_fractions
+from train.core.compile_graphs import CACHE_COUNTS, cache_state, graph_key
+from train.core.flops import mfu, mfu_basis
+from train.core.meters import summarize, time_fractions
 
 if TYPE_CHECKING:
-    from train.config import Config
+    from train.core.config import Config
 
 # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis;
 # 5: loss.lr; 6: setup
@@ -85,8 +84,8 @@ class CompileStats(TypedDict):
 
 
 class CompileCache(TypedDict):
-    """The compile cache's part in a trial's compile (train/proc/compile_cache.py), and the graph's
-    compile as the sweep charges it (train/measure/compile_graphs.py)."""
+    """The compile cache's part in a trial's compile (train/core/compile_cache.py), and the graph's
+    compile as the sweep charges it (train/core/compile_graphs.py)."""
 
     # hit (warm) | miss (cold) | partial | off (caches disabled: cold) | none (nothing compiled)
     state: str
@@ -121,7 +120,7 @@ class Mfu(TypedDict):
 
     spec: float | None
     ceiling: float | None
-    # what `spec` is measured against, in words (train/measure/flops.py mfu_basis): "bf16 dense
+    # what `spec` is measured against, in words (train/core/flops.py mfu_basis): "bf16 dense
     # peak", or for a float8 trial "bf16-equivalent (...)": the same 6N + 12LHQT model FLOPs
     # against the bf16 dense peak, not the float8 peak (schema 4; absent before)
     basis: str | None
@@ -139,7 +138,7 @@ class Float8(TypedDict):
 class Memory(TypedDict):
     """The tensor peak, predicted and measured."""
 
-    predicted_gib: float | None  # the memory model's peak (train/measure/memory_model.py)
+    predicted_gib: float | None  # the memory model's peak (train/core/memory_model.py)
     measured_gib: float | None  # the peak of live tensors in the real training step
     # "cuda_max_memory_allocated" (the window's steps), "cpu_dispatch_counter" (one extra step
     # after the window, train/measure/memory_meter.py), or None: not measured (a CPU under
@@ -160,7 +159,7 @@ class DeviceInfo(TypedDict):
     type: str  # cuda | cpu | mps
     name: str | None
     dtype: str  # the resolved precision: fp32 | bf16 | fp16
-    peak_flops: float | None  # from the cited table in train/measure/flops.py
+    peak_flops: float | None  # from the cited table in train/core/flops.py
     peak_source: str | None
     ceiling_flops: float | None  # the measured matmul ceiling (train/measure/ceiling.py)
     ceiling_source: str | None
@@ -177,7 +176,7 @@ class Interval(TypedDict):
 
 class Projection(TypedDict):
     """Present when the window measured short steps and projected full ones from them
-    (train/measure/meters.py project_step); `step_time_s`, `tokens_per_s` and `time_frac` of the
+    (train/core/meters.py project_step); `step_time_s`, `tokens_per_s` and `time_frac` of the
     result then describe the projected full steps."""
 
     micro_batches_per_step: int  # micro-batches in each measured short step

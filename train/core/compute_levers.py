@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.config_rules import FLOAT8_MIN_CAPABILITY, num_checkpointed_blocks
-from train.measure.flops import capability_for_device_name
+from train.core.flops import capability_for_device_name
+from train.core.rules import FLOAT8_MIN_CAPABILITY, num_checkpointed_blocks
 
 # float8 tensorwise end to end on an H100, from the closest public shape to GPT-2 XL (nanochat
 # d26); torchao's and torchtitan's Llama3-8B figures (+25%, +28%) are larger models' wider MLPs.
@@ -75,7 +75,7 @@ def recompute_levers(result: dict, compute_share: float) -> list[tuple[str, floa
 
 def precision_levers(result: dict, compute_share: float) -> list[tuple[str, float, str]]:
     """float8 tensorwise and FA3 attention, where the device has them (compute capability by
-    name, train/measure/flops.py), with their expected gains; (fix, gain, basis)."""
+    name, train/core/flops.py), with their expected gains; (fix, gain, basis)."""
     dev = result.get("device") or {}
     if dev.get("type") != "cuda":
         return []

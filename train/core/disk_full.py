@@ -7,7 +7,7 @@ and EROFS (the target is read-only). torch's zip writer hides them: a failed wri
 writer owns the file. So the whole chain of causes is searched, and when torch's text is all there
 is, the free space of the target decides.
 
-Torch-free (listed in `train.TORCH_FREE`): the trial's failure classifier and the checkpointer
+Part of the torch-free core (train/core/): the trial's failure classifier and the checkpointer
 share it.
 """
 

@@ -8,7 +8,7 @@ sections it pinned (`pinned_sections`, near its top; sweeper/report/export.py): 
 lacks any was cut short or edited, and training it would fill the gap with the schema's defaults,
 a config the sweep never measured, so it is refused.
 
-Torch-free (train.TORCH_FREE).
+Part of the torch-free core (train/core/).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from train.config import Config
-from train.keys import did_you_mean, schema_keys
+from train.core.config import Config
+from train.core.keys import did_you_mean, schema_keys
 
 log = logging.getLogger(__name__)
 
-PINNED_KEY = "pinned_sections"  # a top-level key of the schema (train/config.py Config)
+PINNED_KEY = "pinned_sections"  # a top-level key of the schema (train/core/config.py Config)
 # every top-level key a trusted config file may hold: the schema's sections
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 DEFAULTS = ["train_schema", "_self_"]  # the defaults list of a best.yaml (sweeper/report/export.py)

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from train.handoff.gaps import (
+from train.core.handoff.gaps import (
     Facts,
     Gap,
     HandoffRefused,

@@ -1,6 +1,6 @@
 """The bottleneck verdict of one trial result: pure classification and expected gain of each fix.
 
-`diagnose(result)` reads a trial result (schema in train/trial/result.py) and names where the step
+`diagnose(result)` reads a trial result (schema in train/core/result.py) and names where the step
 time goes: data-bound, checkpoint-bound, comms-bound, compile-dominated, host/launch-bound or
 compute-bound. The shares that can be measured (data wait, checkpoint stall, comms, compile over a
 planned run) are checked first against their thresholds and the largest wins; host/launch-bound is
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from train.explain.levers import precision_levers, recompute_levers
-from train.measure.flops import lookup_peak
+from train.core.compute_levers import precision_levers, recompute_levers
+from train.core.flops import lookup_peak
 
 # A measured share at or above these names the bottleneck (fractions of the measured step time;
 # compile: of the planned run's wall time). 15%: a fix would give >= 1.18x, worth a headline.

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from train.config import resolve_dtype_name
+from train.core.rules import resolve_dtype_name
 
 # Searched knobs that never change a step's speed: a trial that differs from the winner only in
 # these still measures the other knobs at the winner's settings.

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from train.config_rules import FLASH_IMPLS
-from train.handoff.gaps import (
+from train.core.handoff.gaps import (
     Facts,
     Gap,
     HandoffRefused,
@@ -37,6 +36,7 @@ from train.handoff.gaps import (
     comment_lines,
     facts_of,
 )
+from train.core.rules import FLASH_IMPLS
 
 TARGET = "nanoGPT"
 FILE_NAME = "best_nanogpt.py"

@@ -2,7 +2,7 @@
 every step's training loss.
 
 No new mode: a trial already records every step's mean loss over the global batch (its result's
-`loss.steps`, warm-up steps first; train/trial/result.py). `curve_keys` are the trial settings
+`loss.steps`, warm-up steps first; train/core/result.py). `curve_keys` are the trial settings
 that make those steps a curve two configs can be compared on: exactly `steps` full optimizer steps
 (the one warm-up step full too, never projected, no time budget that could cut the window short,
 no checkpoint saves), from `seed`. The seed (runtime.seed) fixes the initial weights and the
@@ -11,7 +11,7 @@ two configs with the same seed and the same batch.micro_batch see the same batch
 steps, whatever else they change. The numerics guard (sweeper/verify/guard.py) trains its curves
 this way; `python -m train.trial` with these keys does it by hand.
 
-Torch-free (listed in `train.TORCH_FREE`).
+Part of the torch-free core (train/core/).
 """
 
 from __future__ import annotations
