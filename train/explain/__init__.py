@@ -1,4 +1,5 @@
 """Why a step takes as long as it does: `floor` (the arithmetic: FLOPs, the physical floor),
-`diagnosis` (the bottleneck a measured result shows, with fixes) and the `python -m
-train.explain` command line (`cli`). All torch-free.
+`sweep_dir` (a sweep folder's results) and the `python -m train.explain` command line (`cli`). The
+verdict itself (the bottleneck a measured result shows, with fixes) is in the torch-free core
+(`train/core/diagnosis.py`). All torch-free.
 """
