@@ -20,6 +20,7 @@ one a single process with micro_batch x world would read, whatever the number of
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -52,8 +53,8 @@ _MAKE_DATA_HINT = (
 
 
 class DataChanged(RuntimeError):
-    """The token file changed under a running process (truncated, rewritten): reading on would
-    end in a bus error (the memmap's pages are gone) or train on other tokens."""
+    """The token file changed under a running process (truncated, deleted): reading on would come
+    back short or train on other tokens."""
 
     MARK = "token file changed under the run: "
 
@@ -68,8 +69,11 @@ class DataChanged(RuntimeError):
 
 
 class TokenFile:
-    """A validated token file. The memmap opens lazily, once per process: pickling (to a DataLoader
-    worker) carries only the metadata, so a worker never receives a copy of the data."""
+    """A validated token file, read with `os.pread`: a window past a file cut short under the run
+    comes back short (DataChanged, one line) where a memmap's page would raise SIGBUS and kill the
+    process without a word. The file opens lazily, once per process: pickling (to a DataLoader
+    worker) carries only the metadata, and pread's explicit offset makes an inherited descriptor
+    safe to share across forks."""
 
     def __init__(self, path: Path, *, format: str, dtype: np.dtype, offset: int, num_tokens: int):
         self.path = path
@@ -77,38 +81,44 @@ class TokenFile:
         self.dtype = dtype
         self.offset = offset  # bytes before the first token (the llm.c header)
         self.num_tokens = num_tokens
-        self._tokens: np.memmap | None = None
-
-    @property
-    def tokens(self) -> np.memmap:
-        if self._tokens is None:
-            self._tokens = np.memmap(
-                self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=(self.num_tokens,)
-            )
-        return self._tokens
+        self._fd: int | None = None
 
     @property
     def size_bytes(self) -> int:
         """The file's size when it was validated: header and tokens."""
         return self.offset + self.num_tokens * self.dtype.itemsize
 
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Tokens [start, start + count) as a fresh array; DataChanged when the file no longer
+        holds them."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        want = count * self.dtype.itemsize
+        raw = os.pread(self._fd, want, self.offset + start * self.dtype.itemsize)
+        if len(raw) < want:
+            self._shrank(os.fstat(self._fd).st_size)
+        return np.frombuffer(raw, dtype=self.dtype)
+
     def check_intact(self) -> None:
-        """Raise DataChanged when the file is shorter than validated (one stat, ~1 us): caught
-        before a read past its new end, which a memmap turns into SIGBUS."""
+        """Raise DataChanged when the file is gone or shorter than validated (one stat, ~1 us),
+        before a batch is read."""
         try:
             size = self.path.stat().st_size
         except OSError as exc:
             gone = f"{DataChanged.MARK}{self.path} can no longer be read ({exc})"
             raise DataChanged(gone) from exc
         if size < self.size_bytes:
-            raise DataChanged(
-                f"{DataChanged.MARK}{self.path} shrank from {self.size_bytes:,} to {size:,} bytes "
-                "while this run read it; restore the file (or point data.dir at an intact copy) "
-                "and resume"
-            )
+            self._shrank(size)
+
+    def _shrank(self, size: int) -> None:
+        raise DataChanged(
+            f"{DataChanged.MARK}{self.path} shrank from {self.size_bytes:,} to {size:,} bytes "
+            "while this run read it; restore the file (or point data.dir at an intact copy) "
+            "and resume"
+        )
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tokens": None}
+        return {**self.__dict__, "_fd": None}
 
     def __repr__(self) -> str:
         return f"TokenFile({self.path}, {self.format}, {self.dtype}, {self.num_tokens:,} tokens)"
@@ -171,9 +181,9 @@ def open_tokens(path: str | Path, *, format: str, block_size: int, vocab_size: i
             f"{path} holds {token_file.num_tokens} tokens, fewer than one window of "
             f"block_size + 1 = {block_size + 1}; use a bigger file or a smaller model.block_size"
         )
-    tokens = token_file.tokens
     n = min(_VOCAB_CHECK_TOKENS, token_file.num_tokens)
-    max_id = max(int(tokens[:n].max()), int(tokens[-n:].max()))
+    ends = (token_file.read(0, n), token_file.read(token_file.num_tokens - n, n))
+    max_id = max(int(end.max()) for end in ends)
     if max_id >= vocab_size:
         raise ValueError(
             f"{path} holds token id {max_id} >= vocab_size {vocab_size} (checked the first and "
@@ -222,11 +232,11 @@ class TokenBatches(Dataset):
         return drawn[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.token_file.check_intact()  # a truncated file stops the run in one line, not SIGBUS
-        tokens = self.token_file.tokens  # opened on first use in this process, then reused
+        self.token_file.check_intact()  # a truncated file stops the run in one line
         span = self.block_size + 1
-        # one contiguous slice per window (B reads), never per token
-        buf = np.stack([tokens[o : o + span] for o in self.offsets(index)]).astype(np.int64)
+        # one contiguous read per window (B reads), never per token
+        read = self.token_file.read
+        buf = np.stack([read(int(o), span) for o in self.offsets(index)]).astype(np.int64)
         if self.inject_latency_s > 0:
             time.sleep(self.inject_latency_s)
         x = torch.from_numpy(buf[:, :-1].copy())  # (B, T)
