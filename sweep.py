@@ -22,11 +22,10 @@ def main(cfg: DictConfig) -> dict:
 def check_command_line() -> None:
     """A mistyped key is refused in one line with the nearest schema key, and a launcher plugin
     that is not installed in one line naming the extra, before Hydra starts."""
-    import dataclasses
     import logging
     import sys
 
-    from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+    from hydra_plugins.throughput_sweeper.config import RENAMED, setting_names
     from sweeper.plan.extras import missing_plugin_error
     from train.core.keys import exit_on_mistyped_keys
 
@@ -36,8 +35,7 @@ def check_command_line() -> None:
         logging.getLogger("sweep").error("%s", missing)
         raise SystemExit(2)
 
-    fields = [f.name for f in dataclasses.fields(ThroughputSweeperConf)]
-    exit_on_mistyped_keys(sys.argv[1:], sweeper_fields=fields)
+    exit_on_mistyped_keys(sys.argv[1:], sweeper_fields=setting_names(), sweeper_renamed=RENAMED)
 
 
 if __name__ == "__main__":

@@ -40,12 +40,12 @@ DEFAULT_OVERRIDES = (
     "search=throughput",
     "hydra.sweeper.seed=0",
     "hydra.sweeper.n_trials=4",
-    "hydra.sweeper.cpu_max_wall_s=0",
-    "hydra.sweeper.verify_top_k=1",
-    "hydra.sweeper.verify_repeats=2",
-    "hydra.sweeper.verify_max_rounds=2",
-    "hydra.sweeper.numerics_guard=off",
-    "hydra.sweeper.mlflow=false",
+    "hydra.sweeper.budget.cpu_max_wall_s=0",
+    "hydra.sweeper.verify.top_k=1",
+    "hydra.sweeper.verify.repeats=2",
+    "hydra.sweeper.verify.max_rounds=2",
+    "hydra.sweeper.guard.mode=off",
+    "hydra.sweeper.mlflow.enabled=false",
 )
 
 

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 # three race rounds: the verified figure is a median of 3 runs, not one 20-step draw of a machine
 # whose fixed work varies by 12-23% from run to run
 SWEEP_OVERRIDES = ["search=smoke", "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
-                   "hydra.sweeper.verify_repeats=3"]
+                   "hydra.sweeper.verify.repeats=3"]
 
 
 def run(argv: list[str], *, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:

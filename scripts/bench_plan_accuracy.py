@@ -3,10 +3,10 @@
     python scripts/bench_plan_accuracy.py [--runs 3] [--workdir DIR]
 
 In one work dir (one Optuna storage, one MLflow store), `--runs` + 1 times: plan mode first
-(`python sweep.py -m search=throughput hydra.sweeper.plan=true`, the README's first command in plan
-mode), then the sweep itself (the same command, each run with its own study name so it starts a new
-study instead of resuming the last). The first plan has no earlier sweep to learn from (the
-arithmetic: a conservative 10 GFLOP/s CPU, capped by the CPU wall budget); every later plan is
+(`python sweep.py -m search=throughput hydra.sweeper.plan.enabled=true`, the README's first command
+in plan mode), then the sweep itself (the same command, each run with its own study name so it
+starts a new study instead of resuming the last). The first plan has no earlier sweep to learn from
+(the arithmetic: a conservative 10 GFLOP/s CPU, capped by the CPU wall budget); every later plan is
 calibrated from the finished sweeps before it (sweeper/plan/calibration.py). Prints each run's
 predicted and measured wall and the error, and whether the calibrated runs are within --goal.
 Exit code 1 when a calibrated run misses it.
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(args.first, args.first + args.runs + 1):
-        plan, _ = sweep(workdir, "hydra.sweeper.plan=true")
+        plan, _ = sweep(workdir, "hydra.sweeper.plan.enabled=true")
         found = WALL.search(plan.stdout)
         if plan.returncode != 0 or not found:
             raise SystemExit(f"plan {i} failed (exit {plan.returncode}):\n{plan.stderr[-2000:]}")

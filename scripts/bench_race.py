@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402  (a sibling in scripts/)
 
-from sweeper.settings import SweepSettings  # noqa: E402
+from sweeper.settings import settings_from  # noqa: E402
 from sweeper.verify.race_rounds import run_race  # noqa: E402
 from sweeper.verify.race_rules import DECIDED, TIED  # noqa: E402
 from sweeper.verify.winner import Candidate  # noqa: E402
@@ -75,8 +75,8 @@ def base_overrides(args: argparse.Namespace, tmp: Path) -> list[str]:
 
 def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int | None, str, int]:
     """One race of the fast config against the planted-slow one; (winner, outcome, rounds)."""
-    settings = SweepSettings.from_config({"verify_repeats": 3, "verify_max_rounds": 8,
-                                          "seed": seed, "mlflow": False})  # fmt: skip
+    settings = settings_from({"verify.repeats": 3, "verify.max_rounds": 8,
+                                          "seed": seed, "mlflow.enabled": False})  # fmt: skip
     ctx = race_context(jobs=jobs, settings=settings)
     cands = {
         n: Candidate(key=str(n), params={"n": n}, overrides=ov, values=[], simplicity=0)

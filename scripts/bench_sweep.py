@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     # no wall cap: the grid must be complete to be the reference
     common = [
         f"search={args.search}",
-        "hydra.sweeper.mlflow=false",
-        "hydra.sweeper.cpu_max_wall_s=0",
+        "hydra.sweeper.mlflow.enabled=false",
+        "hydra.sweeper.budget.cpu_max_wall_s=0",
     ]
     common += args.extra
     run_sweep(
@@ -222,18 +222,18 @@ def main(argv: list[str] | None = None) -> int:
         "bench-grid",
         *common,
         "hydra.sweeper.sampler=grid",
-        "hydra.sweeper.pruner=none",
+        "hydra.sweeper.pruner.kind=none",
         "hydra.sweeper.n_trials=0",
-        "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
-        "hydra.sweeper.verify_max_rounds=1",  # the reference is the grid's own measurements
+        "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
+        "hydra.sweeper.verify.max_rounds=1",  # the reference is the grid's own measurements
     )
     tpe_wall = run_sweep(
         workdir,
         "bench-tpe",
         *common,
         "hydra.sweeper.sampler=tpe",
-        "hydra.sweeper.pruner=median",
+        "hydra.sweeper.pruner.kind=median",
         f"hydra.sweeper.n_trials={args.tpe_trials}",
         "hydra.sweeper.n_startup_trials=3",
     )

@@ -36,10 +36,10 @@ from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.path when run)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
+from train import device as dev  # noqa: E402
 from train.core.config import Config  # noqa: E402
 from train.core.result import TrialResult  # noqa: E402
 from train.data.dataset import make_loader  # noqa: E402
-from train.run import device as dev  # noqa: E402
 from train.run.loop import build_model, check_data, resolve_dtype, scheduled_lr  # noqa: E402
 from train.trial.measurement import run_trial  # noqa: E402
 

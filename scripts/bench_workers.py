@@ -43,9 +43,9 @@ SPACE = ("++hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', "
 ONE_THREAD = ("++hydra.sweeper.space={batch.micro_batch: 'choice(2, 4, 8, 16)', "
               "data.num_workers: 'choice(0, 1)'}", "runtime.threads=1")  # fmt: skip
 SWEEP = ("search=smoke", "hydra.sweeper.sampler=grid", "hydra.sweeper.n_trials=0",
-         "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1",
-         "hydra.sweeper.verify_max_rounds=1", "hydra/launcher=joblib",
-         "hydra.sweeper.mlflow=false")  # fmt: skip
+         "hydra.sweeper.verify.top_k=1", "hydra.sweeper.verify.repeats=1",
+         "hydra.sweeper.verify.max_rounds=1", "hydra/launcher=joblib",
+         "hydra.sweeper.mlflow.enabled=false")  # fmt: skip
 
 
 def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:

@@ -7,7 +7,8 @@ A setting's type is its annotation, its default the dataclass default, and its m
 that documents the field in the source: the comment at the end of its line, else the comment lines
 right above it. The trainer's sections are the fields of `train.core.config.Config`, each a
 dataclass of train/core/config.py; the sweeper's settings are the fields of `ThroughputSweeperConf`
-(hydra_plugins/throughput_sweeper/config.py), which `sweeper/settings.py` checks. A field without a
+(hydra_plugins/throughput_sweeper/config.py) and of its groups (`verify`, `guard`, ...), which
+`sweeper/settings.py` checks; its old flat names are listed with their new ones. A field without a
 comment gets an empty meaning, which tests/test_settings_reference.py refuses.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf  # noqa: E402
+from hydra_plugins.throughput_sweeper import config as sweeper_config  # noqa: E402
 from train.core import config as train_config  # noqa: E402
 
 OUT = REPO / "docs" / "reference" / "settings.md"
@@ -118,10 +119,19 @@ def trainer_settings() -> dict[str, list[Setting]]:
     return by_section
 
 
+def sweeper_sections() -> dict[str, list[Setting]]:
+    """Every `hydra.sweeper.*` setting, by group; '' holds the top-level ones."""
+    path = Path(sweeper_config.__file__)
+    groups = sweeper_config.groups()
+    by_group = {name: settings_of(cls, f"{SWEEPER_PREFIX}.{name}", path)
+                for name, cls in groups.items()}  # fmt: skip
+    top = settings_of(sweeper_config.ThroughputSweeperConf, SWEEPER_PREFIX, path)
+    return {"": [t for t in top if t.key.rsplit(".", 1)[-1] not in groups], **by_group}
+
+
 def sweeper_settings() -> list[Setting]:
     """Every `hydra.sweeper.*` setting."""
-    path = REPO / "hydra_plugins" / "throughput_sweeper" / "config.py"
-    return settings_of(ThroughputSweeperConf, SWEEPER_PREFIX, path)
+    return [s for group in sweeper_sections().values() for s in group]
 
 
 def all_settings() -> list[Setting]:
@@ -182,10 +192,27 @@ def render() -> str:
     lines += [*_table(sections[""]), ""]
     lines.append(f"## Sweeper settings (`{SWEEPER_PREFIX}.*`)\n")
     lines.append(
-        "Set on the command line (`hydra.sweeper.n_trials=20`) or in a search space's "
-        "YAML; `sweeper/settings.py` checks them before anything starts.\n"
+        "Set on the command line (`hydra.sweeper.n_trials=20`, `hydra.sweeper.verify.top_k=1`) "
+        "or in a search space's YAML (a group as a mapping: `verify: {top_k: 1}`); "
+        "`sweeper/settings.py` checks them before anything starts. The study's own settings "
+        "are at the top, as in Hydra's Optuna sweeper; the rest come in groups.\n"
     )
-    lines += [*_table(sweeper_settings()), ""]
+    sweeper = sweeper_sections()
+    lines += [*_table(sweeper[""]), ""]
+    for name, cls in sweeper_config.groups().items():
+        lines.append(f"### `{SWEEPER_PREFIX}.{name}`\n")
+        lines.append(" ".join((cls.__doc__ or "").split()) + "\n")
+        lines += [*_table(sweeper[name]), ""]
+    lines.append("### Renamed settings\n")
+    lines.append(
+        "The sweeper's settings had flat names before they came in groups. An old name is "
+        "refused before anything starts, naming its new one "
+        "(`hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats`).\n"
+    )
+    lines += ["| old name | new name |", "| --- | --- |"]
+    lines += [f"| `{SWEEPER_PREFIX}.{old}` | `{SWEEPER_PREFIX}.{new}` |"
+              for old, new in sweeper_config.RENAMED.items()]  # fmt: skip
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -27,10 +27,10 @@ from omegaconf import DictConfig
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import JobLauncher
+from sweeper.launch.children import kill_all_children
 from sweeper.launch.dir_lock import lock_sweep_dir
 from sweeper.launch.disk_full import disk_full_line
 from sweeper.launch.quiet import drop_sweep_log
-from sweeper.launch.runner import kill_all_children
 from sweeper.masking import mask_secrets
 from sweeper.metrics import best_metrics, lead_metrics
 from sweeper.plan.preflight import check_sweep
@@ -42,7 +42,7 @@ from sweeper.report.handoff import handoff_report, plan_from_results
 from sweeper.report.plan_text import print_plan
 from sweeper.report.story import tell_story
 from sweeper.search.search import Search
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.start import Started, open_sweep_study, start_tracker
 from sweeper.study.budget import Budget
 from sweeper.study.export_claim import (
@@ -69,7 +69,7 @@ class SweepEngine:
     """Hydra's sweeper protocol (setup, sweep) around one sweep."""
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
-        self.settings = SweepSettings.from_config(settings)
+        self.settings = settings_from(settings)
         self.started = time.monotonic()  # the wall budget counts from here
         self.started_at = time.time()  # an export of a shared study made since is another's
         self.hydra_context: Any = None
@@ -90,7 +90,7 @@ class SweepEngine:
         check_sweep(self.settings, sweep_dir, launcher=launcher)
         # one sweep per folder: a second one here would number its jobs as this one does
         try:
-            held = None if self.settings.plan else lock_sweep_dir(sweep_dir)
+            held = None if self.settings.plan.enabled else lock_sweep_dir(sweep_dir)
         except ValueError:
             drop_sweep_log()  # that folder's log is the other sweep's
             raise
@@ -108,7 +108,7 @@ class SweepEngine:
             if held is not None:
                 held.release(tidy=True)  # a refused sweep leaves no folder of its own
             raise
-        if prepared.settings.plan:
+        if prepared.settings.plan.enabled:
             return print_plan(prepared)
         started = open_sweep_study(prepared, sweep_dir)
         register_worker(started.study, sweep_dir)
@@ -178,9 +178,10 @@ class SweepEngine:
         """Search, then (the last worker on the study) verify, export, report and explain; the
         exported best.yaml, if any. Exits 1 when this worker had to export and could not."""
         settings, study = started.settings, started.study
-        capped = self.settings.max_wall_s <= 0 < settings.max_wall_s  # the CPU sweep's cap
+        # the CPU sweep's cap
+        capped = self.settings.budget.max_wall_s <= 0 < settings.budget.max_wall_s
         budget = Budget(settings, started=self.started,
-                        wall_setting="cpu_max_wall_s" if capped else "max_wall_s",
+                        wall_setting="budget.cpu_max_wall_s" if capped else "budget.max_wall_s",
                         predicted_trial_s=prepared.found.mean_trial_s,
                         guard_reserve=partial(guard_reserve_s, space=prepared.space,
                                               settings=settings))  # fmt: skip
@@ -263,12 +264,13 @@ class SweepEngine:
         best_path, costs, plan = None, None, None
         if verification.winner is not None:
             # production saves at an interval chosen from the winner's measured save stall
-            plan = plan_from_results(verification.winner.results, mtbf_h=settings.mtbf_h,
-                                     planned_every=settings.planned_checkpoint_every,
+            plan = plan_from_results(verification.winner.results, mtbf_h=settings.cost.mtbf_h,
+                                     planned_every=settings.cost.planned_checkpoint_every,
                                      planned_steps=ctx.objective.planned_steps)  # fmt: skip
+            cost = settings.cost
             costs = sweep_costs(study, verification, baseline=started.baseline,
-                                objective=ctx.objective, usd_per_hour=settings.usd_per_hour,
-                                prices=settings.prices, mtbf_h=settings.mtbf_h)  # fmt: skip
+                                objective=ctx.objective, usd_per_hour=cost.usd_per_hour,
+                                prices=cost.prices, mtbf_h=cost.mtbf_h)  # fmt: skip
             best_path = self._export(started, verification, tracker, sweep_dir, costs, plan)
         final_report(
             trials=study.get_trials(deepcopy=False),
@@ -287,8 +289,8 @@ class SweepEngine:
                 say(line)
         if verification.winner is not None:
             tell_story(study, verification, baseline=started.baseline,
-                    planned_steps=settings.planned_steps, tracker=tracker,
-                    noise_floor=settings.noise_floor)  # fmt: skip
+                    planned_steps=settings.cost.planned_steps, tracker=tracker,
+                    noise_floor=settings.verify.noise_floor)  # fmt: skip
         return best_path
 
     @staticmethod
@@ -310,7 +312,7 @@ class SweepEngine:
             sweep_dir=sweep_dir,
             study_name=started.study_name,
             storage=started.storage,
-            planned_checkpoint_every=started.settings.planned_checkpoint_every,
+            planned_checkpoint_every=started.settings.cost.planned_checkpoint_every,
             cost=costs,
             compared=comparison(started.study, rows),
             checkpoint=plan,

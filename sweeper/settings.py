@@ -1,12 +1,13 @@
 """The sweeper's settings, typed, validated once and frozen.
 
 Hydra hands the sweeper its `hydra.sweeper` node. Its schema, `ThroughputSweeperConf` in
-hydra_plugins/throughput_sweeper/config.py, is the one declaration of the fields (what each means,
-its default); `SweepSettings` subclasses it, so it re-declares none. `SweepSettings.from_config`
-turns the node into a checked, frozen, keyword-only dataclass: a value the sweep derives later (the
-CPU wall cap, a grid's trial count) is a `dataclasses.replace`, never a mutation.
-The race's rules (`RaceRules`, from the verify_* fields) are checked here with the rest, so a race
-that could never decide is refused before anything runs; the judge that applies them is
+hydra_plugins/throughput_sweeper/config.py, is the one declaration of the settings and their groups
+(`verify`, `guard`, `budget`, ...), each a frozen keyword-only dataclass. `settings_from` turns the
+node back into those dataclasses and checks every value here, so the value the sweeper reads is the
+schema's own type (`SweepSettings`): a value the sweep derives later (the CPU wall cap, a grid's
+trial count) is a `dataclasses.replace`, never a mutation. The race's rules are the `verify` group
+(`VerifyConf`) and the numerics guard's the `guard` group (`GuardConf`), checked with the rest so a
+race that could never decide is refused before anything runs; the judge that applies them is
 sweeper/verify/race_rules.py.
 """
 
@@ -14,233 +15,207 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
+from hydra_plugins.throughput_sweeper.config import (
+    RENAMED,
+    BudgetConf,
+    CostConf,
+    GuardConf,
+    ThroughputSweeperConf,
+    VerifyConf,
+    groups,
+    schema_node,
+    setting_names,
+)
 from train.core.cost import validate_prices
+from train.core.handoff.interval import check_mtbf_h
+from train.core.keys import sweeper_key_error
 from train.core.rules import check_compile_cache
 
+SweepSettings = ThroughputSweeperConf  # the sweeper's name for the checked value of the schema
 
-@dataclass(frozen=True, kw_only=True)
-class RaceRules:
-    """How a race decides (sweeper/verify/race_rules.py applies them). Validated here: a race
-    that could never decide is refused."""
 
-    min_rounds: int = 3  # rounds every contender runs before any is dropped
-    max_rounds: int = 10  # the race stops here at the latest
-    confidence: float = 0.95  # of each paired test
-    margin: float = 0.02  # survivors within +-margin of the leader are equivalent
+def settings_from(given: Mapping[str, Any] | DictConfig) -> SweepSettings:
+    """Settings from Hydra's sweeper node, or a plain mapping of some settings (tests pass one,
+    nested by group or with dotted names: `{"verify.top_k": 1}`); a missing setting takes the
+    schema's default, an unknown one or an old flat name is refused naming the right one."""
+    if isinstance(given, DictConfig):
+        given = OmegaConf.to_container(given, resolve=True)
+    values = _dotted({k: _plain(v) for k, v in given.items() if k != "_target_"})
+    names = setting_names()
+    node = schema_node()
+    for name, value in values.items():
+        error = sweeper_key_error(name, names, RENAMED)
+        if error:
+            raise ValueError(error)
+        if name == "guard.mode":  # any case; YAML's true/false read as on/off
+            value = str(value).strip().lower()
+            value = {"true": "on", "false": "off"}.get(value, value)
+        try:
+            OmegaConf.update(node, name, value, merge=False)
+        except OmegaConfBaseException as e:
+            raise ValueError(f"hydra.sweeper.{name}={value!r}: {str(e).splitlines()[0]}") from None
+    # Hydra's plugin scan executes the schema's module again in place, so its classes may be newer
+    # than the ones imported here: the node's own type is the one to trust, not an isinstance
+    settings = cast(SweepSettings, OmegaConf.to_object(node))
+    check(settings)
+    return settings
 
-    def __post_init__(self) -> None:
-        if self.min_rounds < 1:
+
+def _plain(value: Any) -> Any:
+    """A value as plain Python (a DictConfig Hydra passes for a group or the space)."""
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _dotted(given: Mapping[str, Any]) -> dict[str, Any]:
+    """{"verify": {"top_k": 1}} -> {"verify.top_k": 1}; the space and the prices stay one value
+    (their keys are the user's, dotted trainer keys among them)."""
+    out: dict[str, Any] = {}
+    inner = groups()
+    for key, value in given.items():
+        if key in inner and isinstance(value, Mapping):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def check(s: SweepSettings) -> None:
+    """Every bound a sweep cannot run without, each refused with its dotted name and the fix. The
+    sampler, pruner, objective and noise floor are checked where they are used
+    (sweeper/study/study.py, sweeper/study/objective.py, sweeper/verify/winner.py)."""
+    if s.n_jobs < 1:
+        raise ValueError(f"hydra.sweeper.n_jobs must be at least 1, got {s.n_jobs}")
+    if s.verify.top_k < 1:
+        raise ValueError(f"hydra.sweeper.verify.top_k must be at least 1, got {s.verify.top_k}")
+    if s.n_trials < 0:
+        raise ValueError(f"hydra.sweeper.n_trials must be 0 (no limit) or positive, got "
+                         f"{s.n_trials}")  # fmt: skip
+    _check_budget(s.budget)
+    _check_cost(s.cost)
+    _check_compile_cache(s.compile_cache)
+    plan_software(s.plan.software)
+    check_race(s.verify)  # the race's own checks (confidence, margin, rounds)
+    check_guard(s.guard)  # the numerics guard's mode, steps, seeds, k and floor
+
+
+def _check_budget(b: BudgetConf) -> None:
+    for name in ("max_wall_s", "cpu_max_wall_s", "min_trials_for_failure_rate"):
+        if getattr(b, name) < 0:
             raise ValueError(
-                f"hydra.sweeper.verify_repeats={self.min_rounds}: a race needs at least 1 round "
-                f"(a paired test needs 2; 3 is the default)"
+                f"hydra.sweeper.budget.{name} must be 0 (no limit) or positive, got "
+                f"{getattr(b, name)}"
             )
-        if self.max_rounds < self.min_rounds:
-            raise ValueError(
-                f"hydra.sweeper.verify_max_rounds={self.max_rounds} is below verify_repeats="
-                f"{self.min_rounds}; raise it to at least {self.min_rounds}"
-            )
-        if not 0.5 <= self.confidence < 1:
-            raise ValueError(
-                f"hydra.sweeper.verify_confidence={self.confidence}: use a value in [0.5, 1), "
-                f"e.g. 0.95"
-            )
-        if not 0 <= self.margin < 0.5:
-            raise ValueError(
-                f"hydra.sweeper.verify_margin={self.margin}: use a share in [0, 0.5), e.g. 0.02"
-            )
+    if b.polish_trials < -1:
+        raise ValueError(
+            f"hydra.sweeper.budget.polish_trials must be -1 (automatic), 0 (off) or positive, got "
+            f"{b.polish_trials}"
+        )
+    if not 0 <= b.max_failure_rate <= 1:
+        raise ValueError(
+            f"hydra.sweeper.budget.max_failure_rate must be a share in [0, 1], got "
+            f"{b.max_failure_rate}"
+        )
+
+
+def check_race(v: VerifyConf) -> None:
+    """How a race decides (sweeper/verify/race_rules.py applies it): a race that could never
+    decide is refused."""
+    if v.repeats < 1:
+        raise ValueError(
+            f"hydra.sweeper.verify.repeats={v.repeats}: a race needs at least 1 round "
+            f"(a paired test needs 2; 3 is the default)"
+        )
+    if v.max_rounds < 0:
+        raise ValueError(
+            f"hydra.sweeper.verify.max_rounds must be 0 (= verify.repeats) or positive, got "
+            f"{v.max_rounds}"
+        )
+    if v.last_round < v.repeats:
+        raise ValueError(
+            f"hydra.sweeper.verify.max_rounds={v.max_rounds} is below verify.repeats="
+            f"{v.repeats}; raise it to at least {v.repeats}"
+        )
+    if not 0.5 <= v.confidence < 1:
+        raise ValueError(
+            f"hydra.sweeper.verify.confidence={v.confidence}: use a value in [0.5, 1), e.g. 0.95"
+        )
+    if not 0 <= v.margin < 0.5:
+        raise ValueError(
+            f"hydra.sweeper.verify.margin={v.margin}: use a share in [0, 0.5), e.g. 0.02"
+        )
 
 
 GUARD_MODES = ("auto", "on", "off")
 
 
-@dataclass(frozen=True, kw_only=True)
-class GuardRules:
-    """The numerics guard's settings (hydra.sweeper.numerics_guard*), checked: the guard itself is
-    sweeper/verify/guard.py, its arithmetic sweeper/verify/guard_rules.py."""
-
-    mode: str = "auto"  # auto (on where the space searches a math-changing key) | on | off
-    steps: int = 20
-    seeds: int = 2
-    k: float = 2.0
-    floor: float = 0.01
-    max_tokens: int = 65536  # the most tokens in one curve step (train.core.curve.capped_split)
-
-    def __post_init__(self) -> None:
-        if self.mode not in GUARD_MODES:
-            raise ValueError(f"hydra.sweeper.numerics_guard={self.mode!r}: use auto, on or off")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 5:
-            raise ValueError(f"hydra.sweeper.numerics_guard_steps={self.steps!r}: use an integer "
-                             f">= 5 (a curve of a few windows), e.g. 20")  # fmt: skip
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 2:
-            raise ValueError(f"hydra.sweeper.numerics_guard_seeds={self.seeds!r}: a seed spread "
-                             f"needs at least 2 reference runs (2 is the default)")  # fmt: skip
-        if not (isinstance(self.k, int | float) and 0 < self.k < float("inf")):
-            raise ValueError(f"hydra.sweeper.numerics_guard_k={self.k!r}: use a finite number > 0 "
-                             f"(the tolerance is k x the seed spread), e.g. 2")  # fmt: skip
-        if not (isinstance(self.floor, int | float) and 0 <= self.floor < float("inf")):
-            raise ValueError(f"hydra.sweeper.numerics_guard_floor={self.floor!r}: use a finite "
-                             f"number of nats >= 0, e.g. 0.01")  # fmt: skip
-        tokens = self.max_tokens
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            raise ValueError(f"hydra.sweeper.numerics_guard_tokens={tokens!r}: use an integer "
-                             f">= 1 (the most tokens in one curve step), e.g. 65536")  # fmt: skip
-
-
-def guard_rules_from(settings: ThroughputSweeperConf) -> GuardRules:
-    """The guard's settings, checked; numerics_guard true/false read as on/off."""
-    mode = str(settings.numerics_guard).strip().lower()
-    mode = {"true": "on", "false": "off"}.get(mode, mode)
-    return GuardRules(mode=mode, steps=settings.numerics_guard_steps,
-                      seeds=settings.numerics_guard_seeds, k=settings.numerics_guard_k,
-                      floor=settings.numerics_guard_floor,
-                      max_tokens=settings.numerics_guard_tokens)  # fmt: skip
+def check_guard(g: GuardConf) -> None:
+    """The numerics guard's settings: the guard itself is sweeper/verify/guard.py, its arithmetic
+    sweeper/verify/guard_rules.py."""
+    if g.mode not in GUARD_MODES:
+        raise ValueError(f"hydra.sweeper.guard.mode={g.mode!r}: use auto, on or off")
+    if isinstance(g.steps, bool) or not isinstance(g.steps, int) or g.steps < 5:
+        raise ValueError(f"hydra.sweeper.guard.steps={g.steps!r}: use an integer >= 5 (a curve "
+                         f"of a few windows), e.g. 20")  # fmt: skip
+    if isinstance(g.seeds, bool) or not isinstance(g.seeds, int) or g.seeds < 2:
+        raise ValueError(f"hydra.sweeper.guard.seeds={g.seeds!r}: a seed spread needs at least 2 "
+                         f"reference runs (2 is the default)")  # fmt: skip
+    if not (isinstance(g.k, int | float) and 0 < g.k < float("inf")):
+        raise ValueError(f"hydra.sweeper.guard.k={g.k!r}: use a finite number > 0 (the tolerance "
+                         f"is k x the seed spread), e.g. 2")  # fmt: skip
+    if not (isinstance(g.floor, int | float) and 0 <= g.floor < float("inf")):
+        raise ValueError(f"hydra.sweeper.guard.floor={g.floor!r}: use a finite number of nats "
+                         f">= 0, e.g. 0.01")  # fmt: skip
+    if isinstance(g.tokens, bool) or not isinstance(g.tokens, int) or g.tokens < 1:
+        raise ValueError(f"hydra.sweeper.guard.tokens={g.tokens!r}: use an integer >= 1 (the most "
+                         f"tokens in one curve step), e.g. 65536")  # fmt: skip
 
 
 PLAN_SOFTWARE = ("torchao", "fa3", "fa4")
 
 
 def plan_software(value: str) -> tuple[str, ...]:
-    """hydra.sweeper.plan_software as a tuple of package names, checked: '' or a comma list of
+    """hydra.sweeper.plan.software as a tuple of package names, checked: '' or a comma list of
     PLAN_SOFTWARE."""
     names = tuple(n.strip().lower() for n in str(value or "").split(",") if n.strip())
     unknown = [n for n in names if n not in PLAN_SOFTWARE]
     if unknown:
         raise ValueError(
-            f"hydra.sweeper.plan_software={value!r}: {unknown} unknown; use a comma list of "
-            f"{', '.join(PLAN_SOFTWARE)} (or '' for none), e.g. plan_software=torchao,fa3"
+            f"hydra.sweeper.plan.software={value!r}: {unknown} unknown; use a comma list of "
+            f"{', '.join(PLAN_SOFTWARE)} (or '' for none), e.g. plan.software=torchao,fa3"
         )
     return names
 
 
-def rules_from(settings: ThroughputSweeperConf) -> RaceRules:
-    """The race's rules from the sweep settings (hydra.sweeper.verify_*), checked."""
-    return RaceRules(
-        min_rounds=settings.verify_repeats,
-        max_rounds=settings.verify_max_rounds or settings.verify_repeats,
-        confidence=settings.verify_confidence,
-        margin=settings.verify_margin,
-    )
-
-
-# A dataclass again only for an __init__ that calls __post_init__ (the schema has none); no field is
-# added here: a new setting is declared in ThroughputSweeperConf alone.
-@dataclass(kw_only=True)
-class SweepSettings(ThroughputSweeperConf):
-    """`hydra.sweeper.*`, checked once and frozen. The fields, what each one means and its default
-    are ThroughputSweeperConf's; this class adds the checks, `from_config` and the derived `polish`
-    count. An assignment raises `dataclasses.FrozenInstanceError`; derive with `replace`."""
-
-    def __post_init__(self) -> None:
-        # Bounds a sweep cannot run without; the sampler, pruner, objective and noise floor are
-        # checked where they are used (sweeper/study/study.py, sweeper/study/objective.py,
-        # sweeper/verify/winner.py).
-        for name in ("n_jobs", "verify_top_k", "verify_repeats"):
-            if getattr(self, name) < 1:
-                raise ValueError(
-                    f"hydra.sweeper.{name} must be at least 1, got {getattr(self, name)}"
-                )
-        for name in ("n_trials", "max_wall_s", "cpu_max_wall_s", "min_trials_for_failure_rate"):
-            if getattr(self, name) < 0:
-                raise ValueError(
-                    f"hydra.sweeper.{name} must be 0 (no limit) or positive, got "
-                    f"{getattr(self, name)}"
-                )
-        _check_cost(self)
-        _check_compile_cache(self.compile_cache)
-        plan_software(self.plan_software)
-        if self.polish_trials < -1:
-            raise ValueError(
-                f"hydra.sweeper.polish_trials must be -1 (automatic), 0 (off) or positive, got "
-                f"{self.polish_trials}"
-            )
-        if self.verify_max_rounds < 0:
-            raise ValueError(
-                f"hydra.sweeper.verify_max_rounds must be 0 (= verify_repeats) or positive, got "
-                f"{self.verify_max_rounds}"
-            )
-        rules_from(self)  # the race's own checks (confidence, margin, rounds), before anything runs
-        guard_rules_from(self)  # the numerics guard's mode, steps, seeds, k and floor
-        if not 0 <= self.max_failure_rate <= 1:
-            raise ValueError(
-                f"hydra.sweeper.max_failure_rate must be a share in [0, 1], got "
-                f"{self.max_failure_rate}"
-            )
-        object.__setattr__(self, "_checked", True)  # frozen from here on
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # frozen=True is not available: a frozen dataclass may not subclass Hydra's mutable schema
-        if getattr(self, "_checked", False):
-            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-        super().__setattr__(name, value)
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    @classmethod
-    def from_config(cls, settings: Mapping[str, Any] | DictConfig) -> SweepSettings:
-        """Settings from Hydra's sweeper node (or a plain mapping of some fields, as tests pass);
-        a missing field takes the schema's default, an unknown one is refused."""
-        if isinstance(settings, DictConfig):
-            settings = OmegaConf.to_container(settings, resolve=True)
-        given = {k: v for k, v in settings.items() if k != "_target_"}
-        names = {f.name for f in dataclasses.fields(cls)} - {"_target_"}
-        unknown = sorted(set(given) - names)
-        if unknown:
-            raise ValueError(
-                f"unknown hydra.sweeper setting(s) {unknown}; the fields are {sorted(names)}"
-            )
-        if "space" in given:
-            space = given["space"]
-            if isinstance(space, DictConfig):
-                space = OmegaConf.to_container(space)
-            given["space"] = dict(space or {})
-        if "prices" in given:
-            given["prices"] = dict(given["prices"] or {})
-        return cls(**given)
-
-    @property
-    def polish(self) -> int:
-        """Trials given to the polish step: polish_trials, or with -1 a quarter of n_trials
-        (none for the grid sampler, which measures every point anyway, or without n_trials)."""
-        if self.polish_trials >= 0:
-            return self.polish_trials
-        return self.n_trials // 4 if self.sampler != "grid" else 0
-
-
-def _check_cost(s: SweepSettings) -> None:
+def _check_cost(c: CostConf) -> None:
     """The run length and the price the time-to-train report uses (train/core/cost.py)."""
 
     def whole(value: Any, low: int) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
-    if not whole(s.planned_steps, 0):
+    if not whole(c.planned_steps, 0):
         raise ValueError(
-            f"hydra.sweeper.planned_steps must be 0 (derive from planned_tokens) or a positive "
-            f"integer, got {s.planned_steps!r}"
+            f"hydra.sweeper.cost.planned_steps must be 0 (derive from planned_tokens) or a "
+            f"positive integer, got {c.planned_steps!r}"
         )
-    if not whole(s.planned_tokens, 1):
+    if not whole(c.planned_tokens, 1):
         raise ValueError(
-            f"hydra.sweeper.planned_tokens must be a positive integer (tokens of the production "
-            f"run, e.g. 10_000_000_000), got {s.planned_tokens!r}"
+            f"hydra.sweeper.cost.planned_tokens must be a positive integer (tokens of the "
+            f"production run, e.g. 10_000_000_000), got {c.planned_tokens!r}"
         )
-    if not s.usd_per_hour >= 0:
+    if not c.usd_per_hour >= 0:
         raise ValueError(
-            f"hydra.sweeper.usd_per_hour must be >= 0 (0 = unknown: hours only), got "
-            f"{s.usd_per_hour!r}"
+            f"hydra.sweeper.cost.usd_per_hour must be >= 0 (0 = unknown: hours only), got "
+            f"{c.usd_per_hour!r}"
         )
-    if isinstance(s.mtbf_h, bool) or not isinstance(s.mtbf_h, int | float) or not s.mtbf_h > 0:
-        raise ValueError(
-            f"hydra.sweeper.mtbf_h must be > 0 hours (mean time between failures of one device; "
-            f"default 50000 from Llama 3's 419 interruptions in 54 days on 16,384 GPUs), got "
-            f"{s.mtbf_h!r}"
-        )
-    validate_prices(s.prices, field="hydra.sweeper.prices")
+    check_mtbf_h(c.mtbf_h)
+    validate_prices(c.prices, field="hydra.sweeper.cost.prices")
 
 
 def _check_compile_cache(value: Any) -> None:
@@ -254,3 +229,17 @@ def _check_compile_cache(value: Any) -> None:
             f"every trial) or a folder, got {value!r}"
         )
     check_compile_cache(value, field=field)
+
+
+def replace_in(settings: SweepSettings, **changes: Any) -> SweepSettings:
+    """`settings` with dotted settings replaced (`replace_in(s, **{"verify.top_k": 1})`): the
+    frozen value derived, each group replaced whole."""
+    top: dict[str, Any] = {}
+    for name, value in changes.items():
+        group, _, key = name.partition(".")
+        if key:
+            base = top.get(group, getattr(settings, group))
+            top[group] = dataclasses.replace(base, **{key: value})
+        else:
+            top[name] = value
+    return dataclasses.replace(settings, **top)

@@ -75,10 +75,10 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         study_name=study_name,
         direction=direction(p.objective),
         sampler=s.sampler,
-        pruner=s.pruner,
+        pruner=s.pruner.kind,
         n_startup_trials=s.n_startup_trials,
-        pruner_warmup_steps=s.pruner_warmup_steps,
-        pruner_startup_trials=s.pruner_startup_trials,
+        pruner_warmup_steps=s.pruner.warmup_steps,
+        pruner_startup_trials=s.pruner.startup_trials,
         seed=s.seed,
     )
     # A grid is every feasible point queued once in the study (Optuna's GridSampler stops the
@@ -207,19 +207,19 @@ def queue_design(
 
 
 def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Tracker:
-    """The MLflow tracker (a no-op one when hydra.sweeper.mlflow=false) with the sweep's parent
-    run open: the settings as params, the device and the checkout as tags."""
+    """The MLflow tracker (a no-op one when hydra.sweeper.mlflow.enabled=false) with the sweep's
+    parent run open: the settings as params, the device and the checkout as tags."""
     p, s, device = prepared, started.settings, prepared.device
     tracker: Tracker
-    if not s.mlflow:
+    if not s.mlflow.enabled:
         tracker = NullTracker()
     else:
         tracker = SweepTracker(
-            tracking_uri=s.mlflow_tracking_uri or None,
+            tracking_uri=s.mlflow.tracking_uri or None,
             # one experiment per study and storage: two studies of one name never share one
-            experiment=s.mlflow_experiment
+            experiment=s.mlflow.experiment
             or experiment_name(started.study_name, started.storage),
-            artifact_location=s.mlflow_artifact_location or None,
+            artifact_location=s.mlflow.artifact_location or None,
         )
     tracker.start_sweep(
         run_name=f"sweep-{sweep_dir.parent.name}-{sweep_dir.name}",
@@ -227,11 +227,11 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
             "search_space": json.dumps(s.space),
             "search_name": s.search_name,
             "sampler": s.sampler,
-            "pruner": s.pruner,
+            "pruner": s.pruner.kind,
             "objective": s.objective,
             "n_trials": s.n_trials,
-            "verify_top_k": s.verify_top_k,
-            "verify_repeats": s.verify_repeats,
+            "verify_top_k": s.verify.top_k,
+            "verify_repeats": s.verify.repeats,
             **{f"fixed.{o.split('=', 1)[0]}": o.split("=", 1)[1] for o in p.fixed},
         },
         tags={

@@ -11,7 +11,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.study.budget import (
     TRIALS,
     VERIFY_SHARE,
@@ -61,7 +61,7 @@ def make_study(walls: list[float], kinds: tuple[str, ...] = ()) -> optuna.Study:
 
 
 def budget(clock: FakeClock | None = None, **settings) -> Budget:
-    return Budget(SweepSettings.from_config(settings), clock=clock or FakeClock())
+    return Budget(settings_from(settings), clock=clock or FakeClock())
 
 
 @pytest.mark.parametrize(
@@ -70,9 +70,9 @@ def budget(clock: FakeClock | None = None, **settings) -> Budget:
         ({"n_trials": 5}, 0.0, 0.0, 3),  # 2 of 5 trials spent
         ({"n_trials": 5}, 1e6, 1e6, 3),  # no wall budget: time never ends the search
         ({"n_trials": 0}, 0.0, 0.0, 10**9),  # no trial limit
-        ({"n_trials": 5, "max_wall_s": 60.0}, 30.0, 29.0, 3),  # 59 s < 60 s
-        ({"n_trials": 5, "max_wall_s": 60.0}, 30.0, 30.0, 0),  # the reserve reaches the budget
-        ({"n_trials": 0, "max_wall_s": 60.0}, 61.0, 0.0, 0),
+        ({"n_trials": 5, "budget.max_wall_s": 60.0}, 30.0, 29.0, 3),  # 59 s < 60 s
+        ({"n_trials": 5, "budget.max_wall_s": 60.0}, 30.0, 30.0, 0),  # the reserve reaches it
+        ({"n_trials": 0, "budget.max_wall_s": 60.0}, 61.0, 0.0, 0),
         ({"n_trials": 2}, 0.0, 0.0, 0),
     ],
 )
@@ -87,12 +87,12 @@ def test_trials_left(settings, elapsed, reserve, left) -> None:
     ("settings", "walls", "real_s", "reserve"),
     [
         # median 20 s x (top 3 + the start) x 3 repeats
-        ({"verify_top_k": 3, "verify_repeats": 3}, [10.0, 20.0, 30.0], 0.0, 240.0),
+        ({"verify.top_k": 3, "verify.repeats": 3}, [10.0, 20.0, 30.0], 0.0, 240.0),
         # a projected search underestimates a real full-step run: the prediction is used
-        ({"verify_top_k": 1, "verify_repeats": 2}, [10.0], 50.0, 200.0),
-        ({"verify_top_k": 1, "verify_repeats": 1}, [], 0.0, 0.0),  # nothing measured yet
+        ({"verify.top_k": 1, "verify.repeats": 2}, [10.0], 50.0, 200.0),
+        ({"verify.top_k": 1, "verify.repeats": 1}, [], 0.0, 0.0),  # nothing measured yet
         # never more than VERIFY_SHARE of a wall budget
-        ({"verify_top_k": 3, "verify_repeats": 3, "max_wall_s": 100.0}, [20.0], 0.0,
+        ({"verify.top_k": 3, "verify.repeats": 3, "budget.max_wall_s": 100.0}, [20.0], 0.0,
          VERIFY_SHARE * 100.0),
     ],
 )  # fmt: skip
@@ -106,14 +106,14 @@ def test_verify_reserve(settings, walls, real_s, reserve) -> None:
     [
         # 3 trials left and the race: the top 2 (this study has no starting config), 2 rounds,
         # at the median 10 s (sweeper/study/eta.py; tests/test_eta.py has the start's runs)
-        ({"n_trials": 5, "verify_top_k": 2, "verify_repeats": 2}, 0.0, 70.0),
+        ({"n_trials": 5, "verify.top_k": 2, "verify.repeats": 2}, 0.0, 70.0),
         ({"n_trials": 0}, 0.0, None),  # no trial limit and no wall budget: unknown
-        ({"n_trials": 0, "max_wall_s": 100.0}, 40.0, 60.0),  # the wall budget's rest
+        ({"n_trials": 0, "budget.max_wall_s": 100.0}, 40.0, 60.0),  # the wall budget's rest
         # the wall budget ends the sweep before the trials would
-        ({"n_trials": 5, "verify_top_k": 2, "verify_repeats": 2, "max_wall_s": 100.0}, 50.0,
+        ({"n_trials": 5, "verify.top_k": 2, "verify.repeats": 2, "budget.max_wall_s": 100.0}, 50.0,
          50.0),
         # past the budget: the race's first round (the top 3 and the start) still runs
-        ({"n_trials": 5, "max_wall_s": 100.0}, 150.0, 40.0),
+        ({"n_trials": 5, "budget.max_wall_s": 100.0}, 150.0, 40.0),
     ],
 )  # fmt: skip
 def test_eta(settings, elapsed, eta) -> None:
@@ -134,7 +134,7 @@ def test_eta(settings, elapsed, eta) -> None:
 )
 def test_a_verification_round_fits_the_wall_budget(max_wall_s, elapsed, n_runs, fits) -> None:
     clock = FakeClock()
-    b = budget(clock, max_wall_s=max_wall_s)
+    b = budget(clock, **{"budget.max_wall_s": max_wall_s})
     clock.now += elapsed
     assert b.verify_round_fits(make_study([10.0]), n_runs) is fits
 
@@ -143,7 +143,7 @@ def test_a_measured_verification_run_beats_the_search_median() -> None:
     """The search's median trial (60 s: compile-heavy) says no; the race's own last round
     (6 s a run) says 4 more runs fit."""
     clock = FakeClock()
-    b = budget(clock, max_wall_s=100.0)
+    b = budget(clock, **{"budget.max_wall_s": 100.0})
     clock.now += 70.0
     study = make_study([60.0, 60.0, 5.0])
     assert not b.verify_round_fits(study, 4)
@@ -176,7 +176,7 @@ def test_spent(sampler, kinds, spent) -> None:
     ],
 )
 def test_failure_rate(kinds, rate, minimum, exceeded) -> None:
-    b = budget(max_failure_rate=rate, min_trials_for_failure_rate=minimum)
+    b = budget(**{"budget.max_failure_rate": rate, "budget.min_trials_for_failure_rate": minimum})
     assert b.failure_rate_exceeded(make_study([1.0, 2.0], kinds)) is exceeded
 
 
@@ -186,11 +186,11 @@ def test_failure_rate(kinds, rate, minimum, exceeded) -> None:
 @pytest.mark.parametrize(
     ("max_wall_s", "setting", "quickest", "refused"),
     [
-        (0.0, "max_wall_s", 10.0, None),  # no wall budget
-        (12.0, "max_wall_s", 10.0, None),  # one trial fits
-        (5.0, "max_wall_s", None, None),  # no prediction: nothing to refuse on
-        (5.0, "max_wall_s", 10.0, "hydra.sweeper.max_wall_s=5 s cannot hold one trial"),
-        (300.0, "cpu_max_wall_s", 400.0, "hydra.sweeper.cpu_max_wall_s=300 s cannot hold"),
+        (0.0, "budget.max_wall_s", 10.0, None),  # no wall budget
+        (12.0, "budget.max_wall_s", 10.0, None),  # one trial fits
+        (5.0, "budget.max_wall_s", None, None),  # no prediction: nothing to refuse on
+        (5.0, "budget.max_wall_s", 10.0, "hydra.sweeper.budget.max_wall_s=5 s cannot hold one"),
+        (300.0, "budget.cpu_max_wall_s", 400.0, "hydra.sweeper.budget.cpu_max_wall_s=300 s cannot"),
     ],
 )
 def test_a_wall_budget_below_one_predicted_trial_is_refused(
@@ -209,20 +209,20 @@ def test_a_wall_budget_below_one_predicted_trial_is_refused(
 def test_the_search_end_names_the_budget_what_it_allowed_and_one_trial() -> None:
     clock = FakeClock()
     study = make_study([10.0, 14.0, 12.0])
-    walled = Budget(SweepSettings.from_config({"n_trials": 9, "max_wall_s": 60.0}), clock=clock,
+    walled = Budget(settings_from({"n_trials": 9, "budget.max_wall_s": 60.0}), clock=clock,
                     started=clock() - 50.0, predicted_trial_s=9.5)  # fmt: skip
     assert walled.ended_by(study, verify_estimate_s=12.0) == WALL
     assert walled.end_line(study, WALL, ran_here=3) == (
-        "the wall budget ended the search: hydra.sweeper.max_wall_s=60 s allowed 3 trial(s) in "
-        "50 s, the rest kept for verification; one trial took 12.0 s (median; predicted 9.5 s)"
+        "the wall budget ended the search: hydra.sweeper.budget.max_wall_s=60 s allowed 3 trial(s) "
+        "in 50 s, the rest kept for verification; one trial took 12.0 s (median; predicted 9.5 s)"
     )
-    counted = Budget(SweepSettings.from_config({"n_trials": 3}), clock=clock)
+    counted = Budget(settings_from({"n_trials": 3}), clock=clock)
     assert counted.ended_by(study, verify_estimate_s=0.0) == TRIALS
     assert counted.end_line(study, TRIALS, ran_here=2) == (
         "the trial budget ended the search: hydra.sweeper.n_trials=3 allowed 3 trial(s) in the "
         "study (3 counted, 2 launched here); one trial took 12.0 s (median; predicted ?)"
     )
-    assert Budget(SweepSettings.from_config({"n_trials": 5}), clock=clock).ended_by(
+    assert Budget(settings_from({"n_trials": 5}), clock=clock).ended_by(
         study, verify_estimate_s=0.0) is None  # fmt: skip
 
 
@@ -242,7 +242,7 @@ def test_queued_points_the_search_never_ran_are_failed_as_unrun_and_queued_again
         ({"mb": 8}, True, None, 1), ({"mb": 16}, None, True, 2)]  # fmt: skip
 
 
-FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow=false", "hydra.sweeper.verify_top_k=1"]
+FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow.enabled=false", "hydra.sweeper.verify.top_k=1"]
 
 
 @pytest.mark.parametrize(
@@ -259,7 +259,7 @@ FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow=false", "hydra.sweeper.verif
 def test_a_resumed_study_says_whether_it_searches_on(n_trials, walls, kinds, starts) -> None:
     """The resume rule (issue 35): only n_trials carries over, so a study whose search a wall
     budget ended searches on; the line names the n_trials that goes straight to verification."""
-    line = resume_line(make_study(walls, kinds), SweepSettings.from_config({"n_trials": n_trials}))
+    line = resume_line(make_study(walls, kinds), settings_from({"n_trials": n_trials}))
     assert (line is None) if starts is None else line.startswith(starts), line
     if line and "searches up to" in line:
         assert line.endswith("hydra.sweeper.n_trials=2 goes straight to verification")
@@ -272,13 +272,13 @@ def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(t
     proc = run_sweep(tmp_path, *FAST_SMOKE, "optim.lr=interval(0.0001,0.0005)",
                      "trial.max_steps=10000", "trial.max_seconds=4",  # a window of 4 s
                      "hydra.sweeper.sampler=tpe", "hydra.sweeper.n_startup_trials=12",
-                     "hydra.sweeper.n_trials=50", "hydra.sweeper.max_wall_s=30",
+                     "hydra.sweeper.n_trials=50", "hydra.sweeper.budget.max_wall_s=30",
                      "hydra.sweeper.study_name=wall")  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out
     (line,) = [ln for ln in out.splitlines() if "budget ended the search" in ln]
-    assert line.startswith("the wall budget ended the search: hydra.sweeper.max_wall_s=30 s "
+    assert line.startswith("the wall budget ended the search: hydra.sweeper.budget.max_wall_s=30 s "
                            "allowed "), line  # fmt: skip
     assert "one trial took" in line and "predicted" in line, line
     study = load_study(tmp_path, "wall")
@@ -289,18 +289,18 @@ def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(t
     assert "not run: recorded as unrun; a resumed sweep queues them again" in out
     # the same command again searches on (only n_trials carries over) and says so; with
     # n_trials at the trials it holds, it goes straight to verification (issue 35)
-    spent = Budget(SweepSettings.from_config({"n_trials": 50})).spent(study)
+    spent = Budget(settings_from({"n_trials": 50})).spent(study)
     again = run_sweep(tmp_path, *FAST_SMOKE, "optim.lr=interval(0.0001,0.0005)",
                       "trial.max_steps=10000", "trial.max_seconds=4",
                       "hydra.sweeper.sampler=tpe", "hydra.sweeper.n_startup_trials=12",
-                      f"hydra.sweeper.n_trials={spent}", "hydra.sweeper.max_wall_s=30",
+                      f"hydra.sweeper.n_trials={spent}", "hydra.sweeper.budget.max_wall_s=30",
                       "hydra.sweeper.study_name=wall")  # fmt: skip
     out = again.stdout + again.stderr
     assert again.returncode == 0, out[-3000:]
     assert (f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={spent} spent: no "
             "search, straight to verification") in out
     after = load_study(tmp_path, "wall")
-    assert Budget(SweepSettings.from_config({"n_trials": 50})).spent(after) == spent
+    assert Budget(settings_from({"n_trials": 50})).spent(after) == spent
     assert "the trial budget ended the search" in out
 
 

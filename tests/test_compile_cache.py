@@ -14,7 +14,7 @@ import pytest
 
 from sweeper.launch.compile_cache import sweep_cache
 from sweeper.launch.job import trial_env
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.study.objective import ObjectiveConfig, compile_charge_s, result_train_time
 from train.core.compile_cache import cache_env
 from train.core.compile_graphs import (
@@ -164,7 +164,7 @@ def test_sweep_cache_resolution(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", ["auto", "off", "/tmp/some/cache"])
 def test_setting_accepted(value):
-    assert SweepSettings.from_config({"compile_cache": value}).compile_cache == value
+    assert settings_from({"compile_cache": value}).compile_cache == value
 
 
 def test_setting_refused_in_one_line(tmp_path):
@@ -172,7 +172,7 @@ def test_setting_refused_in_one_line(tmp_path):
     a_file.write_text("x")
     for value, match in [("", "auto .*off .*or a folder"), (str(a_file), "is a file")]:
         with pytest.raises(ValueError, match=f"hydra.sweeper.compile_cache.*{match}") as err:
-            SweepSettings.from_config({"compile_cache": value})
+            settings_from({"compile_cache": value})
         assert "\n" not in str(err.value)
 
 

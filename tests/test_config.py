@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.core.config import Config, DataConfig, RuntimeConfig, check_combinations
+from train.core.config import Config, DataConfig, RuntimeConfig
+from train.core.config_checks import check_combinations
 from train.core.rules import attention_dtype_conflict
 from train.run import loop
 

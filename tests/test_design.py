@@ -74,7 +74,7 @@ def test_the_design_is_reproducible_per_seed():
 def test_a_fresh_tpe_study_queues_the_design_once(baseline, n_trials, queued):
     import optuna
 
-    from sweeper.settings import SweepSettings
+    from sweeper.settings import settings_from
     from sweeper.space.constraints import SpaceContext
     from sweeper.space.space import parse_space
     from sweeper.start import DESIGN_ATTR, queue_design
@@ -83,7 +83,7 @@ def test_a_fresh_tpe_study_queues_the_design_once(baseline, n_trials, queued):
     space = parse_space(
         {"batch.micro_batch": {"split": True, "max": 32}, "runtime.threads": "choice(1, 2)"}, ctx
     )
-    settings = SweepSettings.from_config({"n_startup_trials": 4, "n_trials": n_trials, "seed": 3})
+    settings = settings_from({"n_startup_trials": 4, "n_trials": n_trials, "seed": 3})
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
     if baseline is not None:

@@ -1,4 +1,4 @@
-"""train/device.py, train/run/device.py and train/measure/ceiling.py: device choice, autocast, TF32,
+"""train/device.py and train/measure/ceiling.py: device choice, autocast, TF32,
 scaler, memory, threads, matmul ceiling (on a CPU machine; GPU-only cases are marked)."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import train.device
+from train import device as dev
 from train.measure import ceiling
-from train.run import device as dev
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -135,7 +134,7 @@ def test_set_tf32_old_torch_uses_the_allow_tf32_switches_only(
     """torch < 2.9 (faked): the two allow_tf32 switches, and nothing of the newer API."""
     matmul = SimpleNamespace(allow_tf32=False)
     cudnn = SimpleNamespace(allow_tf32=True)
-    monkeypatch.setattr(train.device, "_has_fp32_precision_api", lambda: False)
+    monkeypatch.setattr(dev, "_has_fp32_precision_api", lambda: False)
     monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
     monkeypatch.setattr(torch.backends, "cudnn", cudnn)
     monkeypatch.setattr(torch, "set_float32_matmul_precision", _must_not_be_called)

@@ -31,7 +31,10 @@ import settings_reference
 PAGES = {str(p.relative_to(REPO)): p for p in DOCS}
 # mistyped on purpose: the troubleshooting page shows what the tool answers to them
 KNOWN_TYPOS = {"batch.micro_bach", "runtime.compiel", "hydra.sweeper.n_trails"}
-SWEEPER_FIELDS = {s.key.split(".")[-1] for s in settings_reference.sweeper_settings()}
+SWEEPER_FIELDS = {s.key.removeprefix("hydra.sweeper.")
+                  for s in settings_reference.sweeper_settings()}  # fmt: skip
+# the old flat names: a past run's pasted output may quote them; a command a page shows may not
+RENAMED = settings_reference.sweeper_config.RENAMED
 TRAINER_KEYS = keys.schema_keys()
 SECTIONS = tuple(settings_reference.trainer_sections())
 # Hydra's launcher plugins the scale extra installs, beside our own conf/hydra/launcher/*.yaml
@@ -82,7 +85,7 @@ def broken_links(prose: str, *, folder: Path) -> list[str]:
 
 # --- keys -------------------------------------------------------------------------------------
 
-_SWEEPER_KEY = re.compile(r"hydra\.sweeper\.([a-z_0-9]+)")
+_SWEEPER_KEY = re.compile(r"hydra\.sweeper\.([a-z_0-9]+(?:\.[a-z_0-9]+)*)")
 _SECTION = "|".join(SECTIONS)
 _SET_KEY = re.compile(rf"(?<![\w./-])((?:{_SECTION})\.[a-z_0-9]+)=")  # runtime.dtype=bf16
 _KEY_SPAN = re.compile(rf"(?:{_SECTION})\.[a-z_0-9]+")  # `runtime.dtype`
@@ -92,7 +95,8 @@ def unknown_keys(text: str, prose: str) -> list[str]:
     """Settings the page names that the schema does not have. Keys set with `=` anywhere (prose,
     commands, pasted output); keys written alone as code in the prose, unless they name a module
     of the trainer (`train.trial`, `train.explain`) or a file (`train.py`)."""
-    sweeper = {f"hydra.sweeper.{k}" for k in _SWEEPER_KEY.findall(text) if k not in SWEEPER_FIELDS}
+    sweeper = {f"hydra.sweeper.{k}" for k in _SWEEPER_KEY.findall(text)
+               if k not in RENAMED and keys.sweeper_key_error(k, SWEEPER_FIELDS)}  # fmt: skip
     trainer = {k for k in _SET_KEY.findall(text) if k not in TRAINER_KEYS}
     for span in code_spans(prose):
         if _KEY_SPAN.fullmatch(span) and span not in TRAINER_KEYS and not _is_module(span):
@@ -200,7 +204,8 @@ def _override_problems(args: list[str], *, sweep: bool) -> list[str]:
     problems = []
     checked = [a for a in overrides if keys.override_key(a) not in KNOWN_TYPOS]
     try:
-        keys.check_command_line(checked, sweeper_fields=SWEEPER_FIELDS if sweep else ())
+        keys.check_command_line(checked, sweeper_fields=SWEEPER_FIELDS if sweep else (),
+                                sweeper_renamed=RENAMED)  # fmt: skip
     except ValueError as exc:
         problems.append(str(exc))
     parser = OverridesParser.create()
@@ -232,7 +237,8 @@ def _choice_problems(arg: str) -> list[str]:
 
 # --- settings tables --------------------------------------------------------------------------
 
-_ROW = re.compile(r"^\| `(hydra\.sweeper\.[a-z_0-9]+|[a-z_]+\.[a-z_0-9]+)` \| `([^`]*)` \|")
+_ROW = re.compile(r"^\| `(hydra\.sweeper\.[a-z_0-9]+(?:\.[a-z_0-9]+)?|[a-z_]+\.[a-z_0-9]+)` "
+                  r"\| `([^`]*)` \|")
 
 
 def wrong_defaults(text: str) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import baseline_params, parse_space
 from sweeper.study.budget import Budget
@@ -41,7 +41,7 @@ def study(tmp_path) -> optuna.Study:
 def test_excluded_points_cost_no_budget_except_in_a_grid(study, sampler, left) -> None:
     # 5 trials: 1 complete and 1 out of memory count; the 2 excluded ran nothing (a grid's
     # budget is its list of points, refused ones included)
-    budget = Budget(SweepSettings.from_config({"n_trials": 5, "max_wall_s": 0, "sampler": sampler}))
+    budget = Budget(settings_from({"n_trials": 5, "budget.max_wall_s": 0, "sampler": sampler}))
     assert budget.trials_left(study, verify_estimate_s=0.0) == left
 
 
@@ -57,8 +57,8 @@ def test_excluded_points_cost_no_budget_except_in_a_grid(study, sampler, left) -
 def test_out_of_memory_does_not_count_toward_the_failure_rate(study, extra, exceeded) -> None:
     for (kind,) in extra:
         told(study, TrialState.FAIL, kind)
-    settings = SweepSettings.from_config(
-        {"max_failure_rate": 0.5, "min_trials_for_failure_rate": 1, "n_trials": 0}
+    settings = settings_from(
+        {"budget.max_failure_rate": 0.5, "budget.min_trials_for_failure_rate": 1, "n_trials": 0}
     )
     assert Budget(settings).failure_rate_exceeded(study) is exceeded
 

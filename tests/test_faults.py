@@ -304,12 +304,12 @@ def test_every_planted_trial_fault_is_recorded_and_the_sweep_goes_on(tmp_path: P
         "search=smoke",
         "hydra.sweeper.sampler=grid",
         "hydra.sweeper.n_trials=0",
-        "hydra.sweeper.max_failure_rate=1.0",
-        "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
-        "hydra.sweeper.stall_timeout_s=15",
-        "hydra.sweeper.trial_timeout_s=120",
-        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.budget.max_failure_rate=1.0",
+        "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
+        "hydra.sweeper.budget.stall_timeout_s=15",
+        "hydra.sweeper.budget.trial_timeout_s=120",
+        "hydra.sweeper.mlflow.enabled=false",
         "hydra.sweeper.space={batch.micro_batch: 8, data.num_workers: 0}",
         "checkpoint.every_steps=1",
         f"trial.fault=none,{','.join(repr(k) for k in TRIAL_FAULTS)}",
@@ -376,7 +376,7 @@ def test_a_second_sweep_on_a_folder_in_use_is_refused_before_it_starts_anything(
 
 
 def test_two_sweeps_started_in_the_same_second_get_folders_of_their_own(tmp_path: Path) -> None:
-    argvs = [sweep_argv("search=smoke", "hydra.sweeper.n_trials=1", "hydra.sweeper.verify_top_k=1",
+    argvs = [sweep_argv("search=smoke", "hydra.sweeper.n_trials=1", "hydra.sweeper.verify.top_k=1",
                         f"hydra.sweeper.study_name=twin-{i}") for i in range(2)]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs = [subprocess.Popen(a, cwd=tmp_path, env=env, stdout=subprocess.PIPE,

@@ -83,7 +83,7 @@ class _Jobs:
 def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches() -> None:
     from types import SimpleNamespace
 
-    from sweeper.settings import SweepSettings
+    from sweeper.settings import settings_from
     from sweeper.space.space import parse_space
     from sweeper.tracking.protocol import NullTracker
     from sweeper.verify.guard import guard_entrants
@@ -95,7 +95,7 @@ def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches(
     ctx = SimpleNamespace(
         space=space, study=_Study(), jobs=_Jobs(), fixed=[], tracker=NullTracker(),
         budget=SimpleNamespace(verify_round_fits=lambda study, n, run_s=None: True),
-        settings=SweepSettings.from_config({"numerics_guard": "auto", "max_wall_s": 0}),
+        settings=settings_from({"guard.mode": "auto", "budget.max_wall_s": 0}),
     )  # fmt: skip
     cands = {1: Candidate(key="1", params={"runtime.dtype": "fp32", "runtime.compile": "none"},
                           overrides=[], values=[], simplicity=0)}  # fmt: skip

@@ -19,7 +19,8 @@ import torch
 
 import train.__main__ as main_mod
 from tests.conftest import run_cli
-from train.core.config import ModelConfig, check_combinations
+from train.core.config import ModelConfig
+from train.core.config_checks import check_combinations
 from train.core.rules import flash_impl_unsupported, float8_unsupported
 from train.model.float8 import float8_report, left_out_reason, plan
 
@@ -237,7 +238,7 @@ def test_a_float8_trial_is_measured_against_the_bf16_peak() -> None:
     the bf16 dense peak (989.4 TFLOP/s on an H100 SXM), never the float8 peak (twice as high). At
     the README's 39,210 tokens/s for GPT-2 XL that is the 40.7% it reports."""
     from train.core.flops import flops_per_token, lookup_peak, mfu_basis
-    from train.core.result import _mfu
+    from train.core.result_build import _mfu
 
     fpt = flops_per_token(n_layer=48, n_head=25, n_embd=1600, seq_len=1024, vocab_size=50304)
     peak = lookup_peak("NVIDIA H100 80GB HBM3", "bf16")
@@ -250,8 +251,8 @@ def test_a_float8_trial_is_measured_against_the_bf16_peak() -> None:
 
 
 def test_an_emulated_float8_trial_says_so_in_its_result(make_config, tmp_path: Path) -> None:
-    from train.core.result import format_summary
     from train.trial.measurement import run_trial
+    from train.trial.summary import format_summary
 
     cfg = make_config("runtime.dtype=bf16", "runtime.float8=rowwise", "runtime.float8_emulate=true")
     out = tmp_path / "trial.json"
@@ -334,7 +335,7 @@ def _gains(result: dict) -> dict:
 
 def test_the_compute_bound_verdict_names_the_levers_on_an_h100() -> None:
     from tests.test_verdict import make
-    from train.core.diagnosis import amdahl
+    from train.core.compute_levers import amdahl
 
     gains = _gains(make(**XL_RESULT_CHANGES))
     # recompute: every block's forward again, ~1.32x the FLOPs of GPT-2 XL, on 90% of the step

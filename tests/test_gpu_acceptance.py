@@ -192,8 +192,8 @@ def test_sweep_command_pins_the_study_in_the_work_folder(tmp_path: Path) -> None
                    "runtime.compile=default", "runtime.dtype=bf16",
                    f"hydra.sweep.dir={tmp_path / 'sweep'}",
                    f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}",
-                   "hydra.sweeper.study_name=acceptance-xl", "hydra.sweeper.max_wall_s=495",
-                   "hydra.sweeper.mlflow=false"):  # fmt: skip
+                   "hydra.sweeper.study_name=acceptance-xl", "hydra.sweeper.budget.max_wall_s=495",
+                   "hydra.sweeper.mlflow.enabled=false"):  # fmt: skip
         assert pinned in argv
     assert argv[-1] == "hydra.sweeper.n_trials=3"  # the run's own overrides win (last)
 

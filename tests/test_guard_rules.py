@@ -1,6 +1,7 @@
 """The numerics guard's pure parts: curve arithmetic (sweeper/verify/guard_rules.py), the
-math-changing keys (sweeper/space/math_keys.py), its settings (sweeper/settings.py GuardRules),
-whether it runs (sweeper/plan/guard_price.py) and the curve-run keys (train/core/curve.py)."""
+math-changing keys (sweeper/space/math_keys.py), its settings (the `guard` group, GuardConf, checked
+by sweeper/settings.py), whether it runs (sweeper/plan/guard_price.py) and the curve-run keys
+(train/core/curve.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 import pytest
 
 from sweeper.plan.guard_price import guard_mode
-from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
+from sweeper.settings import GuardConf, settings_from
 from sweeper.space.math_keys import MATH_KEYS, changes_text, math_changes, searched_math_keys
 from sweeper.verify.guard_rules import (
     check,
@@ -197,25 +198,25 @@ def test_searched_math_keys(searched: dict, keys: list[str]) -> None:
 @pytest.mark.parametrize(
     ("given", "match"),
     [
-        ({"numerics_guard": "maybe"}, r"numerics_guard='maybe': use auto, on or off"),
-        ({"numerics_guard_steps": 4}, r"numerics_guard_steps=4: use an integer >= 5"),
-        ({"numerics_guard_seeds": 1}, r"numerics_guard_seeds=1: a seed spread needs at least 2"),
-        ({"numerics_guard_k": 0}, r"numerics_guard_k=0: use a finite number > 0"),
-        ({"numerics_guard_k": float("inf")}, r"numerics_guard_k=inf"),
-        ({"numerics_guard_floor": -0.1}, r"numerics_guard_floor=-0.1: use a finite number"),
-        ({"numerics_guard_tokens": 0}, r"numerics_guard_tokens=0: use an integer >= 1"),
+        ({"guard.mode": "maybe"}, r"guard.mode='maybe': use auto, on or off"),
+        ({"guard.steps": 4}, r"guard.steps=4: use an integer >= 5"),
+        ({"guard.seeds": 1}, r"guard.seeds=1: a seed spread needs at least 2"),
+        ({"guard.k": 0}, r"guard.k=0.0: use a finite number > 0"),
+        ({"guard.k": float("inf")}, r"guard.k=inf"),
+        ({"guard.floor": -0.1}, r"guard.floor=-0.1: use a finite number"),
+        ({"guard.tokens": 0}, r"guard.tokens=0: use an integer >= 1"),
     ],
 )
 def test_bad_guard_settings_fail_up_front_in_one_line(given: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match) as err:
-        SweepSettings.from_config(given)
+        settings_from(given)
     assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(("given", "mode"), [("auto", "auto"), ("ON", "on"), (True, "on"),
                                              (False, "off"), ("false", "off")])  # fmt: skip
 def test_guard_mode_setting_reads_booleans(given, mode: str) -> None:
-    assert guard_rules_from(SweepSettings.from_config({"numerics_guard": given})).mode == mode
+    assert settings_from({"guard.mode": given}).guard.mode == mode
 
 
 @pytest.mark.parametrize(
@@ -224,12 +225,12 @@ def test_guard_mode_setting_reads_booleans(given, mode: str) -> None:
         ("auto", {"runtime.dtype": ["fp32", "bf16"]}, True, "auto: the space searches "
                                                              "runtime.dtype"),
         ("auto", {"runtime.compile": ["none", "default"]}, False, "searches no math-changing"),
-        ("on", {}, True, "numerics_guard=on"),
-        ("off", {"runtime.dtype": ["fp32", "bf16"]}, False, "numerics_guard=off"),
+        ("on", {}, True, "guard.mode=on"),
+        ("off", {"runtime.dtype": ["fp32", "bf16"]}, False, "guard.mode=off"),
     ],
 )  # fmt: skip
 def test_guard_runs_where_the_space_searches_math(mode, searched, on, why) -> None:
-    got_on, got_why = guard_mode(GuardRules(mode=mode), searched)
+    got_on, got_why = guard_mode(GuardConf(mode=mode), searched)
     assert got_on is on and why in got_why
 
 
@@ -299,8 +300,8 @@ def _ctx(*, fits: bool, guard: str = "auto"):
                          "runtime.compile": "choice(none, default)"},
                         SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, base=base))
     budget = SimpleNamespace(verify_round_fits=lambda study, n, run_s=None: fits,
-                             wall_setting="cpu_max_wall_s")  # fmt: skip
-    settings = SweepSettings.from_config({"numerics_guard": guard, "max_wall_s": 390})
+                             wall_setting="budget.cpu_max_wall_s")  # fmt: skip
+    settings = settings_from({"guard.mode": guard, "budget.max_wall_s": 390})
     return SimpleNamespace(space=space, study=_Study(), budget=budget, settings=settings)
 
 
@@ -323,8 +324,8 @@ def test_unchecked_math_never_races_when_the_guard_does_not_fit_the_budget() -> 
     assert sorted(out.passed) == [0, 1]  # a speed knob races unchecked
     # never checked is "not checked", never "failed": nothing says its math is wrong
     assert out.records[2]["verdict"] == "not checked"
-    assert "do not fit the wall budget (hydra.sweeper.cpu_max_wall_s=390 s)" in out.records[2][
-        "reason"]  # fmt: skip
+    reason = out.records[2]["reason"]
+    assert "do not fit the wall budget (hydra.sweeper.budget.cpu_max_wall_s=390 s)" in reason
     assert out.records[1]["verdict"] == "not needed"
     assert ctx.study.user_attrs["numerics_guard"]["candidates"]["2"]["verdict"] == "not checked"
     assert any("trial 2 (runtime.dtype fp32 -> bf16) NOT CHECKED: not raced" in n
@@ -338,7 +339,7 @@ def test_guard_off_races_everyone_and_records_why() -> None:
     ctx = _ctx(fits=False, guard="off")
     out = guard_entrants(ctx, _cands(ctx), baseline=None, start=None)
     assert sorted(out.passed) == [0, 1, 2]
-    assert out.records[2] == {"verdict": "off", "why": "off (hydra.sweeper.numerics_guard=off)"}
+    assert out.records[2] == {"verdict": "off", "why": "off (hydra.sweeper.guard.mode=off)"}
 
 
 # -- plan mode: no curve runs when every planned trial keeps the starting config's math ----------
@@ -362,7 +363,7 @@ def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(
 
     start = {"runtime.dtype": "bf16", "runtime.attention": "auto", "runtime.float8": "none"}
     ctx = xl_ctx("NVIDIA H200", base={**xl_ctx().base, **start})
-    settings = SweepSettings.from_config({"verify_top_k": 1})
+    settings = settings_from({"verify.top_k": 1})
     g = guard_plan({"runtime.float8": ["none", "tensorwise"]}, ctx, settings, planned=planned)
     assert g.on is on and (g.total_s > 0) is on
     if not on:
@@ -417,7 +418,7 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
     monkeypatch.setattr(guard, "tag_sweep", lambda *a, **k: None)
     out = guard.guard_entrants(ctx, _cands(ctx), baseline={"runtime.dtype": "fp32",
                                                            "runtime.compile": "none"}, start=0)
-    seeds = guard_rules_from(ctx.settings).seeds
+    seeds = ctx.settings.guard.seeds
     assert launched == [seeds]  # the reference's seeds only: no contender runs against nothing
     assert sorted(out.passed) == [0, 1]
     assert out.records[2]["verdict"] == "not checked"
@@ -471,15 +472,15 @@ def test_the_guards_reserve_follows_the_math_changing_contenders(points, reserve
     from sweeper.verify.guard import guard_reserve_s
 
     ctx = _ctx(fits=True)
-    settings = SweepSettings.from_config({"verify_top_k": 2, "max_wall_s": 390})
+    settings = settings_from({"verify.top_k": 2, "budget.max_wall_s": 390})
     assert guard_reserve_s(_study_with(points), space=ctx.space, settings=settings) == reserve
 
 
 def test_the_budget_holds_the_guards_runs_back_from_the_search(tmp_path) -> None:
     from sweeper.study.budget import Budget
 
-    settings = SweepSettings.from_config({"max_wall_s": 100, "verify_top_k": 1,
-                                          "verify_repeats": 1})  # fmt: skip
+    settings = settings_from({"budget.max_wall_s": 100, "verify.top_k": 1,
+                                          "verify.repeats": 1})  # fmt: skip
     study = _study_with([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True)],
                         storage=f"sqlite:///{tmp_path / 'b.db'}")
     now = [0.0]

@@ -27,8 +27,9 @@ def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_pat
         # points with the grid's short one are the fastest and race, whatever the noise
         "runtime.dtype=bf16", "data.inject_latency_s=0.25",
         "runtime.threads=1", "data.num_workers=0",
-        f"hydra.sweeper.numerics_guard_steps={STEPS}",
-        "hydra.sweeper.max_wall_s=1800",  # not the CPU cap: a busy machine must not skip the guard
+        f"hydra.sweeper.guard.steps={STEPS}",
+        # not the CPU cap: a busy machine must not skip the guard
+        "hydra.sweeper.budget.max_wall_s=1800",
     )  # fmt: skip
     params = {t.number: t.params for t in study.trials}
     fp32 = next(n for n, p in params.items() if p == {"runtime.dtype": "fp32",

@@ -48,12 +48,15 @@ TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
 
 # train/core/'s own modules, bottom first: the core is small, but its arrows still point one way.
 CORE_LAYERS: tuple[tuple[str, ...], ...] = (
-    # leaves: rules on plain values, FLOPs and peaks, statistics, what a trial reports, plumbing
+    ("units",),  # GiB, defined once
+    ("chips",),  # the chip table: peaks, compute capability, memory by device name
+    # leaves: rules on plain values, FLOPs and MFU, statistics, what a trial reports, plumbing
     ("rules", "paths", "flops", "meters", "window_ci", "cost", "curve", "progress", "pruning",
      "disk_full", "deathsig", "compile_graphs", "evidence"),
     ("config", "compile_cache", "compute_levers"),  # the schema; what reads the rules
-    ("keys", "memory_model", "diagnosis", "handoff"),  # what reads the schema
+    ("keys", "memory_model", "diagnosis", "handoff", "config_checks"),  # what reads the schema
     ("config_file", "result"),  # best.yaml against the schema; the result schema
+    ("result_build",),  # a trial's raw measurements -> its result
 )  # fmt: skip
 
 # Back arrows known and owned by an open issue; each names its importing file and imported room.

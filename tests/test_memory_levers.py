@@ -13,22 +13,22 @@ from sweeper.plan.device import plan_device_facts
 from sweeper.plan.levers import lever_rows
 from sweeper.plan.plan import build_plan
 from sweeper.report.plan_text import format_plan
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import recompute_factor
 from sweeper.space.params import drop_gpu_levers, gpu_memory_lever, parse_param
 from sweeper.space.space import parse_space
 from tests.test_handoff import best_doc, changed
 from tests.test_plan import H100, SETTINGS, xl_ctx
+from train.core.chips import chip_for
 from train.core.memory_model import (
-    DEVICE_MEMORY_GIB,
-    GIB,
     MemoryInputs,
     chunked_loss_bytes,
     fits,
     inputs_from_config,
     predict_memory,
 )
+from train.core.units import GIB
 from train.export import handoff
 
 SHAPES = {
@@ -36,7 +36,7 @@ SHAPES = {
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
     "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50304),
 }
-XL_MEMORY = DEVICE_MEMORY_GIB[H100]
+XL_MEMORY = chip_for(H100).memory_gib
 
 
 def peak(model: str = "gpt2-xl", **knobs) -> float:
@@ -228,7 +228,7 @@ def test_gpt2_xl_on_an_h100_starts_at_micro_batch_8_without_recompute() -> None:
     ctx = xl_ctx()
     space = parse_space(GPU_QUICK, ctx)
     plan = build_plan(space=space, ctx=ctx, device=plan_device_facts(H100, cpu_count=2),
-                      settings=SweepSettings.from_config(SETTINGS))  # fmt: skip
+                      settings=settings_from(SETTINGS))  # fmt: skip
     first = plan.prior.points[0].params
     assert first["batch.micro_batch"] == 8
     assert first["runtime.activation_checkpointing"] == "none"

@@ -14,21 +14,22 @@ import sys
 import pytest
 
 from tests.conftest import PROJECT_DIR
+from train.core.chips import chip_for
 from train.core.memory_model import (
     ALLOCATOR_MARGIN,
-    DEVICE_MEMORY_GIB,
-    GIB,
     MemoryEstimate,
     MemoryInputs,
-    device_memory_gib,
     fits,
     inputs_from_config,
     num_params,
     predict_memory,
 )
+from train.core.units import GIB
 
 TOLERANCE = 0.15  # the bar
 H100 = "NVIDIA H100 80GB HBM3"
+H100_GIB = chip_for(H100).memory_gib
+H200_GIB = chip_for("NVIDIA H200").memory_gib
 
 
 def _shape(name: str) -> dict:
@@ -79,7 +80,7 @@ def test_h100_measurements_within_15_percent(label, model, knobs, measured) -> N
     est = predict_memory(_inputs(model, **knobs))
     assert est.peak_gib == pytest.approx(measured, rel=TOLERANCE), (label, est)
     # every one of them ran on the 80 GB card, so each must be predicted to fit there
-    assert fits(est, DEVICE_MEMORY_GIB[H100]), label
+    assert fits(est, H100_GIB), label
 
 
 @pytest.mark.parametrize(("label", "model", "knobs", "measured"), H200_MEASURED)
@@ -88,7 +89,7 @@ def test_h200_compiled_measurements_within_3_percent(label, model, knobs, measur
     # an under-prediction here launches a trial that runs out of memory
     est = predict_memory(_inputs(model, **knobs))
     assert est.peak_gib == pytest.approx(measured, rel=0.03), (label, est)
-    assert fits(est, DEVICE_MEMORY_GIB["NVIDIA H200"]), label
+    assert fits(est, H200_GIB), label
 
 
 # The same H200 run's float8 trial (docs/gpu/2026-11-26-h200/f8_tensorwise.json `memory`):
@@ -112,7 +113,7 @@ def test_which_compiled_float8_micro_batches_fit_an_h100(micro_batch: int, fits_
     # but does in float8; 32 fits in neither
     est = predict_memory(_inputs("gpt2-xl", micro_batch=micro_batch, grad_accum=1024 // micro_batch,
                                  compile="default", float8="tensorwise"))  # fmt: skip
-    assert fits(est, DEVICE_MEMORY_GIB[H100]) is fits_h100, est
+    assert fits(est, H100_GIB) is fits_h100, est
 
 
 def test_eager_float8_is_counted_as_bf16() -> None:
@@ -125,15 +126,15 @@ def test_eager_float8_is_counted_as_bf16() -> None:
 def test_compiled_xl_mb32_does_not_fit_an_h100() -> None:
     # 120.53 GiB measured on the H200: the sweep's prior must not send it to an 80 GB card
     est = predict_memory(_inputs("gpt2-xl", micro_batch=32, grad_accum=32, compile="default"))
-    assert not fits(est, DEVICE_MEMORY_GIB[H100])
+    assert not fits(est, H100_GIB)
 
 
 def test_h100_out_of_memory_is_predicted() -> None:
     # gpt2-xl mb16 eager without checkpointing ran out of memory on the same card (2026-11-23,
     # "tried to allocate 3.07 GiB": the fp32 log-probabilities, 4 x 16 x 1024 x 50304 bytes)
     est = predict_memory(_inputs("gpt2-xl", micro_batch=16))
-    assert not fits(est, DEVICE_MEMORY_GIB[H100])
-    assert est.peak_gib > DEVICE_MEMORY_GIB[H100] * (1 - ALLOCATOR_MARGIN)
+    assert not fits(est, H100_GIB)
+    assert est.peak_gib > H100_GIB * (1 - ALLOCATOR_MARGIN)
 
 
 # -- structure ---------------------------------------------------------------------------------
@@ -215,22 +216,6 @@ def test_fits_leaves_the_allocator_margin(peak, device, expected) -> None:
 def test_fits_refuses_a_device_without_memory() -> None:
     with pytest.raises(ValueError, match="device memory must be > 0"):
         fits(MemoryEstimate(peak_gib=1.0), 0.0)
-
-
-@pytest.mark.parametrize(
-    ("name", "gib"),
-    [("NVIDIA H100 80GB HBM3", 81090 / 1024), ("nvidia h100 80gb hbm3", 81090 / 1024),
-     ("H100 80GB HBM3", 81090 / 1024), ("  NVIDIA  H200 ", 143156 / 1024),
-     ("NVIDIA A100-SXM4-40GB", 42298834944 / GIB), ("nvidia a100 sxm4 40gb", 42298834944 / GIB),
-     ("NVIDIA GeForce GTX 280", None), ("cpu", None)],
-)  # fmt: skip
-def test_device_memory_lookup_ignores_case_spacing_and_prefix(name, gib) -> None:
-    assert device_memory_gib(name) == (pytest.approx(gib) if gib else None)
-
-
-def test_device_table_values_are_plausible() -> None:
-    for name, gib in DEVICE_MEMORY_GIB.items():
-        assert 15 < gib < 200, name
 
 
 def test_inputs_from_a_flat_config() -> None:

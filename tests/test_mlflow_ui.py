@@ -125,8 +125,8 @@ def test_compare_page_screenshot_shows_the_trial_runs(tmp_path: Path) -> None:
             "search=smoke",
             "hydra.sweeper.study_name=ui-smoke",
             "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.verify_top_k=1",
-            "hydra.sweeper.verify_repeats=1",
+            "hydra.sweeper.verify.top_k=1",
+            "hydra.sweeper.verify.repeats=1",
         ),
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -23,7 +23,7 @@ import sqlalchemy
 import yaml
 from optuna.trial import TrialState
 
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.study.budget import Budget
 from sweeper.study.export_claim import (
     CLAIM_SUFFIX,
@@ -70,7 +70,7 @@ def test_budget_counts_trials_other_workers_are_running(tmp_path: Path, owner, l
     study = open_study(spec)
     study.tell(study.ask(), 1.0)
     study.ask().set_user_attr(OWNER_ATTR, owner())
-    budget = Budget(SweepSettings.from_config({"n_trials": 3, "max_wall_s": 0}))
+    budget = Budget(settings_from({"n_trials": 3, "budget.max_wall_s": 0}))
     assert budget.trials_left(study, verify_estimate_s=0.0) == left
 
 
@@ -148,9 +148,9 @@ def _worker_overrides(storage: str, worker: int, n_trials: int = N_TRIALS) -> li
         f"hydra.sweeper.storage={storage}",
         f"hydra.sweeper.study_name={STUDY}",
         f"hydra.sweeper.n_trials={n_trials}",
-        "hydra.sweeper.mlflow=false",
-        "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
+        "hydra.sweeper.mlflow.enabled=false",
+        "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
         # Workers with the same sampler seed draw the same sequence of points (each process seeds
         # its own sampler), so each worker gets its own seed, as scripts/start_postgres.sh says.
         f"hydra.sweeper.seed={worker}",

@@ -25,7 +25,8 @@ import train.explain.cli
 import train.explain.floor
 import train.measure.ceiling_cache
 from sweeper.space.constraints import SpaceContext, check_point
-from train.core.config import BatchConfig, Config, RuntimeConfig, check_combinations
+from train.core.config import BatchConfig, Config, RuntimeConfig
+from train.core.config_checks import check_combinations
 
 REPO = Path(__file__).resolve().parents[1]
 # The trainer's rules, by the module that states them. The sweeper may import these; it may not

@@ -19,7 +19,7 @@ from sweeper.context import SweepContext
 from sweeper.plan.preflight import check_launcher
 from sweeper.plan.prepare import flatten
 from sweeper.search.search import Search
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
 from sweeper.study.budget import Budget
@@ -47,7 +47,7 @@ from tests.sweep_helpers import (
         ("JoblibLauncher", 4, "", None),
         ("LocalLauncher", 2, "", None),  # submitit's local executor: this machine
         ("SlurmLauncher", 8, "", r"hydra/launcher=SlurmLauncher runs trials on other machines.*"
-                                 r"set hydra\.sweeper\.plan_device"),
+                                 r"set hydra\.sweeper\.plan\.device"),
         ("SlurmLauncher", 8, "NVIDIA H100 80GB HBM3", None),
     ],
 )  # fmt: skip
@@ -96,8 +96,8 @@ class TimedSlots:
 def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) -> None:
     """One slow trial on slot 0; every other trial runs on slot 1 meanwhile. A batch barrier
     would have held trial 2 back until the slow trial 0 ended."""
-    settings = SweepSettings.from_config(
-        {"sampler": "random", "n_trials": 6, "n_jobs": 2, "mlflow": False, "seed": 5}
+    settings = settings_from(
+        {"sampler": "random", "n_trials": 6, "n_jobs": 2, "mlflow.enabled": False, "seed": 5}
     )
     base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
     ctx = SpaceContext(tokens_per_step=base["batch.tokens_per_step"],
@@ -129,7 +129,7 @@ def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) 
 
 # ---- real launchers on this CPU -----------------------------------------------------------------
 
-SMOKE = ("search=smoke", "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1")
+SMOKE = ("search=smoke", "hydra.sweeper.verify.top_k=1", "hydra.sweeper.verify.repeats=1")
 
 
 def _trials_recorded_once(study: optuna.Study, sweep_dir: Path, n_trials: int) -> list:
@@ -178,7 +178,7 @@ def test_a_slurm_sweep_without_a_named_device_stops_before_any_trial(tmp_path: P
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2, said[-3000:]
     assert "hydra/launcher=SlurmLauncher runs trials on other machines" in said
-    assert "set hydra.sweeper.plan_device to the GPU they get" in said
+    assert "set hydra.sweeper.plan.device to the GPU they get" in said
     assert "Traceback" not in said
     assert not (tmp_path / "sweeps").exists()  # no study was opened
 

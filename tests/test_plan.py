@@ -16,7 +16,7 @@ from sweeper.plan.device import DeviceFacts, device_facts, known_plan_devices, p
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, build_plan, startup_lines
 from sweeper.plan.scan import drop_dead_values, scan
 from sweeper.report.plan_text import format_plan
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
 
@@ -71,7 +71,7 @@ def test_known_plan_devices(name, gib) -> None:
 
 
 def test_an_unknown_plan_device_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"plan_device='NVIDIA H300'.*'NVIDIA H200'"):
+    with pytest.raises(ValueError, match=r"plan.device='NVIDIA H300'.*'NVIDIA H200'"):
         plan_device_facts("NVIDIA H300", cpu_count=2)
 
 
@@ -181,8 +181,8 @@ def test_cpu_points_keep_the_fixed_limits_and_drop_nothing_for_memory() -> None:
 
 # ---- the plan -----------------------------------------------------------------------------------
 
-SETTINGS = {"search_name": "t", "sampler": "tpe", "pruner": "median", "objective":
-            "tokens_per_s", "n_trials": 14, "verify_top_k": 3, "verify_repeats": 3}  # fmt: skip
+SETTINGS = {"search_name": "t", "sampler": "tpe", "pruner.kind": "median", "objective":
+            "tokens_per_s", "n_trials": 14, "verify.top_k": 3, "verify.repeats": 3}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -191,8 +191,8 @@ SETTINGS = {"search_name": "t", "sampler": "tpe", "pruner": "median", "objective
         ({}, "cuda", 14, None),
         ({"sampler": "grid", "n_trials": 0}, "cuda", 2, None),  # the grid's runnable points
         ({"sampler": "grid", "n_trials": 1}, "cuda", 1, None),
-        ({"max_wall_s": 60.0}, "cuda", 14, 60.0),  # a wall budget caps the prediction
-        ({"cpu_max_wall_s": 390.0}, "cpu", 14, 390.0),  # the CPU demo's cap
+        ({"budget.max_wall_s": 60.0}, "cuda", 14, 60.0),  # a wall budget caps the prediction
+        ({"budget.cpu_max_wall_s": 390.0}, "cpu", 14, 390.0),  # the CPU demo's cap
         ({"n_trials": 0}, "cuda", None, None),  # no trial limit and no budget: unknown
     ],
 )
@@ -202,7 +202,7 @@ def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> No
     device = DeviceFacts(name=H100, device_type=device_type, memory_gib=ctx.device_memory_gib,
                          bf16_supported=True, cpu_count=2, source="plan device")  # fmt: skip
     plan = build_plan(space=space, ctx=ctx, device=device,
-                      settings=SweepSettings.from_config({**SETTINGS, **settings}))  # fmt: skip
+                      settings=settings_from({**SETTINGS, **settings}))  # fmt: skip
     assert plan.n_search == n_search and plan.n_verify == 12  # (top 3 + the start) x 3
     mean = plan.scan.mean_trial_s
     # a verification run measures real full steps: longer than a projected search trial
@@ -231,7 +231,7 @@ def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
                          "runtime.attention": "choice(flash, efficient)"}, ctx)  # fmt: skip
     device = plan_device_facts(H100, cpu_count=2)
     text = format_plan(build_plan(space=space, ctx=ctx, device=device,
-                                  settings=SweepSettings.from_config(SETTINGS)))  # fmt: skip
+                                  settings=settings_from(SETTINGS)))  # fmt: skip
     assert "dropped by the memory model (predicted peak > 72.9 GiB usable" in text
     # the two fused kernels predict the same memory: one row each for 16 and 32
     assert re.search(r"77\.7 GiB\s+16\s+bf16\s+none\s+full\s+2\s+flash,efficient / none", text)
@@ -246,14 +246,15 @@ def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
 
 def _plan(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", "model=gpt2-xl",
-            "batch.tokens_per_step=1048576", "hydra.sweeper.plan=true", *overrides]  # fmt: skip
+            "batch.tokens_per_step=1048576", "hydra.sweeper.plan.enabled=true",
+            *overrides]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     # the seed's split: 16 x 64 x 1024
-    proc = _plan(tmp_path, f"hydra.sweeper.plan_device={H100}", "batch.micro_batch=16",
+    proc = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "batch.micro_batch=16",
                  "batch.grad_accum=64")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -285,7 +286,7 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
     hide = tmp_path / "hide"
     hide.mkdir()
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['torchao'] = None\n")
-    args = (f"hydra.sweeper.plan_device={H100}", "batch.micro_batch=16", "batch.grad_accum=64")
+    args = (f"hydra.sweeper.plan.device={H100}", "batch.micro_batch=16", "batch.grad_accum=64")
     (tmp_path / "with").mkdir()
     (tmp_path / "without").mkdir()
     with_ao = _plan(tmp_path / "with", *args)
@@ -296,7 +297,7 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
                            text=True, check=True)  # fmt: skip
     assert probe.stdout.strip() == "None"  # torchao is hidden in that environment
     argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", "model=gpt2-xl",
-            "batch.tokens_per_step=1048576", "hydra.sweeper.plan=true", *args]  # fmt: skip
+            "batch.tokens_per_step=1048576", "hydra.sweeper.plan.enabled=true", *args]  # fmt: skip
     without = subprocess.run(argv, cwd=tmp_path / "without", env=env, capture_output=True,
                              text=True, timeout=300)  # fmt: skip
     assert with_ao.returncode == without.returncode == 0, without.stderr[-2000:]
@@ -308,14 +309,14 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
 
 
 def test_plan_software_is_an_assumption_the_user_can_change(tmp_path: Path) -> None:
-    proc = _plan(tmp_path, f"hydra.sweeper.plan_device={H100}", "hydra.sweeper.plan_software=''")
+    proc = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''")
     text = "\n".join(_plan_lines(proc))
     assert proc.returncode == 0, text[-2000:]
     assert "machine has torchao absent, no FA3/FA4" in text
     assert "runtime.float8=tensorwise on the largest fit" not in text
-    bad = _plan(tmp_path, f"hydra.sweeper.plan_device={H100}", "hydra.sweeper.plan_software=fa5")
+    bad = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5")
     assert bad.returncode != 0
-    assert "hydra.sweeper.plan_software='fa5': ['fa5'] unknown" in bad.stdout + bad.stderr
+    assert "hydra.sweeper.plan.software='fa5': ['fa5'] unknown" in bad.stdout + bad.stderr
 
 
 @pytest.mark.parametrize(
@@ -330,10 +331,10 @@ def test_a_plan_devices_software(software, torchao, flash) -> None:
 
 
 def test_an_unknown_plan_device_is_a_clear_error(tmp_path: Path) -> None:
-    proc = _plan(tmp_path, "hydra.sweeper.plan_device=NVIDIA H300")
+    proc = _plan(tmp_path, "hydra.sweeper.plan.device=NVIDIA H300")
     assert proc.returncode != 0
     err = proc.stdout + proc.stderr
-    assert "hydra.sweeper.plan_device='NVIDIA H300' is not a known device" in err
+    assert "hydra.sweeper.plan.device='NVIDIA H300' is not a known device" in err
     assert "NVIDIA H100 80GB HBM3" in err
 
 

@@ -110,7 +110,7 @@ def _seconds(text: str) -> float:
 
 
 def test_the_xl_h100_plan_reaches_a_verified_best_yaml_in_20_minutes(tmp_path: Path) -> None:
-    proc = _plan(tmp_path, "hydra.sweeper.plan_device=NVIDIA H100 80GB HBM3",
+    proc = _plan(tmp_path, "hydra.sweeper.plan.device=NVIDIA H100 80GB HBM3",
                  "batch.micro_batch=16", "batch.grad_accum=64")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -190,7 +190,7 @@ def _cpu_plan_wall_s(tmp_path: Path, search: str) -> float:
     """Plan mode's predicted wall of `search` on this machine (its probe: a CPU here, so the CPU
     cap and the search's own budget apply)."""
     argv = [sys.executable, str(REPO / "sweep.py"), "-m", f"search={search}",
-            "hydra.sweeper.plan=true"]  # fmt: skip
+            "hydra.sweeper.plan.enabled=true"]  # fmt: skip
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,7 +12,7 @@ from sweeper.context import SweepContext
 from sweeper.plan.prepare import flatten
 from sweeper.search.polish import interleave, neighbours, point_key
 from sweeper.search.search import Search
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.params import Param
 from sweeper.space.space import parse_space
@@ -83,10 +83,10 @@ def test_the_last_trials_climb_from_the_best_to_its_unmeasured_neighbours(tmp_pa
     """A start at micro-batch 4 with a worker, two more trials drawn at random, then the polish
     budget: each polish trial is one knob away from one of the best three trials when it was
     queued, and the climb reaches the top of the hill."""
-    settings = SweepSettings.from_config({"sampler": "random", "n_trials": 7, "polish_trials": 4,
-                                          "mlflow": False, "seed": 11})  # fmt: skip
-    assert SweepSettings.from_config({"n_trials": 14}).polish == 3  # automatic: a quarter
-    assert SweepSettings.from_config({"n_trials": 14, "sampler": "grid"}).polish == 0
+    settings = settings_from({"sampler": "random", "n_trials": 7, "budget.polish_trials": 4,
+                                          "mlflow.enabled": False, "seed": 11})  # fmt: skip
+    assert settings_from({"n_trials": 14}).polish == 3  # automatic: a quarter
+    assert settings_from({"n_trials": 14, "sampler": "grid"}).polish == 0
     base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
     ctx = SpaceContext(tokens_per_step=base["batch.tokens_per_step"],
                        block_size=base["model.block_size"], cpu_count=2, device_type="cpu",

@@ -131,12 +131,12 @@ def test_the_prior_is_queued_after_the_start_and_counts_among_the_startup_trials
 
     import optuna
 
-    from sweeper.settings import SweepSettings
+    from sweeper.settings import settings_from
     from sweeper.start import DESIGN_ATTR, PRIOR_ATTR, queue_design, queue_prior
 
     ctx = xl_ctx()
     space = parse_space(XL_SPACE, ctx)
-    settings = SweepSettings.from_config({"n_trials": 14, "n_startup_trials": 5, "seed": 0})
+    settings = settings_from({"n_trials": 14, "n_startup_trials": 5, "seed": 0})
     study = optuna.create_study(direction="maximize")
     start = {**prior_points(space, ctx).points[0].params, "data.num_workers": 0}
     study.enqueue_trial(start, user_attrs={"baseline": True})

@@ -30,13 +30,12 @@ from sweeper.space.space import parse_space
 from train.core.config import (
     ATTENTION_BACKENDS,
     COMPILE_MODES,
-    DTYPES,
+    DTYPE_CHOICES,
     BatchConfig,
     Config,
     ModelConfig,
-    check_batch,
-    check_combinations,
 )
+from train.core.config_checks import check_batch, check_combinations
 from train.core.flops import floor_step_time_s, flops_per_token, gpt2_num_params, mfu
 from train.core.memory_model import MemoryInputs, predict_memory
 from train.core.rules import resolve_dtype_name
@@ -88,7 +87,7 @@ def spaces(draw: st.DrawFn) -> tuple[dict[str, Any], SpaceContext]:
     space = {
         "batch.micro_batch": micro,
         "runtime.compile": draw(some(COMPILE_MODES)),
-        "runtime.dtype": draw(some(DTYPES)),
+        "runtime.dtype": draw(some(DTYPE_CHOICES)),
         "runtime.attention": draw(some(ATTENTION_BACKENDS)),
         "data.num_workers": draw(some(list(range(0, 6)))),
         "checkpoint.every_steps": draw(some(list(range(0, 8)))),

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from sweeper.settings import RaceRules
+from sweeper.settings import VerifyConf, check_race
 from sweeper.verify.race_rules import (
     DECIDED,
     TIED,
@@ -22,7 +22,7 @@ from sweeper.verify.race_rules import (
 )
 from sweeper.verify.winner import Candidate, pick_winner, race_verdict
 
-RULES = RaceRules(min_rounds=3, max_rounds=8, confidence=0.95, margin=0.02)
+RULES = VerifyConf(repeats=3, max_rounds=8, confidence=0.95, margin=0.02)
 # a machine whose speed swings by +-40% from round to round, the same for every run of a round
 DRIFT = [1.0, 0.6, 1.4, 0.7, 1.3, 0.8, 1.2, 0.9]
 
@@ -137,15 +137,15 @@ def test_round_order_is_a_shuffle_fixed_by_seed_and_round() -> None:
 @pytest.mark.parametrize(
     ("rules", "match"),
     [
-        ({"min_rounds": 0}, "verify_repeats=0: a race needs at least 1 round"),
-        ({"min_rounds": 4, "max_rounds": 3}, "verify_max_rounds=3 is below verify_repeats=4"),
-        ({"confidence": 1.0}, r"verify_confidence=1.0: use a value in \[0.5, 1\)"),
-        ({"margin": -0.1}, r"verify_margin=-0.1: use a share in \[0, 0.5\)"),
+        ({"repeats": 0}, "verify.repeats=0: a race needs at least 1 round"),
+        ({"repeats": 4, "max_rounds": 3}, "verify.max_rounds=3 is below verify.repeats=4"),
+        ({"confidence": 1.0}, r"verify.confidence=1.0: use a value in \[0.5, 1\)"),
+        ({"margin": -0.1}, r"verify.margin=-0.1: use a share in \[0, 0.5\)"),
     ],
 )
 def test_rules_refuse_a_race_that_cannot_run(rules, match) -> None:
     with pytest.raises(ValueError, match=match):
-        RaceRules(**rules)
+        check_race(VerifyConf(**rules))
 
 
 def _cand(key: str, values: list[float], simplicity: int) -> Candidate:
@@ -180,7 +180,7 @@ def test_an_undecided_verdict_says_what_would_separate() -> None:
         f"not significant after 8 rounds: trial {s.leader} over trial {other}"
     )
     assert v.winner is cands[s.leader]  # the leader: the best estimate, said to be no proven win
-    assert "95% CI" in v.reason and "hydra.sweeper.verify_max_rounds" in v.reason
+    assert "95% CI" in v.reason and "hydra.sweeper.verify.max_rounds" in v.reason
     assert "quieter machine" in v.reason
 
 

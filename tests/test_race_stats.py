@@ -56,6 +56,6 @@ def test_decisions(contender: list[float], leader: list[float], decision: str) -
 def test_bad_inputs_name_the_field() -> None:
     with pytest.raises(ValueError, match="rounds"):
         log_ratios([1.0], [1.0, 2.0])
-    with pytest.raises(ValueError, match="verify_confidence"):
+    with pytest.raises(ValueError, match=r"verify\.confidence"):
         compare([1.0, 2.0], [1.0, 2.0], confidence=1.5)
     assert math.isclose(log_ratios([2.0], [1.0])[0], math.log(2))

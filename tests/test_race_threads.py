@@ -81,8 +81,8 @@ def test_a_joblib_sweeps_race_runs_at_the_production_threads(tmp_path: Path) -> 
     default in a fresh process, and best.yaml's provenance says the race ran uncapped."""
     proc, study = finished_sweep(
         tmp_path, "uncapped", "search=smoke", "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.n_trials=2", "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
+        "hydra.sweeper.n_trials=2", "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
     )  # fmt: skip
     production = threads.production_threads()
     (sweep_dir,) = sweep_dirs(tmp_path)

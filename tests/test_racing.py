@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from sweeper.context import SweepContext
-from sweeper.settings import SweepSettings
+from sweeper.settings import settings_from
 from sweeper.verify.race_rounds import RACE_ATTR, run_race
 from sweeper.verify.race_rules import DECIDED
 from sweeper.verify.winner import Candidate
@@ -52,8 +52,8 @@ class Launcher:
 
 
 def _ctx(study: optuna.Study, jobs: Launcher) -> SweepContext:
-    settings = SweepSettings.from_config(
-        {"verify_repeats": 3, "verify_max_rounds": 6, "seed": 3, "mlflow": False}
+    settings = settings_from(
+        {"verify.repeats": 3, "verify.max_rounds": 6, "seed": 3, "mlflow.enabled": False}
     )
     return race_context(jobs=jobs, settings=settings, study=study)
 

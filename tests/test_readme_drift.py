@@ -162,8 +162,8 @@ LEASE_PLAN = "python scripts/gpu_acceptance.py --lease --plan"
 # (a wall cap of 150 s, the verification included, instead of the CPU's 390 s)
 SMALL_SWEEP = [
     "hydra.sweeper.n_trials=8",
-    "hydra.sweeper.cpu_max_wall_s=150",
-    "hydra.sweeper.verify_max_rounds=3",
+    "hydra.sweeper.budget.cpu_max_wall_s=150",
+    "hydra.sweeper.verify.max_rounds=3",
     "trial.max_steps=6",
     "trial.max_seconds=4",
 ]
@@ -189,7 +189,7 @@ def _kind(block: Block) -> str:
             return "not run here"
     if block.command.startswith(EXPLAIN):
         return "explain"
-    if block.command.startswith(PLAN) and "hydra.sweeper.plan=true" in block.command:
+    if block.command.startswith(PLAN) and "hydra.sweeper.plan.enabled=true" in block.command:
         return "plan"
     if block.command.startswith(LEASE_PLAN):
         return "plan"  # pure arithmetic on any machine: run as written, compared by shape

@@ -14,12 +14,12 @@ from train.core.result import (
     Failure,
     ResultError,
     TrialResult,
-    build_result,
-    format_summary,
     load_result,
     read_result,
     write_result,
 )
+from train.core.result_build import build_result
+from train.trial.summary import format_summary
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,5 @@
-"""sweeper/launch/runner.py: one trial in a child process, its limits, and how its end is named.
+"""sweeper/launch/runner.py and children.py: one trial in a child process, its limits, how its end
+is named, and the registry that stops every child.
 
 The child is tests/fake_trial.py, which imitates the trial's files and exit codes on request.
 """
@@ -21,13 +22,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweeper.launch import runner
-from sweeper.launch.runner import (
-    TrialOutcome,
-    kill_all_children,
-    live_children,
-    run_child,
-    trial_argv,
-)
+from sweeper.launch.children import TERM_GRACE_S, kill_all_children, live_children
+from sweeper.launch.runner import TrialOutcome, run_child, trial_argv
 
 FAKE = Path(__file__).with_name("fake_trial.py")
 REPO = Path(__file__).resolve().parents[1]
@@ -148,7 +144,7 @@ def test_hard_timeout_kills_the_whole_group(tmp_path):
     out = run_child(fake_argv(tmp_path, "hang"), job_dir=tmp_path, timeout_s=1.5)
     assert out.state == "timeout"
     assert out.reason is not None and out.reason.startswith("timed out after 1.5 s")
-    assert 1.5 <= out.wall_s < 1.5 + runner.TERM_GRACE_S
+    assert 1.5 <= out.wall_s < 1.5 + TERM_GRACE_S
     assert out.returncode == -signal.SIGTERM
     grandchild = int((tmp_path / "grandchild.pid").read_text())
     assert wait_dead(grandchild), "the grandchild outlived the trial"
@@ -187,9 +183,9 @@ def test_heartbeat_lines_are_progress(tmp_path):
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({"trial_timeout_s": 1234.5, "stall_timeout_s": 321.0}, (1234.5, 321.0)),
-        ({"trial_timeout_s": 1234.5, "stall_timeout_s": -1.0}, (1234.5, None)),  # check off
-        ({"trial_timeout_s": 0.0, "stall_timeout_s": 0.0}, (600.0, 300.0)),  # never sized
+        ({"budget": {"trial_timeout_s": 1234.5, "stall_timeout_s": 321.0}}, (1234.5, 321.0)),
+        ({"budget": {"trial_timeout_s": 1234.5, "stall_timeout_s": -1.0}}, (1234.5, None)),  # off
+        ({"budget": {"trial_timeout_s": 0.0, "stall_timeout_s": 0.0}}, (600.0, 300.0)),  # unsized
         ({}, (600.0, 300.0)),
     ],
 )
@@ -205,8 +201,8 @@ def test_a_job_reads_its_limits_from_its_overrides(settings, expected):
         device_name="cpu", device_type="cpu", bf16_supported=False, stall_timeout_s=-1.0,
     )  # fmt: skip
     assert isinstance(limits, TrialLimits)
-    written = dict(o.removeprefix("hydra.sweeper.").split("=") for o in limit_overrides(limits))
-    assert job_limits(OmegaConf.create({k: float(v) for k, v in written.items()})) == (600.0, None)
+    written = [o.removeprefix("hydra.sweeper.") for o in limit_overrides(limits)]
+    assert job_limits(OmegaConf.from_dotlist(written)) == (600.0, None)
 
 
 def test_sigterm_ignored_escalates_to_sigkill_and_is_not_called_oom(tmp_path):

@@ -265,7 +265,7 @@ def test_bench_sweep_on_the_smoke_space(tmp_path: Path) -> None:
     proc = run_script(
         "bench_sweep",
         ["--workdir", str(workdir), "--search", "smoke", "--tpe-trials", "2", "--remeasure", "0",
-         "--extra", *SMALL_TRIALS, "hydra.sweeper.verify_top_k=1"],
+         "--extra", *SMALL_TRIALS, "hydra.sweeper.verify.top_k=1"],
         tmp_path=tmp_path, timeout=600,
     )  # fmt: skip
     out = proc.stdout

@@ -138,8 +138,8 @@ def test_a_storage_url_with_a_query_string_and_a_space_runs_its_trials(tmp_path:
     folder.mkdir()
     url = f"sqlite:///{folder / 'o.db'}?timeout=60"
     proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
-                     "hydra.sweeper.mlflow=false", "hydra.sweeper.verify_top_k=1",
-                     "hydra.sweeper.verify_repeats=1",
+                     "hydra.sweeper.mlflow.enabled=false", "hydra.sweeper.verify.top_k=1",
+                     "hydra.sweeper.verify.repeats=1",
                      f"hydra.sweeper.storage='{url}'", "hydra.sweeper.study_name=qs")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = optuna.load_study(study_name="qs", storage=url)
@@ -188,7 +188,7 @@ def test_a_storage_password_is_in_no_file_the_sweep_writes(tmp_path: Path) -> No
     with running_postgres(database="secrets") as url:
         secret_url = url.replace("@", f":{SECRET}@", 1)
         proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
-                         "hydra.sweeper.verify_top_k=1", "hydra.sweeper.verify_repeats=1",
+                         "hydra.sweeper.verify.top_k=1", "hydra.sweeper.verify.repeats=1",
                          f"hydra.sweeper.storage='{secret_url}'",
                          "hydra.sweeper.study_name=secret")  # fmt: skip
         said = proc.stdout + proc.stderr
@@ -216,7 +216,7 @@ def test_a_bare_postgresql_url_with_options_runs_a_sweep(tmp_path: Path) -> None
         bare = url.replace("postgresql+psycopg2://", "postgresql://", 1)
         storage = f"{bare}?connect_timeout=10&application_name=throughput-sweep"
         proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
-                         "hydra.sweeper.verify_top_k=1", f"hydra.sweeper.storage='{storage}'",
+                         "hydra.sweeper.verify.top_k=1", f"hydra.sweeper.storage='{storage}'",
                          "hydra.sweeper.study_name=options")  # fmt: skip
         said = proc.stdout + proc.stderr
         assert proc.returncode == 0, said[-3000:]

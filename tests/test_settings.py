@@ -1,5 +1,6 @@
-"""sweeper/settings.py: the sweeper's settings are built once from Hydra's node, frozen, and a value
-no sweep can run with is refused with the field named."""
+"""sweeper/settings.py: the sweeper's settings are built once from Hydra's node into the schema's
+own frozen groups, a value no sweep can run with is refused with its dotted name, and an old flat
+name is refused naming its new one."""
 
 from __future__ import annotations
 
@@ -8,63 +9,141 @@ import dataclasses
 import pytest
 from omegaconf import OmegaConf
 
-from hydra_plugins.throughput_sweeper.config import ThroughputSweeperConf
-from sweeper.settings import SweepSettings
+from hydra_plugins.throughput_sweeper.config import (
+    RENAMED,
+    VerifyConf,
+    schema_node,
+    setting_names,
+)
+from sweeper.settings import replace_in, settings_from
+from train.core import keys
 
 
 def test_missing_fields_take_the_schema_defaults_and_the_result_is_frozen() -> None:
-    s = SweepSettings.from_config({"n_trials": 3, "_target_": "ignored"})
+    s = settings_from({"n_trials": 3, "_target_": "ignored"})
     assert s.n_trials == 3
-    assert s.verify_top_k == ThroughputSweeperConf().verify_top_k
+    assert s.verify.top_k == VerifyConf().top_k
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.n_trials = 4  # type: ignore[misc]
-    assert dataclasses.replace(s, max_wall_s=60.0).max_wall_s == 60.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.verify.top_k = 4  # type: ignore[misc]
+    walled = replace_in(s, **{"budget.max_wall_s": 60.0, "n_trials": 5})
+    assert (walled.budget.max_wall_s, walled.n_trials, s.budget.max_wall_s) == (60.0, 5, 0.0)
 
 
-def test_a_hydra_node_becomes_plain_values() -> None:
-    node = OmegaConf.structured(ThroughputSweeperConf(space={"batch.micro_batch": [4, 8]}))
-    s = SweepSettings.from_config(node)
+def test_a_hydra_node_becomes_the_schemas_own_types() -> None:
+    node = OmegaConf.merge(schema_node(), {"space": {"batch.micro_batch": [4, 8]},
+                                           "verify": {"repeats": 2}})  # fmt: skip
+    s = settings_from(node)
+    # by name: Hydra's plugin scan may have run the schema's module again (new class objects)
+    assert (type(s).__name__, type(s.verify).__name__) == ("ThroughputSweeperConf", "VerifyConf")
     assert s.space == {"batch.micro_batch": [4, 8]} and type(s.space) is dict
+    assert s.verify.repeats == 2
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"verify": {"repeats": 2}}, {"verify.repeats": 2}],
+    ids=["nested", "dotted"],
+)
+def test_a_grouped_setting_reaches_the_typed_settings(given) -> None:
+    s = settings_from(given)
+    assert s.verify.repeats == 2 and s.verify.last_round == 2
+    assert s.verify.top_k == VerifyConf().top_k  # the rest of the group keeps its defaults
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
+def test_every_old_flat_name_is_refused_naming_its_new_one(old: str, new: str) -> None:
+    """On the command line (before Hydra composes anything) and in a mapping handed to the
+    sweeper, the old name is refused in one line with its new name, never read as an alias."""
+    line = f"hydra.sweeper.{old} is now hydra.sweeper.{new}"
+    with pytest.raises(ValueError, match=f"^{line.replace('.', '[.]')}$"):
+        keys.check_command_line([f"hydra.sweeper.{old}=1"], sweeper_fields=setting_names(),
+                                sweeper_renamed=RENAMED)  # fmt: skip
+    with pytest.raises(ValueError, match=f"^{line.replace('.', '[.]')}$"):
+        settings_from({old: 1})
+    assert new in setting_names()  # the new name is a setting
+
+
+def test_the_new_names_pass_the_command_line_check() -> None:
+    keys.check_command_line(
+        [f"hydra.sweeper.{name}=1" for name in setting_names()]
+        + ["hydra.sweeper.space.batch.micro_batch=4", "hydra.sweeper.cost.prices.H100=2"],
+        sweeper_fields=setting_names(), sweeper_renamed=RENAMED,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"did you mean hydra\.sweeper\.verify\.repeats"):
+        keys.check_command_line(["hydra.sweeper.verify.repeat=3"], sweeper_fields=setting_names(),
+                                sweeper_renamed=RENAMED)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
         ({"n_jobs": 0}, "hydra.sweeper.n_jobs must be at least 1"),
-        ({"verify_repeats": 0}, "hydra.sweeper.verify_repeats must be at least 1"),
+        ({"verify.top_k": 0}, "hydra.sweeper.verify.top_k must be at least 1"),
+        ({"verify.repeats": 0}, "hydra.sweeper.verify.repeats=0: a race needs at least 1 round"),
         ({"n_trials": -1}, "hydra.sweeper.n_trials must be 0"),
-        ({"max_wall_s": -5.0}, "hydra.sweeper.max_wall_s must be 0"),
-        ({"max_failure_rate": 1.5}, "hydra.sweeper.max_failure_rate must be a share"),
-        ({"n_trails": 3}, r"unknown hydra.sweeper setting\(s\) \['n_trails'\]"),
+        ({"budget.max_wall_s": -5.0}, "hydra.sweeper.budget.max_wall_s must be 0"),
+        ({"budget.max_failure_rate": 1.5}, "hydra.sweeper.budget.max_failure_rate must be a share"),
+        ({"budget.polish_trials": -2}, "hydra.sweeper.budget.polish_trials must be -1"),
+        ({"verify.max_rounds": -1}, "hydra.sweeper.verify.max_rounds must be 0"),
+        ({"plan.software": "cuda"}, r"hydra.sweeper.plan.software='cuda': \['cuda'\] unknown"),
+        ({"verify.top_k": "many"}, r"hydra.sweeper.verify.top_k='many': Value 'many'"),
+        ({"n_trails": 3}, r"unknown setting hydra.sweeper.n_trails \(did you mean "
+                          r"hydra.sweeper.n_trials\?\)"),
+        ({"verify": {"repeat": 3}}, r"did you mean hydra.sweeper.verify.repeats\?"),
     ],
-)
+)  # fmt: skip
 def test_values_no_sweep_can_run_with_are_refused(settings, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        SweepSettings.from_config(settings)
+    with pytest.raises(ValueError, match=match) as err:
+        settings_from(settings)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
-        ({"planned_steps": -1}, r"hydra.sweeper.planned_steps must be 0 \(derive from"),
-        ({"planned_steps": 2.5}, "hydra.sweeper.planned_steps must be 0"),
-        ({"planned_tokens": 0}, "hydra.sweeper.planned_tokens must be a positive integer"),
-        ({"usd_per_hour": -2.0}, r"hydra.sweeper.usd_per_hour must be >= 0 \(0 = unknown"),
-        ({"prices": {"H100": -1.0}}, r"hydra.sweeper.prices\['H100'\] must be a price"),
+        ({"cost.planned_steps": -1}, r"hydra.sweeper.cost.planned_steps must be 0 \(derive from"),
+        ({"cost.planned_steps": 2.5}, r"hydra.sweeper.cost.planned_steps=2.5: Value '2.5'"),
+        ({"cost.planned_tokens": 0}, "hydra.sweeper.cost.planned_tokens must be a positive"),
+        ({"cost.usd_per_hour": -2.0}, r"hydra.sweeper.cost.usd_per_hour must be >= 0 \(0 = "),
+        ({"cost.prices": {"H100": -1.0}}, r"hydra.sweeper.cost.prices\['H100'\] must be a price"),
     ],
 )
 def test_run_length_and_price_are_checked(settings, match) -> None:
     with pytest.raises(ValueError, match=match):
-        SweepSettings.from_config(settings)
+        settings_from(settings)
 
 
 def test_cost_defaults_plan_ten_billion_tokens_and_no_price() -> None:
-    s = SweepSettings.from_config({})
-    assert (s.planned_steps, s.planned_tokens, s.usd_per_hour, s.prices) == (
+    c = settings_from({}).cost
+    assert (c.planned_steps, c.planned_tokens, c.usd_per_hour, c.prices) == (
         0,
         10_000_000_000,
         0.0,
         {},
     )
-    node = OmegaConf.structured(ThroughputSweeperConf(prices={"H100": 2.5}))
-    assert SweepSettings.from_config(node).prices == {"H100": 2.5}
+    assert settings_from({"cost": {"prices": {"H100": 2.5}}}).cost.prices == {"H100": 2.5}
+
+
+def test_a_grouped_override_reaches_the_sweepers_typed_settings() -> None:
+    """The whole path: Hydra composes conf/sweep.yaml with a preset and grouped overrides, builds
+    the sweeper from hydra.sweeper, and the engine reads typed, frozen settings."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    import train.core.config  # noqa: F401  (registers train_schema)
+    from tests.sweep_helpers import REPO
+
+    overrides = ["search=smoke", "hydra.sweeper.verify.repeats=2", "hydra.sweeper.guard.mode=off",
+                 "hydra.sweeper.budget.max_wall_s=60", "hydra.sweeper.cost.prices={H100: 2.5}"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=overrides, return_hydra_config=True)
+    sweeper = instantiate(cfg.hydra.sweeper)
+    s = sweeper._engine.settings
+    assert (s.verify.repeats, s.verify.top_k, s.search_name) == (2, 2, "smoke")  # smoke's top_k
+    assert (s.guard.mode, s.budget.max_wall_s, s.cost.prices) == ("off", 60.0, {"H100": 2.5})
+    assert s.pruner.kind == "none" and s.space == {"batch.micro_batch": "choice(4, 8)",
+                                                   "data.num_workers": "choice(0, 1)"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.verify.repeats = 3  # type: ignore[misc]

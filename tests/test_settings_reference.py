@@ -2,14 +2,13 @@
 (issue 35).
 
 The generator (scripts/settings_reference.py) reads the dataclasses that declare the settings; these
-tests hold it to sources it does not read: the trainer keys Hydra's schema has (train.core.keys) and
-the fields `SweepSettings` accepts, and the settings `python sweep.py --cfg hydra -p hydra.sweeper`
-prints.
+tests hold it to other sources: the trainer keys Hydra's schema has (train.core.keys), the dotted
+settings the sweep's command line accepts (`setting_names`) and the old names it refuses, and the
+settings `python sweep.py --cfg hydra -p hydra.sweeper` prints.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper.settings import SweepSettings
+from hydra_plugins.throughput_sweeper.config import RENAMED, setting_names
 from tests.sweep_helpers import REPO
 from train.core import keys
 
@@ -43,11 +42,12 @@ def test_every_setting_has_a_meaning():
 def test_every_trainer_key_and_sweeper_setting_is_listed():
     listed = listed_keys(CHECKED_IN.read_text())
     trainer = {k.split(".")[0] if k.startswith("provenance") else k for k in keys.schema_keys()}
-    sweeper = {f"hydra.sweeper.{f.name}" for f in dataclasses.fields(SweepSettings)
-               if not f.name.startswith("_")}  # fmt: skip
+    sweeper = {f"hydra.sweeper.{name}" for name in setting_names()}
+    renamed = {f"hydra.sweeper.{old}" for old in RENAMED}  # the table of old flat names
     assert trainer - listed == set(), "trainer keys missing from the reference"
     assert sweeper - listed == set(), "sweeper settings missing from the reference"
-    assert listed - trainer - sweeper == set(), "the reference lists keys the code does not have"
+    assert renamed - listed == set(), "old sweeper names missing from the renamed table"
+    assert listed - trainer - sweeper - renamed == set(), "the reference lists keys the code lacks"
 
 
 def test_the_checked_in_reference_is_up_to_date():
@@ -64,8 +64,11 @@ def test_the_sweep_lists_the_same_sweeper_settings(tmp_path: Path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = yaml.safe_load(proc.stdout.split("\n", 1)[1])  # after '# @package hydra.sweeper'
-    listed = {s.key.split(".")[-1] for s in settings_reference.sweeper_settings()}
-    assert set(printed) - {"_target_"} == listed
+    groups = settings_reference.sweeper_config.groups()
+    names = {f"{k}.{g}" if k in groups else k
+             for k, v in printed.items() for g in (v if k in groups else [None])}  # fmt: skip
+    listed = {s.key.removeprefix("hydra.sweeper.") for s in settings_reference.sweeper_settings()}
+    assert names - {"_target_"} == listed
 
 
 SOURCE = """

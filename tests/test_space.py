@@ -480,7 +480,7 @@ XL = {
     "runtime.compile": "none", "runtime.attention": "auto",
     "runtime.activation_checkpointing": "none", "data.num_workers": 1,
 }  # fmt: skip
-H100_GIB = 81090 / 1024  # train/memory_model.DEVICE_MEMORY_GIB
+H100_GIB = 81090 / 1024  # train/core/chips.py, the H100 SXM's memory_gib
 
 
 def xl_ctx(**kw) -> SpaceContext:

@@ -25,7 +25,7 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
         "smoke",
         "search=smoke",
         "hydra.sweeper.n_trials=3",
-        "hydra.sweeper.verify_repeats=2",
+        "hydra.sweeper.verify.repeats=2",
     )
     # a point the random sampler proposes again is recorded, not run again, and costs no budget
     finished = [
@@ -106,9 +106,9 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
         "search=smoke",
         "hydra.sweeper.study_name=resume",
         "hydra.sweeper.n_trials=4",
-        "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
-        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
+        "hydra.sweeper.mlflow.enabled=false",
         "trial.max_steps=40",
         "trial.max_seconds=6",
     ]
@@ -177,8 +177,8 @@ def test_a_search_preset_sets_the_sweeper_settings_it_names(search, top_k, repea
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("sweep", overrides=[f"search={search}"], return_hydra_config=True)
-    assert cfg.hydra.sweeper.verify_top_k == top_k
-    assert cfg.hydra.sweeper.verify_repeats == repeats
+    assert cfg.hydra.sweeper.verify.top_k == top_k
+    assert cfg.hydra.sweeper.verify.repeats == repeats
     assert cfg.hydra.sweeper.search_name == search
 
 
@@ -190,7 +190,7 @@ def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -
         "exhaust",
         "search=smoke",
         "hydra.sweeper.n_trials=6",
-        "hydra.sweeper.verify_top_k=1",
+        "hydra.sweeper.verify.top_k=1",
     )
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
     dups = [t for t in study.trials if DUPLICATE_ATTR in t.user_attrs]
@@ -220,11 +220,11 @@ def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches
         "search=smoke",
         "hydra.sweeper.sampler=grid",
         "hydra.sweeper.n_trials=0",
-        "hydra.sweeper.max_failure_rate=0.0",
-        "hydra.sweeper.min_trials_for_failure_rate=1",
-        "hydra.sweeper.verify_top_k=1",
-        "hydra.sweeper.verify_repeats=1",
-        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.budget.max_failure_rate=0.0",
+        "hydra.sweeper.budget.min_trials_for_failure_rate=1",
+        "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
+        "hydra.sweeper.mlflow.enabled=false",
         "hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', data.num_workers: 0}",
         "trial.fault=oom,none",
     )

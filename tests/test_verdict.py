@@ -5,11 +5,11 @@ import math
 import pytest
 
 from tests.nested import changed
+from train.core.compute_levers import amdahl
 from train.core.diagnosis import (
     CHECKPOINT_BOUND_MIN_FRAC,
     DATA_BOUND_MIN_FRAC,
     VERDICTS,
-    amdahl,
     compile_share,
     diagnose,
 )

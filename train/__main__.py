@@ -24,7 +24,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from train.core.compile_cache import cache_failure
-from train.core.config import Config, check_batch
+from train.core.config import Config
+from train.core.config_checks import check_batch
 from train.core.config_file import exit_on_bad_config_file
 from train.core.flops import mfu
 from train.core.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys

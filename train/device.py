@@ -1,10 +1,10 @@
-"""The device as every room sees it: its name, a sync before a clock read, the TF32 switches and
-the peak-memory reading.
+"""The device one training process runs on: choosing it, its name, a sync before a clock read,
+mixed precision and the loss scaler, the TF32 switches, threads and the peak-memory reading.
 
-The lowest torch module in train/: `measure/` (the ceiling, the fingerprint, the memory meter) and
-`run/` (the session and the step) both build on it, so the meters never import the training
-process. Choosing and configuring the device for a run (autocast, the loss scaler, threads) is
-`train/run/device.py`, which re-exports these names for its callers.
+Everything the trainer asks of "where does the math run" lives here, so the loop never branches on
+`device.type`. The lowest torch module in train/: `measure/` (the ceiling, the fingerprint, the
+memory meter) and `run/` (the session and the step) both build on it, so the meters never import
+the training process.
 """
 
 from __future__ import annotations
@@ -12,23 +12,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import platform
+import re
 import resource
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from train.core.rules import dtype_unsupported
+from train.core.units import GIB
+
 log = logging.getLogger(__name__)
 
-# Precision names used across the config (runtime.dtype) mapped to torch dtypes.
-DTYPES: dict[str, torch.dtype] = {
+# runtime.dtype's precisions (all but "auto") as torch dtypes.
+TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-_GIB = 2**30
 
 
 def sync(device: torch.device) -> None:
@@ -151,7 +154,7 @@ def peak_memory_gib(device: torch.device) -> MemoryReading | None:
     """Peak memory since the last reset: CUDA allocator peak, or host peak RSS on CPU."""
     if device.type == "cuda":
         return MemoryReading(
-            gib=torch.cuda.max_memory_allocated(device) / _GIB,
+            gib=torch.cuda.max_memory_allocated(device) / GIB,
             kind="cuda_allocated",
             whole_process=False,
         )
@@ -159,11 +162,11 @@ def peak_memory_gib(device: torch.device) -> MemoryReading | None:
         return None
     hwm_kib = _read_host_hwm_kib()
     if hwm_kib is not None:
-        return MemoryReading(gib=hwm_kib * 1024 / _GIB, kind="host_rss_peak", whole_process=False)
+        return MemoryReading(gib=hwm_kib * 1024 / GIB, kind="host_rss_peak", whole_process=False)
     # getrusage(2): ru_maxrss is KiB on Linux but bytes on macOS; it never resets.
     max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rss_bytes = max_rss if sys.platform == "darwin" else max_rss * 1024
-    return MemoryReading(gib=rss_bytes / _GIB, kind="host_rss_peak", whole_process=True)
+    return MemoryReading(gib=rss_bytes / GIB, kind="host_rss_peak", whole_process=True)
 
 
 # Linux keeps the RSS high-water mark as VmHWM in /proc/self/status; writing "5" to
@@ -191,3 +194,100 @@ def _read_host_hwm_kib() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+_CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
+
+
+def resolve_device(requested: str) -> torch.device:
+    """Turn runtime.device ("auto", "cpu", "cuda", "cuda:N") into a torch.device.
+
+    CUDA devices always come back with an explicit index so that NVML sampling and
+    memory queries address the same GPU the model runs on.
+    """
+    if requested == "cpu":
+        return torch.device("cpu")
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    match = _CUDA_RE.match(requested)
+    if match is None:
+        raise ValueError(
+            f"runtime.device must be one of 'auto', 'cpu', 'cuda' or 'cuda:N', got {requested!r}"
+        )
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"runtime.device={requested!r} but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__} built without CUDA or no GPU visible); "
+            "use runtime.device=auto or cpu"
+        )
+    if match.group(1) is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    index = int(match.group(1))
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(
+            f"runtime.device={requested!r} but only {count} CUDA device(s) are visible; "
+            f"use an index in 0..{count - 1}"
+        )
+    return torch.device("cuda", index)
+
+
+def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager[None]:
+    """Mixed-precision context for the forward pass; "fp32" means no autocast at all."""
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"runtime.dtype must be one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    unsupported = dtype_unsupported(dtype, device_type=device.type)  # fp16 on a CPU
+    if unsupported:
+        raise ValueError(f"{unsupported}; use bf16 or fp32")
+    if device.type == "cuda" and dtype == "bf16" and not _cuda_bf16_supported(device):
+        raise ValueError(
+            f"runtime.dtype='bf16' but {torch.cuda.get_device_name(device)} has no native bf16 "
+            "support (needs compute capability >= 8.0); use fp16 or fp32"
+        )
+    return torch.autocast(device_type=device.type, dtype=TORCH_DTYPES[dtype])
+
+
+def _cuda_bf16_supported(device: torch.device) -> bool:
+    """Native bf16 only: emulated bf16 on pre-Ampere GPUs would make throughput numbers lie."""
+    with torch.cuda.device(device):
+        try:
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch < 2.5 has no `including_emulation` and never emulates
+            return torch.cuda.is_bf16_supported()
+
+
+def use_device(device: torch.device) -> None:
+    """Make a CUDA `device` the current one (a no-op for other devices), so that streams, events
+    and torch.cuda calls naming no device address the GPU the model is on, and no stray context
+    is made on GPU 0."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def grad_scaler(device: torch.device, dtype: str) -> torch.amp.GradScaler:
+    """Loss scaler, enabled only for fp16 on CUDA (bf16 has fp32's exponent range, needs none)."""
+    enabled = device.type == "cuda" and dtype == "fp16"
+    return torch.amp.GradScaler(device.type, enabled=enabled)
+
+
+def set_threads(n: int) -> int:
+    """Set torch's intra-op thread count (0 keeps torch's default); returns the count in effect."""
+    if n < 0:
+        raise ValueError(f"runtime.threads must be >= 0 (0 = torch default), got {n}")
+    if n > 0:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def restored_threads() -> Iterator[None]:
+    """Put torch's thread count back on exit (tests, and trials that change it)."""
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -70,14 +70,14 @@ def sweep_argv(
         f"hydra.sweep.dir={work / 'sweep'}",
         f"hydra.sweeper.storage={storage_url(work)}",
         f"hydra.sweeper.study_name={study_name(profile)}",
-        "hydra.sweeper.mlflow=false",
+        "hydra.sweeper.mlflow.enabled=false",
         "hydra.sweeper.seed=0",
-        f"hydra.sweeper.max_wall_s={max(0.0, round(max_wall_s))}",
+        f"hydra.sweeper.budget.max_wall_s={max(0.0, round(max_wall_s))}",
         *profile.sweep_overrides,
         *extra,
     ]
     if plan:
-        argv.append("hydra.sweeper.plan=true")
+        argv.append("hydra.sweeper.plan.enabled=true")
     return argv
 
 
@@ -118,9 +118,10 @@ def race_stop_reason(line: str, *, left_s: float, race_round_s: float) -> str:
 
 def ddp_split(micro_batch: int, grad_accum: int, *, world: int) -> tuple[int, int]:
     """The per-process (micro_batch, grad_accum) of a one-process split on `world` processes at
-    the same tokens per step (train/core/config.py's check_batch: micro_batch x grad_accum x block x
-    world). Each process keeps the micro-batch (the same kernels as the single-GPU figure) and
-    takes 1/world of the accumulation; where that does not divide, the micro-batch is split."""
+    the same tokens per step (train/core/config_checks.py's check_batch: micro_batch x grad_accum
+    x block x world). Each process keeps the micro-batch (the same kernels as the single-GPU
+    figure) and takes 1/world of the accumulation; where that does not divide, the micro-batch is
+    split."""
     if grad_accum % world == 0:
         return micro_batch, grad_accum // world
     if micro_batch % world == 0:

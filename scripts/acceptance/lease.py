@@ -26,7 +26,7 @@ from acceptance.profiles import LEASE, Profile
 from sweeper.forecast import compile_s, costs_for, setup_s
 from sweeper.numbers import fmt_secs
 from sweeper.space.limits import predict_step
-from train.core.memory_model import device_memory_gib
+from train.core.chips import chip_for
 
 LEASE_S = 900.0  # one lease of device time, the machine's start included
 MACHINE_START_S = 180.0  # the start of a fresh machine: 1-3 minutes, its worst case
@@ -72,8 +72,8 @@ def sweep_plan_numbers(profile: Profile, start: Point, device: str) -> dict[str,
     with tempfile.TemporaryDirectory(prefix="lease-plan-") as tmp:
         work, numbers = Path(tmp), Path(tmp) / "plan.json"
         argv = sweep_argv(profile, work, start, plan=True,
-                          extra=[f"hydra.sweeper.plan_device={device}",
-                                 f"hydra.sweeper.plan_json={numbers}"])  # fmt: skip
+                          extra=[f"hydra.sweeper.plan.device={device}",
+                                 f"hydra.sweeper.plan.json={numbers}"])  # fmt: skip
         ran = subprocess.run(argv, cwd=work, env=child_env(), capture_output=True, text=True,
                              timeout=300, check=False)  # fmt: skip
         if ran.returncode != 0 or not numbers.is_file():
@@ -106,10 +106,11 @@ def lease_plan(device: str, *, profile: Profile = LEASE, numbers: dict | None = 
     from acceptance.stages import model_fields
     from sweeper.forecast.costs import SETUP_BASE_S
 
-    memory = device_memory_gib(device)
+    chip = chip_for(device)
+    memory = chip.memory_gib if chip else None
     if memory is None:
         raise ValueError(f"--device {device!r} has no known memory size; use a name "
-                         f"hydra.sweeper.plan_device knows, e.g. 'NVIDIA H200'")  # fmt: skip
+                         f"hydra.sweeper.plan.device knows, e.g. 'NVIDIA H200'")  # fmt: skip
     model = model_fields(profile.model)
     start = starting_point(profile, model, device_type="cuda", memory_gib=memory)
     plan = numbers if numbers is not None else sweep_plan_numbers(profile, start, device)

@@ -12,8 +12,9 @@ time, which the plan says.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from train.core.chips import chip_for
 
 # Process start to first step, generic: CUDA context, model build and init, optimizer, data, NVML.
 # Fitted to gpt2-xl on an H100 (2026-11-23, README only, no raw file): a 45 s trial process of which
@@ -55,28 +56,23 @@ GENERIC = ProcessCosts(
     float8_cached=True, n_layer=48, source="generic: sized by depth",
 )  # fmt: skip
 
-# Measured by our GPU leases' own trials (result.json: wall_s, warmup_s, compile.cache).
+# Measured by our GPU leases' own trials (result.json: wall_s, warmup_s, compile.cache), by the
+# chip table's key (train/core/chips.py).
 MEASURED: dict[str, ProcessCosts] = {
     # docs/gpu/2026-11-26-h200: gpt2-xl, 1,048,576 tokens a step; set-up (wall - warm-up - window)
     # 23.8-30.7 s over 5 processes; cold bf16 compiles 68.2 and 57.5 s, cache hits 5.2 and 5.2 s;
     # float8 tensorwise cold 163.2 s (2.6x), its graph with no AOTAutograd cache entry
-    "NVIDIA H200": ProcessCosts(
+    "h200": ProcessCosts(
         setup_s=26.6, compile_cold_s=62.9, compile_warm_s=5.2, float8_factor=163.2 / 62.9,
         float8_cached=False, n_layer=48, source="measured on an H200, docs/gpu/2026-11-26-h200",
     ),
 }
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[\s_-]+", " ", name.strip().lower()).removeprefix("nvidia ")
-
-
-_BY_NAME = {_norm(k): v for k, v in MEASURED.items()}
-
-
 def costs_for(device_name: str) -> ProcessCosts:
     """The device's measured costs, else GENERIC."""
-    return _BY_NAME.get(_norm(device_name or ""), GENERIC)
+    chip = chip_for(device_name or "")
+    return MEASURED.get(chip.key, GENERIC) if chip else GENERIC
 
 
 def setup_s(costs: ProcessCosts, *, device_type: str, n_layer: int) -> float:

@@ -38,8 +38,8 @@ def trial_limits(
     limits = point_limits(
         {**space.point(params), **(extra or {})},
         space.ctx,
-        timeout_s=settings.trial_timeout_s,
-        stall_timeout_s=settings.stall_timeout_s,
+        timeout_s=settings.budget.trial_timeout_s,
+        stall_timeout_s=settings.budget.stall_timeout_s,
     )
     return limit_overrides(limits)
 
@@ -51,8 +51,8 @@ def real_trial_s(space: SearchSpace, settings: SweepSettings) -> float:
 
     def expected(extra: dict) -> TrialTime:
         return point_limits(
-            extra, space.ctx, timeout_s=settings.trial_timeout_s,
-            stall_timeout_s=settings.stall_timeout_s,
+            extra, space.ctx, timeout_s=settings.budget.trial_timeout_s,
+            stall_timeout_s=settings.budget.stall_timeout_s,
         ).expected  # fmt: skip
 
     return expected(dict(REAL_STEP_KEYS)).total_s if expected({}).projected else 0.0

@@ -90,8 +90,9 @@ def job_limits(sweeper_cfg: Any) -> tuple[float, float | None]:
     """(hard, stall) limits of this job's trial. The sweeper writes each trial's limits into its
     job's overrides (sweeper/space/limits.py sizes them); a job launched without them gets the fixed
     defaults. Stall: > 0 seconds, < 0 no stall check, 0 the default."""
-    timeout_s = float(sweeper_cfg.get("trial_timeout_s") or 0) or DEFAULT_TIMEOUT_S
-    stall = float(sweeper_cfg.get("stall_timeout_s") or 0)
+    timeout_s = float(OmegaConf.select(sweeper_cfg, "budget.trial_timeout_s") or 0)
+    timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+    stall = float(OmegaConf.select(sweeper_cfg, "budget.stall_timeout_s") or 0)
     if stall < 0:
         return timeout_s, None
     return timeout_s, stall or DEFAULT_STALL_S

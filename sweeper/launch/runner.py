@@ -5,43 +5,55 @@ its progress file and log, kills its whole process group when it overruns or han
 result JSON it leaves behind. No child may outlive the sweep: each one runs in its own session (so
 its DataLoader and compile workers can be killed together), gets SIGKILL from the kernel if the
 thread that started it dies (Linux `PR_SET_PDEATHSIG`), and is killed on interpreter exit, SIGTERM
-and SIGHUP through a registry of live children.
+and SIGHUP through the registry of live children (sweeper/launch/children.py).
 
 Deliberately light: no torch, no `train.*` imports.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import logging
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeper.launch.spawn import ForkedProcess, start_trial_process
+from sweeper.launch.children import (
+    TERM_GRACE_S,
+    Child,
+    forget,
+    install_signal_handlers,
+    preexec_pdeathsig,
+    register,
+    signal_group,
+    stop,
+)
+from sweeper.launch.spawn import start_trial_process
 from sweeper.space.overrides import hydra_quote
-from train.core.deathsig import die_with_parent, libc_prctl
-from train.core.result import FAILURE_KINDS, ResultError, TrialResult, load_result
+from train.core.result import (
+    FAILURE_KINDS,
+    MEASURED_STATES,
+    TRIAL_STATES,
+    ResultError,
+    TrialResult,
+    load_result,
+)
 
 log = logging.getLogger(__name__)
 
-STATES = ("complete", "pruned", "oom", "nan", "disk_full", "timeout", "crash", "invalid_config")
 POLL_S = 0.2  # how often the parent looks at the child; small next to any useful timeout
-TERM_GRACE_S = 5.0  # SIGTERM -> SIGKILL grace, time enough to flush a log line
 LOG_TAIL_LINES = 20  # lines of trial.log quoted in a crash reason
 RESULT_NAME, PROGRESS_NAME, LOG_NAME = "result.json", "progress.jsonl", "trial.log"
 
 
 @dataclass(kw_only=True)
 class TrialOutcome:
-    # one of STATES
+    # one of TRIAL_STATES (train/core/result.py)
     state: str
     # human-readable why (None for a clean complete/pruned)
     reason: str | None = None
@@ -55,13 +67,15 @@ class TrialOutcome:
     log_path: Path
 
     def __post_init__(self) -> None:
-        if self.state not in STATES:
-            raise ValueError(f"TrialOutcome.state must be one of {STATES}, got {self.state!r}")
+        if self.state not in TRIAL_STATES:
+            raise ValueError(
+                f"TrialOutcome.state must be one of {TRIAL_STATES}, got {self.state!r}"
+            )
 
     @property
     def ok(self) -> bool:
         """Whether the trial produced a usable measurement (a pruned one still reports values)."""
-        return self.state in ("complete", "pruned")
+        return self.state in MEASURED_STATES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,113 +95,6 @@ def trial_argv(
         f"trial.progress_file={hydra_quote(str(job_dir / PROGRESS_NAME))}",
         *overrides,
     ]  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------
-# live-children registry: nothing we start may outlive the sweep
-
-
-@dataclass(kw_only=True)
-class _Child:
-    # the running child (its pid is also its process-group id: it runs in its own session)
-    proc: subprocess.Popen | ForkedProcess
-    # set when we decided to kill it, so a SIGKILL of ours is not mistaken for the OOM killer
-    killed_by_us: str | None = None
-
-
-# pid -> child. Plain dict ops only (atomic under the GIL): this is touched from signal handlers.
-_LIVE: dict[int, _Child] = {}
-_PREV_HANDLERS: dict[int, object] = {}
-
-
-def live_children() -> list[int]:
-    """Pids of the children currently running (for tests and diagnostics)."""
-    return list(_LIVE)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _stop(child: _Child, *, why: str, grace_s: float) -> None:
-    """SIGTERM the child's group, give it `grace_s` to exit, then SIGKILL the group."""
-    child.killed_by_us = child.killed_by_us or why
-    pid = child.proc.pid
-    _signal_group(pid, signal.SIGTERM)
-    try:
-        child.proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        log.warning("trial pid %d ignored SIGTERM for %.0f s; sending SIGKILL", pid, grace_s)
-    # Always: workers may still be alive after the leader exits on SIGTERM.
-    _signal_group(pid, signal.SIGKILL)
-
-
-def kill_all_children(grace_s: float = TERM_GRACE_S) -> None:
-    """Stop every live child's process group (atexit, SIGTERM/SIGHUP, or by hand)."""
-    children = list(_LIVE.values())
-    for child in children:
-        child.killed_by_us = child.killed_by_us or "stopped by kill_all_children (sweep exiting)"
-        _signal_group(child.proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for child in children:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        _signal_group(child.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.proc.wait(timeout=1.0)
-        _LIVE.pop(child.proc.pid, None)
-    if children:
-        log.warning("killed %d running trial(s)", len(children))
-
-
-atexit.register(kill_all_children)
-
-
-def _on_fatal_signal(signum: int, frame) -> None:
-    """Kill our children, then let the signal do what it would have done without us."""
-    kill_all_children()
-    prev = _PREV_HANDLERS.get(signum, signal.SIG_DFL)
-    if callable(prev):
-        prev(signum, frame)
-    elif prev != signal.SIG_IGN:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _install_signal_handlers() -> None:
-    """Chain in front of SIGTERM/SIGHUP, whose default action would skip atexit.
-
-    SIGINT needs nothing: it raises KeyboardInterrupt, which run_child turns into a kill.
-    Only the main thread may set handlers; elsewhere atexit and PDEATHSIG still cover us.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        current = signal.getsignal(signum)
-        if current is _on_fatal_signal:
-            continue
-        _PREV_HANDLERS[signum] = current
-        signal.signal(signum, _on_fatal_signal)
-
-
-# Resolved in the parent: the forked child should do as little as possible before exec
-# (preexec_fn runs between fork and exec, where taking locks other threads held can deadlock).
-_PRCTL = libc_prctl()
-
-
-def _preexec_pdeathsig(parent_pid: int) -> Callable[[], None]:
-    """The child's parent-death signal (train/core/deathsig.py), set between fork and exec.
-
-    Popen runs setsid() (start_new_session=True) before preexec_fn, so this runs in the new session.
-    The death signal fires when the *thread* that forked exits, so call run_child from a thread
-    that lives as long as the trial (Hydra's launchers do).
-    """
-
-    def preexec() -> None:
-        die_with_parent(parent_pid, _PRCTL)
-
-    return preexec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +165,7 @@ def _read_result(path: Path) -> tuple[TrialResult | None, str | None]:
 def _from_result(doc: TrialResult) -> tuple[str, str | None]:
     """State and reason from a result JSON (train/core/result.py)."""
     status = doc.get("status")
-    if status in ("complete", "pruned"):
+    if status in MEASURED_STATES:
         return status, None
     if status == "failed":
         failure = doc.get("failure") or {}
@@ -345,7 +252,7 @@ def run_child(
     job_dir = Path(job_dir)
     log_path, result_path = _clean_job_dir(job_dir)
     child_env = child_environment(env)
-    _install_signal_handlers()
+    install_signal_handlers()
     start = time.monotonic()
     oom_before = oom_kills()
     child = _start(argv, env=child_env, cwd=cwd, log_path=log_path)
@@ -356,7 +263,7 @@ def run_child(
             term_grace_s=term_grace_s,
         )  # fmt: skip
     except BaseException:
-        _stop(child, why="interrupted", grace_s=term_grace_s)
+        stop(child, why="interrupted", grace_s=term_grace_s)
         raise
     finally:
         _reap(child, grace_s=term_grace_s)
@@ -376,19 +283,18 @@ def _clean_job_dir(job_dir: Path) -> tuple[Path, Path]:
     return job_dir / LOG_NAME, job_dir / RESULT_NAME
 
 
-def _start(argv: list[str], *, env: dict, cwd: Path | None, log_path: Path) -> _Child:
+def _start(argv: list[str], *, env: dict, cwd: Path | None, log_path: Path) -> Child:
     """Start the child in its own session, with its parent-death signal, and register it."""
     proc = start_trial_process(
-        argv, env=env, cwd=cwd, log_path=log_path, preexec_fn=_preexec_pdeathsig(os.getpid())
+        argv, env=env, cwd=cwd, log_path=log_path, preexec_fn=preexec_pdeathsig(os.getpid())
     )
-    child = _Child(proc=proc)
-    _LIVE[proc.pid] = child
+    child = register(proc)
     log.debug("started trial pid %d: %s", proc.pid, argv)
     return child
 
 
 def _watch(
-    child: _Child, tail: _ProgressTail, *, log_path: Path, start: float, timeout_s: float,
+    child: Child, tail: _ProgressTail, *, log_path: Path, start: float, timeout_s: float,
     stall_timeout_s: float | None, on_progress: Callable[[dict], None] | None,
     term_grace_s: float,
 ) -> str | None:  # fmt: skip
@@ -418,7 +324,7 @@ def _watch(
         timeout_reason = _overrun(now - start, now - last_activity, timeout_s, stall_timeout_s)
         if timeout_reason is not None:
             log.warning("trial pid %d %s", proc.pid, timeout_reason)
-            _stop(child, why=timeout_reason, grace_s=term_grace_s)
+            stop(child, why=timeout_reason, grace_s=term_grace_s)
             break
     drain()  # lines written just before exit
     return timeout_reason
@@ -439,23 +345,23 @@ def _overrun(
     return None
 
 
-def _reap(child: _Child, *, grace_s: float) -> None:
+def _reap(child: Child, *, grace_s: float) -> None:
     """Sweep up stragglers (workers the leader failed to reap), then forget the child."""
-    _signal_group(child.proc.pid, signal.SIGKILL)
+    signal_group(child.proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         child.proc.wait(timeout=grace_s)
-    _LIVE.pop(child.proc.pid, None)
+    forget(child)
 
 
 def _classify(
-    child: _Child, timeout_reason: str | None, result_path: Path, log_path: Path, wall_s: float,
+    child: Child, timeout_reason: str | None, result_path: Path, log_path: Path, wall_s: float,
     oom: tuple[int | None, int | None] = (None, None),
 ) -> TrialOutcome:  # fmt: skip
     returncode = child.proc.returncode
     result, unreadable = _read_result(result_path)
     done = dict(result=result, returncode=returncode, wall_s=wall_s, log_path=log_path)
     if timeout_reason is not None:
-        if result is not None and result.get("status") in ("complete", "pruned"):
+        if result is not None and result.get("status") in MEASURED_STATES:
             # The measurement finished; only teardown hung (e.g. a worker that never exits).
             state, _ = _from_result(result)
             return TrialOutcome(

@@ -1,5 +1,5 @@
 """Everything before the first trial: the settings checked, the device known, the space scanned,
-the plan predicted. `hydra.sweeper.plan=true` stops here (the text it prints is
+the plan predicted. `hydra.sweeper.plan.enabled=true` stops here (the text it prints is
 sweeper/report/plan_text.py's).
 
 - `preflight`: settings refused before anything starts, one line each.

@@ -1,6 +1,6 @@
 """The device a sweep plans for: probed where trials run, or a named plan device taken from the
-memory and peak tables (train/core/memory_model.py, train/core/flops.py), so a plan can be
-made for a GPU this machine lacks. The probe asks a child process (`probe_device`), so that the
+chip table (train/core/chips.py: its memory, peaks and compute capability), so a plan can be made
+for a GPU this machine lacks. The probe asks a child process (`probe_device`), so that the
 sweeper never imports torch.
 """
 
@@ -11,8 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 
-from train.core.flops import capability_for_device_name, chip_for_device_name
-from train.core.memory_model import DEVICE_MEMORY_GIB, device_memory_gib
+from train.core.chips import chip_for, plan_device_names
 from train.core.paths import PROJECT_DIR
 from train.core.rules import FLASH_IMPLS
 
@@ -43,13 +42,13 @@ class DeviceFacts:
     cpu_count: int  # CPUs for data workers
     source: str  # "probed" | "plan device"
     # compute capability (runtime.float8 needs >= 8.9): probed, or a plan device's from the chip
-    # table (train/core/flops.py CHIP_CAPABILITY); None on a CPU or where unknown
+    # table (train/core/chips.py); None on a CPU or where unknown
     cuda_capability: tuple[int, int] | None = None
     # runtime.attention's flash implementations installed where trials run: probed, or a plan
-    # device's assumed software (hydra.sweeper.plan_software); None: not known
+    # device's assumed software (hydra.sweeper.plan.software); None: not known
     flash_attention_impls: tuple[str, ...] | None = None
     # whether torchao (runtime.float8) is installed where trials run; None: ask this machine (the
-    # trials run here). A plan device's is assumed from hydra.sweeper.plan_software
+    # trials run here). A plan device's is assumed from hydra.sweeper.plan.software
     torchao: bool | None = None
 
     def software_line(self) -> str:
@@ -60,32 +59,31 @@ class DeviceFacts:
         torchao = "installed" if self.torchao else "absent"
         return (f"plan assumes {self.name}'s machine has torchao {torchao}, {flash} (not this "
                 f"machine's packages); override with "
-                f"hydra.sweeper.plan_software=torchao,fa3 (a comma list of torchao, fa3, fa4, "
+                f"hydra.sweeper.plan.software=torchao,fa3 (a comma list of torchao, fa3, fa4, "
                 f"or '')")  # fmt: skip
 
 
 def known_plan_devices() -> list[str]:
-    """Device names plan_device accepts: a memory size (train/core/memory_model.py) and a peak
-    (train/core/flops.py) are both known for them."""
-    return sorted(n for n in DEVICE_MEMORY_GIB if chip_for_device_name(n) is not None)
+    """Device names plan.device accepts: the chip table (train/core/chips.py) knows both a memory
+    size and a peak for them."""
+    return plan_device_names()
 
 
 def plan_device_facts(
     name: str, *, cpu_count: int, software: tuple[str, ...] = ("torchao",)
 ) -> DeviceFacts:
     """The facts of a named device, for planning without it, with `software` (package names of
-    hydra.sweeper.plan_software) as its machine's; ValueError for an unknown name."""
-    memory = device_memory_gib(name)
-    if memory is None or chip_for_device_name(name) is None:
+    hydra.sweeper.plan.software) as its machine's; ValueError for an unknown name."""
+    chip = chip_for(name)
+    if chip is None or chip.memory_gib is None or chip.peaks is None:
         raise ValueError(
-            f"hydra.sweeper.plan_device={name!r} is not a known device; use one of "
+            f"hydra.sweeper.plan.device={name!r} is not a known device; use one of "
             f"{known_plan_devices()} (names as torch.cuda.get_device_name spells them)"
         )
     # every device with a known memory and peak (Ampere and newer) computes in bf16
     return DeviceFacts(
-        name=name, device_type="cuda", memory_gib=memory, bf16_supported=True,
-        cpu_count=cpu_count, source="plan device",
-        cuda_capability=capability_for_device_name(name),
+        name=name, device_type="cuda", memory_gib=chip.memory_gib, bf16_supported=True,
+        cpu_count=cpu_count, source="plan device", cuda_capability=chip.capability,
         flash_attention_impls=tuple(n for n in software if n in FLASH_IMPLS),
         torchao="torchao" in software,
     )  # fmt: skip

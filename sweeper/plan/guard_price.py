@@ -1,9 +1,9 @@
 """The numerics guard in plan mode: whether it runs, and what its curve runs cost.
 
-The guard (sweeper/verify/guard.py) trains the starting config from numerics_guard_seeds seeds and
+The guard (sweeper/verify/guard.py) trains the starting config from guard.seeds seeds and
 each race entrant that changes a math-changing key (sweeper/space/math_keys.py) once, each for
-numerics_guard_steps full optimizer steps. At most the top k change the math, so the plan prices
-seeds + verify_top_k runs, each sized like the starting config's trial with the curve's steps
+guard.steps full optimizer steps. At most the top k change the math, so the plan prices
+seeds + verify.top_k runs, each sized like the starting config's trial with the curve's steps
 (sweeper/space/limits.py); where the starting config does not fit the device, like the nearest point
 with its math that does (sweeper/space/fit.py), which the guard runs instead. Pure.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from sweeper.numbers import fmt_secs
 from sweeper.plan.wall import graph_of
-from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
+from sweeper.settings import GuardConf, SweepSettings
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import point_limits
@@ -25,25 +25,25 @@ from train.core.curve import capped_split, curve_keys
 
 
 def curve_run_keys(
-    point: dict[str, Any], ctx: SpaceContext, rules: GuardRules, *, seed: int
+    point: dict[str, Any], ctx: SpaceContext, rules: GuardConf, *, seed: int
 ) -> dict[str, Any]:
     """The trainer keys of one curve run of `point`: the curve's steps and seed, and a step of at
-    most numerics_guard_tokens tokens (fewer micro-batches, the same micro-batch)."""
+    most guard.tokens tokens (fewer micro-batches, the same micro-batch)."""
     micro = point.get("batch.micro_batch", ctx.base.get("batch.micro_batch"))
     split = capped_split(tokens_per_step=ctx.tokens_per_step, micro_batch=int(micro or 1),
                          block_size=ctx.block_size, world_size=ctx.world_size,
-                         max_tokens=rules.max_tokens)  # fmt: skip
+                         max_tokens=rules.tokens)  # fmt: skip
     return {**curve_keys(steps=rules.steps, seed=seed), **split}
 
 
-def guard_mode(rules: GuardRules, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
+def guard_mode(rules: GuardConf, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
     """Whether the guard runs for a space searching `searched` ({key: values, None for a
     range}), and why in a few words."""
     keys = searched_math_keys(searched)
     if rules.mode == "off":
-        return False, "off (hydra.sweeper.numerics_guard=off)"
+        return False, "off (hydra.sweeper.guard.mode=off)"
     if rules.mode == "on":
-        return True, "on (hydra.sweeper.numerics_guard=on)"
+        return True, "on (hydra.sweeper.guard.mode=on)"
     if keys:
         return True, f"on (auto: the space searches {', '.join(keys)})"
     return False, "off (auto: the space searches no math-changing key)"
@@ -77,7 +77,7 @@ def guard_plan(
     `planned`: every point the search will run, where the plan knows them all (the starting
     config and the prior's first points fill the trial budget); none changing the math, as the
     guard compares them (sweeper/verify/guard.py), means the guard runs nothing."""
-    rules = guard_rules_from(settings)
+    rules = settings.guard
     on, why = guard_mode(rules, searched)
     if not on:
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
@@ -91,7 +91,8 @@ def guard_plan(
                f"the prior's points) changes the math: no curve runs")  # fmt: skip
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
     keys = curve_run_keys(reference, ctx, rules, seed=0)
-    limits = {"timeout_s": settings.trial_timeout_s, "stall_timeout_s": settings.stall_timeout_s}
+    limits = {"timeout_s": settings.budget.trial_timeout_s,
+              "stall_timeout_s": settings.budget.stall_timeout_s}  # fmt: skip
     # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
     seen = {graph_of({**ctx.base, **p}) for p in planned or []}
 
@@ -104,14 +105,14 @@ def guard_plan(
         {**p, **{k: reference[k] for k in SAME_BATCHES if k in reference}}
         for p in planned or []
         if math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
-    ][: settings.verify_top_k]  # fmt: skip
+    ][: settings.verify.top_k]  # fmt: skip
     if planned is not None:  # each planned contender at its own price (float8 compiles its own)
         contender_s = [curve_s(p) for p in changing]
         runs, all_s = rules.seeds + len(changing), rules.seeds * ref_s + sum(contender_s)
         counted = f"{len(changing)} contender run(s) (the planned points that change the math)"
     else:
-        runs, all_s = rules.seeds + settings.verify_top_k, None
-        counted = f"{settings.verify_top_k} contender runs (those that change the math)"
+        runs, all_s = rules.seeds + settings.verify.top_k, None
+        counted = f"{settings.verify.top_k} contender runs (those that change the math)"
     total = all_s if all_s is not None else runs * ref_s
     refit = (f" (the starting config does not fit, so its reference runs the same math at "
              f"{fit.text()})" if fit is not None and fit.changed else "")  # fmt: skip

@@ -1,6 +1,8 @@
 """The sweep's plan, from arithmetic alone: what runs, what is dropped, how long it all takes.
 
-`python sweep.py -m ... hydra.sweeper.plan=true hydra.sweeper.plan_device="NVIDIA H100 80GB HBM3"`
+    python sweep.py -m ... hydra.sweeper.plan.enabled=true \
+        hydra.sweeper.plan.device="NVIDIA H100 80GB HBM3"
+
 prints it on any machine and starts nothing. The device is sweeper/plan/device.py's, the scan of the
 space sweeper/plan/scan.py's; this module adds the trial counts and the wall time (the text plan
 mode prints is sweeper/report/plan_text.py's). Pure: no torch, no I/O.
@@ -95,29 +97,15 @@ def build_plan(
     calibration: Calibration | None = None,
 ) -> SweepPlan:
     """The plan of a sweep of `space` on `device` with the sweeper's `settings` (n_trials,
-    sampler, verify_top_k, verify_repeats, max_wall_s, cpu_max_wall_s, trial_timeout_s,
+    sampler, verify.top_k, verify.repeats, budget.max_wall_s, cpu_max_wall_s, trial_timeout_s,
     stall_timeout_s, and names for the report)."""
     if found is None:
         found = scan(
-            space, ctx, timeout_s=settings.trial_timeout_s,
-            stall_timeout_s=settings.stall_timeout_s,
+            space, ctx, timeout_s=settings.budget.trial_timeout_s,
+            stall_timeout_s=settings.budget.stall_timeout_s,
         )  # fmt: skip
     b = ctx.base
-    n_params = gpt2_num_params(
-        n_layer=b["model.n_layer"], n_embd=b["model.n_embd"], vocab_size=b["model.vocab_size"],
-        block_size=b["model.block_size"], bias=bool(b.get("model.bias", True)),
-    )  # fmt: skip
-    model = {
-        "name": b.get("model.name"),
-        "num_params": n_params,
-        "flops_per_token": flops_per_token(
-            n_layer=b["model.n_layer"], n_head=b["model.n_head"], n_embd=b["model.n_embd"],
-            seq_len=b["model.block_size"], vocab_size=b["model.vocab_size"], num_params=n_params,
-        ),
-        "tokens_per_step": ctx.tokens_per_step,
-        "block_size": ctx.block_size,
-        "target_ci": float(b.get("trial.target_ci") or 0.0),
-    }
+    model = _model_facts(ctx)
     n_trials = settings.n_trials
     if settings.sampler == "grid":
         n_search: int | None = min(n_trials, found.kept) if n_trials > 0 else found.kept
@@ -125,17 +113,17 @@ def build_plan(
         n_search = n_trials if n_trials > 0 else None
     # the top k and the starting config (re-measured beside them unless it is one of them), each
     # with real full steps: a run is sized like the starting config's trial, never projected
-    k, repeats = settings.verify_top_k, settings.verify_repeats
+    k, repeats = settings.verify.top_k, settings.verify.repeats
     start, start_runs = starting_config_line(space, ctx)
     n_verify = (k + start_runs) * repeats
     verify_s = point_limits(
         {"trial.project_above_s": 0}, ctx,
-        timeout_s=settings.trial_timeout_s,
-        stall_timeout_s=settings.stall_timeout_s,
+        timeout_s=settings.budget.trial_timeout_s,
+        stall_timeout_s=settings.budget.stall_timeout_s,
     ).expected.total_s  # fmt: skip
-    cap = settings.max_wall_s
+    cap = settings.budget.max_wall_s
     if cap <= 0 and device.device_type == "cpu":
-        cap = settings.cpu_max_wall_s
+        cap = settings.budget.cpu_max_wall_s
     mean = found.mean_trial_s
     wall = None
     start_point = baseline_params(space, b, device_type=ctx.device_type,
@@ -148,8 +136,8 @@ def build_plan(
             n_search=n_search, mean_trial_s=mean,
             race_entrants=k + start_runs, race_rounds=repeats,
             cached=str(getattr(settings, "compile_cache", "off")) != "off",
-            limits={"timeout_s": settings.trial_timeout_s,
-                    "stall_timeout_s": settings.stall_timeout_s},
+            limits={"timeout_s": settings.budget.trial_timeout_s,
+                    "stall_timeout_s": settings.budget.stall_timeout_s},
             calibration=calibration,
         )  # fmt: skip
         wall = walls.total_s
@@ -175,6 +163,27 @@ def build_plan(
         wall_cap_s=cap if cap > 0 else None,
         prior=prior, wall=walls, guard=guard, budget_line=budget_line,
     )  # fmt: skip
+
+
+def _model_facts(ctx: SpaceContext) -> dict[str, Any]:
+    """The model the plan prints: its name, parameters, FLOPs per token, tokens per step, block
+    size and the trial's precision target."""
+    b = ctx.base
+    n_params = gpt2_num_params(
+        n_layer=b["model.n_layer"], n_embd=b["model.n_embd"], vocab_size=b["model.vocab_size"],
+        block_size=b["model.block_size"], bias=bool(b.get("model.bias", True)),
+    )  # fmt: skip
+    return {
+        "name": b.get("model.name"),
+        "num_params": n_params,
+        "flops_per_token": flops_per_token(
+            n_layer=b["model.n_layer"], n_head=b["model.n_head"], n_embd=b["model.n_embd"],
+            seq_len=b["model.block_size"], vocab_size=b["model.vocab_size"], num_params=n_params,
+        ),
+        "tokens_per_step": ctx.tokens_per_step,
+        "block_size": ctx.block_size,
+        "target_ci": float(b.get("trial.target_ci") or 0.0),
+    }
 
 
 def _planned_points(

@@ -19,8 +19,8 @@ from train.core import keys
 
 def check_sweep(settings: Any, sweep_dir: Path, *, launcher: str = "BasicLauncher") -> None:
     """The sweep-level settings, before the study, the zygote or the sweep dir exist."""
-    check_names(sampler=settings.sampler, pruner=settings.pruner)
-    check_launcher(launcher, n_jobs=settings.n_jobs, plan_device=settings.plan_device)
+    check_names(sampler=settings.sampler, pruner=settings.pruner.kind)
+    check_launcher(launcher, n_jobs=settings.n_jobs, plan_device=settings.plan.device)
     check_sweep_dir(sweep_dir)
     check_storage(settings.storage)
 
@@ -38,14 +38,14 @@ def check_launcher(launcher: str, *, n_jobs: int, plan_device: str) -> None:
     if not kinds.local(launcher) and not plan_device:
         raise ValueError(
             f"hydra/launcher={launcher} runs trials on other machines, so this one cannot probe "
-            f"their device: set hydra.sweeper.plan_device to the GPU they get (one of "
+            f"their device: set hydra.sweeper.plan.device to the GPU they get (one of "
             f"{known_plan_devices()})"
         )
 
 
 def check_names(*, sampler: str, pruner: str) -> None:
     """The sampler and pruner are ones the study can build."""
-    for name, value, allowed in (("sampler", sampler, SAMPLERS), ("pruner", pruner, PRUNERS)):
+    for name, value, allowed in (("sampler", sampler, SAMPLERS), ("pruner.kind", pruner, PRUNERS)):
         if value not in allowed:
             raise ValueError(
                 f"hydra.sweeper.{name}={value!r} is not known: use one of {', '.join(allowed)}"

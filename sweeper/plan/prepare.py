@@ -2,13 +2,12 @@
 settings it implies, and the search space after the constraints and the memory model.
 
 Everything that can be wrong with a request is found here: an unknown objective, an infeasible
-space, a choice no runnable point has. The plan (`hydra.sweeper.plan=true`) prints what this finds
-and stops.
+space, a choice no runnable point has. The plan (`hydra.sweeper.plan.enabled=true`) prints what
+this finds and stops.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -28,7 +27,7 @@ from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, startup_lines
 from sweeper.plan.preflight import check_micro_batches, check_trainer_keys
 from sweeper.plan.scan import Scan, drop_dead_values, scan
-from sweeper.settings import SweepSettings, plan_software
+from sweeper.settings import SweepSettings, plan_software, replace_in
 from sweeper.space.constraints import SpaceContext, cpus_here
 from sweeper.space.space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
@@ -106,24 +105,24 @@ def prepare(
     check_trainer_keys(base, list({**s.space, **cli_space}))
     check_micro_batches({**s.space, **cli_space}, base)
     # one run length: planned_steps, else planned_tokens over the config's tokens per step
-    s = dataclasses.replace(s, planned_steps=resolve_planned_steps(
-        planned_steps=s.planned_steps, planned_tokens=s.planned_tokens,
-        tokens_per_step=base["batch.tokens_per_step"]))  # fmt: skip
+    s = replace_in(s, **{"cost.planned_steps": resolve_planned_steps(
+        planned_steps=s.cost.planned_steps, planned_tokens=s.cost.planned_tokens,
+        tokens_per_step=base["batch.tokens_per_step"])})  # fmt: skip
     objective = ObjectiveConfig(
         name=s.objective,
-        planned_steps=s.planned_steps,
-        planned_checkpoint_every=s.planned_checkpoint_every,
+        planned_steps=s.cost.planned_steps,
+        planned_checkpoint_every=s.cost.planned_checkpoint_every,
     )
     # one compile cache for every trial and race run, in their environment from the start
     cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
     fixed = [*fixed, *cache.overrides()]
     # a plan for a named device needs no probe (and no torch) here, and neither do trials that
     # run on other machines (preflight.check_launcher: their device is named)
-    probe_here = not (s.plan_device and (s.plan or not kinds.local(launcher)))
+    probe_here = not (s.plan.device and (s.plan.enabled or not kinds.local(launcher)))
     facts = probe_device() if probe_here else None
-    device = device_facts(facts, plan_device=s.plan_device,
+    device = device_facts(facts, plan_device=s.plan.device,
                           cpu_count=launcher_cpus(config, launcher) or cpus_here(),
-                          software=plan_software(s.plan_software))  # fmt: skip
+                          software=plan_software(s.plan.software))  # fmt: skip
     if device.software_line():
         log.info("%s", device.software_line())
     s = _device_settings(s, device, model=base["model.name"])
@@ -146,13 +145,14 @@ def prepare(
     space = parse_space({**s.space, **cli_space}, ctx)
     space.require_feasible(ctx)
     # the memory model's drops, choices no runnable point has, the trials' limits
-    found = scan(space, ctx, timeout_s=s.trial_timeout_s, stall_timeout_s=s.stall_timeout_s)
+    found = scan(space, ctx, timeout_s=s.budget.trial_timeout_s,
+                 stall_timeout_s=s.budget.stall_timeout_s)  # fmt: skip
     space = drop_dead_values(space, found)
     for line in startup_lines(found, ctx):
         log.info(line)
-    check_wall_budget(s, found, capped=settings.max_wall_s <= 0)
+    check_wall_budget(s, found, capped=settings.budget.max_wall_s <= 0)
     check_trial_limits(s, found)
-    if fork_trials and not s.plan:
+    if fork_trials and not s.plan.enabled:
         # trials run in this process's main thread: fork them from a preloaded zygote, whose
         # imports overlap the study's and the MLflow run's start. Only now: a request refused
         # above (the space, the wall budget) starts no process and leaves no zygote.log.
@@ -169,8 +169,8 @@ def check_wall_budget(s: SweepSettings, found: Scan, *, capped: bool) -> None:
     conservative CPU rate, and a user who set no budget has not asked for one to be enforced."""
     quickest = min((c.wall_min_s for c in found.classes if c.points), default=None)
     error = wall_budget_error(
-        max_wall_s=s.max_wall_s,
-        setting="cpu_max_wall_s" if capped else "max_wall_s",
+        max_wall_s=s.budget.max_wall_s,
+        setting="budget.cpu_max_wall_s" if capped else "budget.max_wall_s",
         quickest_s=quickest,
         overhead_s=SWEEP_OVERHEAD_S,
     )
@@ -187,16 +187,17 @@ def check_trial_limits(s: SweepSettings, found: Scan) -> None:
     below the quickest trial's expected wall, a stall limit no longer than the gap between a
     healthy trial's heartbeats."""
     quickest = min((c.wall_min_s for c in found.classes if c.points), default=None)
-    if s.trial_timeout_s > 0 and quickest is not None and s.trial_timeout_s < quickest:
+    timeout_s, stall_s = s.budget.trial_timeout_s, s.budget.stall_timeout_s
+    if timeout_s > 0 and quickest is not None and timeout_s < quickest:
         raise ValueError(
-            f"hydra.sweeper.trial_timeout_s={s.trial_timeout_s:g} is shorter than the quickest "
+            f"hydra.sweeper.budget.trial_timeout_s={timeout_s:g} is shorter than the quickest "
             f"trial of this space is expected to take ({fmt_secs(quickest)}: set-up, compile, "
             f"warm-up and the measured window): every trial would time out; set it above "
             f"{math.ceil(quickest)}, or 0 for limits from each trial's prediction"
         )
-    if 0 < s.stall_timeout_s <= HEARTBEAT_S:
+    if 0 < stall_s <= HEARTBEAT_S:
         raise ValueError(
-            f"hydra.sweeper.stall_timeout_s={s.stall_timeout_s:g} is not longer than the gap "
+            f"hydra.sweeper.budget.stall_timeout_s={stall_s:g} is not longer than the gap "
             f"between a healthy trial's heartbeats ({HEARTBEAT_S:g} s during set-up, compile and "
             f"warm-up): every trial would be killed as stalled; set more than {HEARTBEAT_S:g}, 0 "
             f"(automatic) or -1 (no stall check)"
@@ -240,24 +241,25 @@ def gpu_slots_for(
 
 
 def gpu_settings(s: SweepSettings) -> SweepSettings:
-    """n_trials, verify_top_k and the race's rounds from gpu_n_trials, gpu_verify_top_k and
-    gpu_verify_rounds where they are > 0 (a grid keeps its own count)."""
-    changes: dict = {}
-    if s.gpu_n_trials > 0 and s.sampler != "grid":
-        changes["n_trials"] = s.gpu_n_trials
-    if s.gpu_verify_top_k > 0:
-        changes["verify_top_k"] = s.gpu_verify_top_k
-    if s.gpu_verify_rounds > 0:
-        changes["verify_repeats"] = changes["verify_max_rounds"] = s.gpu_verify_rounds
+    """n_trials, verify.top_k and the race's rounds from gpu.n_trials, gpu.verify_top_k and
+    gpu.verify_rounds where they are > 0 (a grid keeps its own count)."""
+    changes: dict[str, int] = {}
+    if s.gpu.n_trials > 0 and s.sampler != "grid":
+        changes["n_trials"] = s.gpu.n_trials
+    if s.gpu.verify_top_k > 0:
+        changes["verify.top_k"] = s.gpu.verify_top_k
+    if s.gpu.verify_rounds > 0:
+        changes["verify.repeats"] = changes["verify.max_rounds"] = s.gpu.verify_rounds
     if changes:
-        log.info("on a GPU: %s (hydra.sweeper.gpu_n_trials, gpu_verify_top_k, gpu_verify_rounds)",
+        log.info("on a GPU: %s (hydra.sweeper.gpu.n_trials, gpu.verify_top_k, gpu.verify_rounds)",
                  ", ".join(f"{k}={v}" for k, v in changes.items()))  # fmt: skip
-    return dataclasses.replace(s, **changes) if changes else s
+    return replace_in(s, **changes) if changes else s
 
 
 def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> SweepSettings:
-    """The settings for this device: a CPU sweep without a wall budget gets cpu_max_wall_s; a GPU
-    sweep gets the gpu_* trial and race counts where the search sets them."""
+    """The settings for this device: a CPU sweep without a wall budget gets
+    budget.cpu_max_wall_s; a GPU sweep gets the gpu.* trial and race counts where the search sets
+    them."""
     if device.device_type != "cpu":
         log.info("sweeping on %s (%s) with model=%s", device.name, device.source, model)
         return gpu_settings(s)
@@ -266,11 +268,12 @@ def _device_settings(s: SweepSettings, device: DeviceFacts, *, model: str) -> Sw
         device.cpu_count,
         model,
     )
-    if s.max_wall_s <= 0 and s.cpu_max_wall_s > 0:
+    if s.budget.max_wall_s <= 0 and s.budget.cpu_max_wall_s > 0:
         log.warning(
             "CPU sweep capped at %.0f s, verification included "
-            "(hydra.sweeper.cpu_max_wall_s; set hydra.sweeper.max_wall_s to change it)",
-            s.cpu_max_wall_s,
+            "(hydra.sweeper.budget.cpu_max_wall_s; set hydra.sweeper.budget.max_wall_s to change "
+            "it)",
+            s.budget.cpu_max_wall_s,
         )
-        return dataclasses.replace(s, max_wall_s=s.cpu_max_wall_s)
+        return replace_in(s, **{"budget.max_wall_s": s.budget.cpu_max_wall_s})
     return s

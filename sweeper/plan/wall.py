@@ -3,7 +3,7 @@
     wall = start and end
          + the search: the starting config (when it runs), the prior's points (each priced
            exactly), then TPE's design and picks and the polish step at the space's mean trial
-         + the race: its first rounds (verify_repeats) x its entrants, each a fresh process that
+         + the race: its first rounds (verify.repeats) x its entrants, each a fresh process that
            runs real full steps
 
 Each trial's wall is sweeper/space/limits.py's expectation: set-up, compile, warm-up, the window

@@ -2,7 +2,7 @@
 written by sweeper/numbers.py, one way each.
 
 - `console`: the console, a progress line per trial, the final table.
-- `plan_text`: the plan that `hydra.sweeper.plan=true` prints.
+- `plan_text`: the plan that `hydra.sweeper.plan.enabled=true` prints.
 - `story`: the closing story: the starting config against the winner, and the next fixes.
 - `cost`: the time-to-train and price lines of the starting config and the winner.
 - `plots`: Optuna's HTML views and the static PNG summary.

@@ -168,8 +168,8 @@ def cost_lines(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {label} (trial {c['trial']}, {c['basis']}): {_breakdown(c)}; {_price(c)}")
     if not any(c["usd_per_hour"] for c in costs.values()):
         lines.append(
-            "  no price: set hydra.sweeper.usd_per_hour=<USD/h> (or hydra.sweeper.prices) for "
-            "$ per 1B tokens"
+            "  no price: set hydra.sweeper.cost.usd_per_hour=<USD/h> (or "
+            "hydra.sweeper.cost.prices) for $ per 1B tokens"
         )
     return lines
 

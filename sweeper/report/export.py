@@ -264,7 +264,7 @@ def _pin_production_interval(
                  checkpoint.every_steps, checkpoint.rule, measured)  # fmt: skip
         pinned["checkpoint"]["every_steps"] = checkpoint.every_steps
     elif planned > 0 and measured != planned:
-        log.info("best.yaml saves every %d steps (hydra.sweeper.planned_checkpoint_every; "
+        log.info("best.yaml saves every %d steps (hydra.sweeper.cost.planned_checkpoint_every; "
                  "the trial saved every %d)", planned, measured)
         pinned["checkpoint"]["every_steps"] = planned
 

@@ -1,6 +1,7 @@
-"""The plan as plan mode prints it (`hydra.sweeper.plan=true`): the device, the model, the space
-after the constraints and the memory model, the dropped points with their GiB, each point class's
-predicted step and limits, and the predicted wall time. The numbers are sweeper/plan/plan.py's.
+"""The plan as plan mode prints it (`hydra.sweeper.plan.enabled=true`): the device, the model, the
+space after the constraints and the memory model, the dropped points with their GiB, each point
+class's predicted step and limits, and the predicted wall time. The numbers are
+sweeper/plan/plan.py's.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def print_plan(prepared: Prepared) -> dict:
     plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings,
                       found=p.found, calibration=calibration)  # fmt: skip
     console.print(format_plan(plan), markup=False)
-    if p.settings.plan_json:
-        path = Path(p.settings.plan_json).expanduser()
+    if p.settings.plan.json:
+        path = Path(p.settings.plan.json).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(plan_numbers(plan), indent=1) + "\n")
     return {"plan": True, "kept": p.found.kept, "dropped": p.found.dropped_points}
@@ -109,7 +110,7 @@ def _setup_lines(plan: SweepPlan) -> list[str]:
         f"  model       {m['num_params']:,} params, {m['flops_per_token']:.4g} FLOPs/token, "
         f"{m['tokens_per_step']:,} tokens/step ({m['tokens_per_step'] // m['block_size']:,} "
         f"sequences of {m['block_size']})",
-        f"  search      {s.search_name}: sampler {s.sampler}, pruner {s.pruner}, objective "
+        f"  search      {s.search_name}: sampler {s.sampler}, pruner {s.pruner.kind}, objective "
         f"{s.objective}",
         f"  {plan.start}",
     ]
@@ -205,8 +206,8 @@ def _trial_lines(plan: SweepPlan) -> list[str]:
     search = "no trial limit" if plan.n_search is None else f"{plan.n_search} search"
     lines = [
         f"trials: {search} of {fmt_secs(mean)} on average (set-up and compile included) + "
-        f"{plan.n_verify} verification runs ((top {s.verify_top_k}"
-        f"{' + the starting config' if plan.start_runs else ''}) x {s.verify_repeats}) of "
+        f"{plan.n_verify} verification runs ((top {s.verify.top_k}"
+        f"{' + the starting config' if plan.start_runs else ''}) x {s.verify.repeats}) of "
         f"~{fmt_secs(plan.verify_trial_s)} (real full steps){_race_tail(s)}"
     ]
     if plan.wall_s is None:
@@ -270,9 +271,9 @@ def _wall_lines(plan: SweepPlan) -> list[str]:
 
 def _race_tail(s: SweepSettings) -> str:
     """The race's first rounds are counted above; say how far an undecided race may go on."""
-    if s.verify_max_rounds <= s.verify_repeats:
+    if s.verify.max_rounds <= s.verify.repeats:
         return ""
     return (
-        f"; the race may go on to {s.verify_max_rounds} rounds while undecided, within the wall "
+        f"; the race may go on to {s.verify.max_rounds} rounds while undecided, within the wall "
         "budget"
     )

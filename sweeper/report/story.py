@@ -14,7 +14,7 @@ from sweeper.report.console import say
 from sweeper.tracking import Tracker
 from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
 from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
-from train.core.evidence import SearchRun, measured_basis, search_runs, verified_runs
+from train.core.evidence import SearchRun, evidence_text, judge_fix, search_runs, verified_runs
 
 
 def tell_story(
@@ -73,12 +73,12 @@ def tell_story(
     steps = []
     runs, verified = next_step_evidence(study, verification.results)
     for fix in d.fixes:
-        basis = measured_basis(fix.fix, runs=runs, verified=verified, winner=winner.number,
-                               noise_floor=noise_floor)  # fmt: skip
-        if basis is None:
+        measured = judge_fix(fix.changes, runs=runs, verified=verified, winner=winner.number,
+                             noise_floor=noise_floor)  # fmt: skip
+        if measured is None:
             continue  # the winner has it, or it was measured no faster at its settings
         bound = "gain unknown" if fix.expected_gain is None else f"up to {fix.expected_gain:.2f}x"
-        steps.append(f"  next: {fix.fix}: {bound} ({fix.basis}; {basis})")
+        steps.append(f"  next: {fix.fix}: {bound} ({fix.basis}; {evidence_text(measured)})")
     lines.extend(steps[:3])
     tags["verdict.winner"] = d.headline
     for line in lines:
@@ -106,7 +106,7 @@ def raced(verification: Verification) -> bool:
 def next_step_evidence(
     study: optuna.Study, results: Mapping[int, Sequence[dict]]
 ) -> tuple[list[SearchRun], dict[int, list[float]]]:
-    """The inputs of `measured_basis` from a study and the race's results by trial number."""
+    """The inputs of `judge_fix` from a study and the race's results by trial number."""
     return search_runs(study.get_trials(deepcopy=False)), verified_runs(results)
 
 

@@ -3,8 +3,8 @@
 With a handful of trials over a few dozen points, a model-based sampler often measures points
 around the best one without the best itself: in scripts/bench_sweep.py, 8 TPE trials over the
 24-point grid space missed micro-batch 16 at the winner's other settings in 2 of 3 runs, though
-they measured micro-batch 8 and 32 there. So the last `hydra.sweeper.polish_trials` of the budget
-go to a local step: the neighbours of the best few trials (one knob moved one step along an
+they measured micro-batch 8 and 32 there. So the last `hydra.sweeper.budget.polish_trials` of the
+budget go to a local step: the neighbours of the best few trials (one knob moved one step along an
 ordered knob, or to another value of an unordered one), taken in turn by rank and queued in the
 study (`enqueue_trial`) so the sampler runs them next. When a neighbour climbs to the top, the
 next polish step starts from it too.

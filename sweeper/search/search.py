@@ -40,6 +40,7 @@ from sweeper.study.study import (
     planned_params,
     trial_id,
 )
+from train.core.result import MEASURED_STATES
 from train.core.rules import ENV_REFERENCE, STORAGE_ENV
 
 log = logging.getLogger(__name__)
@@ -304,7 +305,7 @@ class Search:
                 trial.set_user_attr(key, out[key])
         if result:
             trial.set_user_attr("metrics", summary_metrics(result))
-        if state not in ("complete", "pruned"):
+        if state not in MEASURED_STATES:
             trial.set_user_attr("failure_kind", state)
             trial.set_user_attr("failure_reason", (out.get("reason") or "")[-2000:])
         if state == "oom":  # larger micro-batches with these knobs are refused from now on

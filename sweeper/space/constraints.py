@@ -158,7 +158,8 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
         # the window may stop at min_steps: a longer interval leaves the save unmeasured
         return (f"checkpoint.every_steps={every} > trial.min_steps={min_steps}: the measured "
                 f"window may end before the first save; use an interval <= {min_steps} "
-                "(hydra.sweeper.planned_checkpoint_every prices saves at the production interval)")
+                "(hydra.sweeper.cost.planned_checkpoint_every prices saves at the production "
+                "interval)")
     if memory and device_type == ctx.device_type:
         return _memory_refusal(full, ctx)
     return None

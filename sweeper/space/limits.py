@@ -12,8 +12,9 @@ its limits:
                       the saves among them; set-up, compile and warm-up send heartbeat lines)
 
 and neither goes below the old fixed limits (DEFAULT_TIMEOUT_S, DEFAULT_STALL_S). A value the user
-sets (hydra.sweeper.trial_timeout_s / stall_timeout_s > 0) is used as is. The same arithmetic,
-without SAFETY, is the expected wall time that plan mode sums into the sweep's wall time.
+sets (hydra.sweeper.budget.trial_timeout_s / stall_timeout_s > 0) is used as is. The same
+arithmetic, without SAFETY, is the expected wall time that plan mode sums into the sweep's wall
+time.
 
 Pure: no torch, no I/O; `cfg` is a flat dotted trainer config (the sweeper's base merged with a
 point).
@@ -34,8 +35,8 @@ from sweeper.forecast.trial import (
     trial_time,
     window_steps,
 )
+from train.core.chips import chip_for
 from train.core.flops import (
-    chip_for_device_name,
     floor_step_time_s,
     flops_per_token,
     gpt2_num_params,
@@ -128,13 +129,13 @@ def predict_step(
     peak = None
     if device_type == "cpu":
         rate, source = CPU_FLOPS, f"a conservative CPU rate of {CPU_FLOPS / 1e9:.0f} GFLOP/s"
-    elif chip_for_device_name(device_name) is None:
+    elif (chip := chip_for(device_name)) is None or chip.peaks is None:
         key = "tf32" if dtype == "fp32" and tf32 else dtype
         rate = UNKNOWN_GPU_FLOPS[key]
         source = f"no datasheet peak for {device_name!r}: a conservative {rate / 1e12:.0f} TFLOP/s"
     else:
         found = lookup_peak(device_name, dtype, tf32=tf32)
-        assert found is not None  # the chip is known, and PEAKS lists every dtype for it
+        assert found is not None  # the chip has peaks, and they list every dtype
         peak, rate, source = found.flops, found.flops, found.source
     slow = recompute_factor(cfg.get("runtime.activation_checkpointing"), n_layer)
     compiled = str(cfg.get("runtime.compile") or "none") != "none"
@@ -214,8 +215,8 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
     stall check that is off travels as -1."""
     stall = -1.0 if limits.stall_timeout_s is None else limits.stall_timeout_s
     return [
-        f"hydra.sweeper.trial_timeout_s={limits.timeout_s:.1f}",
-        f"hydra.sweeper.stall_timeout_s={stall:.1f}",
+        f"hydra.sweeper.budget.trial_timeout_s={limits.timeout_s:.1f}",
+        f"hydra.sweeper.budget.stall_timeout_s={stall:.1f}",
     ]
 
 

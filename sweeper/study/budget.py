@@ -54,7 +54,7 @@ def wall_budget_error(
     return (
         f"hydra.sweeper.{setting}={max_wall_s:g} s cannot hold one trial: the quickest point of "
         f"the space is predicted to take {quickest_s:.1f} s (set-up included), and the budget "
-        f"also pays for verification; set hydra.sweeper.max_wall_s to at least {need:.0f} s "
+        f"also pays for verification; set hydra.sweeper.budget.max_wall_s to at least {need:.0f} s "
         f"(one trial and its verification run), or hydra.sweeper.{setting}=0 for none"
     )
 
@@ -126,7 +126,7 @@ class Budget:
         *,
         clock: Callable[[], float] = time.monotonic,
         started: float | None = None,
-        wall_setting: str = "max_wall_s",
+        wall_setting: str = "budget.max_wall_s",
         predicted_trial_s: float | None = None,
         guard_reserve: Callable[[optuna.Study], float] | None = None,
     ) -> None:
@@ -144,9 +144,9 @@ class Budget:
 
     def wall_left_s(self) -> float | None:
         """Seconds left of the wall budget; None without one."""
-        if self.settings.max_wall_s <= 0:
+        if self.settings.budget.max_wall_s <= 0:
             return None
-        return max(0.0, self.settings.max_wall_s - self.elapsed_s())
+        return max(0.0, self.settings.budget.max_wall_s - self.elapsed_s())
 
     def spent(self, study: optuna.Study) -> int:
         """Trials charged to n_trials (`trials_spent`)."""
@@ -169,11 +169,11 @@ class Budget:
         predicted wall when search trials are projected, else 0."""
         s = self.settings
         run_s = max(self.median_trial_s(study) or 0.0, real_trial_s)
-        race = verify_reserve(run_s=run_s, top_k=s.verify_top_k, repeats=s.verify_repeats,
-                              max_wall_s=s.max_wall_s)  # fmt: skip
+        race = verify_reserve(run_s=run_s, top_k=s.verify.top_k, repeats=s.verify.repeats,
+                              max_wall_s=s.budget.max_wall_s)  # fmt: skip
         guard = self.guard_reserve(study) if self.guard_reserve is not None else 0.0
-        if s.max_wall_s > 0:
-            guard = min(guard, GUARD_SHARE * s.max_wall_s)
+        if s.budget.max_wall_s > 0:
+            guard = min(guard, GUARD_SHARE * s.budget.max_wall_s)
         return race + guard
 
     def trials_left(self, study: optuna.Study, verify_estimate_s: float) -> int:
@@ -189,14 +189,14 @@ class Budget:
             left = s.n_trials - self.spent(study) - running
         else:
             left = UNLIMITED
-        if s.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.max_wall_s:
+        if s.budget.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.budget.max_wall_s:
             return 0
         return left
 
     def ended_by(self, study: optuna.Study, verify_estimate_s: float) -> str | None:
         """Which budget leaves no trial to launch: WALL, TRIALS, or None (`trials_left` > 0)."""
         s = self.settings
-        if s.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.max_wall_s:
+        if s.budget.max_wall_s > 0 and self.elapsed_s() + verify_estimate_s >= s.budget.max_wall_s:
             return WALL
         return TRIALS if self.trials_left(study, verify_estimate_s) <= 0 else None
 
@@ -208,7 +208,7 @@ class Budget:
         if ended == WALL:
             return (
                 f"the wall budget ended the search: hydra.sweeper.{self.wall_setting}="
-                f"{self.settings.max_wall_s:g} s allowed {ran_here} trial(s) in "
+                f"{self.settings.budget.max_wall_s:g} s allowed {ran_here} trial(s) in "
                 f"{self.elapsed_s():.0f} s, the rest kept for verification; {walls}"
             )
         spent = self.spent(study)
@@ -248,8 +248,8 @@ class Budget:
             return Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None,
                        capped=False)  # fmt: skip
         return estimate(trials_left=left, trial_walls=walls, complete_walls=complete,
-                        contenders=race_size(study, s.verify_top_k), repeats=s.verify_repeats,
-                        max_rounds=s.verify_max_rounds, wall_left_s=self.wall_left_s(),
+                        contenders=race_size(study, s.verify.top_k), repeats=s.verify.repeats,
+                        max_rounds=s.verify.max_rounds, wall_left_s=self.wall_left_s(),
                         predicted_trial_s=self.predicted_trial_s,
                         predicted_run_s=real_trial_s)  # fmt: skip
 
@@ -259,14 +259,14 @@ class Budget:
         """Whether one more verification round of `n_runs` runs fits in the wall budget. `run_s`
         is a verification run's measured wall (the race's last round per run), a better guess
         than the search trials' median, which compile-heavy or projected trials can inflate."""
-        if self.settings.max_wall_s <= 0:
+        if self.settings.budget.max_wall_s <= 0:
             return True
         per_run = run_s if run_s is not None else self.median_trial_s(study) or 0.0
-        return self.elapsed_s() + per_run * n_runs <= self.settings.max_wall_s
+        return self.elapsed_s() + per_run * n_runs <= self.settings.budget.max_wall_s
 
     def failure_rate_exceeded(self, study: optuna.Study) -> bool:
         """Whether more than max_failure_rate of this worker's counted trials failed (judged
-        after min_trials_for_failure_rate of them)."""
+        after budget.min_trials_for_failure_rate of them)."""
         s = self.settings
         # A duplicate or an excluded point ran nothing; an out-of-memory trial is the search
         # learning where memory ends (larger micro-batches are refused after it), not a fault.
@@ -274,16 +274,16 @@ class Budget:
             t for t in own_outcomes(study)
             if t.user_attrs.get("failure_kind") not in ("excluded", "oom")
         ]  # fmt: skip
-        if len(trials) < s.min_trials_for_failure_rate:
+        if len(trials) < s.budget.min_trials_for_failure_rate:
             return False
         failed = sum(1 for t in trials if t.state == TrialState.FAIL)
-        if failed / len(trials) > s.max_failure_rate:
+        if failed / len(trials) > s.budget.max_failure_rate:
             log.error(
-                "%d of %d trials failed (> hydra.sweeper.max_failure_rate=%.2f): stopping the "
-                "search; see each trial's failure_reason",
+                "%d of %d trials failed (> hydra.sweeper.budget.max_failure_rate=%.2f): stopping "
+                "the search; see each trial's failure_reason",
                 failed,
                 len(trials),
-                s.max_failure_rate,
+                s.budget.max_failure_rate,
             )
             return True
         return False

@@ -3,7 +3,7 @@
 The plan's figures are predictions from an assumed MFU; once trials ran, their walls are the
 better guess. What is left: the trials the budget still allows at the median trial's wall, and
 the race that verifies the finalists (sweeper/verify/race_rules.py): the top k and the starting
-config, `verify_repeats` rounds each, then up to `verify_max_rounds` with the leader and one
+config, `verify.repeats` rounds each, then up to `verify.max_rounds` with the leader and one
 challenger left. A race run measures real full steps to the end, like a complete search trial,
 so it is priced at the complete trials' median wall (pruned trials stop early and would make the
 race look short); where the search trials were projected from short steps, a race run is longer

@@ -63,7 +63,7 @@ def searched_interval_warning(cfg: ObjectiveConfig, searched: set[str]) -> str |
         return None
     return (
         "time_to_train prices each trial's saves at its own searched checkpoint.every_steps, "
-        "which favours the rarest interval; set hydra.sweeper.planned_checkpoint_every to the "
+        "which favours the rarest interval; set hydra.sweeper.cost.planned_checkpoint_every to the "
         "production run's interval"
     )
 

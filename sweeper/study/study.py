@@ -66,7 +66,7 @@ def pruner_spec(spec: StudySpec) -> dict:
         return {"name": "MedianPruner", "kwargs": kwargs}
     if spec.pruner == "percentile":
         return {"name": "PercentilePruner", "kwargs": {"percentile": 25.0, **kwargs}}
-    raise ValueError(f"hydra.sweeper.pruner must be one of {PRUNERS}, got {spec.pruner!r}")
+    raise ValueError(f"hydra.sweeper.pruner.kind must be one of {PRUNERS}, got {spec.pruner!r}")
 
 
 def make_sampler(spec: StudySpec, *, grid: dict | None = None) -> optuna.samplers.BaseSampler:

@@ -4,7 +4,8 @@ across interruptions and resumes), a nested run per trial and per verification r
 - `names`: pure tables and names (URIs, the experiment of a study, run names and statuses, metrics)
 - `parent`: which earlier parent run a resumed sweep continues
 - `mlflow_run`: `SweepTracker`, the MLflow client side; every public method swallows its errors
-- `protocol`: the `Tracker` the sweep calls, and `NullTracker` for `hydra.sweeper.mlflow=false`
+- `protocol`: the `Tracker` the sweep calls, and `NullTracker` for
+  `hydra.sweeper.mlflow.enabled=false`
 """
 
 from sweeper.tracking.mlflow_run import (
@@ -17,7 +18,6 @@ from sweeper.tracking.mlflow_run import (
 from sweeper.tracking.names import (
     FINAL_METRICS,
     FINGERPRINT_TAG,
-    FINISHED_STATES,
     INTERVAL_METRICS,
     JOB_ARTIFACTS,
     MAX_METRICS_PER_BATCH,
@@ -43,7 +43,6 @@ from sweeper.tracking.protocol import NullTracker, Tracker
 __all__ = [
     "FINAL_METRICS",
     "FINGERPRINT_TAG",
-    "FINISHED_STATES",
     "HTTP_BACKOFF_ENV",
     "HTTP_RETRIES_ENV",
     "HTTP_TIMEOUT_ENV",

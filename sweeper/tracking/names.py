@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.masking import mask_secrets
 from sweeper.metrics import dig, mlflow_paths
+from train.core.result import MEASURED_STATES
 
 if TYPE_CHECKING:
     from train.core.result import TrialResult
@@ -32,9 +33,8 @@ INTERVAL_METRICS = {
     "data_wait_frac": "interval/data_wait_frac",
 }
 JOB_ARTIFACTS = ("trial_config.yaml", "trial.log", "result.json")
-# Trial states that are a normal ending of a run; a trial the stopped sweep killed is KILLED, and
-# everything else shows as FAILED in the UI.
-FINISHED_STATES = ("complete", "pruned")
+# A measured trial state (MEASURED_STATES) is a normal ending of a run; a trial the stopped sweep
+# killed is KILLED, and everything else shows as FAILED in the UI.
 KILLED_STATES = ("interrupted",)
 
 SWEEP_OWNER_TAG = "sweep_owner"  # host:pid of the sweep process that holds the parent run
@@ -114,7 +114,7 @@ def trial_run_name(number: int, kind: str, repeat: int | None) -> str:
 def run_status(state: str) -> str:
     """The MLflow status of a trial's run: FINISHED for a measured ending, KILLED for a trial the
     stopped sweep killed, FAILED for the rest."""
-    if state in FINISHED_STATES:
+    if state in MEASURED_STATES:
         return "FINISHED"
     return "KILLED" if state in KILLED_STATES else "FAILED"
 

@@ -1,5 +1,5 @@
 """What the sweep calls on its tracker (`Tracker`), and the no-op tracker that
-`hydra.sweeper.mlflow=false` gets."""
+`hydra.sweeper.mlflow.enabled=false` gets."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class Tracker(Protocol):
 
 
 class NullTracker:
-    """Tracking turned off (hydra.sweeper.mlflow=false): every call is a no-op."""
+    """Tracking turned off (hydra.sweeper.mlflow.enabled=false): every call is a no-op."""
 
     overhead_s = 0.0
     last_log_s = 0.0

@@ -2,9 +2,9 @@
 (and so win and be exported), it must keep the starting config's loss curve.
 
 The math-changing keys are sweeper/space/math_keys.py's. The guard trains the starting config
-(the reference) `numerics_guard_seeds` times, one seed each, and every contender that changes a
+(the reference) `guard.seeds` times, one seed each, and every contender that changes a
 math key once, from the reference's first seed on the same batches (train/core/curve.py: the same
-seed and the same micro-batch split draw the same batches); each run is `numerics_guard_steps`
+seed and the same micro-batch split draw the same batches); each run is `guard.steps`
 optimizer steps. The tolerance is k x the reference's own seed-to-seed spread, measured here, at
 least a floor (sweeper/verify/guard_rules.py). A contender outside it fails the guard: recorded
 in the study (user attr `numerics_guard`) with its reason and both curves, tagged in MLflow, and
@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
 from sweeper.plan.guard_price import SAME_BATCHES, curve_run_keys, guard_mode
-from sweeper.settings import GuardRules, SweepSettings, guard_rules_from
+from sweeper.settings import GuardConf, SweepSettings
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text, math_changes
@@ -70,11 +70,11 @@ def searched_values(space: SearchSpace) -> dict[str, list[Any] | None]:
 
 
 def curve_price_s(
-    space: SearchSpace, rules: GuardRules, ref_point: dict[str, Any], start_result: dict | None
+    space: SearchSpace, rules: GuardConf, ref_point: dict[str, Any], start_result: dict | None
 ) -> float | None:
     """One curve run's wall, from the starting config's own trial (its step scaled to the curve
     step's tokens); None without a usable result (the caller takes the trials' median)."""
-    tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (numerics_guard_tokens)
+    tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (guard.tokens)
     share = curve_run_keys(ref_point, space.ctx, rules, seed=0).get(
         "batch.tokens_per_step", tokens) / tokens  # fmt: skip
     return curve_run_s(start_result, steps=rules.steps, step_share=share)
@@ -85,7 +85,7 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     does for the race (sweeper/study/budget.py): the reference's seeds and one run of each of the
     race's top k that changes the math, at a curve run's price; 0 when the guard is off or no
     such contender is among them."""
-    rules = guard_rules_from(settings)
+    rules = settings.guard
     on, _ = guard_mode(rules, searched_values(space))
     if not on:
         return 0.0
@@ -93,7 +93,7 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     if not done:
         return 0.0
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    top = sorted(done, key=lambda t: t.value, reverse=maximize)[: settings.verify_top_k]
+    top = sorted(done, key=lambda t: t.value, reverse=maximize)[: settings.verify.top_k]
     start = next((t for t in done if t.user_attrs.get("baseline")), None)
     base = dict(space.ctx.base)
     reference = {**base, **(space.point(start.params) if start is not None else {})}
@@ -114,7 +114,7 @@ def guard_entrants(
 ) -> GuardOutcome:
     """The race's entrants that pass the guard (all of them when it is off or nothing changes
     the math), with each one's record and the report's lines."""
-    rules = guard_rules_from(ctx.settings)
+    rules = ctx.settings.guard
     on, why = guard_mode(rules, searched_values(ctx.space))
     if not on:
         off = {n: {"verdict": "off", "why": why} for n in cands}
@@ -237,10 +237,10 @@ def _out_of_budget(
 ) -> GuardOutcome:  # fmt: skip
     """The guard's runs do not fit the wall budget: the contenders that change the math are not
     checked, so they do not race (unchecked math is never exported); the others race."""
-    setting = getattr(ctx.budget, "wall_setting", "max_wall_s")
+    setting = getattr(ctx.budget, "wall_setting", "budget.max_wall_s")
     reason = (f"the guard's {runs} curve runs do not fit the wall budget "
-              f"(hydra.sweeper.{setting}={ctx.settings.max_wall_s:g} s); raise it, or set "
-              f"hydra.sweeper.numerics_guard=off to race unchecked math")  # fmt: skip
+              f"(hydra.sweeper.{setting}={ctx.settings.budget.max_wall_s:g} s); raise it, or set "
+              f"hydra.sweeper.guard.mode=off to race unchecked math")  # fmt: skip
     outcome = GuardOutcome(passed={n: c for n, c in cands.items() if n not in guarded},
                            records=dict(records))  # fmt: skip
     for n, ch in guarded.items():
@@ -255,12 +255,13 @@ def _out_of_budget(
 
 
 def _curve_job(
-    ctx: SweepContext, point: dict[str, Any], rules: GuardRules, *, seed: int
+    ctx: SweepContext, point: dict[str, Any], rules: GuardConf, *, seed: int
 ) -> list[str]:
     """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
     keys = curve_run_keys(point, ctx.space.ctx, rules, seed=seed)
-    limits = point_limits({**point, **keys}, ctx.space.ctx, timeout_s=ctx.settings.trial_timeout_s,
-                          stall_timeout_s=ctx.settings.stall_timeout_s)  # fmt: skip
+    budget = ctx.settings.budget
+    limits = point_limits({**point, **keys}, ctx.space.ctx, timeout_s=budget.trial_timeout_s,
+                          stall_timeout_s=budget.stall_timeout_s)  # fmt: skip
     return [
         *ctx.fixed,  # the curve keys below override any of them: Hydra applies the last
         *(format_override(k, v) for k, v in {**point, **keys}.items()),
@@ -269,7 +270,7 @@ def _curve_job(
 
 
 def _reference_curves(
-    ctx: SweepContext, ref_point: dict[str, Any], rules: GuardRules, *, seed0: int,
+    ctx: SweepContext, ref_point: dict[str, Any], rules: GuardConf, *, seed0: int,
     start: int | None,
 ) -> tuple[dict[int, list[float]], str, list[float]]:  # fmt: skip
     """The starting config's curve by seed (the failed runs left out), why runs failed, and the
@@ -294,7 +295,7 @@ def _reference_curves(
 
 def _guard_one(
     ctx: SweepContext, n: int, c: Candidate, changes: dict, *, reference: dict[str, Any],
-    tol: Tolerance | None, ref_curve: list[float] | None, no_reference: str, rules: GuardRules,
+    tol: Tolerance | None, ref_curve: list[float] | None, no_reference: str, rules: GuardConf,
     seed0: int,
 ) -> dict[str, Any]:  # fmt: skip
     """Train contender `n` from the reference's first seed on its batches and judge its curve."""

@@ -201,7 +201,7 @@ def curve_run_s(
 ) -> float | None:
     """A curve run's wall predicted from a complete trial result of the same config: its wall,
     less its measured window, plus `steps` full steps at the window's median, each scaled by
-    `step_share`: the curve step's tokens over the config's (numerics_guard_tokens caps it).
+    `step_share`: the curve step's tokens over the config's (guard.tokens caps it).
     None without a usable result.
 
     The window's median is a full step whether it was measured or projected from short steps

@@ -16,7 +16,6 @@ from typing import Any
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import job_name
-from sweeper.settings import rules_from
 from sweeper.study.objective import direction, objective_value
 from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
 from sweeper.verify.race_stats import Comparison
@@ -69,7 +68,7 @@ def load_record(ctx: SweepContext, contenders: list[int]) -> RaceRecord:
 def standing(record: RaceRecord, ctx: SweepContext, *, out_of_budget: bool = False) -> Standing:
     """The judge's view of the record: speeds (higher is better) and who was dropped when."""
     speeds = _speeds(record, ctx)
-    rules = rules_from(ctx.settings)
+    rules = ctx.settings.verify
     alive, dropped = list(record.contenders), {}
     # replay: a contender dropped after round r ran no later round
     for r in range(1, record.rounds + 1):
@@ -89,7 +88,7 @@ def run_race(cands: dict[int, Candidate], ctx: SweepContext) -> tuple[RaceRecord
     record = load_record(ctx, contenders)
     for n in contenders:  # a resumed race's stored values count for the verdict too
         cands[n].values.extend(v for v in record.values[n] if v is not None)
-    rules = rules_from(ctx.settings)
+    rules = ctx.settings.verify
     seed = ctx.settings.seed if ctx.settings.seed >= 0 else 0
     while True:
         measured = any(v is not None for vals in record.values.values() for v in vals)
@@ -97,13 +96,13 @@ def run_race(cands: dict[int, Candidate], ctx: SweepContext) -> tuple[RaceRecord
         if current is not None and current.finished:
             return record, current
         alive = list(current.alive) if current else contenders
-        if record.rounds >= rules.max_rounds or (
+        if record.rounds >= rules.last_round or (
             record.rounds > 0
             and not ctx.budget.verify_round_fits(ctx.study, len(alive), run_s=record.run_s)
         ):
-            if record.rounds < rules.max_rounds:
+            if record.rounds < rules.last_round:
                 log.warning("wall budget (%.0f s): the race stops after %d round(s)",
-                            ctx.settings.max_wall_s, record.rounds)  # fmt: skip
+                            ctx.settings.budget.max_wall_s, record.rounds)  # fmt: skip
             if current is None:
                 return record, _nothing(contenders, record.rounds)
             return record, standing(record, ctx, out_of_budget=True)
@@ -168,7 +167,7 @@ def lead_over_start(
     if start is None or start == winner or start not in record.values:
         return None
     speeds = _speeds(record, ctx)
-    return lead(speeds[winner], speeds[start], rules=rules_from(ctx.settings))
+    return lead(speeds[winner], speeds[start], rules=ctx.settings.verify)
 
 
 def _speeds(record: RaceRecord, ctx: SweepContext) -> dict[int, list[float | None]]:

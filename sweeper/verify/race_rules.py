@@ -1,10 +1,10 @@
 """The race's judge: after each round, who is dropped, who leads and whether the race is over.
 
 Pure and torch-free: it decides from numbers; the rounds that run the trials are
-sweeper/verify/race_rounds.py, and the rules' numbers (`RaceRules`) are checked with the sweep's
-settings (sweeper/settings.py). A round runs every surviving contender once, in fresh processes, in
+sweeper/verify/race_rounds.py, and its rules are the `verify` settings (`VerifyConf`), checked with
+the rest (sweeper/settings.py). A round runs every surviving contender once, in fresh processes, in
 a shuffled order, so the machine's drift hits both sides of a pair alike. After each round (from the
-`min_rounds`-th on) every survivor is compared with the leader on the rounds they share
+`repeats`-th on) every survivor is compared with the leader on the rounds they share
 (sweeper/verify/race_stats.py `compare`): one proved slower with the chosen confidence is dropped.
 The race ends when one contender survives, when every survivor is equivalent to the leader within
 the margin, or when the rounds (or the wall budget) run out; then the verdict says the lead is not
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from sweeper.verify.race_stats import EQUIVALENT, SLOWER, Comparison, compare
 
 if TYPE_CHECKING:
-    from sweeper.settings import RaceRules  # the rules' numbers, checked with the settings
+    from sweeper.settings import VerifyConf  # the rules' numbers, checked with the settings
 
 DECIDED = "decided"  # one survivor: the others were proved slower
 TIED = "equivalent"  # every survivor within the margin of the leader
@@ -70,14 +70,14 @@ def judge(
     *,
     alive: Sequence[int],
     dropped: Mapping[int, int],
-    rules: RaceRules,
+    rules: VerifyConf,
     out_of_budget: bool = False,
 ) -> Standing:
     """The standing after the last round in `speeds` (contender -> one speed or None a round).
 
-    The leader is the survivor with the best geometric mean; from `min_rounds` on, a survivor the
+    The leader is the survivor with the best geometric mean; from `repeats` on, a survivor the
     paired test proves slower than the leader is dropped. Finished with one survivor (DECIDED),
-    with all survivors equivalent to the leader (TIED), or at `max_rounds` / out of budget
+    with all survivors equivalent to the leader (TIED), or at `last_round` / out of budget
     (UNDECIDED, unless one of the first two holds)."""
     rounds = max((len(v) for v in speeds.values()), default=0)
     measured = [n for n in alive if any(v is not None for v in speeds[n])]
@@ -92,16 +92,16 @@ def judge(
             continue
         c = compare(*paired(speeds[n], speeds[leader]), confidence=rules.confidence,
                     margin=rules.margin)  # fmt: skip
-        if rounds >= rules.min_rounds and c.decision == SLOWER:
+        if rounds >= rules.repeats and c.decision == SLOWER:
             survivors.remove(n)
             dropped[n] = rounds
         else:
             against[n] = c
     if len(survivors) == 1:
         outcome = DECIDED
-    elif rounds >= rules.min_rounds and all(c.decision == EQUIVALENT for c in against.values()):
+    elif rounds >= rules.repeats and all(c.decision == EQUIVALENT for c in against.values()):
         outcome = TIED
-    elif rounds >= rules.max_rounds or out_of_budget:
+    elif rounds >= rules.last_round or out_of_budget:
         outcome = UNDECIDED
     else:
         outcome = None
@@ -119,7 +119,7 @@ def round_order(contenders: Sequence[int], *, seed: int, round_index: int) -> li
 
 
 def lead(
-    winner: Sequence[float | None], start: Sequence[float | None], *, rules: RaceRules
+    winner: Sequence[float | None], start: Sequence[float | None], *, rules: VerifyConf
 ) -> Comparison | None:
     """The winner's speed over the starting config's on their shared rounds, with its interval;
     None when they share fewer than two rounds."""

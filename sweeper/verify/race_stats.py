@@ -52,7 +52,7 @@ def compare(
     """Decide from paired rounds: equivalent (the interval of the ratio lies within +-margin),
     faster or slower (the interval excludes 1), or open."""
     if not 0.5 <= confidence < 1.0:
-        raise ValueError(f"verify_confidence={confidence}: use a value in [0.5, 1), e.g. 0.95")
+        raise ValueError(f"verify.confidence={confidence}: use a value in [0.5, 1), e.g. 0.95")
     diffs = log_ratios(contender, leader)
     n = len(diffs)
     if n < 2:

@@ -21,7 +21,6 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
 from sweeper.launch.threads import THREADS_KEY, uncapped
-from sweeper.settings import rules_from
 from sweeper.study.objective import direction
 from sweeper.study.study import trial_result
 from sweeper.verify.guard import guard_entrants
@@ -136,7 +135,7 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
     whatever its search rank, so the report compares like with like (the same rounds, the same
     real full steps). Logs who races and for how many rounds."""
     maximize = direction(ctx.objective) == "maximize"
-    top = contenders(ctx.study, ctx.settings.verify_top_k, maximize=maximize)
+    top = contenders(ctx.study, ctx.settings.verify.top_k, maximize=maximize)
     start_added = base_trial is not None and all(t.number != base_trial.number for t in top)
     if start_added:
         top.append(base_trial)
@@ -148,11 +147,11 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
         which = f"the top {len(cands)}, the starting config among them"
     else:
         which = f"the top {len(cands)}"
-    rules = rules_from(ctx.settings)
+    rules = ctx.settings.verify
     log.info(
         "verifying %d config%s (%s) in a race of %d to %d rounds: each round runs every survivor "
         "once, in a shuffled order, with real full optimizer steps (never projected)",
-        len(cands), "s" if len(cands) != 1 else "", which, rules.min_rounds, rules.max_rounds,
+        len(cands), "s" if len(cands) != 1 else "", which, rules.repeats, rules.last_round,
     )  # fmt: skip
     return cands
 
@@ -200,7 +199,7 @@ def _judge(
     """The race's verdict, the winner's trial number, and the winner's paired lead over the
     starting config (added to the verdict's reason)."""
     verdict = race_verdict(cands, standing, direction=direction(ctx.objective),
-                           noise_floor=ctx.settings.noise_floor)  # fmt: skip
+                           noise_floor=ctx.settings.verify.noise_floor)  # fmt: skip
     number = next(n for n, c in cands.items() if c is verdict.winner)
     lead = lead_over_start(record, ctx, winner=number, start=start)
     if lead is not None:

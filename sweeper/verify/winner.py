@@ -292,7 +292,7 @@ def race_verdict(
         why = (
             f"not significant after {rounds}: {open_pairs or 'one run each'}; exporting the "
             f"leader, {name[id(winner)]}, the best estimate but not a proven win. More rounds "
-            f"(hydra.sweeper.verify_max_rounds), a quieter machine or a larger model (longer "
+            f"(hydra.sweeper.verify.max_rounds), a quieter machine or a larger model (longer "
             f"steps, less relative noise) would separate them"
         )
     if dropped and standing.outcome != DECIDED:

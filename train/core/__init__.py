@@ -9,7 +9,8 @@ What each module holds:
 - `config` the trainer's schema (one dataclass per part), `rules` the rules across its fields on
   plain values, `keys` the schema's dotted keys and did-you-mean, `config_file` a best.yaml read
   against the schema before Hydra, `paths` whether a run can write where it is told.
-- `flops` FLOPs per token and the chips' peaks, `memory_model` a step's predicted memory, `cost` a
+- `chips` the chip table (peaks, compute capability, memory by device name), `units` GiB, `flops`
+  FLOPs per token, MFU and the floor, `memory_model` a step's predicted memory, `cost` a
   step's price, `meters` and `window_ci` step-time statistics, `compile_graphs` which knobs change
   the compiled graph and a graph's cache state.
 - `result` the trial's result schema, `curve`, `progress` and `pruning` what a running trial

@@ -11,14 +11,16 @@ Two kinds of expected gain, labelled as such in each fix's basis:
   0.90x rowwise) and FlashAttention-3 on H100 (Shah et al. 2024: 1.5-2.0x FA2's attention
   throughput in bf16/fp16, forward).
 
-Pure and torch-free: plain result dicts in, `Fix`es out.
+Pure and torch-free: plain result dicts in; out, each lever as (the trainer keys it sets, its
+expected gain, its basis), which train/core/diagnosis.py makes a `Fix`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from train.core.flops import capability_for_device_name
+from train.core.chips import chip_for
 from train.core.rules import FLOAT8_MIN_CAPABILITY, num_checkpointed_blocks
 
 # float8 tensorwise end to end on an H100, from the closest public shape to GPT-2 XL (nanochat
@@ -32,8 +34,12 @@ FA3_ATTENTION_SPEEDUP = 2.0
 FA3_CAPABILITY = (9, 0)  # Hopper only (torch/nn/attention/_fa3.py: "FA3 requires compute 9.0")
 
 
-def _amdahl(share: float, speedup: float) -> float:
-    return 1.0 / ((1.0 - share) + share / speedup) if speedup > 0 else 1.0
+def amdahl(share: float, speedup: float) -> float:
+    """Whole-step speed-up when `share` of it gets `speedup`x faster (inf: the share vanishes)."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be in [0, 1], got {share}")
+    rest = share / speedup if math.isfinite(speedup) else 0.0
+    return 1.0 / ((1.0 - share) + rest) if (1.0 - share) + rest > 0 else math.inf
 
 
 def _shape(cfg: dict[str, Any]) -> tuple[float, float, int, int] | None:
@@ -49,9 +55,12 @@ def _shape(cfg: dict[str, Any]) -> tuple[float, float, int, int] | None:
     return six_n, attn, n_layer, c
 
 
-def recompute_levers(result: dict, compute_share: float) -> list[tuple[str, float, str]]:
+Lever = tuple[dict[str, Any], float, str]  # (changes, expected gain, basis)
+
+
+def recompute_levers(result: dict, compute_share: float) -> list[Lever]:
     """Fixes for a trial that recomputes blocks: keep them (memory permitting), or recompute only
-    pointwise ops; (fix, expected gain, basis)."""
+    pointwise ops."""
     cfg = result.get("config") or {}
     rt = cfg.get("runtime") or {}
     policy = str(rt.get("activation_checkpointing") or "none")
@@ -61,38 +70,40 @@ def recompute_levers(result: dict, compute_share: float) -> list[tuple[str, floa
     six_n, attn, n_layer, c = shape
     recomputed = num_checkpointed_blocks(n_layer, policy) / n_layer
     block_fwd = (2.0 * 12 * n_layer * c * c + attn / 3) * recomputed  # their forward, again
-    gain = _amdahl(compute_share, (six_n + attn + block_fwd) / (six_n + attn))
+    gain = amdahl(compute_share, (six_n + attn + block_fwd) / (six_n + attn))
     basis = (f"arithmetic: {policy} recomputes {recomputed:.0%} of the blocks' forward "
              f"({(six_n + attn + block_fwd) / (six_n + attn):.2f}x the FLOPs); up to this if it "
              "fits (plan mode's memory model says)")  # fmt: skip
-    fixes = [("runtime.activation_checkpointing=none runtime.loss=chunked", gain,
+    fixes = [({"runtime.activation_checkpointing": "none", "runtime.loss": "chunked"}, gain,
               basis + "; the chunked loss frees the logits' memory")]  # fmt: skip
-    fixes.append(("runtime.activation_checkpointing=selective", gain,
+    fixes.append(({"runtime.activation_checkpointing": "selective"}, gain,
                   basis + "; selective keeps the matmul and attention outputs and recomputes "
                   "only pointwise ops, so nearly all of it"))  # fmt: skip
     return fixes
 
 
-def precision_levers(result: dict, compute_share: float) -> list[tuple[str, float, str]]:
+def precision_levers(result: dict, compute_share: float) -> list[Lever]:
     """float8 tensorwise and FA3 attention, where the device has them (compute capability by
-    name, train/core/flops.py), with their expected gains; (fix, gain, basis)."""
+    name, train/core/chips.py), with their expected gains."""
     dev = result.get("device") or {}
     if dev.get("type") != "cuda":
         return []
-    cap = capability_for_device_name(str(dev.get("name") or ""))
+    chip = chip_for(str(dev.get("name") or ""))
+    cap = chip.capability if chip else None
     cfg = result.get("config") or {}
     rt = cfg.get("runtime") or {}
-    fixes = []
+    fixes: list[Lever] = []
     if cap is not None and cap >= FLOAT8_MIN_CAPABILITY and (rt.get("float8") or "none") == "none":
-        fix = "runtime.float8=tensorwise" + (" runtime.dtype=bf16" if dev.get("dtype") != "bf16"
-                                             else "")  # fmt: skip
-        fixes.append((fix, FLOAT8_TENSORWISE_EVIDENCE,
+        changes = {"runtime.float8": "tensorwise"}
+        if dev.get("dtype") != "bf16":
+            changes["runtime.dtype"] = "bf16"  # float8 needs bf16 (train/core/rules.py)
+        fixes.append((changes, FLOAT8_TENSORWISE_EVIDENCE,
                       FLOAT8_EVIDENCE + "; changes the math: the numerics guard checks it"))
     shape = _shape(cfg)
     if cap == FA3_CAPABILITY and rt.get("attention") not in ("fa3", "fa4") and shape:
         six_n, attn = shape[:2]
         share = compute_share * attn / (six_n + attn)
-        fixes.append(("runtime.attention=fa3", _amdahl(share, FA3_ATTENTION_SPEEDUP),
+        fixes.append(({"runtime.attention": "fa3"}, amdahl(share, FA3_ATTENTION_SPEEDUP),
                       f"arithmetic on public evidence: attention is {attn / (six_n + attn):.0%} "
                       f"of the FLOPs, FA3 up to {FA3_ATTENTION_SPEEDUP:g}x FA2 there (Shah et al. "
                       "2024, H100); needs the flash_attn_interface package"))  # fmt: skip

@@ -1,19 +1,17 @@
 """The trainer's typed configuration: one dataclass per part, composed and registered with Hydra.
 
 YAML under `conf/` selects presets and overrides fields; these dataclasses are the schema, so a
-typo or a wrong type fails at load time, and `check_combinations` checks the rules that span
-fields before any step runs.
+typo or a wrong type fails at load time, and `check_combinations` (train/core/config_checks.py)
+checks the rules that span fields before any step runs.
 
 Part of the torch-free core (train/core/). The rules that span fields are stated on plain values
-in `train/core/rules.py` (the sweeper calls them too); `check_batch` and `check_combinations`
-below apply them to a whole config.
+in `train/core/rules.py` (the sweeper calls them too); train/core/config_checks.py applies them
+to a whole config.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,23 +21,14 @@ from hydra.core.config_store import ConfigStore
 from train.core.rules import (
     FLASH_IMPLS,
     FLOAT8_RECIPES,
-    attention_dtype_conflict,
     check_compile_cache,
     check_compile_unit,
     check_loss,
-    cudagraph_conflict,
-    dtype_unsupported,
-    flash_impl_unsupported,
-    float8_unsupported,
     parse_activation_checkpointing,
-    valid_splits,
-    world_size,
 )
 
-log = logging.getLogger(__name__)
-
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DTYPES = ("auto", "fp32", "bf16", "fp16")
+DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")  # runtime.dtype
 # SDPA backends, then the flash implementations torch may register (FA3, FA4: CUDA only)
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math", *FLASH_IMPLS)
 
@@ -264,7 +253,7 @@ class RuntimeConfig:
         one_of("runtime.compile", self.compile, COMPILE_MODES)
         check_compile_unit(self.compile_unit)
         check_compile_cache(self.compile_cache, field="runtime.compile_cache")
-        one_of("runtime.dtype", self.dtype, DTYPES)
+        one_of("runtime.dtype", self.dtype, DTYPE_CHOICES)
         one_of("runtime.attention", self.attention, ATTENTION_BACKENDS)
         one_of("runtime.float8", self.float8, FLOAT8_RECIPES)
         if self.threads < 0:
@@ -399,74 +388,6 @@ class Config:
     # Where a pinned config came from (the sweep's measured metrics, spread, fingerprint, command).
     # Informational: the trainer carries it and never reads it.
     provenance: dict[str, Any] = field(default_factory=dict)
-
-
-def check_batch(batch: BatchConfig, *, block_size: int, world: int = 1) -> None:
-    """Refuse a split that changes the tokens per step, listing the splits that keep it."""
-    got = batch.micro_batch * batch.grad_accum * block_size * world
-    if got == batch.tokens_per_step:
-        return
-    splits = valid_splits(tokens_per_step=batch.tokens_per_step, block_size=block_size, world=world)
-    if not splits:
-        raise ValueError(
-            f"batch.tokens_per_step={batch.tokens_per_step} is not a multiple of model.block_size "
-            f"({block_size}) x world size ({world}); pick a multiple of {block_size * world}"
-        )
-    listed = ", ".join(f"{mb}x{ga}" for mb, ga in splits)
-    raise ValueError(
-        f"batch.micro_batch ({batch.micro_batch}) x batch.grad_accum ({batch.grad_accum}) x "
-        f"model.block_size ({block_size}) x world ({world}) = {got}, but batch.tokens_per_step is "
-        f"{batch.tokens_per_step}. Valid micro_batch x grad_accum splits: {listed}"
-    )
-
-
-def check_combinations(
-    cfg: Config,
-    *,
-    device_type: str,
-    dtype: str | None = None,
-    capability: tuple[int, int] | None = None,
-    flash_impls: list[str] | None = None,
-) -> None:
-    """Cross-field rules: combinations that cannot work or give wrong answers are refused up
-    front. `dtype` is the resolved precision where the caller knows it (runtime.dtype=auto
-    depends on the device); without it, auto is taken as bf16 on CUDA. `capability` is the CUDA
-    device's compute capability and `flash_impls` the flash attention implementations the
-    installed torch lists (lower-cased), where the caller knows them."""
-    check_batch(cfg.batch, block_size=cfg.model.block_size, world=world_size(cfg.runtime.nproc))
-    rt = cfg.runtime
-    conflict = attention_dtype_conflict(
-        rt.attention, rt.dtype, device_type=device_type, bf16_supported=dtype != "fp32"
-    )
-    if conflict:
-        raise ValueError(
-            f"{conflict}. Use runtime.dtype=bf16 (a GPU with bf16) or fp16, or "
-            f"runtime.attention=efficient, math or auto"
-        )
-    conflict = cudagraph_conflict(rt.compile, cfg.batch.grad_accum, device_type=device_type)
-    if conflict:
-        raise ValueError(
-            f"{conflict}: CUDA graphs with gradient accumulation error or silently corrupt "
-            f"gradients. Use runtime.compile=max-autotune-no-cudagraphs or default, or "
-            f"grad_accum=1"
-        )
-    unsupported = dtype_unsupported(rt.dtype, device_type=device_type)
-    if unsupported:
-        raise ValueError(f"{unsupported}; use bf16 or fp32")
-    unsupported = float8_unsupported(
-        rt.float8, dtype=dtype or rt.dtype, device_type=device_type, capability=capability,
-        emulate=rt.float8_emulate,
-    ) or flash_impl_unsupported(rt.attention, device_type=device_type, installed=flash_impls)
-    if unsupported:
-        raise ValueError(unsupported)
-    cpus = len(os.sched_getaffinity(0))
-    if cfg.data.num_workers + max(rt.threads, 1) > 2 * cpus:
-        log.warning(
-            "data.num_workers=%d plus runtime.threads=%d oversubscribe %d CPUs",
-            cfg.data.num_workers,
-            rt.threads,
-            cpus,
-        )
 
 
 def register_configs() -> None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from train.core.compute_levers import precision_levers, recompute_levers
+from train.core.compute_levers import amdahl, precision_levers, recompute_levers
 from train.core.flops import lookup_peak
 
 # A measured share at or above these names the bottleneck (fractions of the measured step time;
@@ -53,12 +53,33 @@ VERDICTS = ("failed", "data-bound", "checkpoint-bound", "comms-bound", "compile-
             "host-bound", "compute-bound")
 
 
-class Fix(NamedTuple):
-    """A change to try and what it can give."""
+@dataclass(frozen=True, kw_only=True)
+class Fix:
+    """A change to try and what it can give. `changes` is the decision: the dotted trainer keys it
+    sets and their values ({} for an action beyond the config); `fix` says it for a reader."""
 
-    fix: str  # the change, as a config override or an action
+    changes: dict[str, Any]
+    fix: str  # the change as shown: the overrides, or an action in words
     expected_gain: float | None  # tokens/s (or wall-time) multiplier, upper bound; None: unknown
     basis: str  # how the gain was computed
+
+
+def override_text(changes: dict[str, Any]) -> str:
+    """`changes` as the command line writes them: `batch.micro_batch=16 batch.grad_accum=4`."""
+    return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in changes.items())  # fmt: skip
+
+
+def setting(changes: dict[str, Any], gain: float | None, basis: str, *, note: str = "") -> Fix:
+    """A fix that sets `changes`, shown as their overrides (and `note` after them)."""
+    text = override_text(changes)
+    return Fix(changes=changes, fix=f"{text} {note}" if note else text, expected_gain=gain,
+               basis=basis)  # fmt: skip
+
+
+def action(fix: str, gain: float | None, basis: str) -> Fix:
+    """A fix no config key expresses (faster storage, a longer run, fewer host syncs)."""
+    return Fix(changes={}, fix=fix, expected_gain=gain, basis=basis)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,14 +98,6 @@ class Diagnosis:
     attribution_s: dict[str, float | None] = field(default_factory=dict)
     # Other thresholds that were also crossed (secondary bottlenecks).
     secondary: list[str] = field(default_factory=list)
-
-
-def amdahl(share: float, speedup: float) -> float:
-    """Whole-step speed-up when `share` of it gets `speedup`x faster (inf: the share vanishes)."""
-    if not 0.0 <= share <= 1.0:
-        raise ValueError(f"share must be in [0, 1], got {share}")
-    rest = share / speedup if math.isfinite(speedup) else 0.0
-    return 1.0 / ((1.0 - share) + rest) if (1.0 - share) + rest > 0 else math.inf
 
 
 def compile_share(*, compile_s: float, step_s: float, planned_steps: int) -> float:
@@ -232,14 +245,16 @@ def _data_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     load = wait if workers == 0 else workers * per_batch  # one batch's load time, estimated
     need = max(1, math.ceil(load / busy)) if busy > 0 else workers + 1
     fixes = [
-        Fix(f"data.num_workers={max(need, workers + 1)}", gain,
-            f"a batch takes ~{load * 1e3:.0f} ms to load vs {busy * 1e3:.0f} ms of work per "
-            f"batch, so ~{need} workers hide it; removing a {share:.0%} wait gives "
-            f"1/(1-{share:.2f})"),
-        Fix("data.prefetch_factor=4 and data.pin_memory=true (CUDA)", gain,
-            "absorbs jitter in load time; bounded by the same removed wait"),
-        Fix("pre-tokenised memmap (data.format=nanogpt|llmc) on faster storage (local NVMe, "
-            "/dev/shm)", gain, f"shrinks the {load * 1e3:.0f} ms per-batch load itself"),
+        setting({"data.num_workers": max(need, workers + 1)}, gain,
+                f"a batch takes ~{load * 1e3:.0f} ms to load vs {busy * 1e3:.0f} ms of work per "
+                f"batch, so ~{need} workers hide it; removing a {share:.0%} wait gives "
+                f"1/(1-{share:.2f})"),
+        Fix(changes={"data.prefetch_factor": 4, "data.pin_memory": True},
+            fix="data.prefetch_factor=4 and data.pin_memory=true (CUDA)", expected_gain=gain,
+            basis="absorbs jitter in load time; bounded by the same removed wait"),
+        # two formats and a storage move: no single config value
+        action("pre-tokenised memmap (data.format=nanogpt|llmc) on faster storage (local NVMe, "
+               "/dev/shm)", gain, f"shrinks the {load * 1e3:.0f} ms per-batch load itself"),
     ]
     return (f"data-bound: the step waits for data {share:.0%} of the time; removing the wait "
             f"gives up to {gain:.2f}x tokens/s"), fixes
@@ -261,16 +276,16 @@ def _checkpoint_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]
         # async: the caller pays the snapshot, plus any part of the write not hidden by training
         left = snapshot + max(0.0, stall - snapshot - between)
         recovered = max(0.0, per_step - left / every) / f.step_s
-        fixes.append(Fix("checkpoint.mode=async", 1.0 / (1.0 - recovered) if recovered < 1
-                         else math.inf,
-                         f"recovers up to {recovered:.0%} of the step: the {share:.0%} checkpoint "
-                         f"share minus the ~{snapshot * 1e3:.0f} ms snapshot copy "
-                         f"({(size or 0) / 1e9:.2f} GB at {copy_rate / 1e9:.0f} GB/s)"))
-    fixes.append(Fix(f"checkpoint.every_steps={10 * every}", amdahl(share, 10.0),
-                     f"a tenth as many saves: the {share:.0%} share becomes {share / 10:.1%}"))
+        gain = 1.0 / (1.0 - recovered) if recovered < 1 else math.inf
+        fixes.append(setting({"checkpoint.mode": "async"}, gain,
+                             f"recovers up to {recovered:.0%} of the step: the {share:.0%} "
+                             f"checkpoint share minus the ~{snapshot * 1e3:.0f} ms snapshot copy "
+                             f"({(size or 0) / 1e9:.2f} GB at {copy_rate / 1e9:.0f} GB/s)"))
+    fixes.append(setting({"checkpoint.every_steps": 10 * every}, amdahl(share, 10.0),
+                         f"a tenth as many saves: the {share:.0%} share becomes {share / 10:.1%}"))
     rate = f" (measured {size / stall / 1e9:.2f} GB/s)" if size and stall > 0 else ""
-    fixes.append(Fix("a 2x faster checkpoint.dir target (local NVMe, /dev/shm)", amdahl(share, 2.0),
-                     f"halves the {stall:.2f} s stall per save{rate}"))
+    fixes.append(action("a 2x faster checkpoint.dir target (local NVMe, /dev/shm)",
+                        amdahl(share, 2.0), f"halves the {stall:.2f} s stall per save{rate}"))
     return (f"checkpoint-bound: saving stalls the step {share:.0%} of the time ({stall:.2f} s per "
             f"save every {every} step(s), {mode})"), fixes
 
@@ -278,8 +293,9 @@ def _checkpoint_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]
 def _comms_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     share = f.frac["comms"]
     return (f"comms-bound: gradient communication is {share:.0%} of the step"), [
-        Fix("overlap all-reduce with backward (DDP buckets, bucket_cap_mb) or raise grad_accum",
-            amdahl(share, math.inf), f"hiding the {share:.0%} comms share gives 1/(1-{share:.2f})"),
+        action("overlap all-reduce with backward (DDP buckets, bucket_cap_mb) or raise grad_accum",
+               amdahl(share, math.inf),
+               f"hiding the {share:.0%} comms share gives 1/(1-{share:.2f})"),
     ]
 
 
@@ -288,20 +304,20 @@ def _compile_dominated(result: dict, f: _Facts, share: float) -> tuple[str, list
     need = math.ceil(c * (1 - COMPILE_AMORTISED_FRAC) / (COMPILE_AMORTISED_FRAC * f.step_s))
     breakeven = c / (n * f.step_s)
     fixes = [
-        Fix(f"plan >= {need:,} steps (compile under {COMPILE_AMORTISED_FRAC:.0%} of the run)",
-            None, f"{c:.1f} s of compile over {n:,} steps of {f.step_s:.3g} s is {share:.0%}"),
-        Fix("rerun with a warm compile cache (same torch, same shapes)", amdahl(share, math.inf),
-            f"the {share:.0%} compile share of wall time, 1/(1-{share:.2f})"),
+        action(f"plan >= {need:,} steps (compile under {COMPILE_AMORTISED_FRAC:.0%} of the run)",
+               None, f"{c:.1f} s of compile over {n:,} steps of {f.step_s:.3g} s is {share:.0%}"),
+        action("rerun with a warm compile cache (same torch, same shapes)", amdahl(share, math.inf),
+               f"the {share:.0%} compile share of wall time, 1/(1-{share:.2f})"),
     ]
     if ((result.get("config") or {}).get("runtime") or {}).get("compile_unit", "model") == "model":
-        fixes.append(Fix("runtime.compile_unit=block", None,
-                         "each transformer block compiled once and reused: a cold compile of a "
-                         "few layers' worth at any depth (docs/bench/compile_unit-2026-11-27-cpu"
-                         ".txt); the step may lose a few %: compare the two trials"))  # fmt: skip
+        fixes.append(setting({"runtime.compile_unit": "block"}, None,
+                             "each transformer block compiled once and reused: a cold compile of "
+                             "a few layers' worth at any depth (docs/bench/compile_unit-2026-11-27"
+                             "-cpu.txt); the step may lose a few %: compare the two trials"))
     fixes += [
-        Fix("runtime.compile=none", amdahl(share, math.inf),
-            f"wins only if eager steps are under {1 + breakeven:.2f}x the compiled step "
-            f"(compile_s / (N x step) = {breakeven:.2f}); compare the two trials"),
+        setting({"runtime.compile": "none"}, amdahl(share, math.inf),
+                f"wins only if eager steps are under {1 + breakeven:.2f}x the compiled step "
+                f"(compile_s / (N x step) = {breakeven:.2f}); compare the two trials"),
     ]
     return (f"compile-dominated: {c:.1f} s of compile is {share:.0%} of a {n:,}-step run "
             "(warm-up is excluded from the step numbers)"), fixes
@@ -315,21 +331,22 @@ def _host_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     if k > 1:
         after = fixed / k + (f.device_per_micro_s or 0.0)
         g = amdahl(c, f.compute_per_micro_s / after) if after > 0 else None
-        fixes.append(Fix(f"batch.micro_batch={f.micro_batch * k} batch.grad_accum=1", g,
-                         f"{k} fewer launches per step amortise ~{fixed * 1e3:.2f} ms of fixed "
-                         "cost per micro-step (memory permitting)"))
+        fixes.append(setting({"batch.micro_batch": f.micro_batch * k, "batch.grad_accum": 1}, g,
+                             f"{k} fewer launches per step amortise ~{fixed * 1e3:.2f} ms of "
+                             "fixed cost per micro-step (memory permitting)"))
     if f.device_type == "cuda" and f.device_per_micro_s:
         g = amdahl(c, f.compute_per_micro_s / f.device_per_micro_s)
-        fixes.append(Fix("runtime.compile=reduce-overhead (CUDA graphs; needs grad_accum=1)", g,
-                         "replays the step's launches as one graph; bound: math at the ceiling"))
+        fixes.append(setting({"runtime.compile": "reduce-overhead"}, g,
+                             "replays the step's launches as one graph; bound: math at the ceiling",
+                             note="(CUDA graphs; needs grad_accum=1)"))
     else:
-        fixes.append(Fix("runtime.compile=default", None,
-                         f"fuses ~{EAGER_OPS_PER_BLOCK // COMPILED_OPS_PER_BLOCK}x fewer ops per "
-                         "block; measure, compile time counts"))
+        fixes.append(setting({"runtime.compile": "default"}, None,
+                             f"fuses ~{EAGER_OPS_PER_BLOCK // COMPILED_OPS_PER_BLOCK}x fewer ops "
+                             "per block; measure, compile time counts"))
     other = f.frac["other"]
     if other > 0.05:
-        fixes.append(Fix("fewer host syncs (.item(), prints) per step", amdahl(other, math.inf),
-                         f"the untimed {other:.0%} 'other' share"))
+        fixes.append(action("fewer host syncs (.item(), prints) per step", amdahl(other, math.inf),
+                            f"the untimed {other:.0%} 'other' share"))
     eff = f"{f.efficiency:.0%}" if f.efficiency is not None else "n/a"
     return (f"host/launch-bound: per-op overhead outweighs the math ({eff} of the matmul ceiling "
             "in the compute phase)"), fixes
@@ -345,26 +362,27 @@ def _compute_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
              "this bound" if f.efficiency else "no ceiling measured")
     fixes = []
     if (rt.get("compile") or "none") == "none":
-        fixes.append(Fix("runtime.compile=default", headroom, basis))
+        fixes.append(setting({"runtime.compile": "default"}, headroom, basis))
     dtype = (result.get("device") or {}).get("dtype")
     if dtype == "fp32":
-        fixes.append(Fix("runtime.dtype=bf16", _precision_gain(result, c),
-                         "bf16 over fp32/TF32 datasheet peak ratio on this device"))
+        fixes.append(setting({"runtime.dtype": "bf16"}, _precision_gain(result, c),
+                             "bf16 over fp32/TF32 datasheet peak ratio on this device"))
     if f.grad_accum > 1:
-        fixes.append(Fix(f"batch.micro_batch={2 * f.micro_batch} batch.grad_accum="
-                         f"{max(1, f.grad_accum // 2)}", headroom,
-                         "larger matmuls run nearer the ceiling (memory permitting); " + basis))
+        fixes.append(setting({"batch.micro_batch": 2 * f.micro_batch,
+                              "batch.grad_accum": max(1, f.grad_accum // 2)}, headroom,
+                             "larger matmuls run nearer the ceiling (memory permitting); " + basis))
     if result.get("attention_backend") == "math" and f.device_type == "cuda":
-        fixes.append(Fix("runtime.attention=flash", headroom, basis))
+        fixes.append(setting({"runtime.attention": "flash"}, headroom, basis))
     compile_mode = rt.get("compile") or "none"
     if compile_mode in ("default", "reduce-overhead"):
-        fixes.append(Fix("runtime.compile=max-autotune-no-cudagraphs", headroom,
-                         "autotuned matmul and fused kernels; " + basis))
+        fixes.append(setting({"runtime.compile": "max-autotune-no-cudagraphs"}, headroom,
+                             "autotuned matmul and fused kernels; " + basis))
     elif compile_mode != "none":  # already autotuned: what is left is not a knob here
-        fixes.append(Fix("faster kernels (fused attention, hand-written kernels)", headroom,
-                         f"runtime.compile={compile_mode} already autotunes; " + basis))
+        fixes.append(action("faster kernels (fused attention, hand-written kernels)", headroom,
+                            f"runtime.compile={compile_mode} already autotunes; " + basis))
     # the levers of a compute-bound step (issue 22) that apply here: recompute, float8, FA3
-    fixes += [Fix(*lever) for lever in recompute_levers(result, c) + precision_levers(result, c)]
+    levers = recompute_levers(result, c) + precision_levers(result, c)
+    fixes += [setting(changes, gain, why) for changes, gain, why in levers]
     spec = f"{mfu['spec']:.0%} MFU" if mfu.get("spec") is not None else "no spec MFU (no peak)"
     if mfu.get("spec") is not None and result.get("float8"):
         spec += " (bf16-equivalent: float8 matmuls ran)"

@@ -2,25 +2,34 @@
 (sweeper/report/story.py) and `python -m train.explain --result <sweep dir>` both apply, so the two
 never disagree about a suggestion.
 
-A suggestion is a diagnosis fix (train/core/diagnosis.py) such as `batch.micro_batch=16
-batch.grad_accum=4`; its evidence is the study's search trials (`SearchRun`) and each raced trial's
-verified tokens/s (real full steps). `measured_basis` returns None where the sweep measured the
-value no faster at the winner's other settings (the race, a pruned trial, a complete search run),
-and otherwise the sentence that says what was measured. Pure and torch-free: plain values in, text
-out; the callers read the study.
+A suggestion is a diagnosis fix's `changes` (train/core/diagnosis.py): the dotted trainer keys it
+sets, such as {"batch.micro_batch": 16, "batch.grad_accum": 4}; its evidence is the study's search
+trials (`SearchRun`) and each raced trial's verified tokens/s (real full steps). `judge_fix` returns
+None where the sweep measured the value no faster at the winner's other settings (the race, a pruned
+trial, a complete search run), and otherwise what was measured, as a `Measured`; `evidence_text`
+writes the one sentence both callers show. Pure and torch-free: plain values in; the callers read
+the study.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-# hydra.sweeper.noise_floor's default (sweeper/settings.py): a search run within 1% of the winner's
+# hydra.sweeper.verify.noise_floor's default (sweeper/settings.py): a search run within 1% of the winner's
 # is no faster
 DEFAULT_NOISE_FLOOR = 0.01
+
+# What the sweep measured of a fix that is still a next step:
+# not_searched: none of its keys was a search knob; at_winner: a complete search run at the
+# winner's other settings, faster than the winner's (not verified); raced_elsewhere: a raced
+# config at other settings, its verified median; searched_elsewhere: the best complete search
+# run at other settings; pruned_elsewhere: only pruned trials at other settings; not_measured:
+# its value was never tried.
+MeasuredKind = Literal["not_searched", "at_winner", "raced_elsewhere", "searched_elsewhere",
+                       "pruned_elsewhere", "not_measured"]  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,17 +44,27 @@ class SearchRun:
     tokens_per_s: float | None
 
 
-def measured_basis(
-    suggestion: str,
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What the sweep measured of a suggested fix that is still a next step."""
+
+    kind: MeasuredKind
+    trial: int | None = None  # the trial whose figure is quoted
+    tokens_per_s: float | None = None  # its search run's, or its verified median (raced_elsewhere)
+    ratio: float | None = None  # at_winner: over the winner's search run; None: the winner has none
+
+
+def judge_fix(
+    changes: Mapping[str, Any],
     *,
     runs: Sequence[SearchRun],
     verified: Mapping[int, Sequence[float]],
     winner: int,
     noise_floor: float,
-) -> str | None:
-    """What the sweep measured of a suggested fix, said beside its arithmetic bound; None when the
-    suggestion is no next step. Pure: `runs` are the search trials, `verified` each raced trial's
-    verified tokens/s (real full steps), `winner` the race winner's trial number.
+) -> Measured | None:
+    """What the sweep measured of a fix that sets `changes`; None when it is no next step. Pure:
+    `runs` are the search trials, `verified` each raced trial's verified tokens/s (real full
+    steps), `winner` the race winner's trial number. Keys no trial searched are ignored.
 
     Verified evidence first, like with like always, a pruned trial's running figure never:
     - the winner already has the value: None;
@@ -62,68 +81,85 @@ def measured_basis(
     """
     by_number = {r.number: r for r in runs}
     win = by_number[winner]
-    wanted = dict(re.findall(r"([\w.]+)=(\S+)", suggestion))
     searched = {k for r in runs for k in r.params}
-    wanted = {k: v for k, v in wanted.items() if k in searched}
+    wanted = {k: v for k, v in changes.items() if k in searched}
     if not wanted:
-        return "not searched in this sweep"
-    if all(_same(win.params.get(k), v) for k, v in wanted.items()):
+        return Measured(kind="not_searched")
+    if _has(win.params, wanted):
         return None
     win_others = {k: v for k, v in win.params.items() if k not in wanted}
     at_winner, elsewhere = [], []
     for r in runs:
-        if r.number == winner or not all(_same(r.params.get(k), v) for k, v in wanted.items()):
+        if r.number == winner or not _has(r.params, wanted):
             continue
         same_rest = {k: v for k, v in r.params.items() if k not in wanted} == win_others
         (at_winner if same_rest else elsewhere).append(r)
-    if any(r.number in verified for r in at_winner):
-        return None
-    if any(r.state == "pruned" for r in at_winner):
+    if any(r.number in verified or r.state == "pruned" for r in at_winner):
         return None
     done = [r for r in at_winner if r.state == "complete" and r.tokens_per_s]
     if done:
         slowest = min(done, key=lambda r: r.tokens_per_s)
         if not win.tokens_per_s:
-            return (
-                f"measured at the winner's other settings: {slowest.tokens_per_s:,.0f} tokens/s "
-                f"in the search run of trial {slowest.number}; not verified"
-            )
+            return Measured(kind="at_winner", trial=slowest.number,
+                            tokens_per_s=slowest.tokens_per_s)  # fmt: skip
         ratio = slowest.tokens_per_s / win.tokens_per_s
         if ratio <= 1 + noise_floor:
             return None
-        return (
-            f"measured at the winner's other settings: {slowest.tokens_per_s:,.0f} tokens/s in "
-            f"the search run of trial {slowest.number}, {ratio:.2f}x the winner's search run; "
-            f"not verified"
-        )
-    raced = [(statistics.median(verified[r.number]), r.number) for r in elsewhere
-             if r.number in verified]  # fmt: skip
-    if raced:
-        median, number = max(raced)
-        win_verified = verified.get(winner)
-        if win_verified and median <= statistics.median(win_verified):
+        return Measured(kind="at_winner", trial=slowest.number, tokens_per_s=slowest.tokens_per_s,
+                        ratio=ratio)  # fmt: skip
+    return _elsewhere(elsewhere, verified=verified.get(winner), raced=verified)
+
+
+def _elsewhere(
+    runs: Sequence[SearchRun],
+    *,
+    verified: Sequence[float] | None,
+    raced: Mapping[int, Sequence[float]],
+) -> Measured | None:
+    """What the sweep measured of a value only at other settings than the winner's, whose own
+    verified tokens/s are `verified`; None when the race measured it no faster there."""
+    medians = [(statistics.median(raced[r.number]), r.number) for r in runs if r.number in raced]
+    if medians:
+        median, number = max(medians)
+        if verified and median <= statistics.median(verified):
             return None
-        return (
-            f"not measured at the winner's settings; at other settings trial {number} "
-            f"verified {median:,.0f} tokens/s (median, real full steps)"
-        )
-    done = [r for r in elsewhere if r.state == "complete" and r.tokens_per_s]
+        return Measured(kind="raced_elsewhere", trial=number, tokens_per_s=median)
+    done = [r for r in runs if r.state == "complete" and r.tokens_per_s]
     if done:
         best = max(done, key=lambda r: r.tokens_per_s)
-        return (
-            f"not measured at the winner's settings; at other settings its best complete "
-            f"search run was {best.tokens_per_s:,.0f} tokens/s (trial {best.number})"
-        )
-    if any(r.state == "pruned" for r in elsewhere):
-        return (
-            "not measured at the winner's settings; at other settings only in pruned "
-            "trials (stopped early: no full figure)"
-        )
+        return Measured(kind="searched_elsewhere", trial=best.number,
+                        tokens_per_s=best.tokens_per_s)
+    if any(r.state == "pruned" for r in runs):
+        return Measured(kind="pruned_elsewhere")
+    return Measured(kind="not_measured")
+
+
+def _has(params: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a trial's params hold every wanted value (compared as text: Optuna stores a
+    categorical's choice as written, a fix sets a typed value)."""
+    return all(str(params.get(k)).lower() == str(v).lower() for k, v in wanted.items())
+
+
+def evidence_text(m: Measured) -> str:
+    """The sentence both the sweep's `next:` lines and explain's fixes say of `m`."""
+    if m.kind == "at_winner":
+        text = (f"measured at the winner's other settings: {m.tokens_per_s:,.0f} tokens/s in the "
+                f"search run of trial {m.trial}")  # fmt: skip
+        if m.ratio is not None:
+            text += f", {m.ratio:.2f}x the winner's search run"
+        return text + "; not verified"
+    if m.kind == "raced_elsewhere":
+        return (f"not measured at the winner's settings; at other settings trial {m.trial} "
+                f"verified {m.tokens_per_s:,.0f} tokens/s (median, real full steps)")  # fmt: skip
+    if m.kind == "searched_elsewhere":
+        return (f"not measured at the winner's settings; at other settings its best complete "
+                f"search run was {m.tokens_per_s:,.0f} tokens/s (trial {m.trial})")  # fmt: skip
+    if m.kind == "pruned_elsewhere":
+        return ("not measured at the winner's settings; at other settings only in pruned "
+                "trials (stopped early: no full figure)")  # fmt: skip
+    if m.kind == "not_searched":
+        return "not searched in this sweep"
     return "not measured in this sweep"
-
-
-def _same(a: Any, b: str) -> bool:
-    return str(a).lower() == b.lower()
 
 
 def search_runs(trials: Iterable[Any]) -> list[SearchRun]:

@@ -1,4 +1,5 @@
-"""FLOPs per token, device peaks, MFU and the 100%-MFU step-time floor: pure arithmetic.
+"""FLOPs per token, a device's peak (the chip table, train/core/chips.py), MFU and the 100%-MFU
+step-time floor: pure arithmetic.
 
 No torch here on purpose: everything is table-tested, and the training loop, the sweeper and the
 report all share these numbers.
@@ -13,13 +14,10 @@ FlopCounterMode) counts the full T×T product, so MFU stays comparable with publ
 from __future__ import annotations
 
 import logging
-import re
-from dataclasses import dataclass
+
+from train.core.chips import PEAK_DTYPES, Peak, chip_for
 
 log = logging.getLogger(__name__)
-
-# Dtype names used throughout the project.
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
 
 # nanoGPT's estimate_mfu divides by this, whatever the device (A100 bf16 dense peak).
 NANOGPT_PROMISED_FLOPS = 312e12
@@ -75,84 +73,6 @@ def flops_per_token(
     return 6.0 * num_params + 12.0 * n_layer * n_head * head_dim * seq_len
 
 
-@dataclass(frozen=True)
-class Peak:
-    """A dense peak throughput and where the number comes from."""
-
-    # Peak FLOP/s (dense, no 2:4 sparsity).
-    flops: float
-    # Vendor document the number is taken from.
-    source: str
-
-
-_A100 = "NVIDIA A100 Tensor Core GPU datasheet (dense; SXM4 and PCIe, 40/80GB list equal peaks)"
-_H100_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper, peak table (dense column)"
-_H100_DS = "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL column (sparse figure / 2)"
-_H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (tensor figures listed with sparsity, / 2)"
-_GH200_DS = "NVIDIA GH200 Grace Hopper Superchip datasheet (tensor figures with sparsity, / 2)"
-_B200_DS = "NVIDIA HGX B200 specifications, per-GPU column (tensor figures with sparsity, / 2)"
-_L4_DS = "NVIDIA L4 Tensor Core GPU datasheet (tensor figures with sparsity, / 2)"
-_A10_DS = "NVIDIA A10 Tensor Core GPU datasheet (dense column)"
-
-
-def _chip(source: str, *, bf16: float, fp16: float, tf32: float, fp32: float) -> dict[str, Peak]:
-    return {
-        "bf16": Peak(flops=bf16, source=source),
-        "fp16": Peak(flops=fp16, source=source),
-        "tf32": Peak(flops=tf32, source=source),
-        "fp32": Peak(flops=fp32, source=source),
-    }
-
-
-# Dense peaks by chip and dtype. "fp32" is the non-tensor-core CUDA-core peak; "tf32" the tensor
-# core peak used for fp32 matmuls when TF32 is allowed.
-PEAKS: dict[str, dict[str, Peak]] = {
-    "a100": _chip(_A100, bf16=312e12, fp16=312e12, tf32=156e12, fp32=19.5e12),
-    "h100-sxm": _chip(_H100_WP, bf16=989.4e12, fp16=989.4e12, tf32=494.7e12, fp32=66.9e12),
-    "h100-pcie": _chip(_H100_WP, bf16=756e12, fp16=756e12, tf32=378e12, fp32=51.2e12),
-    "h100-nvl": _chip(_H100_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12),
-    "h200": _chip(_H200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12),
-    "h200-nvl": _chip(_H200_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12),
-    "gh200": _chip(_GH200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12),
-    "b200": _chip(_B200_DS, bf16=4.5e15 / 2, fp16=4.5e15 / 2, tf32=2.2e15 / 2, fp32=75e12),
-    "l4": _chip(_L4_DS, bf16=242e12 / 2, fp16=242e12 / 2, tf32=120e12 / 2, fp32=30.3e12),
-    "a10": _chip(_A10_DS, bf16=125e12, fp16=125e12, tf32=62.5e12, fp32=31.2e12),
-}
-
-# Ordered (pattern, chip) rules over torch.cuda.get_device_name(); first match wins, so the more
-# specific names (NVL, PCIe, GH200) come before the generic ones. A10G (AWS) is deliberately
-# absent: NVIDIA publishes no datasheet for it and its tensor throughput differs from the A10.
-_NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), chip)
-    for pattern, chip in (
-        (r"\bGH200\b", "gh200"),
-        (r"\bH200\b.*\bNVL\b", "h200-nvl"),
-        (r"\bH200\b", "h200"),
-        (r"\bH100\b.*\bNVL\b", "h100-nvl"),
-        (r"\bH100\b.*(\bPCIe\b|HBM2e)", "h100-pcie"),
-        (r"\bH100\b.*(HBM3|\bSXM)", "h100-sxm"),
-        (r"\bB200\b", "b200"),
-        (r"\bA100\b", "a100"),
-        (r"\bL4\b", "l4"),
-        (r"\bA10\b", "a10"),
-    )
-)
-
-
-# CUDA compute capability by chip (NVIDIA's CUDA GPUs compute capability table): float8 tensor
-# cores (runtime.float8) need 8.9 or newer; plan mode reads it for a device it cannot probe.
-CHIP_CAPABILITY: dict[str, tuple[int, int]] = {
-    "a100": (8, 0), "a10": (8, 6), "l4": (8, 9), "h100-sxm": (9, 0), "h100-pcie": (9, 0),
-    "h100-nvl": (9, 0), "h200": (9, 0), "h200-nvl": (9, 0), "gh200": (9, 0), "b200": (10, 0),
-}  # fmt: skip
-
-
-def capability_for_device_name(device_name: str) -> tuple[int, int] | None:
-    """The compute capability of a named CUDA device (CHIP_CAPABILITY), or None when unknown."""
-    chip = chip_for_device_name(device_name)
-    return CHIP_CAPABILITY.get(chip) if chip else None
-
-
 def mfu_basis(*, dtype: str, float8: str = "none") -> str:
     """What a trial's MFU is measured against, in words. A float8 trial's MFU is bf16-equivalent:
     the same model FLOPs (6N + 12LHQT) per token against the bf16 dense peak, not the float8 peak
@@ -163,14 +83,6 @@ def mfu_basis(*, dtype: str, float8: str = "none") -> str:
     return f"{dtype} dense peak"
 
 
-def chip_for_device_name(device_name: str) -> str | None:
-    """Map a CUDA device name (as torch.cuda.get_device_name returns it) to a PEAKS key."""
-    for pattern, chip in _NAME_RULES:
-        if pattern.search(device_name):
-            return chip
-    return None
-
-
 def lookup_peak(device_name: str, dtype: str, *, tf32: bool = False) -> Peak | None:
     """Dense peak FLOP/s for a device and compute dtype, or None when unknown.
 
@@ -178,20 +90,20 @@ def lookup_peak(device_name: str, dtype: str, *, tf32: bool = False) -> Peak | N
     on TF32 tensor cores, so the TF32 peak applies. CPUs and unknown GPUs give None (with a
     warning for unknown GPUs) rather than a borrowed A100 number that would inflate MFU.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if dtype not in PEAK_DTYPES:
+        raise ValueError(f"dtype must be one of {PEAK_DTYPES}, got {dtype!r}")
     if device_name.strip().lower() == "cpu":
         return None
-    chip = chip_for_device_name(device_name)
-    if chip is None:
+    chip = chip_for(device_name)
+    if chip is None or chip.peaks is None:
         log.warning(
-            "no peak FLOP/s known for device %r; MFU will not be reported (add it to "
-            "train/core/flops.py PEAKS with a datasheet source)",
+            "no peak FLOP/s known for device %r; MFU will not be reported (add its peaks to "
+            "train/core/chips.py CHIPS with a datasheet source)",
             device_name,
         )
         return None
     key = "tf32" if (dtype == "fp32" and tf32) else dtype
-    return PEAKS[chip][key]
+    return chip.peaks[key]
 
 
 def mfu(*, tokens_per_s: float, flops_per_token: float, peak_flops: float | None) -> float | None:

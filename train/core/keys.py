@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 def did_you_mean(key: str, known: Iterable[str]) -> str:
@@ -76,33 +76,62 @@ def override_key(arg: str) -> str | None:
     return key
 
 
-def check_command_line(args: Iterable[str], *, sweeper_fields: Iterable[str] = ()) -> None:
+def sweeper_key_error(
+    name: str, names: Iterable[str], renamed: Mapping[str, str] | None = None
+) -> str | None:
+    """The one line refusing `hydra.sweeper.<name>`, or None when the sweeper has it: `names` are
+    its dotted settings (`n_trials`, `verify.top_k`), a setting or a group's prefix passes, and so
+    does a key inside a dict setting (`space.batch.micro_batch`). An old flat name of `renamed`
+    is answered with its new name, never read as an alias."""
+    renamed = renamed or {}
+    if name in renamed:
+        return f"hydra.sweeper.{name} is now hydra.sweeper.{renamed[name]}"
+    names = list(names)
+    if any(name == n or name.startswith(f"{n}.") or n.startswith(f"{name}.") for n in names):
+        return None
+    return unknown_key_error(f"hydra.sweeper.{name}", sorted(f"hydra.sweeper.{n}" for n in names))
+
+
+def check_command_line(
+    args: Iterable[str],
+    *,
+    sweeper_fields: Iterable[str] = (),
+    sweeper_renamed: Mapping[str, str] | None = None,
+) -> None:
     """Refuse a mistyped override before Hydra composes anything, with did-you-mean from the
-    schema: trainer keys against train/core/config.py, `hydra.sweeper.<field>` against the sweeper's
-    settings (`sweeper_fields`; empty = not a sweep). Hydra's own `hydra.*` keys are left to it."""
+    schema: trainer keys against train/core/config.py, `hydra.sweeper.<setting>` against the
+    sweeper's dotted settings (`sweeper_fields`; empty = not a sweep), an old flat sweeper name
+    (`sweeper_renamed`: old -> new) naming its new one. Hydra's own `hydra.*` keys are left to
+    it."""
     trainer = schema_keys()
     parents = {k.rsplit(".", i)[0] for k in trainer for i in range(1, k.count(".") + 1)}
-    fields = set(sweeper_fields)
+    fields = list(sweeper_fields)
     for arg in args:
         key = override_key(arg)
         if key is None:
             continue
         if key.startswith("hydra."):
-            parts = key.split(".")
-            if fields and parts[1] == "sweeper" and len(parts) > 2 and parts[2] not in fields:
-                known = sorted(f"hydra.sweeper.{f}" for f in fields)
-                raise ValueError(unknown_key_error(".".join(parts[:3]), known))
+            parts = key.split(".", 2)
+            if fields and parts[1] == "sweeper" and len(parts) > 2:
+                error = sweeper_key_error(parts[2], fields, sweeper_renamed)
+                if error:
+                    raise ValueError(error)
             continue
         if key in trainer or key in parents or key.startswith(OPEN_GROUPS):
             continue
         raise ValueError(unknown_key_error(key, sorted(trainer)))
 
 
-def exit_on_mistyped_keys(args: Iterable[str], *, sweeper_fields: Iterable[str] = ()) -> None:
+def exit_on_mistyped_keys(
+    args: Iterable[str],
+    *,
+    sweeper_fields: Iterable[str] = (),
+    sweeper_renamed: Mapping[str, str] | None = None,
+) -> None:
     """An entry point's first step: a mistyped override ends the command with one error line and
     exit 2, before Hydra composes anything."""
     try:
-        check_command_line(args, sweeper_fields=sweeper_fields)
+        check_command_line(args, sweeper_fields=sweeper_fields, sweeper_renamed=sweeper_renamed)
     except ValueError as exc:
         logging.basicConfig(format="[%(levelname)s] %(message)s")
         logging.getLogger(__name__).error("%s", exc)

@@ -48,7 +48,6 @@ recompute are derived, not calibrated, and have not been measured on a GPU or un
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,8 +63,8 @@ from train.core.rules import (
     parse_activation_checkpointing,
     resolve_dtype_name,
 )
+from train.core.units import GIB
 
-GIB = 2**30
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MATH_BYTES = 4  # the math SDPA kernel computes in fp32 whatever the autocast dtype
 # runtime.float8, eager: counted as bf16 (torchao's eager float8 matmul saves the high-precision
@@ -84,34 +83,6 @@ MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias"
 # (6.3 GiB there) is a chosen engineering margin above that bound, not a measured fragmentation
 # figure (max_memory_reserved was not recorded); every measured run that fit stays inside it.
 ALLOCATOR_MARGIN = 0.08
-
-_MIB = 1 / 1024
-# Total memory by device name, in GiB, as torch.cuda.get_device_properties(i).total_memory
-# reports it where a public printout of that was found, else nvidia-smi's memory.total (a little
-# larger than torch's figure: H100 SXM 81559 MiB there against 81090 MiB in torch; the margin
-# above absorbs the difference).
-DEVICE_MEMORY_GIB: dict[str, float] = {
-    # torch 2.7 printouts: total_memory=81089MB / 81090MB (MiB) (e.g. the ml-engineering book)
-    "NVIDIA H100 80GB HBM3": 81090 * _MIB,
-    # torch 2.0.1 printout: total_memory=81008MB
-    "NVIDIA H100 PCIe": 81008 * _MIB,
-    # nvidia-smi memory.total 95830MiB (several public nvidia-smi tables)
-    "NVIDIA H100 NVL": 95830 * _MIB,
-    # torch printout: total_memory=143156MB (nvidia-smi: 143771MiB)
-    "NVIDIA H200": 143156 * _MIB,
-    # torch printout: total_memory=182642MB
-    "NVIDIA B200": 182642 * _MIB,
-    # CUDA deviceQuery: 42298834944 bytes (bottlerocket-os/bottlerocket#3873)
-    "NVIDIA A100-SXM4-40GB": 42298834944 / GIB,
-    # CUDA deviceQuery of an A100 80GB PCIe: 81049 MB (ekondis/mixbench#47); the SXM4 part has
-    # the same 80 GB of HBM2e (nvidia-smi shows 81920MiB for both)
-    "NVIDIA A100-SXM4-80GB": 81049 * _MIB,
-    "NVIDIA A100 80GB PCIe": 81049 * _MIB,
-    # nvidia-smi memory.total (modal-labs/modal-client#2797): L4 23034MiB, A10 23028MiB
-    "NVIDIA L4": 23034 * _MIB,
-    "NVIDIA A10": 23028 * _MIB,
-    "NVIDIA L40S": 46068 * _MIB,
-}
 
 # torch.compile, fitted to four max_memory_allocated measurements (tests/test_memory_model.py):
 # gpt2 mb16 and gpt2-xl mb4 on an H100 (2026-11-23), gpt2-xl mb16 and mb32 on an H200
@@ -400,22 +371,6 @@ def fits(est: MemoryEstimate, device_gib: float) -> bool:
     if device_gib <= 0:
         raise ValueError(f"device memory must be > 0 GiB, got {device_gib}")
     return est.peak_gib <= usable_gib(device_gib)
-
-
-def _norm_name(name: str) -> str:
-    return re.sub(r"[\s_-]+", " ", name.strip().lower())
-
-
-_BY_NORM_NAME = {_norm_name(name): gib for name, gib in DEVICE_MEMORY_GIB.items()}
-
-
-def device_memory_gib(name: str) -> float | None:
-    """Total memory of a known device by its name (case, spaces, dashes and an "NVIDIA " prefix
-    do not matter); None when the device is not in the table."""
-    key = _norm_name(name)
-    if key in _BY_NORM_NAME:
-        return _BY_NORM_NAME[key]
-    return _BY_NORM_NAME.get(f"nvidia {key}")
 
 
 def _get(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:

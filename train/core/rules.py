@@ -8,7 +8,7 @@ once, here, and the sweeper refuses points with the very functions the trainer
 refuses configs with (`dtype_unsupported`, `cudagraph_conflict`, `attention_dtype_conflict`,
 `resolve_dtype_name`, `sequences_per_device`, `valid_splits`, `grad_accum_for`,
 `num_checkpointed_blocks`, `is_selective`, `check_loss`, `loss_chunk_rows`, `check_compile_unit`).
-`train/core/config.py` applies them to a whole config (`check_batch`, `check_combinations`);
+`train/core/config_checks.py` applies them to a whole config (`check_batch`, `check_combinations`);
 callers import each rule from here.
 """
 

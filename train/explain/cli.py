@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from train.core.chips import PEAK_DTYPES
 from train.core.cost import (
     DEFAULT_PLANNED_TOKENS,
     planned_steps_for,
@@ -32,7 +33,7 @@ from train.core.cost import (
     usd_per_1b_tokens,
 )
 from train.core.diagnosis import Diagnosis, diagnose
-from train.core.flops import DTYPES, lookup_peak
+from train.core.flops import lookup_peak
 from train.core.result import load_result
 from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
 from train.explain.sweep_dir import judged, pick_result, sweep_evidence
@@ -173,7 +174,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ar.add_argument("--grad-accum", type=int, default=1)
     ar.add_argument("--world-size", type=int, default=1)
     ar.add_argument("--device", help='device name, e.g. "NVIDIA H200" (as nvidia-smi names it)')
-    ar.add_argument("--dtype", choices=DTYPES, default="bf16")
+    ar.add_argument("--dtype", choices=PEAK_DTYPES, default="bf16")
     ar.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                     help="fp32 matmuls on TF32 tensor cores (sets which fp32 peak applies)")
     ar.add_argument("--ceiling-tflops", type=float, help="a measured matmul ceiling, TFLOP/s")
@@ -262,7 +263,8 @@ def _floor_doc(r: FloorReport) -> dict:
 
 def _diagnosis_doc(d: Diagnosis) -> dict:
     doc = asdict(d)
-    doc["fixes"] = [{"fix": f.fix, "expected_gain": _jsonable(f.expected_gain), "basis": f.basis}
+    doc["fixes"] = [{"fix": f.fix, "changes": f.changes,
+                     "expected_gain": _jsonable(f.expected_gain), "basis": f.basis}
                     for f in d.fixes]
     return doc
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from train.core.chips import chip_for
 from train.core.flops import (
     NANOGPT_PROMISED_FLOPS,
-    capability_for_device_name,
     floor_step_time_s,
     flops_per_token,
     gpt2_num_params,
@@ -217,7 +217,8 @@ def _notes(r: FloorReport) -> list[str]:
 def float8_below_floor(r: FloorReport) -> bool:
     """Whether a float8 run could step below this bf16 floor: a bf16 floor on a GPU with float8
     tensor cores (compute capability >= 8.9, by its name)."""
-    cap = capability_for_device_name(r.inputs.device_name)
+    chip = chip_for(r.inputs.device_name)
+    cap = chip.capability if chip else None
     return (r.inputs.dtype == "bf16" and r.floor_s is not None and cap is not None
             and cap >= FLOAT8_MIN_CAPABILITY)  # fmt: skip
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from train.core.config_file import read_pinned_config
-from train.core.diagnosis import Diagnosis, Fix
+from train.core.diagnosis import Diagnosis
 from train.core.evidence import (
     DEFAULT_NOISE_FLOOR,
-    measured_basis,
+    evidence_text,
+    judge_fix,
     search_runs,
     verified_runs,
 )
@@ -118,8 +120,12 @@ def _median_run(runs: list[tuple[Path, dict]]) -> tuple[Path, dict]:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def sweep_evidence(path: Path, picked: Path) -> tuple[Callable[[str], str | None] | None, str]:
-    """How the sweep judges a suggested fix (train/core/evidence.py `measured_basis`, the rule of
+# a fix's changes -> what the sweep measured of them, said; None: no next step
+Judge = Callable[[Mapping[str, Any]], str | None]
+
+
+def sweep_evidence(path: Path, picked: Path) -> tuple[Judge | None, str]:
+    """How the sweep judges a suggested fix (train/core/evidence.py `judge_fix`, the rule of
     the sweep's own `next:` lines) when `picked` is a run of the trial best.yaml was exported
     from; (None, why) where it cannot be judged (no sweep, another run, no study to read)."""
     best = next(iter(sorted(path.rglob("best.yaml"))), None) if path.is_dir() else None
@@ -145,19 +151,20 @@ def sweep_evidence(path: Path, picked: Path) -> tuple[Callable[[str], str | None
     if ex.trial not in {r.number for r in runs}:
         return None, f"the fixes are not checked: trial {ex.trial} is not in the study"
 
-    def judge(suggestion: str) -> str | None:
-        return measured_basis(suggestion, runs=runs, verified=verified, winner=ex.trial,
-                              noise_floor=DEFAULT_NOISE_FLOOR)  # fmt: skip
+    def judge(changes: Mapping[str, Any]) -> str | None:
+        measured = judge_fix(changes, runs=runs, verified=verified, winner=ex.trial,
+                             noise_floor=DEFAULT_NOISE_FLOOR)  # fmt: skip
+        return None if measured is None else evidence_text(measured)
 
     return judge, ""
 
 
-def judged(d: Diagnosis, judge: Callable[[str], str | None]) -> tuple[Diagnosis, int]:
+def judged(d: Diagnosis, judge: Judge) -> tuple[Diagnosis, int]:
     """`d` with each fix the sweep measured as no faster at the winner's other settings left out
     and each other fix's basis saying what the sweep measured of it; and how many were left out."""
     kept = []
     for fix in d.fixes:
-        basis = judge(fix.fix)
+        basis = judge(fix.changes)
         if basis is not None:
-            kept.append(Fix(fix.fix, fix.expected_gain, f"{fix.basis}; {basis}"))
+            kept.append(dataclasses.replace(fix, basis=f"{fix.basis}; {basis}"))
     return dataclasses.replace(d, fixes=kept), len(d.fixes) - len(kept)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from train.device import DTYPES, device_name, sync, tf32_state
+from train.device import TORCH_DTYPES, device_name, sync, tf32_state
 from train.measure.ceiling_cache import cache_key, default_cache_path, load_entries, save_entries
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,8 @@ def measure_matmul_ceiling(
     leaves the cache file alone; refresh=True measures and replaces the cached entry (one
     measured while the machine was busy reads low, and every later trial would inherit it).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
     if device.type == "cpu" and dtype == "fp16":
         raise ValueError("dtype='fp16' is not supported on CPU; use bf16 or fp32")
     if min_time_s <= 0:
@@ -158,8 +158,8 @@ def _operands(
     device: torch.device, dtype: str, n: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=DTYPES[dtype])
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=DTYPES[dtype])
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=TORCH_DTYPES[dtype])
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=TORCH_DTYPES[dtype])
     return a, b, torch.empty_like(a)
 
 

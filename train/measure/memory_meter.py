@@ -36,7 +36,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from train.core.memory_model import GIB, MODEL_SHAPE, MemoryInputs, predict_memory
+from train.core.memory_model import MODEL_SHAPE, MemoryInputs, predict_memory
+from train.core.units import GIB
 from train.device import reset_peak_memory, sync
 
 if TYPE_CHECKING:

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
+from train.core.units import GIB
 
-_GIB = 2**30
+log = logging.getLogger(__name__)
 
 
 class NvmlSampler:
@@ -166,7 +166,7 @@ class NvmlSampler:
             "sm_util_pct": lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
             "sm_clock_mhz": lambda: float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
             "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,  # NVML reports mW
-            "mem_used_gib": lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / _GIB,
+            "mem_used_gib": lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / GIB,
             "temp_c": lambda: float(
                 nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
             ),

@@ -14,6 +14,7 @@ def probe() -> dict:
     import torch
 
     from train.core.rules import installed_flash_impls
+    from train.core.units import GIB
 
     cuda = torch.cuda.is_available()
     return {
@@ -25,7 +26,7 @@ def probe() -> dict:
         "bf16_supported": bool(cuda and torch.cuda.is_bf16_supported()),
         # total memory of device 0 in GiB (the memory model's budget); None on a CPU
         "device_memory_gib": (
-            torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda else None
+            torch.cuda.get_device_properties(0).total_memory / GIB if cuda else None
         ),
         "cpu_count": len(os.sched_getaffinity(0)),
         # device 0's compute capability [major, minor] (runtime.float8 needs >= 8.9); None on a CPU

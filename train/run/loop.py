@@ -17,9 +17,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from train import device as dev
+from train.core.chips import Peak
 from train.core.compile_cache import use_compile_cache
-from train.core.config import Config, check_combinations
-from train.core.flops import Peak, flops_per_token, lookup_peak
+from train.core.config import Config
+from train.core.config_checks import check_combinations
+from train.core.flops import flops_per_token, lookup_peak
 from train.core.meters import EventPhaseClock, PhaseClock
 from train.core.rules import resolve_dtype_name
 from train.data.dataset import DevicePrefetcher, make_loader, open_tokens
@@ -29,7 +32,6 @@ from train.model.attention import installed_flash_impls, probe_backend
 from train.model.float8 import convert_to_float8, float8_report
 from train.model.gpt import GPT
 from train.model.regional import compile_model
-from train.run import device as dev
 from train.run.checkpoint import Checkpointer, rng_state
 from train.run.distributed import (
     ExposedComms,

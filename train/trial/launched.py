@@ -16,14 +16,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from train.core.config import Config
-from train.core.result import (
-    Failure,
-    ResultError,
-    TrialResult,
-    build_result,
-    load_result,
-    write_result,
-)
+from train.core.result import Failure, ResultError, TrialResult, load_result, write_result
+from train.core.result_build import build_result
 from train.run.loop import check_data
 from train.run.torchrun import LAUNCH_CONFIG, RankExit, launch, root_failure
 

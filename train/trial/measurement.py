@@ -18,22 +18,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from train import device as dev
 from train.core.config import Config
 from train.core.paths import PROJECT_DIR, check_checkpoint_target, check_file_target
 from train.core.progress import Heartbeat, ProgressFile
 from train.core.pruning import Reporter
-from train.core.result import (
-    Failure,
-    TrialResult,
-    build_result,
-    format_summary,
-    write_result,
-)
+from train.core.result import Failure, TrialResult, write_result
+from train.core.result_build import Measurement, build_result
 from train.core.rules import resolve_storage
 from train.measure.ceiling import is_stale, measure_matmul_ceiling
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
-from train.run import device as dev
 from train.run.distributed import current_rank
 from train.run.loop import (
     Session,
@@ -50,6 +45,7 @@ from train.trial.compile_charge import add_compile_charge
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
 from train.trial.setup_clock import SetupClock, setup_line
+from train.trial.summary import format_summary
 from train.trial.window import measure
 
 log = logging.getLogger(__name__)
@@ -113,23 +109,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         with setup.phase("device_peaks"):  # the spec peak, the matmul ceiling (cached per machine)
             name, peak, ceiling = device_peaks(s)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
-        # CPU: one extra step, after the timed window
-        done = len(raw["losses"])  # the schedule goes on after the window's steps
-        memory_report = measure_memory(
-            s, step=partial(untimed_step, s, lr=scheduled_lr(cfg, done))
-        )
-        trace = (
-            profile_steps(s, out_path.parent, first_step=done + 1) if cfg.trial.profile else None
-        )
-        memory = dev.peak_memory_gib(s.device)
-        build = partial(build_result, cfg=cfg, session=s, raw=raw, device_name=name, peak=peak,
-                        memory=memory, memory_report=memory_report, fingerprint=fingerprint,
-                        trace=trace, wall_s=time.time() - started)  # fmt: skip
-        result = build(ceiling=ceiling)
-        if is_stale(ceiling, result["mfu"]["ceiling"]):
-            log.warning("the cached matmul ceiling (%s) is below this trial's own rate: measuring "
-                        "it again", ceiling.source)  # fmt: skip
-            result = build(ceiling=measure_matmul_ceiling(s.device, s.dtype, refresh=True))
+        result = measured_result(s, raw, out_dir=out_path.parent, peaks=(name, peak, ceiling),
+                                 fingerprint=fingerprint, started=started)  # fmt: skip
         if rank.main:  # another rank's result would only repeat rank 0's
             # the graph's compile as the sweep charges it: the same for every trial of the graph
             add_compile_charge(result, record=cfg.trial.compile_record,
@@ -139,18 +120,7 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             write_result(result, out_path)
         finished = True
     except Exception as exc:
-        failure: Failure = classify(exc, during_setup=s is None,
-                                    compile_cache=cfg.runtime.compile_cache)  # fmt: skip
-        log.error("trial failed (%s): %s", failure["kind"], failure["message"])
-        result = build_result(
-            cfg=cfg,
-            session=None,
-            raw=None,
-            failure=failure,
-            memory_report={"predicted_gib": predicted_gib(s)} if s is not None else None,
-            fingerprint=fingerprint,
-            wall_s=time.time() - started,
-        )
+        result = failed_result(exc, cfg, s, fingerprint=fingerprint, started=started)
         result["setup"] = setup.record()  # as far as it got
         # Written before the rank leaves the process group (close_session below): its peers then
         # fail too ("connection closed"), and the first record written names the rank that ended
@@ -166,6 +136,50 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         if scratch is not None and scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
     return result
+
+
+def measured_result(
+    s: Session, raw: Measurement, *, out_dir: Path, peaks: tuple, fingerprint: dict,
+    started: float,
+) -> TrialResult:  # fmt: skip
+    """The result of a measured window: the memory step and the profile after it, then the
+    result against the device's `peaks` (name, spec peak, matmul ceiling), measuring the ceiling
+    again when the cached one is below this trial's own rate."""
+    name, peak, ceiling = peaks
+    cfg = s.cfg
+    # CPU: one extra step, after the timed window
+    done = len(raw["losses"])  # the schedule goes on after the window's steps
+    memory_report = measure_memory(s, step=partial(untimed_step, s, lr=scheduled_lr(cfg, done)))
+    trace = profile_steps(s, out_dir, first_step=done + 1) if cfg.trial.profile else None
+    memory = dev.peak_memory_gib(s.device)
+    build = partial(build_result, cfg=cfg, session=s, raw=raw, device_name=name, peak=peak,
+                    memory=memory, memory_report=memory_report, fingerprint=fingerprint,
+                    trace=trace, wall_s=time.time() - started)  # fmt: skip
+    result = build(ceiling=ceiling)
+    if is_stale(ceiling, result["mfu"]["ceiling"]):
+        log.warning("the cached matmul ceiling (%s) is below this trial's own rate: measuring "
+                    "it again", ceiling.source)  # fmt: skip
+        result = build(ceiling=measure_matmul_ceiling(s.device, s.dtype, refresh=True))
+    return result
+
+
+def failed_result(
+    exc: Exception, cfg: Config, s: Session | None, *, fingerprint: dict, started: float
+) -> TrialResult:
+    """The result of a trial that raised `exc`, its failure classified (`s`: None when it failed
+    before its session was built)."""
+    failure: Failure = classify(exc, during_setup=s is None,
+                                compile_cache=cfg.runtime.compile_cache)  # fmt: skip
+    log.error("trial failed (%s): %s", failure["kind"], failure["message"])
+    return build_result(
+        cfg=cfg,
+        session=None,
+        raw=None,
+        failure=failure,
+        memory_report={"predicted_gib": predicted_gib(s)} if s is not None else None,
+        fingerprint=fingerprint,
+        wall_s=time.time() - started,
+    )
 
 
 def resolve_out(out_setting: str, base_dir: Path) -> Path:

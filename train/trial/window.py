@@ -15,6 +15,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from train import device as dev
 from train.core.meters import (
     EventPhaseClock,
     PhaseClock,
@@ -28,12 +29,12 @@ from train.core.meters import (
 )
 from train.core.progress import Heartbeat, ProgressFile
 from train.core.pruning import Reporter
-from train.core.result import Interval, Measurement
+from train.core.result import Interval
+from train.core.result_build import Measurement
 from train.core.window_ci import ci_reached, first_ci_step, relative_half_width
 from train.measure import compile_stats
 from train.measure.compile_stats import CompileSnapshot
 from train.measure.nvml import NvmlSampler
-from train.run import device as dev
 from train.run.distributed import any_rank, from_main
 from train.run.loop import Session, check_finite, make_phase_clock, run_step, scheduled_lr
 from train.trial.failure import plant_fault

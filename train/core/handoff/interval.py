@@ -10,7 +10,7 @@ M) balances the two:
 
 The job fails when any of its `world` devices does, so M = MTBF per device / world. The interval
 is rounded to whole steps (at least 1) and bounded above by the user's planned interval
-(hydra.sweeper.planned_checkpoint_every, where set) and by the run's length. Pure arithmetic.
+(hydra.sweeper.cost.planned_checkpoint_every, where set) and by the run's length. Pure arithmetic.
 """
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ SECONDS_PER_HOUR = 3600.0
 # 16,384 H100 GPUs: 54 x 24 h x 16,384 / 419 = 50,677 GPU-hours per interruption. Rounded down
 # (saves a little more often), and it counts every cause (GPU, HBM, host, network, software).
 DEFAULT_MTBF_H = 50_000.0
+
+
+def check_mtbf_h(mtbf_h: object) -> None:
+    """hydra.sweeper.cost.mtbf_h is the MTBF of ONE device in hours, a number > 0."""
+    if isinstance(mtbf_h, bool) or not isinstance(mtbf_h, int | float) or not mtbf_h > 0:
+        raise ValueError(
+            f"hydra.sweeper.cost.mtbf_h must be > 0 hours (mean time between failures of one "
+            f"device; default {DEFAULT_MTBF_H:g} from Llama 3's 419 interruptions in 54 days on "
+            f"16,384 GPUs), got {mtbf_h!r}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,8 +96,7 @@ def checkpoint_plan(
     (> 0: the user's) and `planned_steps` (> 0: the run's length)."""
     if not step_s > 0:
         raise ValueError(f"step_s must be > 0 seconds, got {step_s!r}")
-    if not mtbf_h > 0:
-        raise ValueError(f"hydra.sweeper.mtbf_h must be > 0 hours, got {mtbf_h!r}")
+    check_mtbf_h(mtbf_h)
     if world < 1 or planned_every < 0 or planned_steps < 0:
         raise ValueError(f"world must be >= 1, planned_every and planned_steps >= 0, got "
                          f"{world}, {planned_every}, {planned_steps}")  # fmt: skip
@@ -106,7 +115,7 @@ def plan_line(plan: CheckpointPlan) -> str:
     """The report's line: the interval, the expected overhead and the work lost per failure."""
     bound = {
         "young-daly": "Young/Daly",
-        "planned_checkpoint_every": "capped by hydra.sweeper.planned_checkpoint_every",
+        "planned_checkpoint_every": "capped by hydra.sweeper.cost.planned_checkpoint_every",
         "run length": "capped at the run's length",
     }[plan.rule]
     return (
