@@ -51,8 +51,13 @@ DEFAULT_OVERRIDES = (
 
 def run_sweep(workdir: Path, arm: str, overrides: list[str]) -> float:
     """One sweep in `workdir` with hydra.sweeper.compile_cache=`arm`; its wall seconds."""
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", *overrides,
-            f"hydra.sweeper.compile_cache={arm}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        *overrides,
+        f"hydra.sweeper.compile_cache={arm}",
+    ]
     log.info("running in %s: %s", workdir, " ".join(argv[2:]))
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
@@ -80,8 +85,11 @@ def job_results(workdir: Path) -> list[dict]:
 
 def tally(results: list[dict], wall_s: float) -> dict:
     """The run's figures: compiled runs, their compile seconds, cache hits/misses and states."""
-    compiled = [r for r in results if (r.get("compile") or {}).get("mode", "none") != "none"
-                and r.get("compile_s") is not None]  # fmt: skip
+    compiled = [
+        r
+        for r in results
+        if (r.get("compile") or {}).get("mode", "none") != "none" and r.get("compile_s") is not None
+    ]
     caches = [(r["compile"].get("cache") or {}) for r in compiled]
     states: dict[str, int] = {}
     for c in caches:
@@ -116,12 +124,31 @@ def spread(values: list[float], digits: int = 1) -> str:
 
 
 def report(runs: list[tuple[str, dict]]) -> str:
-    rows = [[arm, str(t["runs"]), str(t["compiled"]), str(t["graphs"]), f"{t['compile_s']:.1f}",
-             str(t["hits"]), str(t["misses"]),
-             " ".join(f"{k}={v}" for k, v in sorted(t["states"].items())) or "-",
-             f"{t['wall_s']:.1f}"] for arm, t in runs]  # fmt: skip
-    head = ["compile_cache", "job runs", "compiled", "graphs", "compile s", "fx hits",
-            "fx misses", "cache states", "sweep wall s"]  # fmt: skip
+    rows = [
+        [
+            arm,
+            str(t["runs"]),
+            str(t["compiled"]),
+            str(t["graphs"]),
+            f"{t['compile_s']:.1f}",
+            str(t["hits"]),
+            str(t["misses"]),
+            " ".join(f"{k}={v}" for k, v in sorted(t["states"].items())) or "-",
+            f"{t['wall_s']:.1f}",
+        ]
+        for arm, t in runs
+    ]
+    head = [
+        "compile_cache",
+        "job runs",
+        "compiled",
+        "graphs",
+        "compile s",
+        "fx hits",
+        "fx misses",
+        "cache states",
+        "sweep wall s",
+    ]
     lines = [format_table(head, rows), ""]
     for arm in ARMS:
         mine = [t for a, t in runs if a == arm]
@@ -137,8 +164,10 @@ def report(runs: list[tuple[str, dict]]) -> str:
         lines.append(f"cache/off per pair: total compile s x{spread(compile_ratios, 2)}")
     lines.append(f"cache/off per pair: sweep wall x{spread(wall_ratios, 2)}")
     if not any(t["compiled"] for _, t in runs):
-        lines.append("no run compiled: the sweeps chose runtime.compile=none throughout, and the "
-                     "cache had nothing to save")  # fmt: skip
+        lines.append(
+            "no run compiled: the sweeps chose runtime.compile=none throughout, and the "
+            "cache had nothing to save"
+        )
     return "\n".join(lines)
 
 
@@ -146,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2, help="interleaved (cache, off) pairs")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: report the pairs already in --workdir")  # fmt: skip
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: report the pairs already in --workdir",
+    )
     parser.add_argument("overrides", nargs="*", help="sweep overrides (default: DEFAULT_OVERRIDES)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -42,8 +42,10 @@ from train.core.compile_cache import cache_env  # noqa: E402
 
 UNITS = ("model", "block")
 RECOMPILE_MARK = "Recompiling function"  # torch/_dynamo's recompiles log line
-ISA_PROBE = ("import time; from torch._inductor import cpu_vec_isa; t = time.perf_counter(); "
-             "cpu_vec_isa.pick_vec_isa(); print(time.perf_counter() - t)")  # fmt: skip
+ISA_PROBE = (
+    "import time; from torch._inductor import cpu_vec_isa; t = time.perf_counter(); "
+    "cpu_vec_isa.pick_vec_isa(); print(time.perf_counter() - t)"
+)
 
 
 def _args() -> argparse.Namespace:
@@ -65,18 +67,34 @@ def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
     """One cold trial of `unit` in a fresh process: its result, and the recompiles it logged."""
     out = tmp / f"{tag}.json"
     overrides = [
-        *cpu_trial_overrides(tmp, model="tiny", micro_batch=a.micro_batch,
-                             grad_accum=a.grad_accum, block_size=64,
-                             warmup_steps=a.warmup_steps, steps=a.steps),
-        f"model.n_layer={a.n_layer}", f"runtime.compile={a.compile}",
-        f"runtime.compile_unit={unit}", "runtime.compile_cache=off",
+        *cpu_trial_overrides(
+            tmp,
+            model="tiny",
+            micro_batch=a.micro_batch,
+            grad_accum=a.grad_accum,
+            block_size=64,
+            warmup_steps=a.warmup_steps,
+            steps=a.steps,
+        ),
+        f"model.n_layer={a.n_layer}",
+        f"runtime.compile={a.compile}",
+        f"runtime.compile_unit={unit}",
+        "runtime.compile_cache=off",
         f"runtime.activation_checkpointing={a.activation_checkpointing}",
-        f"runtime.threads={a.threads}", "trial.project_above_s=0", f"trial.out={out}",
+        f"runtime.threads={a.threads}",
+        "trial.project_above_s=0",
+        f"trial.out={out}",
         f"hydra.run.dir={tmp / tag}",
-    ]  # fmt: skip
+    ]
     env = {**os.environ, **cache_env("off"), "TORCH_LOGS": "recompiles"}
-    proc = subprocess.run([sys.executable, "-m", "train.trial", *overrides], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "train.trial", *overrides],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"{tag}: trial failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(out.read_text())
@@ -89,8 +107,9 @@ def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
 def isa_probe_s(folder: Path) -> float:
     """Inductor's CPU ISA probe alone, in a fresh process with the empty cache folder `folder`."""
     env = {**os.environ, **cache_env(str(folder))}
-    proc = subprocess.run([sys.executable, "-c", ISA_PROBE], env=env, capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", ISA_PROBE], env=env, capture_output=True, text=True, check=True
+    )
     return float(proc.stdout.split()[-1])
 
 
@@ -106,20 +125,35 @@ def measure(a: argparse.Namespace, tmp: Path) -> tuple[dict[str, list[dict]], li
         for unit in UNITS if pair % 2 else UNITS[::-1]:
             r = run_one(a, tmp, unit, f"{pair}-{unit}")
             runs[unit].append(r)
-            print(f"pair {pair} {unit}: compile {r['compile_s']:.1f} s, step p50 "
-                  f"{r['step_time_s']['p50'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+            print(
+                f"pair {pair} {unit}: compile {r['compile_s']:.1f} s, step p50 "
+                f"{r['step_time_s']['p50'] * 1e3:.1f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
         probes.append(isa_probe_s(tmp / f"isa-{pair}"))
     return runs, probes
 
 
-def report(a: argparse.Namespace, runs: dict[str, list[dict]], probes: list[float],
-           load_before: float) -> str:  # fmt: skip
+def report(
+    a: argparse.Namespace, runs: dict[str, list[dict]], probes: list[float], load_before: float
+) -> str:
     rows = [
-        [str(i + 1), u, f"{r['compile_s']:.1f}", f"{probes[i]:.1f}", f"{r['warmup_s']:.1f}",
-         f"{r['step_time_s']['p50'] * 1e3:.1f}", f"{r['step_time_s']['cv']:.1%}",
-         str(r["recompiles"]), r["compile"]["cache"]["state"]]
-        for i in range(a.pairs) for u in UNITS for r in [runs[u][i]]
-    ]  # fmt: skip
+        [
+            str(i + 1),
+            u,
+            f"{r['compile_s']:.1f}",
+            f"{probes[i]:.1f}",
+            f"{r['warmup_s']:.1f}",
+            f"{r['step_time_s']['p50'] * 1e3:.1f}",
+            f"{r['step_time_s']['cv']:.1%}",
+            str(r["recompiles"]),
+            r["compile"]["cache"]["state"],
+        ]
+        for i in range(a.pairs)
+        for u in UNITS
+        for r in [runs[u][i]]
+    ]
     compile_s = {u: [r["compile_s"] for r in runs[u]] for u in UNITS}
     graphs_s = {u: [c - p for c, p in zip(compile_s[u], probes, strict=True)] for u in UNITS}
     step_ms = {u: [r["step_time_s"]["p50"] * 1e3 for r in runs[u]] for u in UNITS}
@@ -128,30 +162,48 @@ def report(a: argparse.Namespace, runs: dict[str, list[dict]], probes: list[floa
         return [n / d for n, d in zip(xs[num], xs[den], strict=True)]
 
     first = runs["model"][0]
-    return "\n".join([
-        f"runtime.compile_unit model vs block: model=tiny model.n_layer={a.n_layer}, "
-        f"runtime.compile={a.compile}, activation_checkpointing={a.activation_checkpointing}, "
-        f"micro_batch {a.micro_batch} x grad_accum {a.grad_accum}, runtime.threads={a.threads} "
-        f"({first['fingerprint'].get('torch_threads')} used), {a.steps} measured steps, {a.pairs} "
-        f"interleaved pairs, every run a fresh process with runtime.compile_cache=off",
-        f"device {first['device']['name']}, {os.cpu_count()} CPUs, 1-minute load average "
-        f"{load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other users "
-        f"share this machine), torch {first['fingerprint'].get('torch')}",
-        "",
-        format_table(["pair", "unit", "cold compile s", "pair's ISA probe s", "warm-up s",
-                      "step p50 ms", "step cv", "recompiles", "cache"], rows),
-        "",
-        "median (min-max) over the pairs:",
-        *(f"  {u:5s}: cold compile {spread(compile_s[u], '{:.1f}')} s, less the ISA probe "
-          f"{spread(graphs_s[u], '{:.1f}')} s, step p50 {spread(step_ms[u], '{:.1f}')} ms"
-          for u in UNITS),
-        f"  ISA probe alone: {spread(probes, '{:.1f}')} s",
-        f"  cold compile model / block: {spread(ratio(compile_s, 'model', 'block'), '{:.2f}')}x "
-        f"(goal >= 3x); less the ISA probe: "
-        f"{spread(ratio(graphs_s, 'model', 'block'), '{:.2f}')}x",
-        f"  step time block / model:    {spread(ratio(step_ms, 'block', 'model'), '{:.3f}')} "
-        f"(goal within 0.97-1.03)",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"runtime.compile_unit model vs block: model=tiny model.n_layer={a.n_layer}, "
+            f"runtime.compile={a.compile}, activation_checkpointing={a.activation_checkpointing}, "
+            f"micro_batch {a.micro_batch} x grad_accum {a.grad_accum}, runtime.threads={a.threads} "
+            f"({first['fingerprint'].get('torch_threads')} used), {a.steps} measured steps, "
+            f"{a.pairs} interleaved pairs, every run a fresh process with "
+            "runtime.compile_cache=off",
+            f"device {first['device']['name']}, {os.cpu_count()} CPUs, 1-minute load average "
+            f"{load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other users "
+            f"share this machine), torch {first['fingerprint'].get('torch')}",
+            "",
+            format_table(
+                [
+                    "pair",
+                    "unit",
+                    "cold compile s",
+                    "pair's ISA probe s",
+                    "warm-up s",
+                    "step p50 ms",
+                    "step cv",
+                    "recompiles",
+                    "cache",
+                ],
+                rows,
+            ),
+            "",
+            "median (min-max) over the pairs:",
+            *(
+                f"  {u:5s}: cold compile {spread(compile_s[u], '{:.1f}')} s, less the ISA probe "
+                f"{spread(graphs_s[u], '{:.1f}')} s, step p50 {spread(step_ms[u], '{:.1f}')} ms"
+                for u in UNITS
+            ),
+            f"  ISA probe alone: {spread(probes, '{:.1f}')} s",
+            f"  cold compile model / block: "
+            f"{spread(ratio(compile_s, 'model', 'block'), '{:.2f}')}x (goal >= 3x); "
+            "less the ISA probe: "
+            f"{spread(ratio(graphs_s, 'model', 'block'), '{:.2f}')}x",
+            f"  step time block / model:    {spread(ratio(step_ms, 'block', 'model'), '{:.3f}')} "
+            f"(goal within 0.97-1.03)",
+        ]
+    )
 
 
 def main() -> int:

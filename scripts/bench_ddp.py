@@ -33,8 +33,15 @@ COMPARED_STEPS = 5
 def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
     """One `python -m train.trial` run; its result JSON."""
     out = tmp / name
-    argv = [sys.executable, "-m", "train.trial", *overrides, f"hydra.run.dir={out}",
-            "runtime.dtype=fp32", "trial.project_above_s=0"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "train.trial",
+        *overrides,
+        f"hydra.run.dir={out}",
+        "runtime.dtype=fp32",
+        "trial.project_above_s=0",
+    ]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
     (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
     result = json.loads((out / "trial.json").read_text())
@@ -57,9 +64,15 @@ def main(argv: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_ddp_"))
 
     def overrides(micro_batch: int, *extra: str) -> list[str]:
-        base = cpu_trial_overrides(tmp, model=args.model, micro_batch=micro_batch,
-                                   grad_accum=args.grad_accum, block_size=args.block_size,
-                                   warmup_steps=args.warmup_steps, steps=args.steps)  # fmt: skip
+        base = cpu_trial_overrides(
+            tmp,
+            model=args.model,
+            micro_batch=micro_batch,
+            grad_accum=args.grad_accum,
+            block_size=args.block_size,
+            warmup_steps=args.warmup_steps,
+            steps=args.steps,
+        )
         tokens = 2 * args.micro_batch * args.grad_accum * args.block_size  # the global figure
         return [*base, f"batch.tokens_per_step={tokens}", *extra]
 
@@ -74,18 +87,35 @@ def main(argv: list[str] | None = None) -> None:
         diff = max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True))
         fr = two["time_frac"]
         ratios.append(two["tokens_per_s"] / one["tokens_per_s"])
-        rows.append([str(p), f"{diff:.1e}", f"{one['tokens_per_step']} / {two['tokens_per_step']}",
-                     f"{one['tokens_per_s']:.0f}", f"{two['tokens_per_s']:.0f}",
-                     f"{fr['compute']:.0%} / {fr['comms']:.0%} / {fr['optimizer']:.0%} / "
-                     f"{fr['data_wait']:.0%} / {fr['other']:.0%}"])  # fmt: skip
+        rows.append(
+            [
+                str(p),
+                f"{diff:.1e}",
+                f"{one['tokens_per_step']} / {two['tokens_per_step']}",
+                f"{one['tokens_per_s']:.0f}",
+                f"{two['tokens_per_s']:.0f}",
+                f"{fr['compute']:.0%} / {fr['comms']:.0%} / {fr['optimizer']:.0%} / "
+                f"{fr['data_wait']:.0%} / {fr['other']:.0%}",
+            ]
+        )
         log.info("pair %d done: loss diff %.1e, comms %.1f%%", p, diff, 100 * fr["comms"])
-    print(format_table(
-        ["pair", f"max rel loss diff, {COMPARED_STEPS} steps", "tokens/step 1 / 2 proc",
-         "tokens/s 1 proc", "tokens/s 2 proc", "2 proc: compute / comms / optim / data / other"],
-        rows,
-    ))  # fmt: skip
-    print(f"tokens/s, 2 processes / 1: median {statistics.median(ratios):.2f}x "
-          f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)")  # fmt: skip
+    print(
+        format_table(
+            [
+                "pair",
+                f"max rel loss diff, {COMPARED_STEPS} steps",
+                "tokens/step 1 / 2 proc",
+                "tokens/s 1 proc",
+                "tokens/s 2 proc",
+                "2 proc: compute / comms / optim / data / other",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"tokens/s, 2 processes / 1: median {statistics.median(ratios):.2f}x "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)"
+    )
     print(f"results and logs: {tmp}")
 
 

@@ -58,8 +58,9 @@ def measure(overrides: list[str], *, rounds: int, warmup: int) -> tuple[list[flo
             loss = train_step(s, lr=s.cfg.optim.lr, clock=clock)
             finish_step(s, clock)
             t1 = time.perf_counter()
-            check_state_finite(step=i + 1, loss=loss, model=s.raw_model, optimizer=s.optimizer,
-                               last_good=None)  # fmt: skip
+            check_state_finite(
+                step=i + 1, loss=loss, model=s.raw_model, optimizer=s.optimizer, last_good=None
+            )
             t2 = time.perf_counter()
             if i >= warmup:
                 steps.append(t1 - t0)
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=40, help="interleaved step/check pairs")
     parser.add_argument("--warmup", type=int, default=3, help="steps before the first pair")
     parser.add_argument("--every", type=int, default=3, help="steps between saves, amortised")
-    parser.add_argument("overrides", nargs="*", help="trainer overrides (default: the default "
-                        "CPU trial)")  # fmt: skip
+    parser.add_argument(
+        "overrides", nargs="*", help="trainer overrides (default: the default CPU trial)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     tmp = Path(tempfile.mkdtemp(prefix="bench_finite_"))
@@ -85,15 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [c / s for s, c in zip(steps, checks, strict=True)]
     ratio = statistics.median(ratios)
     rows = [
-        ["step", f"{statistics.median(steps) * 1e3:.2f} ms",
-         f"{quantile(steps, 0.1) * 1e3:.2f}-{quantile(steps, 0.9) * 1e3:.2f} ms"],
-        ["finite check", f"{statistics.median(checks) * 1e3:.3f} ms",
-         f"{quantile(checks, 0.1) * 1e3:.3f}-{quantile(checks, 0.9) * 1e3:.3f} ms"],
-        ["check / step (a step that saves)", f"{ratio:.3%}",
-         f"{quantile(ratios, 0.1):.3%}-{quantile(ratios, 0.9):.3%}"],
-        [f"amortised over a save every {args.every} steps", f"{ratio / args.every:.3%}",
-         f"{quantile(ratios, 0.1) / args.every:.3%}-{quantile(ratios, 0.9) / args.every:.3%}"],
-    ]  # fmt: skip
+        [
+            "step",
+            f"{statistics.median(steps) * 1e3:.2f} ms",
+            f"{quantile(steps, 0.1) * 1e3:.2f}-{quantile(steps, 0.9) * 1e3:.2f} ms",
+        ],
+        [
+            "finite check",
+            f"{statistics.median(checks) * 1e3:.3f} ms",
+            f"{quantile(checks, 0.1) * 1e3:.3f}-{quantile(checks, 0.9) * 1e3:.3f} ms",
+        ],
+        [
+            "check / step (a step that saves)",
+            f"{ratio:.3%}",
+            f"{quantile(ratios, 0.1):.3%}-{quantile(ratios, 0.9):.3%}",
+        ],
+        [
+            f"amortised over a save every {args.every} steps",
+            f"{ratio / args.every:.3%}",
+            f"{quantile(ratios, 0.1) / args.every:.3%}-{quantile(ratios, 0.9) / args.every:.3%}",
+        ],
+    ]
     print(f"{args.rounds} interleaved rounds, overrides: {' '.join(args.overrides) or '(default)'}")
     print(format_table(["what", "median", "p10-p90"], rows))
     verdict = "PASS" if ratio < GOAL else "FAIL"

@@ -51,15 +51,25 @@ def _args() -> argparse.Namespace:
 def _overrides(a: argparse.Namespace, tmp: Path, float8: str) -> list[str]:
     emulate = a.device == "cpu"
     return [
-        f"model={a.model}", f"batch.tokens_per_step={a.tokens_per_step}",
+        f"model={a.model}",
+        f"batch.tokens_per_step={a.tokens_per_step}",
         f"batch.micro_batch={a.micro_batch}",
         f"batch.grad_accum={a.tokens_per_step // (a.micro_batch * a.block_size)}",
-        f"runtime.device={a.device}", "runtime.dtype=bf16", f"runtime.compile={a.compile}",
-        f"runtime.float8={float8}", f"runtime.float8_emulate={str(emulate).lower()}",
-        f"optim.lr={a.lr}", "data.num_workers=0", f"data.dir={tmp / 'data' / 'synthetic'}",
-        f"checkpoint.dir={tmp / 'ckpt'}", "trial.warmup_steps=2", f"trial.max_steps={a.steps}",
-        f"trial.min_steps={a.steps}", "trial.max_seconds=3600", "trial.project_above_s=0",
-    ]  # fmt: skip
+        f"runtime.device={a.device}",
+        "runtime.dtype=bf16",
+        f"runtime.compile={a.compile}",
+        f"runtime.float8={float8}",
+        f"runtime.float8_emulate={str(emulate).lower()}",
+        f"optim.lr={a.lr}",
+        "data.num_workers=0",
+        f"data.dir={tmp / 'data' / 'synthetic'}",
+        f"checkpoint.dir={tmp / 'ckpt'}",
+        "trial.warmup_steps=2",
+        f"trial.max_steps={a.steps}",
+        f"trial.min_steps={a.steps}",
+        "trial.max_seconds=3600",
+        "trial.project_above_s=0",
+    ]
 
 
 def main() -> int:
@@ -83,24 +93,37 @@ def main() -> int:
                 falls = math.isfinite(last) and last < first
                 ok &= falls or name == "bf16"
                 f8 = r.get("float8") or {}
-                rows.append([
-                    str(rnd), name, f"{r['tokens_per_s']:,.0f}", f"{first:.3f} -> {last:.3f}",
-                    f"{f8.get('linears_converted', 0)}/{f8.get('linears_total', '-')}"
-                    + (" emulated" if f8.get("emulated") else ""),
-                    str(r["mfu"].get("basis")),
-                ])  # fmt: skip
+                rows.append(
+                    [
+                        str(rnd),
+                        name,
+                        f"{r['tokens_per_s']:,.0f}",
+                        f"{first:.3f} -> {last:.3f}",
+                        f"{f8.get('linears_converted', 0)}/{f8.get('linears_total', '-')}"
+                        + (" emulated" if f8.get("emulated") else ""),
+                        str(r["mfu"].get("basis")),
+                    ]
+                )
             for name in ratios:
                 if name in tps and "bf16" in tps:
                     ratios[name].append(tps[name] / tps["bf16"])
-    print(f"device {a.device}, model {a.model}, {a.tokens_per_step} tokens/step, "
-          f"{a.steps} measured steps per trial, {a.rounds} round(s), compile {a.compile}")
-    print(format_table(["round", "variant", "tokens/s", "loss first -> last", "float8 linears",
-                        "MFU basis"], rows))  # fmt: skip
+    print(
+        f"device {a.device}, model {a.model}, {a.tokens_per_step} tokens/step, "
+        f"{a.steps} measured steps per trial, {a.rounds} round(s), compile {a.compile}"
+    )
+    print(
+        format_table(
+            ["round", "variant", "tokens/s", "loss first -> last", "float8 linears", "MFU basis"],
+            rows,
+        )
+    )
     for name, xs in ratios.items():
         if xs:
-            print(f"{name} / bf16 tokens/s: median {statistics.median(xs):.3f}x "
-                  f"(range {min(xs):.3f}-{max(xs):.3f}, {len(xs)} rounds)"
-                  + (" -- emulated: plumbing only, no speed claim" if a.device == "cpu" else ""))
+            print(
+                f"{name} / bf16 tokens/s: median {statistics.median(xs):.3f}x "
+                f"(range {min(xs):.3f}-{max(xs):.3f}, {len(xs)} rounds)"
+                + (" -- emulated: plumbing only, no speed claim" if a.device == "cpu" else "")
+            )
     print("PASS" if ok else "FAIL: a float8 trial failed, or its loss did not stay finite and fall")
     return 0 if ok else 1
 

@@ -37,16 +37,24 @@ def main() -> int:
         cfg = flat(result["config"])
         step = predict_step(cfg, device_name=args.device, device_type="cuda", bf16_supported=True)
         warm = (result.get("compile") or {}).get("cache", {}).get("state") == "hit"
-        t = trial_time(cfg, step.predicted_s, device_type="cuda", device_name=args.device,
-                       num_params=step.num_params, warm=warm)  # fmt: skip
+        t = trial_time(
+            cfg,
+            step.predicted_s,
+            device_type="cuda",
+            device_name=args.device,
+            num_params=step.num_params,
+            warm=warm,
+        )
         rows.append((path.name, t.total_s, result["wall_s"], warm))
     if not rows:
         print(f"no complete trial result with a config in {args.run}")
         return 1
     print(f"forecast vs measured trial wall, {args.device}, {args.run}:")
     for name, predicted, measured, warm in rows:
-        print(f"  {name:<20} forecast {predicted:7.1f} s  measured {measured:7.1f} s  "
-              f"{100 * (predicted / measured - 1):+6.1f}%  ({'cache hit' if warm else 'cold'})")
+        print(
+            f"  {name:<20} forecast {predicted:7.1f} s  measured {measured:7.1f} s  "
+            f"{100 * (predicted / measured - 1):+6.1f}%  ({'cache hit' if warm else 'cold'})"
+        )
     worst = max(abs(p / m - 1) for _, p, m, _ in rows)
     print(f"largest difference: {100 * worst:.1f}% over {len(rows)} trials")
     return 0

@@ -39,16 +39,29 @@ from sweeper.verify.guard_rules import check, descent, tolerance, window_size  #
 from train.core.curve import curve_keys, loss_curve  # noqa: E402
 
 log = logging.getLogger("bench_guard")
-DEFAULTS = ["model=tiny", "batch.tokens_per_step=2048", "batch.micro_batch=8",
-            "batch.grad_accum=4", "runtime.threads=1", "data.num_workers=0"]  # fmt: skip
+DEFAULTS = [
+    "model=tiny",
+    "batch.tokens_per_step=2048",
+    "batch.micro_batch=8",
+    "batch.grad_accum=4",
+    "runtime.threads=1",
+    "data.num_workers=0",
+]
 
 
 def curve_run(overrides: list[str], *, seed: int, steps: int, out_dir: Path) -> list[float]:
     """One curve run in a fresh process; its loss by step (the run must complete)."""
     keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=seed).items()]
     out = out_dir / "trial.json"
-    argv = [sys.executable, "-m", "train.trial", *overrides, *keys, f"trial.out={out}",
-            f"hydra.run.dir={out_dir}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "train.trial",
+        *overrides,
+        *keys,
+        f"trial.out={out}",
+        f"hydra.run.dir={out_dir}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     curve = loss_curve(json.loads(out.read_text())) if out.exists() else None
@@ -61,19 +74,26 @@ def rerun(args: argparse.Namespace, r: int, work: Path) -> dict:
     """One guard comparison: reference seeds, the candidate at the first, the verdict."""
     base = [*DEFAULTS, *args.overrides]
     seeds = [1000 + 10 * r + i for i in range(args.seeds)]
-    curves = {s: curve_run(base, seed=s, steps=args.steps, out_dir=work / f"r{r}-ref-{s}")
-              for s in seeds}  # fmt: skip
-    cand = curve_run([*base, *args.candidate], seed=seeds[0], steps=args.steps,
-                     out_dir=work / f"r{r}-cand")  # fmt: skip
+    curves = {
+        s: curve_run(base, seed=s, steps=args.steps, out_dir=work / f"r{r}-ref-{s}") for s in seeds
+    }
+    cand = curve_run(
+        [*base, *args.candidate], seed=seeds[0], steps=args.steps, out_dir=work / f"r{r}-cand"
+    )
     tol = tolerance(curves, k=args.k, floor=args.floor, window=window_size(args.steps))
     trained = descent(curves, spread=tol.spread, window=tol.window)
     verdict = check(cand, curves[seeds[0]], tol)
     print(f"rerun {r + 1}: {tol.derivation()}")
     print(f"  reference {'trains' if trained.trains else 'DOES NOT TRAIN'}: {trained.text()}")
     print(f"  candidate: {'passed' if verdict.passed else 'ALARM'}: {verdict.reason}")
-    return {"alarm": not verdict.passed, "tolerance": tol.value, "spread": tol.spread,
-            "divergence": verdict.divergence.value, "trains": trained.trains,
-            "drop": trained.drop}  # fmt: skip
+    return {
+        "alarm": not verdict.passed,
+        "tolerance": tol.value,
+        "spread": tol.spread,
+        "divergence": verdict.divergence.value,
+        "trains": trained.trains,
+        "drop": trained.drop,
+    }
 
 
 def spread(values: list[float]) -> str:
@@ -91,11 +111,16 @@ def main() -> int:
     p.add_argument("--candidate", nargs="*", default=[], help="overrides of the candidate only")
     p.add_argument("overrides", nargs="*", help="trainer overrides of both (Hydra syntax)")
     args = p.parse_args()
-    math_note = ("identical math" if not args.candidate
-                 else f"candidate overrides {' '.join(args.candidate)}")  # fmt: skip
-    print(f"numerics guard, {args.reruns} reruns of {math_note}: {args.seeds} reference seeds + "
-          f"1 candidate run of {args.steps} steps each; tolerance = max({args.k:g} x seed "
-          f"spread, {args.floor:g}); config {' '.join([*DEFAULTS, *args.overrides])}")
+    math_note = (
+        "identical math"
+        if not args.candidate
+        else f"candidate overrides {' '.join(args.candidate)}"
+    )
+    print(
+        f"numerics guard, {args.reruns} reruns of {math_note}: {args.seeds} reference seeds + "
+        f"1 candidate run of {args.steps} steps each; tolerance = max({args.k:g} x seed "
+        f"spread, {args.floor:g}); config {' '.join([*DEFAULTS, *args.overrides])}"
+    )
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_guard-") as tmp:
         rows = [rerun(args, r, Path(tmp)) for r in range(args.reruns)]
@@ -104,9 +129,11 @@ def main() -> int:
     print(f"tolerance (nats): {spread([r['tolerance'] for r in rows])}")
     print(f"seed spread (nats): {spread([r['spread'] for r in rows])}")
     print(f"candidate divergence (nats): {spread([r['divergence'] for r in rows])}")
-    print(f"reference trained (descent beyond the seed spread): "
-          f"{sum(r['trains'] for r in rows)} of {len(rows)}; descent (nats): "
-          f"{spread([r['drop'] for r in rows])}")
+    print(
+        f"reference trained (descent beyond the seed spread): "
+        f"{sum(r['trains'] for r in rows)} of {len(rows)}; descent (nats): "
+        f"{spread([r['drop'] for r in rows])}"
+    )
     print(f"wall: {time.perf_counter() - started:.0f} s")
     # identical math that alarms, or a reference that did not train (no verdict means anything)
     untrained = any(not r["trains"] for r in rows)

@@ -34,8 +34,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 # three race rounds: the verified figure is a median of 3 runs, not one 20-step draw of a machine
 # whose fixed work varies by 12-23% from run to run
-SWEEP_OVERRIDES = ["search=smoke", "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
-                   "hydra.sweeper.verify.repeats=3"]
+SWEEP_OVERRIDES = [
+    "search=smoke",
+    "hydra/launcher=joblib",
+    "hydra.sweeper.n_jobs=2",
+    "hydra.sweeper.verify.repeats=3",
+]
 
 
 def run(argv: list[str], *, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -50,10 +54,16 @@ def run(argv: list[str], *, cwd: Path, timeout: float = 900) -> subprocess.Compl
 def sweep(work: Path, trials: int) -> Path:
     """The sweep's folder (with best.yaml) under `work`."""
     sweep_dir = work / "sweep"
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", *SWEEP_OVERRIDES,
-            f"hydra.sweeper.n_trials={trials}", f"hydra.sweep.dir={sweep_dir}",
-            f"hydra.sweeper.storage=sqlite:///{work / 'optuna.db'}",
-            f"hydra.sweeper.study_name=handoff-{int(time.time())}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        *SWEEP_OVERRIDES,
+        f"hydra.sweeper.n_trials={trials}",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"hydra.sweeper.storage=sqlite:///{work / 'optuna.db'}",
+        f"hydra.sweeper.study_name=handoff-{int(time.time())}",
+    ]
     print("$ python sweep.py -m " + " ".join(argv[3:]), flush=True)
     started = time.monotonic()
     run(argv, cwd=work)
@@ -62,10 +72,21 @@ def sweep(work: Path, trials: int) -> Path:
 
 
 def production_tokens_per_s(sweep_dir: Path, out: Path, steps: int) -> float:
-    argv = [sys.executable, "-m", "train", "--config-path", str(sweep_dir), "--config-name", "best",
-            f"train.max_steps={steps}", "train.log_every=1", "train.eval_every=0",
-            "train.resume=never", f"checkpoint.dir={out / 'ck'}",
-            f"hydra.run.dir={out}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "train",
+        "--config-path",
+        str(sweep_dir),
+        "--config-name",
+        "best",
+        f"train.max_steps={steps}",
+        "train.log_every=1",
+        "train.eval_every=0",
+        "train.resume=never",
+        f"checkpoint.dir={out / 'ck'}",
+        f"hydra.run.dir={out}",
+    ]
     run(argv, cwd=REPO)
     history = json.loads((out / "train_summary.json").read_text())["history"]
     per_step = [h["tokens_per_s"] for h in history if "tokens_per_s" in h][1:]  # first: warm-up
@@ -75,16 +96,27 @@ def production_tokens_per_s(sweep_dir: Path, out: Path, steps: int) -> float:
 
 def race_config_tokens_per_s(trial_config: Path, out: Path) -> float:
     out.mkdir(parents=True, exist_ok=True)
-    run([sys.executable, "-m", "train.trial", "--pinned", str(trial_config),
-         f"trial.out={out / 'trial.json'}"], cwd=REPO)  # fmt: skip
+    run(
+        [
+            sys.executable,
+            "-m",
+            "train.trial",
+            "--pinned",
+            str(trial_config),
+            f"trial.out={out / 'trial.json'}",
+        ],
+        cwd=REPO,
+    )
     return json.loads((out / "trial.json").read_text())["tokens_per_s"]
 
 
 def ratio_line(name: str, ratios: list[float]) -> str:
     med = statistics.median(ratios)
     verdict = "PASS" if abs(med - 1) <= 0.10 else "FAIL"
-    return (f"production / {name}: {med:.3f} (median of {len(ratios)}, range "
-            f"{min(ratios):.3f}-{max(ratios):.3f}); target within 10%: {verdict}")  # fmt: skip
+    return (
+        f"production / {name}: {med:.3f} (median of {len(ratios)}, range "
+        f"{min(ratios):.3f}-{max(ratios):.3f}); target within 10%: {verdict}"
+    )
 
 
 def explain_line(sweep_dir: Path, trial: int) -> str:
@@ -99,8 +131,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=100, help="production steps per run")
     ap.add_argument("--trials", type=int, default=4, help="hydra.sweeper.n_trials")
-    ap.add_argument("--reuse-sweep", action="store_true",
-                    help="measure the sweep already in --workdir (its best.yaml) again")
+    ap.add_argument(
+        "--reuse-sweep",
+        action="store_true",
+        help="measure the sweep already in --workdir (its best.yaml) again",
+    )
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="handoff-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -115,10 +150,14 @@ def main() -> None:
     verified = prov["metrics"]["tokens_per_s"]
     trial = prov["sweep"]["trial"]
     race_runs = prov["sweep"]["runs"][1:]  # the first is the search run
-    print(f"exported trial {trial}: verified {verified:,.0f} tokens/s (median of "
-          f"{prov['metrics']['n']} race runs: {race_runs})")  # fmt: skip
-    print(f"best.yaml runtime.threads={best['runtime']['threads']}; measured_as: "
-          f"{json.dumps(prov.get('measured_as'))}")  # fmt: skip
+    print(
+        f"exported trial {trial}: verified {verified:,.0f} tokens/s (median of "
+        f"{prov['metrics']['n']} race runs: {race_runs})"
+    )
+    print(
+        f"best.yaml runtime.threads={best['runtime']['threads']}; measured_as: "
+        f"{json.dumps(prov.get('measured_as'))}"
+    )
     race_config = sweep_dir / race_runs[-1] / "trial_config.yaml"
     rows = []
     for i in range(args.pairs):
@@ -126,18 +165,30 @@ def main() -> None:
         got = {}
         for which in order:
             out = work / f"pair{i}-{which.replace(' ', '-')}"
-            got[which] = (production_tokens_per_s(sweep_dir, out, args.steps)
-                          if which == "production" else race_config_tokens_per_s(race_config, out))
+            got[which] = (
+                production_tokens_per_s(sweep_dir, out, args.steps)
+                if which == "production"
+                else race_config_tokens_per_s(race_config, out)
+            )
         rows.append(got)
-        print(f"pair {i} ({' then '.join(order)}): production {got['production']:,.0f} tokens/s, "
-              f"race config {got['race config']:,.0f} tokens/s, "
-              f"ratio {got['production'] / got['race config']:.3f}", flush=True)  # fmt: skip
+        print(
+            f"pair {i} ({' then '.join(order)}): production {got['production']:,.0f} tokens/s, "
+            f"race config {got['race config']:,.0f} tokens/s, "
+            f"ratio {got['production'] / got['race config']:.3f}",
+            flush=True,
+        )
     prod = [r["production"] for r in rows]
-    print(f"production median {statistics.median(prod):,.0f} tokens/s "
-          f"(range {min(prod):,.0f}-{max(prod):,.0f}); race verified {verified:,.0f}")
+    print(
+        f"production median {statistics.median(prod):,.0f} tokens/s "
+        f"(range {min(prod):,.0f}-{max(prod):,.0f}); race verified {verified:,.0f}"
+    )
     print(ratio_line("the race's verified tokens/s", [p / verified for p in prod]))
-    print(ratio_line("the race config re-measured (paired)",
-                     [r["production"] / r["race config"] for r in rows]))  # fmt: skip
+    print(
+        ratio_line(
+            "the race config re-measured (paired)",
+            [r["production"] / r["race config"] for r in rows],
+        )
+    )
     print(f"explain --result names: {explain_line(sweep_dir, trial)}")
 
 

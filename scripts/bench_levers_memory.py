@@ -55,14 +55,23 @@ TOLERANCE = 0.15  # the memory model within 15% of each measured peak
 def build(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> Session:
     """The trainer's Session for one row (fp32, eager, CPU, grad_accum 2)."""
     block = 64  # tiny and small-cpu both
-    cfg = compose_config([
-        f"model={model}", f"model.vocab_size={VOCAB}",
-        f"batch.micro_batch={micro_batch}", f"batch.grad_accum={GRAD_ACCUM}",
-        f"batch.tokens_per_step={micro_batch * GRAD_ACCUM * block}",
-        "runtime.device=cpu", "runtime.dtype=fp32", "runtime.compile=none",
-        f"runtime.activation_checkpointing={ac}", f"runtime.loss={loss}",
-        "data.num_workers=0", f"data.dir={tmp / 'synthetic'}", f"checkpoint.dir={tmp / 'ckpt'}",
-    ])  # fmt: skip
+    cfg = compose_config(
+        [
+            f"model={model}",
+            f"model.vocab_size={VOCAB}",
+            f"batch.micro_batch={micro_batch}",
+            f"batch.grad_accum={GRAD_ACCUM}",
+            f"batch.tokens_per_step={micro_batch * GRAD_ACCUM * block}",
+            "runtime.device=cpu",
+            "runtime.dtype=fp32",
+            "runtime.compile=none",
+            f"runtime.activation_checkpointing={ac}",
+            f"runtime.loss={loss}",
+            "data.num_workers=0",
+            f"data.dir={tmp / 'synthetic'}",
+            f"checkpoint.dir={tmp / 'ckpt'}",
+        ]
+    )
     return build_session(cfg)
 
 
@@ -84,11 +93,23 @@ def measure(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> d
         s.checkpointer.close()
     measured = meter.measured_gib
     assert measured is not None  # CPU, eager: always measured
-    log.info("%s loss=%s AC=%s: %.1f MiB measured, %.1f predicted (%s), metered step %.1f s",
-             model, loss, ac, measured * 1024, estimate.peak_gib * 1024, estimate.phase,
-             step_s)  # fmt: skip
-    return {"loss": loss, "ac": ac, "measured_mib": measured * 1024,
-            "predicted_mib": estimate.peak_gib * 1024, "phase": estimate.phase}  # fmt: skip
+    log.info(
+        "%s loss=%s AC=%s: %.1f MiB measured, %.1f predicted (%s), metered step %.1f s",
+        model,
+        loss,
+        ac,
+        measured * 1024,
+        estimate.peak_gib * 1024,
+        estimate.phase,
+        step_s,
+    )
+    return {
+        "loss": loss,
+        "ac": ac,
+        "measured_mib": measured * 1024,
+        "predicted_mib": estimate.peak_gib * 1024,
+        "phase": estimate.phase,
+    }
 
 
 def bound_failures(rows: list[dict], *, tolerance: float = TOLERANCE) -> list[str]:
@@ -101,8 +122,10 @@ def bound_failures(rows: list[dict], *, tolerance: float = TOLERANCE) -> list[st
     for loss in LOSSES:
         none, sel, every = (peak[loss, ac] for ac in RECOMPUTE)
         if not every < sel < none:
-            bad.append(f"loss={loss}: selective {sel:.1f} MiB is not between every {every:.1f} "
-                       f"and none {none:.1f}")  # fmt: skip
+            bad.append(
+                f"loss={loss}: selective {sel:.1f} MiB is not between every {every:.1f} "
+                f"and none {none:.1f}"
+            )
     for r in rows:
         error = r["predicted_mib"] / r["measured_mib"] - 1
         if abs(error) > tolerance:
@@ -115,11 +138,19 @@ def report(rows: list[dict], *, model: str, micro_batch: int) -> str:
     full = {r["ac"]: r["measured_mib"] for r in rows if r["loss"] == "full"}
     table = format_table(
         ["loss", "recompute", "measured MiB", "vs full/none", "predicted MiB", "error", "peak at"],
-        [[r["loss"], r["ac"], f"{r['measured_mib']:.1f}",
-          f"{100 * r['measured_mib'] / full['none']:.1f}%", f"{r['predicted_mib']:.1f}",
-          f"{100 * (r['predicted_mib'] / r['measured_mib'] - 1):+.2f}%", r["phase"]]
-         for r in rows],
-    )  # fmt: skip
+        [
+            [
+                r["loss"],
+                r["ac"],
+                f"{r['measured_mib']:.1f}",
+                f"{100 * r['measured_mib'] / full['none']:.1f}%",
+                f"{r['predicted_mib']:.1f}",
+                f"{100 * (r['predicted_mib'] / r['measured_mib'] - 1):+.2f}%",
+                r["phase"],
+            ]
+            for r in rows
+        ],
+    )
     return (
         f"{model}, vocab {VOCAB}, micro-batch {micro_batch} x grad_accum {GRAD_ACCUM}, fp32, "
         f"eager, CPU; measured: tensor storages under a dispatch-mode counter over one optimizer "
@@ -153,10 +184,18 @@ def time_rounds(model: str, micro_batch: int, rounds: int, *, tmp: Path) -> str:
     for k in keys:
         ratios = sorted(t / b for t, b in zip(times[k], base, strict=True))
         steps = sorted(times[k])
-        rows.append([*k, f"{statistics.median(steps):.3f}", f"{steps[0]:.3f}-{steps[-1]:.3f}",
-                     f"{statistics.median(ratios):.3f}", f"{ratios[0]:.3f}-{ratios[-1]:.3f}"])
-    table = format_table(["loss", "recompute", "step s (median)", "range", "x full/none (median)",
-                          "range"], rows)  # fmt: skip
+        rows.append(
+            [
+                *k,
+                f"{statistics.median(steps):.3f}",
+                f"{steps[0]:.3f}-{steps[-1]:.3f}",
+                f"{statistics.median(ratios):.3f}",
+                f"{ratios[0]:.3f}-{ratios[-1]:.3f}",
+            ]
+        )
+    table = format_table(
+        ["loss", "recompute", "step s (median)", "range", "x full/none (median)", "range"], rows
+    )
     return f"step time, {rounds} interleaved rounds (shuffled order each round):\n{table}"
 
 
@@ -165,8 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="small-cpu", choices=("tiny", "small-cpu"))
     parser.add_argument("--micro-batch", type=int, default=16)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
-    parser.add_argument("--time-rounds", type=int, default=0,
-                        help="also time each row over this many interleaved rounds (0: off)")
+    parser.add_argument(
+        "--time-rounds",
+        type=int,
+        default=0,
+        help="also time each row over this many interleaved rounds (0: off)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("train").setLevel(logging.WARNING)
@@ -178,8 +221,11 @@ def main(argv: list[str] | None = None) -> int:
             for ac in RECOMPUTE:
                 rows.append(measure(args.model, args.micro_batch, loss, ac, tmp=Path(tmp)))
                 gc.collect()
-        timing = (time_rounds(args.model, args.micro_batch, args.time_rounds, tmp=Path(tmp))
-                  if args.time_rounds > 0 else "")  # fmt: skip
+        timing = (
+            time_rounds(args.model, args.micro_batch, args.time_rounds, tmp=Path(tmp))
+            if args.time_rounds > 0
+            else ""
+        )
     print(report(rows, model=args.model, micro_batch=args.micro_batch))
     if timing:
         print(timing)

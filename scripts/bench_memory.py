@@ -101,8 +101,15 @@ def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list
     measured = meter.measured_gib
     assert measured is not None  # CPU, eager: always measured
     error = estimate.peak_gib / measured - 1
-    log.info("%s AC=%s: %.3f GiB predicted (%s), %.3f measured, step %.1f s",
-             case.name, ac, estimate.peak_gib, estimate.phase, measured, step_s)  # fmt: skip
+    log.info(
+        "%s AC=%s: %.3f GiB predicted (%s), %.3f measured, step %.1f s",
+        case.name,
+        ac,
+        estimate.peak_gib,
+        estimate.phase,
+        measured,
+        step_s,
+    )
     return [
         case.name,
         ac,
@@ -118,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
     names = [c.name for c in CASES]
-    parser.add_argument("--models", default=",".join(names),
-                        help=f"comma-separated models to check, of {', '.join(names)} (all)")
+    parser.add_argument(
+        "--models",
+        default=",".join(names),
+        help=f"comma-separated models to check, of {', '.join(names)} (all)",
+    )
     args = parser.parse_args(argv)
     picked = args.models.split(",")
     unknown = sorted(set(picked) - set(names))

@@ -46,8 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs after the first")
     ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
     ap.add_argument("--goal", type=float, default=0.25, help="|error| goal of calibrated runs")
-    ap.add_argument("--first", type=int, default=0,
-                    help="first run's number: continue an earlier --workdir (its sweeps count)")
+    ap.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="first run's number: continue an earlier --workdir (its sweeps count)",
+    )
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-plan-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -67,13 +71,18 @@ def main(argv: list[str] | None = None) -> int:
         error = predicted / wall - 1
         rows.append((i, calibrated, predicted, wall, error))
         how = "calibrated" if calibrated else "arithmetic"
-        print(f"run {i}: predicted {predicted:6.0f} s ({how}), measured {wall:6.0f} s, "
-              f"error {100 * error:+6.1f}%", flush=True)
+        print(
+            f"run {i}: predicted {predicted:6.0f} s ({how}), measured {wall:6.0f} s, "
+            f"error {100 * error:+6.1f}%",
+            flush=True,
+        )
     print(f"work dir: {workdir}")
     judged = [r for r in rows if r[1]]
     missed = [r for r in judged if abs(r[4]) > args.goal]
-    print(f"calibrated runs within +-{100 * args.goal:.0f}%: {len(judged) - len(missed)} of "
-          f"{len(judged)}  {'PASS' if judged and not missed else 'FAIL'}")
+    print(
+        f"calibrated runs within +-{100 * args.goal:.0f}%: {len(judged) - len(missed)} of "
+        f"{len(judged)}  {'PASS' if judged and not missed else 'FAIL'}"
+    )
     return 1 if missed or not judged else 0
 
 

@@ -41,7 +41,7 @@ def trial_config(args: argparse.Namespace, tmp: Path, *, projected: bool):
         f"trial.project_micro_steps={args.micro_steps}",
         # forced either way: projected whatever the step's length, or real full steps
         f"trial.project_above_s={1e-9 if projected else 0}",
-    ]  # fmt: skip
+    ]
     return compose_config(overrides)
 
 
@@ -71,13 +71,15 @@ def main(argv: list[str] | None = None) -> int:
             order = (True, False) if i % 2 == 0 else (False, True)
             got = {projected: run(args, tmp, projected=projected) for projected in order}
             proj, real = got[True], got[False]
-            rows.append({
-                "projected_s": proj["step_time_s"]["p50"],
-                "real_s": real["step_time_s"]["p50"],
-                "short_s": proj["projection"]["short_step_s"]["p50"],
-                "proj_wall_s": proj["process_wall_s"],
-                "real_wall_s": real["process_wall_s"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "projected_s": proj["step_time_s"]["p50"],
+                    "real_s": real["step_time_s"]["p50"],
+                    "short_s": proj["projection"]["short_step_s"]["p50"],
+                    "proj_wall_s": proj["process_wall_s"],
+                    "real_wall_s": real["process_wall_s"],
+                }
+            )
             r = rows[-1]
             print(
                 f"pair {i + 1}: projected {r['projected_s']:.4f} s (from short steps of "

@@ -59,8 +59,14 @@ class InProcessJobs:
             self.job_idx += 1
             result = run_trial(compose_config([*self.base, *overrides]), out_path=out)
             state = "complete" if result["status"] == "complete" else "crash"
-            outs.append({"state": state, "result": result, "job_dir": str(out.parent),
-                         "reason": str(result.get("failure"))})  # fmt: skip
+            outs.append(
+                {
+                    "state": state,
+                    "result": result,
+                    "job_dir": str(out.parent),
+                    "reason": str(result.get("failure")),
+                }
+            )
         return outs
 
 
@@ -70,13 +76,14 @@ def base_overrides(args: argparse.Namespace, tmp: Path) -> list[str]:
         *cpu_trial_overrides_of(args, tmp),
         "checkpoint.every_steps=0",
         "trial.project_above_s=0",
-    ]  # fmt: skip
+    ]
 
 
 def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int | None, str, int]:
     """One race of the fast config against the planted-slow one; (winner, outcome, rounds)."""
-    settings = settings_from({"verify.repeats": 3, "verify.max_rounds": 8,
-                                          "seed": seed, "mlflow.enabled": False})  # fmt: skip
+    settings = settings_from(
+        {"verify.repeats": 3, "verify.max_rounds": 8, "seed": seed, "mlflow.enabled": False}
+    )
     ctx = race_context(jobs=jobs, settings=settings)
     cands = {
         n: Candidate(key=str(n), params={"n": n}, overrides=ov, values=[], simplicity=0)
@@ -103,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         # the faster config's step, measured now (median of 3 trials), sizes the planted latency
         steps = [jobs.launch([[]])[0]["result"]["step_time_s"]["p50"] for _ in range(3)]
         step_s = statistics.median(steps)
-        print(f"{args.model}, micro_batch {args.micro_batch} x grad_accum {args.grad_accum}: "
-              f"step p50 {step_s * 1e3:.1f} ms (median of 3 trials)")  # fmt: skip
+        print(
+            f"{args.model}, micro_batch {args.micro_batch} x grad_accum {args.grad_accum}: "
+            f"step p50 {step_s * 1e3:.1f} ms (median of 3 trials)"
+        )
         for gap in args.gaps:
             latency = gap * step_s / args.grad_accum
             tally = {"faster": 0, "equivalent": 0, "not significant": 0, "slower": 0}
@@ -116,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                     winner, "equivalent" if outcome == TIED else "not significant"
                 )
                 tally[key] += 1
-                print(f"  gap {gap:.0%} race {i + 1}: {outcome} after {n} rounds -> {key}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"  gap {gap:.0%} race {i + 1}: {outcome} after {n} rounds -> {key}", flush=True
+                )
             goal = GOALS.get(round(gap, 2))
             verdict = ""
             if goal is not None and args.races == 10:

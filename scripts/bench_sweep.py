@@ -160,11 +160,18 @@ def remeasure(
         for name in names if i % 2 == 0 else names[::-1]:
             res = workdir / "remeasure" / f"{name}-{i}.json"
             argv = [
-                sys.executable, "-m", "train.trial",
-                "--config-path", str(job_dirs[name]), "--config-name", "trial_config",
+                sys.executable,
+                "-m",
+                "train.trial",
+                "--config-path",
+                str(job_dirs[name]),
+                "--config-name",
+                "trial_config",
                 f"hydra.run.dir={workdir / 'remeasure' / f'{name}-{i}'}",
-                f"trial.out={res}", "trial.study_storage=", "trial.progress_file=",
-            ]  # fmt: skip
+                f"trial.out={res}",
+                "trial.study_storage=",
+                "trial.progress_file=",
+            ]
             subprocess.run(argv, cwd=REPO, capture_output=True, check=False)
             result = read_result(res)
             if result is not None and result["status"] == "complete":
@@ -183,11 +190,17 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
     out: dict = {"pairs": len(w)}
     if len(w) >= 2:
         c = compare(w, g, confidence=0.95, margin=GOALS["gap"])
-        out |= {"gap": 1.0 - c.ratio, "gap_low": 1.0 - c.high, "gap_high": 1.0 - c.low,
-                "ratios": [x / y for x, y in zip(w, g, strict=True)],
-                "median_gap": 1.0 - statistics.median(w) / statistics.median(g),
-                "cv": {k: statistics.stdev(v) / statistics.fmean(v)
-                       for k, v in (("winner", w), ("grid-best", g))}}  # fmt: skip
+        out |= {
+            "gap": 1.0 - c.ratio,
+            "gap_low": 1.0 - c.high,
+            "gap_high": 1.0 - c.low,
+            "ratios": [x / y for x, y in zip(w, g, strict=True)],
+            "median_gap": 1.0 - statistics.median(w) / statistics.median(g),
+            "cv": {
+                k: statistics.stdev(v) / statistics.fmean(v)
+                for k, v in (("winner", w), ("grid-best", g))
+            },
+        }
     return out
 
 
@@ -246,9 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     in_grid = r["winner_tokens_per_s_in_grid"]  # None where that grid point did not complete
     print(
         f"TPE + pruning: trials {r['sweep_trials']}, winner {r['winner_params']} "
-        + (f"({in_grid:,.0f} tokens/s as measured by the grid)" if in_grid else
-           "(not measured by the grid: that point failed there; gap n/a)")
-    )  # fmt: skip
+        + (
+            f"({in_grid:,.0f} tokens/s as measured by the grid)"
+            if in_grid
+            else "(not measured by the grid: that point failed there; gap n/a)"
+        )
+    )
     rows = [
         ("(a) winner vs grid best, gap", r["gap"], GOALS["gap"]),
         ("(b) sweep trial time / grid trial time", r["trial_time_frac"], GOALS["trial_time_frac"]),

@@ -36,23 +36,42 @@ from table import format_table  # noqa: E402
 log = logging.getLogger("bench_workers")
 
 # conf/search/grid.yaml's knobs with micro-batch 4 and 8 only (++: the whole space, 8 points)
-SPACE = ("++hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', "
-         "data.num_workers: 'choice(0, 1)', runtime.threads: 'choice(1, 2)'}")  # fmt: skip
+SPACE = (
+    "++hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', "
+    "data.num_workers: 'choice(0, 1)', runtime.threads: 'choice(1, 2)'}"
+)
 # --one-thread: every trial on one torch thread, so two trials at once never ask for more
 # threads than the machine's 2 cores (8 points again)
-ONE_THREAD = ("++hydra.sweeper.space={batch.micro_batch: 'choice(2, 4, 8, 16)', "
-              "data.num_workers: 'choice(0, 1)'}", "runtime.threads=1")  # fmt: skip
-SWEEP = ("search=smoke", "hydra.sweeper.sampler=grid", "hydra.sweeper.n_trials=0",
-         "hydra.sweeper.verify.top_k=1", "hydra.sweeper.verify.repeats=1",
-         "hydra.sweeper.verify.max_rounds=1", "hydra/launcher=joblib",
-         "hydra.sweeper.mlflow.enabled=false")  # fmt: skip
+ONE_THREAD = (
+    "++hydra.sweeper.space={batch.micro_batch: 'choice(2, 4, 8, 16)', "
+    "data.num_workers: 'choice(0, 1)'}",
+    "runtime.threads=1",
+)
+SWEEP = (
+    "search=smoke",
+    "hydra.sweeper.sampler=grid",
+    "hydra.sweeper.n_trials=0",
+    "hydra.sweeper.verify.top_k=1",
+    "hydra.sweeper.verify.repeats=1",
+    "hydra.sweeper.verify.max_rounds=1",
+    "hydra/launcher=joblib",
+    "hydra.sweeper.mlflow.enabled=false",
+)
 
 
 def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
     """One sweep with `n_jobs` trial slots; its wall, search span, trial walls and speeds."""
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", *SWEEP, *space,
-            f"hydra.sweeper.n_jobs={n_jobs}", f"hydra.launcher.n_jobs={n_jobs}",
-            f"hydra.sweeper.study_name={name}", f"hydra.sweep.dir={workdir / name}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        *SWEEP,
+        *space,
+        f"hydra.sweeper.n_jobs={n_jobs}",
+        f"hydra.launcher.n_jobs={n_jobs}",
+        f"hydra.sweeper.study_name={name}",
+        f"hydra.sweep.dir={workdir / name}",
+    ]
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
@@ -74,18 +93,25 @@ def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
 
 def ratio_line(label: str, pairs: list[tuple[dict, dict]], key: str) -> str:
     ratios = [two[key] / one[key] for one, two in pairs]
-    return (f"{label:<28} {statistics.median(ratios):.2f}x "
-            f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)")  # fmt: skip
+    return (
+        f"{label:<28} {statistics.median(ratios):.2f}x "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=2, help="interleaved 1-slot/2-slot pairs")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
-    parser.add_argument("--one-thread", action="store_true",
-                        help="runtime.threads=1 in every trial (no thread knob)")
-    parser.add_argument("--space", help="the searched space instead, a Hydra dict: "
-                        "\"{batch.micro_batch: 'choice(4, 8)'}\"")
+    parser.add_argument(
+        "--one-thread",
+        action="store_true",
+        help="runtime.threads=1 in every trial (no thread knob)",
+    )
+    parser.add_argument(
+        "--space",
+        help="the searched space instead, a Hydra dict: \"{batch.micro_batch: 'choice(4, 8)'}\"",
+    )
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every sweep")
     args = parser.parse_args(argv)
     if args.space:
@@ -103,17 +129,37 @@ def main(argv: list[str] | None = None) -> None:
         for n_jobs in order:
             runs[n_jobs] = run(workdir, f"pair{p}-jobs{n_jobs}", n_jobs, space)
             r = runs[n_jobs]
-            log.info("pair %d, %d slot(s): %d trials, sweep %.1f s, search %.1f s, trials %.1f s, "
-                     "median %.0f tokens/s", p, n_jobs, r["trials"], r["wall_s"], r["search_s"],
-                     r["trial_s"], r["tokens_per_s"])  # fmt: skip
+            log.info(
+                "pair %d, %d slot(s): %d trials, sweep %.1f s, search %.1f s, trials %.1f s, "
+                "median %.0f tokens/s",
+                p,
+                n_jobs,
+                r["trials"],
+                r["wall_s"],
+                r["search_s"],
+                r["trial_s"],
+                r["tokens_per_s"],
+            )
         pairs.append((runs[1], runs[2]))
     rows = [
-        [str(p), str(r["n_jobs"]), str(r["trials"]), f"{r['wall_s']:.1f}", f"{r['search_s']:.1f}",
-         f"{r['trial_s']:.1f}", f"{r['tokens_per_s']:.0f}"]
-        for p, pair in enumerate(pairs) for r in pair
-    ]  # fmt: skip
-    print(format_table(["pair", "slots", "trials", "sweep s", "search s", "sum of trial s",
-                        "median tokens/s"], rows))  # fmt: skip
+        [
+            str(p),
+            str(r["n_jobs"]),
+            str(r["trials"]),
+            f"{r['wall_s']:.1f}",
+            f"{r['search_s']:.1f}",
+            f"{r['trial_s']:.1f}",
+            f"{r['tokens_per_s']:.0f}",
+        ]
+        for p, pair in enumerate(pairs)
+        for r in pair
+    ]
+    print(
+        format_table(
+            ["pair", "slots", "trials", "sweep s", "search s", "sum of trial s", "median tokens/s"],
+            rows,
+        )
+    )
     print(ratio_line("sweep wall, 2 / 1 slots", pairs, "wall_s"))
     print(ratio_line("search span, 2 / 1 slots", pairs, "search_s"))
     print(ratio_line("sum of trial walls, 2 / 1", pairs, "trial_s"))

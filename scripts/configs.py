@@ -25,8 +25,14 @@ def compose_config(overrides: list[str]) -> Config:
 
 
 def cpu_trial_overrides(
-    tmp: Path, *, model: str, micro_batch: int, grad_accum: int, block_size: int,
-    warmup_steps: int, steps: int,
+    tmp: Path,
+    *,
+    model: str,
+    micro_batch: int,
+    grad_accum: int,
+    block_size: int,
+    warmup_steps: int,
+    steps: int,
 ) -> list[str]:
     """A bounded eager CPU trial of `steps` measured steps at micro_batch x grad_accum, its data
     and checkpoints under `tmp`, no DataLoader worker (the benchmarks' common base)."""
@@ -61,6 +67,12 @@ def add_cpu_trial_args(
 
 def cpu_trial_overrides_of(args: argparse.Namespace, tmp: Path) -> list[str]:
     """`cpu_trial_overrides` of the arguments `add_cpu_trial_args` added."""
-    return cpu_trial_overrides(tmp, model=args.model, micro_batch=args.micro_batch,
-                               grad_accum=args.grad_accum, block_size=args.block_size,
-                               warmup_steps=args.warmup_steps, steps=args.steps)  # fmt: skip
+    return cpu_trial_overrides(
+        tmp,
+        model=args.model,
+        micro_batch=args.micro_batch,
+        grad_accum=args.grad_accum,
+        block_size=args.block_size,
+        warmup_steps=args.warmup_steps,
+        steps=args.steps,
+    )

@@ -53,39 +53,65 @@ log = logging.getLogger("gpu_acceptance")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--stage", help=f"plan | sweep | production | ddp | lease, or "
-                                      f"1-{len(NUMBERED)}")  # fmt: skip
     what.add_argument(
-        "--table", type=Path, metavar="EVIDENCE",
+        "--stage", help=f"plan | sweep | production | ddp | lease, or 1-{len(NUMBERED)}"
+    )
+    what.add_argument(
+        "--table",
+        type=Path,
+        metavar="EVIDENCE",
         help="print the README's GPU section (markdown) from an evidence file",
-    )  # fmt: skip
+    )
     what.add_argument(
-        "--kit-size", action="store_true",
+        "--kit-size",
+        action="store_true",
         help="print the size of the tracked code + .whl/ (+ --state) against 64 MiB",
-    )  # fmt: skip
+    )
     p.add_argument("--state", type=Path, help="state.tar.gz written by the previous stage")
     p.add_argument(
-        "--out", type=Path, default=Path(os.environ.get("OUT", "acceptance-out")),
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("OUT", "acceptance-out")),
         help="folder for state.tar.gz, evidence.json and logs (default: $OUT)",
-    )  # fmt: skip
-    p.add_argument("--work", type=Path, default=None,
-                   help="work folder of a new run (default /tmp/gpu-acceptance-<profile>); a "
-                        "state unpacks to the folder it was packed from")  # fmt: skip
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="work folder of a new run (default /tmp/gpu-acceptance-<profile>); a "
+        "state unpacks to the folder it was packed from",
+    )
     p.add_argument("--profile", default="xl", help="xl (gpt2-xl on a GPU) | tiny")
     p.add_argument("--dry-run", action="store_true", help="--profile tiny: the stages on a CPU")
     p.add_argument(
-        "--sweep-override", action="append", default=[], metavar="KEY=VALUE",
+        "--sweep-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="an extra override of every sweep stage (given at the first stage, kept after)",
-    )  # fmt: skip
-    p.add_argument("--deadline-s", type=float, default=None,
-                   help="this stage's time budget in seconds (default: the profile's)")  # fmt: skip
-    p.add_argument("--lease", action="store_true",
-                   help="one 15-minute GPU lease: the main command (9 min) alone, then "
-                        "--stage production (3 min); with --dry-run the tiny model on a CPU")
-    p.add_argument("--plan", action="store_true",
-                   help="with --lease: print whether the lease fits --device, run nothing")
-    p.add_argument("--device", default="NVIDIA H200",
-                   help="with --lease --plan: the GPU to plan for (a plan_device name)")
+    )
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="this stage's time budget in seconds (default: the profile's)",
+    )
+    p.add_argument(
+        "--lease",
+        action="store_true",
+        help="one 15-minute GPU lease: the main command (9 min) alone, then "
+        "--stage production (3 min); with --dry-run the tiny model on a CPU",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="with --lease: print whether the lease fits --device, run nothing",
+    )
+    p.add_argument(
+        "--device",
+        default="NVIDIA H200",
+        help="with --lease --plan: the GPU to plan for (a plan_device name)",
+    )
     args = p.parse_args(argv)
     if not (args.stage or args.table or args.kit_size or args.lease):
         p.error("one of --stage, --table, --kit-size or --lease is required")
@@ -114,17 +140,27 @@ def main(argv: list[str] | None = None) -> int:
             profile = profile_named("tiny" if args.dry_run else args.profile)
         stage = stage_named(args.stage or "lease")
         if stage not in profile.stages and stage != "ddp":
-            raise ValueError(f"--stage {stage} is not a stage of the {profile.name} profile "
-                             f"({', '.join(profile.stages)})")
+            raise ValueError(
+                f"--stage {stage} is not a stage of the {profile.name} profile "
+                f"({', '.join(profile.stages)})"
+            )
         work = args.work or Path(f"/tmp/gpu-acceptance-{profile.name}")
-        report = run_stage(stage, profile=profile, state=args.state, work=work,
-                           out=args.out.resolve(), deadline_s=args.deadline_s,
-                           sweep_overrides=args.sweep_override)  # fmt: skip
+        report = run_stage(
+            stage,
+            profile=profile,
+            state=args.state,
+            work=work,
+            out=args.out.resolve(),
+            deadline_s=args.deadline_s,
+            sweep_overrides=args.sweep_override,
+        )
     except ValueError as exc:
         log.error("%s", exc)
         return 2
-    print(f"stage {report.stage} (run {report.run}): {report.outcome} in {report.wall_s:.0f} s "
-          f"of {report.deadline_s:.0f} s{': ' + report.note if report.note else ''}")  # fmt: skip
+    print(
+        f"stage {report.stage} (run {report.run}): {report.outcome} in {report.wall_s:.0f} s "
+        f"of {report.deadline_s:.0f} s{': ' + report.note if report.note else ''}"
+    )
     print(f"state {report.state} ({report.state_bytes / 1024:.0f} KiB), evidence {report.evidence}")
     return 0 if report.outcome in GOES_ON else 1
 

@@ -89,13 +89,20 @@ def experiment_id(uri: str, name: str) -> str:
     """The experiment named `name`, or the sweep's experiment of the study `name` (the sweeper
     names it '<study> (storage <fingerprint>)'); the newest where several storages hold it."""
     try:
-        return rest(uri, "experiments/get-by-name", query={"experiment_name": name})[
-            "experiment"]["experiment_id"]  # fmt: skip
+        return rest(uri, "experiments/get-by-name", query={"experiment_name": name})["experiment"][
+            "experiment_id"
+        ]
     except RuntimeError as e:
         missing = e
-    found = rest(uri, "experiments/search", body={
-        "max_results": 1000, "filter": f"name LIKE '{name} (storage %'",
-        "order_by": ["creation_time DESC"]}).get("experiments", [])  # fmt: skip
+    found = rest(
+        uri,
+        "experiments/search",
+        body={
+            "max_results": 1000,
+            "filter": f"name LIKE '{name} (storage %'",
+            "order_by": ["creation_time DESC"],
+        },
+    ).get("experiments", [])
     if not found:
         raise LookupError(f"experiment {name!r} not found at {uri} ({missing})")
     return found[0]["experiment_id"]
@@ -172,9 +179,14 @@ def run_chromium(
     for attempt in (1, 2):
         with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
             argv = [
-                chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={window}",
-                f"--virtual-time-budget={budget_ms}", *mode, url,
-            ]  # fmt: skip
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={window}",
+                f"--virtual-time-budget={budget_ms}",
+                *mode,
+                url,
+            ]
             try:
                 proc = subprocess.run(
                     argv, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S
@@ -266,9 +278,13 @@ def screenshot_compare_page(
     # One page load for both: headless Chromium writes the PNG and prints the DOM once the
     # virtual-time budget is spent, so the DOM we check is the page we photographed.
     html = run_chromium(
-        chromium, url, f"--screenshot={out.resolve()}", "--dump-dom",
-        window=window, budget_ms=budget_ms,
-    ).stdout  # fmt: skip
+        chromium,
+        url,
+        f"--screenshot={out.resolve()}",
+        "--dump-dom",
+        window=window,
+        budget_ms=budget_ms,
+    ).stdout
     if not out.is_file():
         raise RuntimeError(f"chromium exited cleanly but wrote no screenshot at {out}")
     if dom_out is not None:

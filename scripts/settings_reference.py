@@ -52,11 +52,19 @@ def field_comments(path: Path, class_name: str) -> dict[str, tuple[str, str]]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             comments[tok.start[0]] = tok.string.lstrip("#").strip()
-        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                              tokenize.ENDMARKER):  # fmt: skip
+        elif tok.type not in (
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             code_lines.update(range(tok.start[0], tok.end[0] + 1))
-    cls = next(n for n in ast.walk(ast.parse(source))
-               if isinstance(n, ast.ClassDef) and n.name == class_name)  # fmt: skip
+    cls = next(
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.ClassDef) and n.name == class_name
+    )
     out = {}
     for node in cls.body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
@@ -93,17 +101,24 @@ def default_of(f: dataclasses.Field) -> Any:
 def settings_of(cls: type, prefix: str, path: Path) -> list[Setting]:
     docs = field_comments(path, cls.__name__)
     return [
-        Setting(key=f"{prefix}.{f.name}", type=docs[f.name][0], default=as_written(default_of(f)),
-                meaning=docs[f.name][1])
+        Setting(
+            key=f"{prefix}.{f.name}",
+            type=docs[f.name][0],
+            default=as_written(default_of(f)),
+            meaning=docs[f.name][1],
+        )
         for f in dataclasses.fields(cls)
         if not f.name.startswith("_")  # _target_: Hydra's, not a setting
-    ]  # fmt: skip
+    ]
 
 
 def trainer_sections() -> dict[str, type]:
     """`train.core.config.Config`'s sections: name -> dataclass (model -> ModelConfig, ...)."""
-    return {f.name: f.default_factory for f in dataclasses.fields(train_config.Config)
-            if dataclasses.is_dataclass(f.default_factory)}  # fmt: skip
+    return {
+        f.name: f.default_factory
+        for f in dataclasses.fields(train_config.Config)
+        if dataclasses.is_dataclass(f.default_factory)
+    }
 
 
 def trainer_settings() -> dict[str, list[Setting]]:
@@ -112,10 +127,15 @@ def trainer_settings() -> dict[str, list[Setting]]:
     by_section = {name: settings_of(cls, name, path) for name, cls in trainer_sections().items()}
     top = field_comments(path, "Config")
     by_section[""] = [
-        Setting(key=f.name, type=top[f.name][0], default=as_written(default_of(f)),
-                meaning=top[f.name][1])
-        for f in dataclasses.fields(train_config.Config) if f.name not in by_section
-    ]  # fmt: skip
+        Setting(
+            key=f.name,
+            type=top[f.name][0],
+            default=as_written(default_of(f)),
+            meaning=top[f.name][1],
+        )
+        for f in dataclasses.fields(train_config.Config)
+        if f.name not in by_section
+    ]
     return by_section
 
 
@@ -123,8 +143,9 @@ def sweeper_sections() -> dict[str, list[Setting]]:
     """Every `hydra.sweeper.*` setting, by group; '' holds the top-level ones."""
     path = Path(sweeper_config.__file__)
     groups = sweeper_config.groups()
-    by_group = {name: settings_of(cls, f"{SWEEPER_PREFIX}.{name}", path)
-                for name, cls in groups.items()}  # fmt: skip
+    by_group = {
+        name: settings_of(cls, f"{SWEEPER_PREFIX}.{name}", path) for name, cls in groups.items()
+    }
     top = settings_of(sweeper_config.ThroughputSweeperConf, SWEEPER_PREFIX, path)
     return {"": [t for t in top if t.key.rsplit(".", 1)[-1] not in groups], **by_group}
 
@@ -145,8 +166,7 @@ def _cell(text: str) -> str:
 
 def _table(rows: list[Setting]) -> list[str]:
     lines = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-    lines += [f"| `{s.key}` | `{s.type}` | `{s.default}` | {_cell(s.meaning)} |"
-              for s in rows]  # fmt: skip
+    lines += [f"| `{s.key}` | `{s.type}` | `{s.default}` | {_cell(s.meaning)} |" for s in rows]
     return lines
 
 
@@ -210,16 +230,19 @@ def render() -> str:
         "(`hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats`).\n"
     )
     lines += ["| old name | new name |", "| --- | --- |"]
-    lines += [f"| `{SWEEPER_PREFIX}.{old}` | `{SWEEPER_PREFIX}.{new}` |"
-              for old, new in sweeper_config.RENAMED.items()]  # fmt: skip
+    lines += [
+        f"| `{SWEEPER_PREFIX}.{old}` | `{SWEEPER_PREFIX}.{new}` |"
+        for old, new in sweeper_config.RENAMED.items()
+    ]
     lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if the file differs from what the code says")  # fmt: skip
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the file differs from what the code says"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     text = render()

@@ -139,8 +139,9 @@ class SweepEngine:
         where the study can still be written, one line (what, where, what is kept, the resume),
         exit 1. Any other error returns, to be raised as it was."""
         storage = mask_secrets(started.storage)
-        resume = resume_command(sys.argv, study_name=started.study_name, storage=storage,
-                                sweep_dir=sweep_dir)  # fmt: skip
+        resume = resume_command(
+            sys.argv, study_name=started.study_name, storage=storage, sweep_dir=sweep_dir
+        )
         line = disk_full_line(exc, sweep_dir=sweep_dir, storage=storage, resume=resume)
         if line is None:
             return
@@ -165,9 +166,13 @@ class SweepEngine:
         log.error(
             "sweep interrupted (%d running trial(s) recorded as interrupted); resume with: %s",
             len(stopped),
-            resume_command(sys.argv, study_name=started.study_name,
-                           storage=mask_secrets(started.storage), sweep_dir=sweep_dir),
-        )  # fmt: skip
+            resume_command(
+                sys.argv,
+                study_name=started.study_name,
+                storage=mask_secrets(started.storage),
+                sweep_dir=sweep_dir,
+            ),
+        )
         for sig in (signal.SIGINT, signal.SIGTERM):  # nor at the interpreter's exit
             signal.signal(sig, signal.SIG_IGN)
         sys.exit(130)
@@ -180,17 +185,27 @@ class SweepEngine:
         settings, study = started.settings, started.study
         # the CPU sweep's cap
         capped = self.settings.budget.max_wall_s <= 0 < settings.budget.max_wall_s
-        budget = Budget(settings, started=self.started,
-                        wall_setting="budget.cpu_max_wall_s" if capped else "budget.max_wall_s",
-                        predicted_trial_s=prepared.found.mean_trial_s,
-                        guard_reserve=partial(guard_reserve_s, space=prepared.space,
-                                              settings=settings))  # fmt: skip
+        budget = Budget(
+            settings,
+            started=self.started,
+            wall_setting="budget.cpu_max_wall_s" if capped else "budget.max_wall_s",
+            predicted_trial_s=prepared.found.mean_trial_s,
+            guard_reserve=partial(guard_reserve_s, space=prepared.space, settings=settings),
+        )
         jobs = JobLauncher(self.launcher, sweep_dir=sweep_dir, slots=prepared.gpu_slots)
-        ctx = SweepContext(study=study, space=prepared.space, settings=settings, budget=budget,
-                           tracker=tracker, jobs=jobs, fixed=prepared.fixed,
-                           objective=prepared.objective)  # fmt: skip
-        start = start_knobs([q.key for q in prepared.space.searched], prepared.space.ctx.base,
-                            started.baseline)  # fmt: skip
+        ctx = SweepContext(
+            study=study,
+            space=prepared.space,
+            settings=settings,
+            budget=budget,
+            tracker=tracker,
+            jobs=jobs,
+            fixed=prepared.fixed,
+            objective=prepared.objective,
+        )
+        start = start_knobs(
+            [q.key for q in prepared.space.searched], prepared.space.ctx.base, started.baseline
+        )
         print_start(start, in_space=started.baseline is not None)
         search = Search(ctx, storage=started.storage, start=start)
         search.run()
@@ -200,11 +215,15 @@ class SweepEngine:
         if running:  # another worker ends last: it verifies and exports the study's best
             self._close(study, [*notes, deferral_line(study, running)])
             return None
-        unrun = fail_waiting(study, reason=f"not run: {budget_line or 'the search ended'}; a "
-                             "resumed sweep queues it again")  # fmt: skip
+        unrun = fail_waiting(
+            study,
+            reason=f"not run: {budget_line or 'the search ended'}; a resumed sweep queues it again",
+        )
         if unrun:
-            notes.append(f"queued trial(s) {', '.join(map(str, unrun))} not run: recorded as "
-                         f"{UNRUN}; a resumed sweep queues them again")  # fmt: skip
+            notes.append(
+                f"queued trial(s) {', '.join(map(str, unrun))} not run: recorded as "
+                f"{UNRUN}; a resumed sweep queues them again"
+            )
         compared = compared_trials(study)
         if not compared:
             self._close(study, notes)
@@ -226,8 +245,13 @@ class SweepEngine:
     @staticmethod
     def _close(study: Any, notes: list[str]) -> None:
         """The end of a sweep that exports nothing itself: how its trials ended, and why."""
-        final_report(trials=study.get_trials(deepcopy=False), duplicate_attr=DUPLICATE_ATTR,
-                            rows=[], best_path=None, notes=notes)  # fmt: skip
+        final_report(
+            trials=study.get_trials(deepcopy=False),
+            duplicate_attr=DUPLICATE_ATTR,
+            rows=[],
+            best_path=None,
+            notes=notes,
+        )
 
     @staticmethod
     def _nothing_exported(started: Started, sweep_dir: Path, budget_line: str | None) -> None:
@@ -237,15 +261,27 @@ class SweepEngine:
         states = trial_states(trials, DUPLICATE_ATTR).removeprefix("trials: ")
         why = f"; {budget_line}" if budget_line else ""
         ways = []
-        if any(t.user_attrs.get("failure_reason") and t.user_attrs.get("failure_kind") != UNRUN
-               for t in trials):  # fmt: skip
+        if any(
+            t.user_attrs.get("failure_reason") and t.user_attrs.get("failure_kind") != UNRUN
+            for t in trials
+        ):
             ways.append("see each failed trial's failure_reason (and trial.log in its job dir)")
         if budget_line:
-            ways.append("raise the budget and resume with: " + resume_command(
-                sys.argv, study_name=started.study_name, storage=mask_secrets(started.storage),
-                sweep_dir=sweep_dir))  # fmt: skip
-        log.error("no trial completed (%s)%s: nothing to verify or export%s", states or "none ran",
-                  why, "".join(f"; {w}" for w in ways))  # fmt: skip
+            ways.append(
+                "raise the budget and resume with: "
+                + resume_command(
+                    sys.argv,
+                    study_name=started.study_name,
+                    storage=mask_secrets(started.storage),
+                    sweep_dir=sweep_dir,
+                )
+            )
+        log.error(
+            "no trial completed (%s)%s: nothing to verify or export%s",
+            states or "none ran",
+            why,
+            "".join(f"; {w}" for w in ways),
+        )
         sys.exit(1)
 
     def _verify_and_export(
@@ -264,13 +300,22 @@ class SweepEngine:
         best_path, costs, plan = None, None, None
         if verification.winner is not None:
             # production saves at an interval chosen from the winner's measured save stall
-            plan = plan_from_results(verification.winner.results, mtbf_h=settings.cost.mtbf_h,
-                                     planned_every=settings.cost.planned_checkpoint_every,
-                                     planned_steps=ctx.objective.planned_steps)  # fmt: skip
+            plan = plan_from_results(
+                verification.winner.results,
+                mtbf_h=settings.cost.mtbf_h,
+                planned_every=settings.cost.planned_checkpoint_every,
+                planned_steps=ctx.objective.planned_steps,
+            )
             cost = settings.cost
-            costs = sweep_costs(study, verification, baseline=started.baseline,
-                                objective=ctx.objective, usd_per_hour=cost.usd_per_hour,
-                                prices=cost.prices, mtbf_h=cost.mtbf_h)  # fmt: skip
+            costs = sweep_costs(
+                study,
+                verification,
+                baseline=started.baseline,
+                objective=ctx.objective,
+                usd_per_hour=cost.usd_per_hour,
+                prices=cost.prices,
+                mtbf_h=cost.mtbf_h,
+            )
             best_path = self._export(started, verification, tracker, sweep_dir, costs, plan)
         final_report(
             trials=study.get_trials(deepcopy=False),
@@ -288,9 +333,14 @@ class SweepEngine:
             for line in handoff_report(best_path, study.get_trials(deepcopy=False), plan):
                 say(line)
         if verification.winner is not None:
-            tell_story(study, verification, baseline=started.baseline,
-                    planned_steps=settings.cost.planned_steps, tracker=tracker,
-                    noise_floor=settings.verify.noise_floor)  # fmt: skip
+            tell_story(
+                study,
+                verification,
+                baseline=started.baseline,
+                planned_steps=settings.cost.planned_steps,
+                tracker=tracker,
+                noise_floor=settings.verify.noise_floor,
+            )
         return best_path
 
     @staticmethod
@@ -322,8 +372,10 @@ class SweepEngine:
         tracker.log_best(
             best_yaml=best_path,
             extra_artifacts=artifacts,
-            metrics={**best_metrics(next(r for r in rows if r["winner"])),
-                     **lead_metrics(winner.lead_over_start)},
+            metrics={
+                **best_metrics(next(r for r in rows if r["winner"])),
+                **lead_metrics(winner.lead_over_start),
+            },
             tags={
                 "verdict": winner.verdict.reason,
                 "decisive": winner.verdict.decisive,

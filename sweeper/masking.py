@@ -59,4 +59,3 @@ def scrub_files(paths: Iterable[Path]) -> list[Path]:
 def hydra_files(job_dir: Path) -> list[Path]:
     """What Hydra writes of a job's config: its .hydra/*.yaml, and the sweep's multirun.yaml."""
     return [*sorted((job_dir / ".hydra").glob("*.yaml")), job_dir.parent / "multirun.yaml"]
-

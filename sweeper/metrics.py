@@ -28,36 +28,79 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric(path=("tokens_per_s",), mlflow="throughput/tokens_per_s", trial_key="tokens_per_s",
-           row_key="tokens_per_s", best="best/tokens_per_s", column="tokens/s", unit="tokens/s"),
-    Metric(path=("step_time_s", "p50"), mlflow="time/step_s_p50", trial_key="step_time_p50_s",
-           row_key="step_time_s", best="best/step_s_p50", column="step p50", unit="s"),
+    Metric(
+        path=("tokens_per_s",),
+        mlflow="throughput/tokens_per_s",
+        trial_key="tokens_per_s",
+        row_key="tokens_per_s",
+        best="best/tokens_per_s",
+        column="tokens/s",
+        unit="tokens/s",
+    ),
+    Metric(
+        path=("step_time_s", "p50"),
+        mlflow="time/step_s_p50",
+        trial_key="step_time_p50_s",
+        row_key="step_time_s",
+        best="best/step_s_p50",
+        column="step p50",
+        unit="s",
+    ),
     Metric(path=("step_time_s", "p90"), mlflow="time/step_s_p90", unit="s"),
-    Metric(path=("step_time_s", "cv"), mlflow="time/step_cv", trial_key="step_time_cv",
-           unit="fraction"),
+    Metric(
+        path=("step_time_s", "cv"), mlflow="time/step_cv", trial_key="step_time_cv", unit="fraction"
+    ),
     Metric(path=("warmup_s",), mlflow="time/warmup_s", trial_key="warmup_s", unit="s"),
     Metric(path=("compile_s",), mlflow="time/compile_s", trial_key="compile_s", unit="s"),
-    Metric(path=("time_frac", "data_wait"), mlflow="time/data_wait_frac",
-           trial_key="data_wait_frac", row_key="data_wait_frac", best="best/data_wait_frac",
-           column="data wait", unit="fraction"),
+    Metric(
+        path=("time_frac", "data_wait"),
+        mlflow="time/data_wait_frac",
+        trial_key="data_wait_frac",
+        row_key="data_wait_frac",
+        best="best/data_wait_frac",
+        column="data wait",
+        unit="fraction",
+    ),
     Metric(path=("time_frac", "compute"), mlflow="time/compute_frac", unit="fraction"),
     Metric(path=("time_frac", "optimizer"), mlflow="time/optimizer_frac", unit="fraction"),
     Metric(path=("time_frac", "checkpoint"), mlflow="time/checkpoint_frac", unit="fraction"),
     Metric(path=("time_frac", "other"), mlflow="time/other_frac", unit="fraction"),
-    Metric(path=("mfu", "spec"), mlflow="mfu/spec", trial_key="mfu_spec", row_key="mfu_spec",
-           best="best/mfu_spec", column="MFU spec", unit="fraction"),
-    Metric(path=("mfu", "ceiling"), mlflow="mfu/ceiling", trial_key="mfu_ceiling",
-           row_key="mfu_ceiling", best="best/mfu_ceiling", column="MFU ceiling", unit="fraction"),
+    Metric(
+        path=("mfu", "spec"),
+        mlflow="mfu/spec",
+        trial_key="mfu_spec",
+        row_key="mfu_spec",
+        best="best/mfu_spec",
+        column="MFU spec",
+        unit="fraction",
+    ),
+    Metric(
+        path=("mfu", "ceiling"),
+        mlflow="mfu/ceiling",
+        trial_key="mfu_ceiling",
+        row_key="mfu_ceiling",
+        best="best/mfu_ceiling",
+        column="MFU ceiling",
+        unit="fraction",
+    ),
     Metric(path=("peak_memory_gib",), mlflow="memory/peak_gib", unit="GiB"),
     Metric(path=("loss", "first"), mlflow="loss/first"),
     Metric(path=("loss", "last"), mlflow="loss/last"),
     # the spread of tokens/s over a config's fresh verification runs (not in any one result)
     Metric(path=None, row_key="cv", best="best/cv", column="CV", unit="fraction"),
-)  # fmt: skip
+)
 BY_ROW_KEY = {m.row_key: m for m in METRICS if m.row_key}
 # the summary keys in the order the Optuna trial attribute has always stored them
-TRIAL_KEYS = ("tokens_per_s", "step_time_p50_s", "step_time_cv", "mfu_spec", "mfu_ceiling",
-              "data_wait_frac", "compile_s", "warmup_s")  # fmt: skip
+TRIAL_KEYS = (
+    "tokens_per_s",
+    "step_time_p50_s",
+    "step_time_cv",
+    "mfu_spec",
+    "mfu_ceiling",
+    "data_wait_frac",
+    "compile_s",
+    "warmup_s",
+)
 _BY_TRIAL_KEY = {m.trial_key: m for m in METRICS if m.trial_key}
 # the parent run's best/... metrics, in the order they have always been logged
 BEST_ROW_KEYS = ("tokens_per_s", "cv", "step_time_s", "mfu_spec", "mfu_ceiling", "data_wait_frac")
@@ -97,5 +140,8 @@ def lead_metrics(lead: Any) -> dict[str, float]:
     as the parent run's metrics: the ratio and its interval; none when there is no paired lead."""
     if lead is None:
         return {}
-    return {"best/lead_over_start": lead.ratio, "best/lead_over_start_low": lead.low,
-            "best/lead_over_start_high": lead.high}  # fmt: skip
+    return {
+        "best/lead_over_start": lead.ratio,
+        "best/lead_over_start_low": lead.low,
+        "best/lead_over_start_high": lead.high,
+    }

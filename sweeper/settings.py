@@ -95,8 +95,9 @@ def check(s: SweepSettings) -> None:
     if s.verify.top_k < 1:
         raise ValueError(f"hydra.sweeper.verify.top_k must be at least 1, got {s.verify.top_k}")
     if s.n_trials < 0:
-        raise ValueError(f"hydra.sweeper.n_trials must be 0 (no limit) or positive, got "
-                         f"{s.n_trials}")  # fmt: skip
+        raise ValueError(
+            f"hydra.sweeper.n_trials must be 0 (no limit) or positive, got {s.n_trials}"
+        )
     _check_budget(s.budget)
     _check_cost(s.cost)
     _check_compile_cache(s.compile_cache)
@@ -161,20 +162,29 @@ def check_guard(g: GuardConf) -> None:
     if g.mode not in GUARD_MODES:
         raise ValueError(f"hydra.sweeper.guard.mode={g.mode!r}: use auto, on or off")
     if isinstance(g.steps, bool) or not isinstance(g.steps, int) or g.steps < 5:
-        raise ValueError(f"hydra.sweeper.guard.steps={g.steps!r}: use an integer >= 5 (a curve "
-                         f"of a few windows), e.g. 20")  # fmt: skip
+        raise ValueError(
+            f"hydra.sweeper.guard.steps={g.steps!r}: use an integer >= 5 (a curve "
+            f"of a few windows), e.g. 20"
+        )
     if isinstance(g.seeds, bool) or not isinstance(g.seeds, int) or g.seeds < 2:
-        raise ValueError(f"hydra.sweeper.guard.seeds={g.seeds!r}: a seed spread needs at least 2 "
-                         f"reference runs (2 is the default)")  # fmt: skip
+        raise ValueError(
+            f"hydra.sweeper.guard.seeds={g.seeds!r}: a seed spread needs at least 2 "
+            f"reference runs (2 is the default)"
+        )
     if not (isinstance(g.k, int | float) and 0 < g.k < float("inf")):
-        raise ValueError(f"hydra.sweeper.guard.k={g.k!r}: use a finite number > 0 (the tolerance "
-                         f"is k x the seed spread), e.g. 2")  # fmt: skip
+        raise ValueError(
+            f"hydra.sweeper.guard.k={g.k!r}: use a finite number > 0 (the tolerance "
+            f"is k x the seed spread), e.g. 2"
+        )
     if not (isinstance(g.floor, int | float) and 0 <= g.floor < float("inf")):
-        raise ValueError(f"hydra.sweeper.guard.floor={g.floor!r}: use a finite number of nats "
-                         f">= 0, e.g. 0.01")  # fmt: skip
+        raise ValueError(
+            f"hydra.sweeper.guard.floor={g.floor!r}: use a finite number of nats >= 0, e.g. 0.01"
+        )
     if isinstance(g.tokens, bool) or not isinstance(g.tokens, int) or g.tokens < 1:
-        raise ValueError(f"hydra.sweeper.guard.tokens={g.tokens!r}: use an integer >= 1 (the most "
-                         f"tokens in one curve step), e.g. 65536")  # fmt: skip
+        raise ValueError(
+            f"hydra.sweeper.guard.tokens={g.tokens!r}: use an integer >= 1 (the most "
+            f"tokens in one curve step), e.g. 65536"
+        )
 
 
 PLAN_SOFTWARE = ("torchao", "fa3", "fa4")

@@ -93,16 +93,21 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     if grid_points is not None:
         queue_grid(study, grid_points)
     # the child reports running tokens/s in these units (train/core/pruning.py)
-    study.set_user_attr(OBJECTIVE_ATTR, {
-        "name": p.objective.name,
-        "planned_tokens": p.objective.planned_steps * p.ctx.tokens_per_step,
-    })  # fmt: skip
+    study.set_user_attr(
+        OBJECTIVE_ATTR,
+        {
+            "name": p.objective.name,
+            "planned_tokens": p.objective.planned_steps * p.ctx.tokens_per_step,
+        },
+    )
     p.ctx.ooms.extend(past_ooms(own_outcomes(study), p.space))
     baseline = baseline_params(
         p.space, p.base, device_type=p.device.device_type, bf16=p.device.bf16_supported
     )
-    if grid_points is None and baseline is not None and not any(
-        t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)
+    if (
+        grid_points is None
+        and baseline is not None
+        and not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
     ):
         # The starting config is measured first, so the report can say what changed and why.
         study.enqueue_trial(baseline, user_attrs={"baseline": True})
@@ -111,8 +116,10 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         queue_design(study, p.space, baseline, s, queued=queued)
     study.set_user_attr(SPACE_ATTR, {k: str(v) for k, v in s.space.items()})
     # where and when it ran: plan mode calibrates from finished sweeps of the same key
-    study.set_user_attr(PLAN_KEY_ATTR, plan_key(model=str(p.base["model.name"]),
-                                                search=s.search_name, device=p.device.name))
+    study.set_user_attr(
+        PLAN_KEY_ATTR,
+        plan_key(model=str(p.base["model.name"]), search=s.search_name, device=p.device.name),
+    )
     if STARTED_ATTR not in study.user_attrs:
         study.set_user_attr(STARTED_ATTR, time.time())
     recover_interrupted(study)
@@ -122,8 +129,9 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     resumed = resume_line(study, s)
     if resumed:
         log.info("%s", resumed)
-    return Started(study=study, study_name=study_name, storage=storage, settings=s,
-                   baseline=baseline)  # fmt: skip
+    return Started(
+        study=study, study_name=study_name, storage=storage, settings=s, baseline=baseline
+    )
 
 
 SPACE_ATTR = "search_space"  # the study's searched keys and their ranges, as the sweep gave them
@@ -142,8 +150,11 @@ def check_same_space(study: optuna.Study, space: dict, *, search_name: str) -> N
         return
     was = str(study.user_attrs.get(PLAN_KEY_ATTR, "")).split("|")
     preset = was[1] if len(was) == 3 else "?"
-    changes = [f"{k} {before.get(k, 'not searched')} -> {now.get(k, 'not searched')}"
-               for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]  # fmt: skip
+    changes = [
+        f"{k} {before.get(k, 'not searched')} -> {now.get(k, 'not searched')}"
+        for k in sorted(set(before) | set(now))
+        if before.get(k) != now.get(k)
+    ]
     shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
     raise ValueError(
         f"study {study.study_name!r} was searched with search={preset} over another space than "
@@ -167,8 +178,9 @@ def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) 
     trials = study.get_trials(deepcopy=False)
     if any(t.user_attrs.get(PRIOR_ATTR) for t in trials) or len(trials) > 1:
         return []  # queued already, or a resumed study that is past its start
-    prior = prior_points(prepared.space, prepared.ctx, start=baseline,
-                         enabled=prepared.settings.prior)  # fmt: skip
+    prior = prior_points(
+        prepared.space, prepared.ctx, start=baseline, enabled=prepared.settings.prior
+    )
     s = prepared.settings
     room = s.n_trials - (baseline is not None) if s.n_trials > 0 else len(prior.points)
     points = prior.points[: max(0, room)]
@@ -181,9 +193,13 @@ def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) 
 
 
 def queue_design(
-    study: optuna.Study, space: SearchSpace, baseline: dict | None, settings: SweepSettings,
-    *, queued: list[dict] | None = None,
-) -> None:  # fmt: skip
+    study: optuna.Study,
+    space: SearchSpace,
+    baseline: dict | None,
+    settings: SweepSettings,
+    *,
+    queued: list[dict] | None = None,
+) -> None:
     """TPE's startup trials as a Latin-hypercube design (sweeper/search/design.py), queued once per
     study, after the starting config and the prior's `queued` points (which count among them)."""
     s = settings
@@ -217,8 +233,7 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
         tracker = SweepTracker(
             tracking_uri=s.mlflow.tracking_uri or None,
             # one experiment per study and storage: two studies of one name never share one
-            experiment=s.mlflow.experiment
-            or experiment_name(started.study_name, started.storage),
+            experiment=s.mlflow.experiment or experiment_name(started.study_name, started.storage),
             artifact_location=s.mlflow.artifact_location or None,
         )
     tracker.start_sweep(
@@ -237,7 +252,8 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
         tags={
             "study": started.study_name,
             "storage": mask_secrets(started.storage),
-            "device": device.name if device.device_type == "cuda"
+            "device": device.name
+            if device.device_type == "cuda"
             else f"cpu ({device.cpu_count} cores)",
             "device_type": device.device_type,
             "torch": (p.facts or {}).get("torch", ""),
@@ -271,5 +287,8 @@ def note_sweep_dir(study: optuna.Study, sweep_dir: Path) -> None:
         log.warning(
             "study %r has earlier outputs in %s; this run writes to %s (run with "
             "hydra.sweep.dir=%s to keep one study in one folder)",
-            study.study_name, first, sweep_dir, first,
-        )  # fmt: skip
+            study.study_name,
+            first,
+            sweep_dir,
+            first,
+        )

@@ -101,8 +101,13 @@ def sigkill_after_checkpoint(args: Sequence[str], *, checkpoint: Path, cwd: Path
     """Start `python -m train <args>`, SIGKILL it as soon as `checkpoint` exists (a production
     run killed mid-run, after that save), and wait for it to die."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
-    proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "train", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not checkpoint.exists() and proc.poll() is None:
         assert time.monotonic() < deadline, f"no {checkpoint.name} within 120 s"

@@ -92,18 +92,49 @@ def running_postgres(*, database: str = "optuna") -> Iterator[str]:
     data = root / "data"
     started = False
     try:
-        _run([*sudo, str(bindir / "initdb"), "-D", str(data), "-U", PG_USER, "-A", "trust",
-              "-E", "UTF8", "--no-sync"], "initdb")  # fmt: skip
+        _run(
+            [
+                *sudo,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                PG_USER,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            "initdb",
+        )
         # The OS picks a free port; another process may take it before the server binds, so retry.
         for attempt in range(3):
             port = free_port()
-            options = (f"-c listen_addresses=127.0.0.1 -c port={port} "
-                       f"-c unix_socket_directories={root} {SERVER_OPTIONS}")  # fmt: skip
+            options = (
+                f"-c listen_addresses=127.0.0.1 -c port={port} "
+                f"-c unix_socket_directories={root} {SERVER_OPTIONS}"
+            )
             start = subprocess.run(
-                [*sudo, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),
-                 "-w", "-t", str(STARTUP_TIMEOUT_S), "-o", options, "start"],
-                capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 30, check=False,
-            )  # fmt: skip
+                [
+                    *sudo,
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(root / "server.log"),
+                    "-w",
+                    "-t",
+                    str(STARTUP_TIMEOUT_S),
+                    "-o",
+                    options,
+                    "start",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=STARTUP_TIMEOUT_S + 30,
+                check=False,
+            )
             started = start.returncode == 0
             if started:
                 break
@@ -111,12 +142,26 @@ def running_postgres(*, database: str = "optuna") -> Iterator[str]:
                 log_path = root / "server.log"
                 tail = log_path.read_text()[-3000:] if log_path.exists() else ""
                 raise RuntimeError(f"pg_ctl start failed: {start.stderr}\n{tail}")
-        _run([*sudo, str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", PG_USER,
-              database], "createdb")  # fmt: skip
+        _run(
+            [
+                *sudo,
+                str(bindir / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                PG_USER,
+                database,
+            ],
+            "createdb",
+        )
         yield f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{port}/{database}"
     finally:
         if started:
             with contextlib.suppress(Exception):
-                _run([*sudo, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
-                      "stop"], "pg_ctl stop")  # fmt: skip
+                _run(
+                    [*sudo, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                    "pg_ctl stop",
+                )
         shutil.rmtree(root, ignore_errors=True)

@@ -48,14 +48,22 @@ def server_argv(root: Path, port: int) -> list[str]:
     """`mlflow server` flags for MLflow 3.x: with --serve-artifacts the server owns the artifact
     store (new experiments get `mlflow-artifacts:/`) so artifacts are listable through REST."""
     return [
-        sys.executable, "-m", "mlflow", "server",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", str(root / "artifacts"),
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
         "--serve-artifacts",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--workers", "1",
-    ]  # fmt: skip
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
 def wait_healthy(uri: str, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:

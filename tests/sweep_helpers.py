@@ -36,8 +36,13 @@ def unwrapped(lines: list[str], *, keep: Callable[[str], bool] = lambda line: Fa
     out: list[str] = []
     for line in lines:
         indent = len(line) - len(line.lstrip(" "))
-        if (out and line.strip() and not keep(line) and not keep(out[-1])
-                and indent >= len(out[-1]) - len(out[-1].lstrip(" ")) + 4):  # fmt: skip
+        if (
+            out
+            and line.strip()
+            and not keep(line)
+            and not keep(out[-1])
+            and indent >= len(out[-1]) - len(out[-1].lstrip(" ")) + 4
+        ):
             out[-1] += " " + line.strip()
         else:
             out.append(line)
@@ -78,16 +83,27 @@ def sweep_dirs(cwd: Path) -> list[Path]:
 
 
 def interrupt_sweep(
-    cwd: Path, argv: list[str], *, sig: int, ready: Callable[[], bool], settle_s: float,
+    cwd: Path,
+    argv: list[str],
+    *,
+    sig: int,
+    ready: Callable[[], bool],
+    settle_s: float,
     again_after_s: float | None = None,
-) -> tuple[int, str]:  # fmt: skip
+) -> tuple[int, str]:
     """Start the sweep `argv` in its own session (a signal reaches it as a terminal's Ctrl-C
     would), wait until `ready()`, let it run `settle_s` more, send `sig` (and, with
     `again_after_s`, once more that long after, if it still runs), and return its exit code and
     output (unwrapped: `said`); whatever is left of it is killed."""
-    proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not ready():

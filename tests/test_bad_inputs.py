@@ -43,24 +43,37 @@ SWEEP_CASES = [
     ("hydra.sweeper.n_trails=3", ["hydra.sweeper.n_trails", "did you mean hydra.sweeper.n_trials"]),
     # an old flat name (the settings come in groups): refused naming its new name, not aliased;
     # tests/test_settings.py refuses every old name of the table
-    ("hydra.sweeper.verify_repeats=3",
-     ["hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats"]),
+    (
+        "hydra.sweeper.verify_repeats=3",
+        ["hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats"],
+    ),
     ("hydra.sweeper.mlflow=false", ["hydra.sweeper.mlflow is now hydra.sweeper.mlflow.enabled"]),
-    ("hydra.sweeper.verify.repeat=3",
-     ["hydra.sweeper.verify.repeat", "did you mean hydra.sweeper.verify.repeats"]),
+    (
+        "hydra.sweeper.verify.repeat=3",
+        ["hydra.sweeper.verify.repeat", "did you mean hydra.sweeper.verify.repeats"],
+    ),
     # checked where Hydra instantiates the sweeper: still one line, exit 2
     ("hydra.sweeper.verify.repeats=0", ["hydra.sweeper.verify.repeats", "at least 1"]),
     ("hydra.sweeper.guard.seeds=1", ["hydra.sweeper.guard.seeds=1", "at least 2"]),
     ("hydra.sweeper.guard.tokens=0", ["hydra.sweeper.guard.tokens=0", "65536"]),
     ("hydra.sweeper.compile_cache=''", ["hydra.sweeper.compile_cache", "auto", "off"]),
     # trial limits no trial can meet: refused before the zygote, not found when every trial failed
-    ("search=smoke hydra.sweeper.budget.trial_timeout_s=0.5",
-     ["hydra.sweeper.budget.trial_timeout_s=0.5 is shorter than the quickest trial",
-      "every trial would time out; set it above "]),
-    ("search=smoke hydra.sweeper.budget.stall_timeout_s=3",
-     ["hydra.sweeper.budget.stall_timeout_s=3 is not longer than the gap between a healthy "
-      "trial's heartbeats", "killed as stalled; set more than 10"]),
-]  # fmt: skip
+    (
+        "search=smoke hydra.sweeper.budget.trial_timeout_s=0.5",
+        [
+            "hydra.sweeper.budget.trial_timeout_s=0.5 is shorter than the quickest trial",
+            "every trial would time out; set it above ",
+        ],
+    ),
+    (
+        "search=smoke hydra.sweeper.budget.stall_timeout_s=3",
+        [
+            "hydra.sweeper.budget.stall_timeout_s=3 is not longer than the gap between a healthy "
+            "trial's heartbeats",
+            "killed as stalled; set more than 10",
+        ],
+    ),
+]
 
 TRAIN_CASES = [
     *MISTYPED,
@@ -70,8 +83,10 @@ TRAIN_CASES = [
     ("batch.tokens_per_step=1000", ["batch.tokens_per_step", "multiple"]),
     # a batch that does not split across 2 ranks: refused before any rank starts (issue 19); a
     # grad_accum the command line gives is kept as given (one the config holds is divided)
-    ("runtime.nproc=2 batch.grad_accum=8", ["x world (2) = 8192, but batch.tokens_per_step is 4096",
-                                            "splits: 1x32"]),
+    (
+        "runtime.nproc=2 batch.grad_accum=8",
+        ["x world (2) = 8192, but batch.tokens_per_step is 4096", "splits: 1x32"],
+    ),
 ]
 
 
@@ -103,8 +118,15 @@ def test_sweep_refuses_before_anything_starts(tmp_path: Path, override: str, wor
 
 @pytest.mark.parametrize("override,words", TRAIN_CASES, ids=[c[0] for c in TRAIN_CASES])
 def test_trainer_refuses_before_any_step(tmp_path: Path, override: str, words: list[str]):
-    argv = [sys.executable, "-m", "train", "train.max_steps=2", f"hydra.run.dir={tmp_path}",
-            f"checkpoint.dir={tmp_path / 'ck'}", *override.split()]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "train",
+        "train.max_steps=2",
+        f"hydra.run.dir={tmp_path}",
+        f"checkpoint.dir={tmp_path / 'ck'}",
+        *override.split(),
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     _judge(f"train {override}", proc, words)
@@ -114,8 +136,9 @@ def test_trainer_refuses_before_any_step(tmp_path: Path, override: str, words: l
 
 @pytest.mark.parametrize("pinned", [False, True], ids=["composed", "--pinned"])
 @pytest.mark.parametrize("override,words", MISTYPED, ids=[c[0] for c in MISTYPED])
-def test_trial_refuses_a_mistyped_key(tmp_path: Path, exported_best: str, pinned: bool,
-                                      override: str, words: list[str]):  # fmt: skip
+def test_trial_refuses_a_mistyped_key(
+    tmp_path: Path, exported_best: str, pinned: bool, override: str, words: list[str]
+):
     """`python -m train.trial` answers a mistyped key as the sweep and the trainer do (issue 25),
     composed or after `--pinned FILE`, before anything runs."""
     head = [f"hydra.run.dir={tmp_path / 'run'}"]
@@ -133,8 +156,14 @@ def test_trial_refuses_a_mistyped_key(tmp_path: Path, exported_best: str, pinned
 
 def _python_m(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -147,9 +176,11 @@ def exported_best(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     doc = best_config_document(
         trainer_config=OmegaConf.to_container(OmegaConf.structured(Config)),
-        metrics={"tokens_per_s": 1000.0}, fingerprint={}, command="python sweep.py -m",
+        metrics={"tokens_per_s": 1000.0},
+        fingerprint={},
+        command="python sweep.py -m",
         sweep={"study": "s", "trial": 0},
-    )  # fmt: skip
+    )
     return write_best_yaml(tmp_path_factory.mktemp("x") / "best.yaml", doc, header="x").read_text()
 
 
@@ -161,24 +192,45 @@ def _cut_before_runtime(text: str) -> bytes:
 
 # (case, the file's bytes from the exported text (None: a folder in its place), words of the line)
 BEST_YAML_CASES = [
-    ("cut short", _cut_before_runtime,
-     ["lacks pinned section(s) runtime, ddp, trial, train, provenance", "restore it"]),
-    ("not UTF-8", lambda t: t.replace("name:", "n\xe4me:", 1).encode("latin-1"),
-     ["is not UTF-8 text (byte 0xe4", "restore it"]),
+    (
+        "cut short",
+        _cut_before_runtime,
+        ["lacks pinned section(s) runtime, ddp, trial, train, provenance", "restore it"],
+    ),
+    (
+        "not UTF-8",
+        lambda t: t.replace("name:", "n\xe4me:", 1).encode("latin-1"),
+        ["is not UTF-8 text (byte 0xe4", "restore it"],
+    ),
     ("not YAML", lambda t: (t + "  lr: [0.1\n").encode(), ["is not valid YAML", "fix that line"]),
-    ("a second model section", lambda t: (t + "model:\n  n_layer: 4\n").encode(),
-     ["found duplicate key model", "fix that line"]),
+    (
+        "a second model section",
+        lambda t: (t + "model:\n  n_layer: 4\n").encode(),
+        ["found duplicate key model", "fix that line"],
+    ),
     ("empty", lambda t: b"", ["is empty", "restore it"]),
-    ("only the defaults list", lambda t: b"defaults:\n- train_schema\n",
-     ["sets no config section", "restore it"]),
+    (
+        "only the defaults list",
+        lambda t: b"defaults:\n- train_schema\n",
+        ["sets no config section", "restore it"],
+    ),
     ("a YAML list", lambda t: b"- model\n- batch\n", ["holds a list, not a mapping", "restore it"]),
     ("a folder", None, ["cannot be read (Is a directory)", "give a readable YAML file"]),
-    ("a value of the wrong type", lambda t: t.replace("  micro_batch: ", "  micro_batch: x", 1)
-     .encode(), ["batch.micro_batch = 'x", "is not an int", "correct the value"]),
-    ("a key renamed since (old schema)", lambda t: t.replace("  micro_batch: ", "  micro_bs: ", 1)
-     .encode(), ["batch.micro_bs is not a setting of the trainer (did you mean "
-                 "batch.micro_batch?)", "older version of the schema", "rename or remove it"]),
-]  # fmt: skip
+    (
+        "a value of the wrong type",
+        lambda t: t.replace("  micro_batch: ", "  micro_batch: x", 1).encode(),
+        ["batch.micro_batch = 'x", "is not an int", "correct the value"],
+    ),
+    (
+        "a key renamed since (old schema)",
+        lambda t: t.replace("  micro_batch: ", "  micro_bs: ", 1).encode(),
+        [
+            "batch.micro_bs is not a setting of the trainer (did you mean batch.micro_batch?)",
+            "older version of the schema",
+            "rename or remove it",
+        ],
+    ),
+]
 
 
 def _write_best(folder: Path, case: str, text: str) -> Path:
@@ -203,9 +255,13 @@ def test_trainer_refuses_a_broken_best_yaml(tmp_path: Path, exported_best: str, 
 
 
 # (entry point, best.yaml case): the other readers of a best.yaml say the same line
-READER_CASES = [("trial --pinned", "cut short"), ("trial --pinned", "not UTF-8"),
-                ("explain --result", "cut short"), ("explain --result", "a YAML list"),
-                ("explain --result", "a key renamed since (old schema)")]  # fmt: skip
+READER_CASES = [
+    ("trial --pinned", "cut short"),
+    ("trial --pinned", "not UTF-8"),
+    ("explain --result", "cut short"),
+    ("explain --result", "a YAML list"),
+    ("explain --result", "a key renamed since (old schema)"),
+]
 
 
 @pytest.mark.parametrize("entry,case", READER_CASES, ids=[" ".join(c) for c in READER_CASES])
@@ -232,19 +288,26 @@ def _file_in(tmp: Path) -> Path:
 
 # (case, trial.out from the test's folder, words of the one line)
 TRIAL_OUT_CASES = [
-    ("through a file", lambda tmp: _file_in(tmp) / "sub" / "trial.json",
-     ["afile is a file, not a folder", "set trial.out to a file in a folder you can write"]),
-    ("under /proc", lambda tmp: Path("/proc/nope/trial.json"),
-     ["trial.out=/proc/nope/trial.json cannot be written", "set trial.out"]),
+    (
+        "through a file",
+        lambda tmp: _file_in(tmp) / "sub" / "trial.json",
+        ["afile is a file, not a folder", "set trial.out to a file in a folder you can write"],
+    ),
+    (
+        "under /proc",
+        lambda tmp: Path("/proc/nope/trial.json"),
+        ["trial.out=/proc/nope/trial.json cannot be written", "set trial.out"],
+    ),
     ("a folder", lambda tmp: tmp, ["is a folder: name a file, e.g. trial.out="]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case,out,words", TRIAL_OUT_CASES, ids=[c[0] for c in TRIAL_OUT_CASES])
 def test_trial_refuses_a_result_path_it_cannot_write(tmp_path: Path, case, out, words):
     path = out(tmp_path)
-    proc = _python_m("train.trial", "model=tiny", f"trial.out={path}",
-                     f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    proc = _python_m(
+        "train.trial", "model=tiny", f"trial.out={path}", f"hydra.run.dir={tmp_path / 'run'}"
+    )
     _judge(f"trial trial.out {case}", proc, words)
     assert "warmup" not in proc.stdout + proc.stderr and not list(tmp_path.rglob("*.json"))
 
@@ -258,30 +321,49 @@ def _odd_token_files(tmp: Path) -> Path:
 
 # (case, overrides from the test's folder, words of the one line)
 PATH_CASES = [
-    ("data.dir is a file", lambda tmp: [f"data.dir={_file_in(tmp)}"],
-     ["data.dir=", "is a file, not a folder", "point data.dir at the folder"]),
-    ("a token file of odd length", lambda tmp: [f"data.dir={_odd_token_files(tmp)}"],
-     ["train.bin has 3 bytes, not a multiple of 2", "re-create it"]),
-    ("data.train_file is a folder", lambda tmp: [f"data.train_file={tmp}"],
-     ["data.train_file", "is a folder, not a token file"]),
-    ("data.dir to generate under /proc", lambda tmp: ["data.dir=/proc/synthetic"],
-     ["data.dir=/proc/synthetic cannot be written", "set data.dir"]),
-    ("checkpoint.dir is a file",
-     lambda tmp: ["checkpoint.every_steps=1", f"checkpoint.dir={_file_in(tmp)}"],
-     ["checkpoint.dir=", "is a file, not a folder", "set checkpoint.dir"]),
-    ("checkpoint.dir through a file",
-     lambda tmp: ["checkpoint.every_steps=1", f"checkpoint.dir={_file_in(tmp) / 'ck'}"],
-     ["checkpoint.dir=", "afile is a file, not a folder", "set checkpoint.dir"]),
-    ("checkpoint.dir under /proc",
-     lambda tmp: ["checkpoint.every_steps=1", "checkpoint.dir=/proc/x"],
-     ["checkpoint.dir=/proc/x cannot be written", "set checkpoint.dir"]),
-]  # fmt: skip
+    (
+        "data.dir is a file",
+        lambda tmp: [f"data.dir={_file_in(tmp)}"],
+        ["data.dir=", "is a file, not a folder", "point data.dir at the folder"],
+    ),
+    (
+        "a token file of odd length",
+        lambda tmp: [f"data.dir={_odd_token_files(tmp)}"],
+        ["train.bin has 3 bytes, not a multiple of 2", "re-create it"],
+    ),
+    (
+        "data.train_file is a folder",
+        lambda tmp: [f"data.train_file={tmp}"],
+        ["data.train_file", "is a folder, not a token file"],
+    ),
+    (
+        "data.dir to generate under /proc",
+        lambda tmp: ["data.dir=/proc/synthetic"],
+        ["data.dir=/proc/synthetic cannot be written", "set data.dir"],
+    ),
+    (
+        "checkpoint.dir is a file",
+        lambda tmp: ["checkpoint.every_steps=1", f"checkpoint.dir={_file_in(tmp)}"],
+        ["checkpoint.dir=", "is a file, not a folder", "set checkpoint.dir"],
+    ),
+    (
+        "checkpoint.dir through a file",
+        lambda tmp: ["checkpoint.every_steps=1", f"checkpoint.dir={_file_in(tmp) / 'ck'}"],
+        ["checkpoint.dir=", "afile is a file, not a folder", "set checkpoint.dir"],
+    ),
+    (
+        "checkpoint.dir under /proc",
+        lambda tmp: ["checkpoint.every_steps=1", "checkpoint.dir=/proc/x"],
+        ["checkpoint.dir=/proc/x cannot be written", "set checkpoint.dir"],
+    ),
+]
 
 
 @pytest.mark.parametrize("case,overrides,words", PATH_CASES, ids=[c[0] for c in PATH_CASES])
 def test_trainer_refuses_a_path_it_cannot_use(tmp_path: Path, case, overrides, words):
-    proc = _python_m("train", "train.max_steps=2", f"hydra.run.dir={tmp_path / 'run'}",
-                     *overrides(tmp_path))  # fmt: skip
+    proc = _python_m(
+        "train", "train.max_steps=2", f"hydra.run.dir={tmp_path / 'run'}", *overrides(tmp_path)
+    )
     _judge(f"train {case}", proc, words)
     assert not (tmp_path / "run" / "train_summary.json").exists()
     assert "step 1" not in proc.stdout + proc.stderr
@@ -337,11 +419,21 @@ def test_command_line_keys():
     """Plain overrides are checked before Hydra; group choices, flags and + additions are not."""
     fields = ["n_trials", "space", "storage"]
     keys.check_command_line(
-        ["-m", "search=smoke", "model=tiny", "hydra/launcher=joblib", "batch.micro_batch=4",
-         "hydra.sweep.dir=x", "hydra.sweeper.n_trials=3", "hydra.sweeper.space.a=1", "+x.y=1",
-         "model.n_layer=2", "provenance.sweep=a"],
+        [
+            "-m",
+            "search=smoke",
+            "model=tiny",
+            "hydra/launcher=joblib",
+            "batch.micro_batch=4",
+            "hydra.sweep.dir=x",
+            "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.space.a=1",
+            "+x.y=1",
+            "model.n_layer=2",
+            "provenance.sweep=a",
+        ],
         sweeper_fields=fields,
-    )  # fmt: skip
+    )
     with pytest.raises(ValueError, match=r"did you mean hydra\.sweeper\.n_trials"):
         keys.check_command_line(["hydra.sweeper.n_trails=3"], sweeper_fields=fields)
     with pytest.raises(ValueError, match=r"unknown setting model\.n_layers"):
@@ -350,9 +442,15 @@ def test_command_line_keys():
 
 @pytest.mark.parametrize(
     "spec,expected",
-    [("3,5", [3, 5]), ("choice(3, 5)", [3, 5]), ([2, 4], [2, 4]), ("range(1,4)", None),
-     ("interval(1,2)", None), ("a,b", None)],
-)  # fmt: skip
+    [
+        ("3,5", [3, 5]),
+        ("choice(3, 5)", [3, 5]),
+        ([2, 4], [2, 4]),
+        ("range(1,4)", None),
+        ("interval(1,2)", None),
+        ("a,b", None),
+    ],
+)
 def test_listed_ints(spec, expected):
     assert preflight.listed_ints(spec) == expected
 
@@ -368,11 +466,22 @@ def test_sweep_refuses_a_wall_budget_below_one_trial(tmp_path: Path):
     """A wall budget shorter than the quickest predicted trial is refused before the study opens
     (issue 19): it would end the search before any trial completed."""
     storage = tmp_path / "optuna.db"
-    proc = run_sweep(tmp_path, "search=smoke", f"hydra.sweeper.storage=sqlite:///{storage}",
-                     "hydra.sweeper.budget.max_wall_s=1", timeout=120)  # fmt: skip
-    _judge("sweep hydra.sweeper.budget.max_wall_s=1", proc, [
-        "hydra.sweeper.budget.max_wall_s=1 s cannot hold one trial", "predicted to take",
-        "set hydra.sweeper.budget.max_wall_s to at least"])  # fmt: skip
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        f"hydra.sweeper.storage=sqlite:///{storage}",
+        "hydra.sweeper.budget.max_wall_s=1",
+        timeout=120,
+    )
+    _judge(
+        "sweep hydra.sweeper.budget.max_wall_s=1",
+        proc,
+        [
+            "hydra.sweeper.budget.max_wall_s=1 s cannot hold one trial",
+            "predicted to take",
+            "set hydra.sweeper.budget.max_wall_s to at least",
+        ],
+    )
     assert proc.returncode == 2
     # no study (the storage check may have opened the file): no trial queued, none left waiting
     assert not storage.exists() or not optuna.study.get_all_study_names(f"sqlite:///{storage}")
@@ -387,15 +496,26 @@ def test_a_study_resumed_under_another_search_is_refused_naming_the_difference(t
     the first differences and the fix; the study and its trials are left as they were."""
     from tests.sweep_helpers import load_study
 
-    first = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.study_name=mine",
-                      "hydra.sweeper.n_trials=1", "hydra.sweeper.verify.top_k=1")  # fmt: skip
+    first = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.study_name=mine",
+        "hydra.sweeper.n_trials=1",
+        "hydra.sweeper.verify.top_k=1",
+    )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     before = [(t.number, t.state, t.params) for t in load_study(tmp_path, "mine").trials]
     proc = run_sweep(tmp_path, "search=quick", "hydra.sweeper.study_name=mine", timeout=300)
-    line = _judge("a study resumed under another search preset", proc, [
-        "study 'mine' was searched with search=smoke over another space than this sweep's "
-        "(search=quick): ", "resume it with search=smoke, or give this search its own study "
-        "(hydra.sweeper.study_name=<new name>)"])  # fmt: skip
+    line = _judge(
+        "a study resumed under another search preset",
+        proc,
+        [
+            "study 'mine' was searched with search=smoke over another space than this sweep's "
+            "(search=quick): ",
+            "resume it with search=smoke, or give this search its own study "
+            "(hydra.sweeper.study_name=<new name>)",
+        ],
+    )
     assert "batch.micro_batch choice(4, 8) -> " in line, line
     study = load_study(tmp_path, "mine")
     assert [(t.number, t.state, t.params) for t in study.trials] == before
@@ -426,4 +546,3 @@ def test_zz_count(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture)
     missing = sorted(expected - JUDGED_BY)
     assert not missing, f"cases that never judged their input (failed early, ran after): {missing}"
     assert CLEAN == TRIED, f"not rejected cleanly: {[t for t in TRIED if t not in CLEAN]}"
-

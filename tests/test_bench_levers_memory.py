@@ -16,12 +16,26 @@ import bench_levers_memory as bench  # scripts/ is not a package
 
 
 def rows(peaks: dict, *, off: float = 0.0) -> list[dict]:
-    return [{"loss": loss, "ac": ac, "measured_mib": mib, "predicted_mib": mib * (1 + off),
-             "phase": "x"} for (loss, ac), mib in peaks.items()]  # fmt: skip
+    return [
+        {
+            "loss": loss,
+            "ac": ac,
+            "measured_mib": mib,
+            "predicted_mib": mib * (1 + off),
+            "phase": "x",
+        }
+        for (loss, ac), mib in peaks.items()
+    ]
 
 
-GOOD = {("full", "none"): 100.0, ("full", "selective"): 95.0, ("full", "every"): 90.0,
-        ("chunked", "none"): 50.0, ("chunked", "selective"): 45.0, ("chunked", "every"): 40.0}
+GOOD = {
+    ("full", "none"): 100.0,
+    ("full", "selective"): 95.0,
+    ("full", "every"): 90.0,
+    ("chunked", "none"): 50.0,
+    ("chunked", "selective"): 45.0,
+    ("chunked", "every"): 40.0,
+}
 
 
 @pytest.mark.parametrize(
@@ -34,7 +48,7 @@ GOOD = {("full", "none"): 100.0, ("full", "selective"): 95.0, ("full", "every"):
         ({}, 0.16, "predicted +16.0% off"),
         ({}, -0.14, None),
     ],
-)  # fmt: skip
+)
 def test_the_bounds(change, off, match) -> None:
     bad = bench.bound_failures(rows({**GOOD, **change}, off=off))
     if match is None:
@@ -44,8 +58,12 @@ def test_the_bounds(change, off, match) -> None:
 
 
 def test_a_cut_down_run_measures_six_rows_and_passes(tmp_path: Path) -> None:
-    proc = run_script("bench_levers_memory", ["--model", "tiny", "--micro-batch", "4"],
-                      tmp_path=tmp_path, timeout=600)  # fmt: skip
+    proc = run_script(
+        "bench_levers_memory",
+        ["--model", "tiny", "--micro-batch", "4"],
+        tmp_path=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = {(r[0], r[1]): float(r[2]) for r in table_rows(proc.stdout, "") if r[0] != "loss"}
     assert set(found) == {(loss, ac) for loss in bench.LOSSES for ac in bench.RECOMPUTE}

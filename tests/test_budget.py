@@ -92,10 +92,14 @@ def test_trials_left(settings, elapsed, reserve, left) -> None:
         ({"verify.top_k": 1, "verify.repeats": 2}, [10.0], 50.0, 200.0),
         ({"verify.top_k": 1, "verify.repeats": 1}, [], 0.0, 0.0),  # nothing measured yet
         # never more than VERIFY_SHARE of a wall budget
-        ({"verify.top_k": 3, "verify.repeats": 3, "budget.max_wall_s": 100.0}, [20.0], 0.0,
-         VERIFY_SHARE * 100.0),
+        (
+            {"verify.top_k": 3, "verify.repeats": 3, "budget.max_wall_s": 100.0},
+            [20.0],
+            0.0,
+            VERIFY_SHARE * 100.0,
+        ),
     ],
-)  # fmt: skip
+)
 def test_verify_reserve(settings, walls, real_s, reserve) -> None:
     b = budget(**settings)
     assert b.verify_reserve_s(make_study(walls), real_s) == pytest.approx(reserve)
@@ -110,12 +114,15 @@ def test_verify_reserve(settings, walls, real_s, reserve) -> None:
         ({"n_trials": 0}, 0.0, None),  # no trial limit and no wall budget: unknown
         ({"n_trials": 0, "budget.max_wall_s": 100.0}, 40.0, 60.0),  # the wall budget's rest
         # the wall budget ends the sweep before the trials would
-        ({"n_trials": 5, "verify.top_k": 2, "verify.repeats": 2, "budget.max_wall_s": 100.0}, 50.0,
-         50.0),
+        (
+            {"n_trials": 5, "verify.top_k": 2, "verify.repeats": 2, "budget.max_wall_s": 100.0},
+            50.0,
+            50.0,
+        ),
         # past the budget: the race's first round (the top 3 and the start) still runs
         ({"n_trials": 5, "budget.max_wall_s": 100.0}, 150.0, 40.0),
     ],
-)  # fmt: skip
+)
 def test_eta(settings, elapsed, eta) -> None:
     clock = FakeClock()
     b = budget(clock, **settings)
@@ -196,8 +203,9 @@ def test_failure_rate(kinds, rate, minimum, exceeded) -> None:
 def test_a_wall_budget_below_one_predicted_trial_is_refused(
     max_wall_s, setting, quickest, refused
 ) -> None:
-    error = wall_budget_error(max_wall_s=max_wall_s, setting=setting, quickest_s=quickest,
-                              overhead_s=15.0)  # fmt: skip
+    error = wall_budget_error(
+        max_wall_s=max_wall_s, setting=setting, quickest_s=quickest, overhead_s=15.0
+    )
     if refused is None:
         assert error is None
         return
@@ -209,8 +217,12 @@ def test_a_wall_budget_below_one_predicted_trial_is_refused(
 def test_the_search_end_names_the_budget_what_it_allowed_and_one_trial() -> None:
     clock = FakeClock()
     study = make_study([10.0, 14.0, 12.0])
-    walled = Budget(settings_from({"n_trials": 9, "budget.max_wall_s": 60.0}), clock=clock,
-                    started=clock() - 50.0, predicted_trial_s=9.5)  # fmt: skip
+    walled = Budget(
+        settings_from({"n_trials": 9, "budget.max_wall_s": 60.0}),
+        clock=clock,
+        started=clock() - 50.0,
+        predicted_trial_s=9.5,
+    )
     assert walled.ended_by(study, verify_estimate_s=12.0) == WALL
     assert walled.end_line(study, WALL, ran_here=3) == (
         "the wall budget ended the search: hydra.sweeper.budget.max_wall_s=60 s allowed 3 trial(s) "
@@ -222,8 +234,10 @@ def test_the_search_end_names_the_budget_what_it_allowed_and_one_trial() -> None
         "the trial budget ended the search: hydra.sweeper.n_trials=3 allowed 3 trial(s) in the "
         "study (3 counted, 2 launched here); one trial took 12.0 s (median; predicted ?)"
     )
-    assert Budget(settings_from({"n_trials": 5}), clock=clock).ended_by(
-        study, verify_estimate_s=0.0) is None  # fmt: skip
+    assert (
+        Budget(settings_from({"n_trials": 5}), clock=clock).ended_by(study, verify_estimate_s=0.0)
+        is None
+    )
 
 
 def test_queued_points_the_search_never_ran_are_failed_as_unrun_and_queued_again() -> None:
@@ -237,9 +251,15 @@ def test_queued_points_the_search_never_ran_are_failed_as_unrun_and_queued_again
     assert requeue_unrun(study) == [1, 2]  # the next sweep on the study runs them after all
     assert requeue_unrun(study) == []  # once
     queued = study.get_trials(states=(TrialState.WAITING,))
-    assert [(planned_params(t), t.user_attrs.get("baseline"), t.user_attrs.get("design"),
-             t.user_attrs[REQUEUED_ATTR]) for t in queued] == [
-        ({"mb": 8}, True, None, 1), ({"mb": 16}, None, True, 2)]  # fmt: skip
+    assert [
+        (
+            planned_params(t),
+            t.user_attrs.get("baseline"),
+            t.user_attrs.get("design"),
+            t.user_attrs[REQUEUED_ATTR],
+        )
+        for t in queued
+    ] == [({"mb": 8}, True, None, 1), ({"mb": 16}, None, True, 2)]
 
 
 FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow.enabled=false", "hydra.sweeper.verify.top_k=1"]
@@ -249,10 +269,20 @@ FAST_SMOKE = ["search=smoke", "hydra.sweeper.mlflow.enabled=false", "hydra.sweep
     ("n_trials", "walls", "kinds", "starts"),
     [
         (5, [], (), None),  # a new study: nothing to say
-        (5, [1.0, 2.0], ("excluded",), "the study holds 2 of its 5 trial(s) (hydra.sweeper."
-         "n_trials=5): it searches up to 3 more before verification"),  # excluded cost nothing
-        (2, [1.0, 2.0], ("oom",), "the study holds 3 trial(s), its hydra.sweeper.n_trials=2 "
-         "spent: no search, straight to verification"),  # a failure is a spent trial
+        (
+            5,
+            [1.0, 2.0],
+            ("excluded",),
+            "the study holds 2 of its 5 trial(s) (hydra.sweeper."
+            "n_trials=5): it searches up to 3 more before verification",
+        ),  # excluded cost nothing
+        (
+            2,
+            [1.0, 2.0],
+            ("oom",),
+            "the study holds 3 trial(s), its hydra.sweeper.n_trials=2 "
+            "spent: no search, straight to verification",
+        ),  # a failure is a spent trial
         (0, [1.0], (), "the study holds 1 trial(s) and has no trial budget"),
     ],
 )
@@ -269,17 +299,25 @@ def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(t
     """TPE queues 11 spread-out points; a 30 s budget (after a ~10 s start, at most five trials
     measured for 4 s each) runs some, and says why it stopped. A continuous learning rate
     (ignored by throughput) keeps the space from running out first, whatever the machine's speed."""
-    proc = run_sweep(tmp_path, *FAST_SMOKE, "optim.lr=interval(0.0001,0.0005)",
-                     "trial.max_steps=10000", "trial.max_seconds=4",  # a window of 4 s
-                     "hydra.sweeper.sampler=tpe", "hydra.sweeper.n_startup_trials=12",
-                     "hydra.sweeper.n_trials=50", "hydra.sweeper.budget.max_wall_s=30",
-                     "hydra.sweeper.study_name=wall")  # fmt: skip
+    proc = run_sweep(
+        tmp_path,
+        *FAST_SMOKE,
+        "optim.lr=interval(0.0001,0.0005)",
+        "trial.max_steps=10000",
+        "trial.max_seconds=4",  # a window of 4 s
+        "hydra.sweeper.sampler=tpe",
+        "hydra.sweeper.n_startup_trials=12",
+        "hydra.sweeper.n_trials=50",
+        "hydra.sweeper.budget.max_wall_s=30",
+        "hydra.sweeper.study_name=wall",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out
     (line,) = [ln for ln in out.splitlines() if "budget ended the search" in ln]
-    assert line.startswith("the wall budget ended the search: hydra.sweeper.budget.max_wall_s=30 s "
-                           "allowed "), line  # fmt: skip
+    assert line.startswith(
+        "the wall budget ended the search: hydra.sweeper.budget.max_wall_s=30 s allowed "
+    ), line
     assert "one trial took" in line and "predicted" in line, line
     study = load_study(tmp_path, "wall")
     assert not study.get_trials(states=(TrialState.WAITING,))
@@ -290,23 +328,37 @@ def test_a_wall_budget_ends_the_search_in_one_line_and_leaves_no_trial_waiting(t
     # the same command again searches on (only n_trials carries over) and says so; with
     # n_trials at the trials it holds, it goes straight to verification (issue 35)
     spent = Budget(settings_from({"n_trials": 50})).spent(study)
-    again = run_sweep(tmp_path, *FAST_SMOKE, "optim.lr=interval(0.0001,0.0005)",
-                      "trial.max_steps=10000", "trial.max_seconds=4",
-                      "hydra.sweeper.sampler=tpe", "hydra.sweeper.n_startup_trials=12",
-                      f"hydra.sweeper.n_trials={spent}", "hydra.sweeper.budget.max_wall_s=30",
-                      "hydra.sweeper.study_name=wall")  # fmt: skip
+    again = run_sweep(
+        tmp_path,
+        *FAST_SMOKE,
+        "optim.lr=interval(0.0001,0.0005)",
+        "trial.max_steps=10000",
+        "trial.max_seconds=4",
+        "hydra.sweeper.sampler=tpe",
+        "hydra.sweeper.n_startup_trials=12",
+        f"hydra.sweeper.n_trials={spent}",
+        "hydra.sweeper.budget.max_wall_s=30",
+        "hydra.sweeper.study_name=wall",
+    )
     out = again.stdout + again.stderr
     assert again.returncode == 0, out[-3000:]
-    assert (f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={spent} spent: no "
-            "search, straight to verification") in out
+    assert (
+        f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={spent} spent: no "
+        "search, straight to verification"
+    ) in out
     after = load_study(tmp_path, "wall")
     assert Budget(settings_from({"n_trials": 50})).spent(after) == spent
     assert "the trial budget ended the search" in out
 
 
 def test_a_sweep_that_exports_nothing_exits_1_with_one_line(tmp_path) -> None:
-    proc = run_sweep(tmp_path, *FAST_SMOKE, "trial.fault=crash", "hydra.sweeper.n_trials=2",
-                     "hydra.sweeper.study_name=crash")  # fmt: skip
+    proc = run_sweep(
+        tmp_path,
+        *FAST_SMOKE,
+        "trial.fault=crash",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.study_name=crash",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     # the planted crashes log their own tracebacks as trial reasons; the sweep's end has none
@@ -314,7 +366,9 @@ def test_a_sweep_that_exports_nothing_exits_1_with_one_line(tmp_path) -> None:
     errors = [ln for ln in out.splitlines() if "nothing to verify or export" in ln]
     assert len(errors) == 1, out[-3000:]
     assert "no trial completed (crash 2" in errors[0]
-    assert "the trial budget ended the search: hydra.sweeper.n_trials=2 allowed 2 trial(s)" in (
-        errors[0])  # fmt: skip
+    assert (
+        "the trial budget ended the search: hydra.sweeper.n_trials=2 allowed 2 trial(s)"
+        in (errors[0])
+    )
     assert "nothing to verify or export; see each failed trial's failure_reason" in errors[0]
     assert not load_study(tmp_path, "crash").get_trials(states=(TrialState.WAITING,))

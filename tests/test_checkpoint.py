@@ -676,7 +676,8 @@ def test_resume_skips_a_torn_newest_file_and_names_the_one_it_uses(
 
     model, opt = _model_and_opt()
     Checkpointer(CheckpointConfig(dir=str(tmp_path), keep=2)).save(
-        step=100, model=model, optimizer=opt, extra={})  # fmt: skip
+        step=100, model=model, optimizer=opt, extra={}
+    )
     checkpoint_path(tmp_path, 900).write_bytes(b"PK\x03\x04 torn")
     cfg = Config(checkpoint=CkptCfg(dir=str(tmp_path)))
     with caplog.at_level("WARNING"):

@@ -34,7 +34,7 @@ _MIB = 1 / 1024
         ("NVIDIA A10", "a10", (8, 6), 23028 * _MIB),
         ("NVIDIA L40S", "l40s", None, 46068 * _MIB),
     ],
-)  # fmt: skip
+)
 def test_a_device_name_finds_its_record(device_name, key, capability, memory_gib) -> None:
     chip = chip_for(device_name)
     assert chip is not None

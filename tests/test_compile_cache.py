@@ -34,11 +34,19 @@ BASE = {
     "data": {"num_workers": 1, "pin_memory": True, "prefetch_factor": 2},
     "checkpoint": {"every_steps": 3, "dir": "checkpoints", "mode": "sync"},
     "optim": {"lr": 6e-4, "fused": "auto"},
-    "runtime": {"compile": "default", "dtype": "fp32", "attention": "auto", "float8": "none",
-                "activation_checkpointing": "none", "threads": 0, "seed": 1,
-                "compile_cache": "/a", "loss": "full"},
+    "runtime": {
+        "compile": "default",
+        "dtype": "fp32",
+        "attention": "auto",
+        "float8": "none",
+        "activation_checkpointing": "none",
+        "threads": 0,
+        "seed": 1,
+        "compile_cache": "/a",
+        "loss": "full",
+    },
     "trial": {"max_steps": 20, "out": "trial.json"},
-}  # fmt: skip
+}
 
 
 def _with(dotted: str, value) -> dict:
@@ -124,8 +132,10 @@ def test_cache_state(hits, misses, compiled, enabled, state):
 
 def test_cache_env_table(tmp_path):
     assert cache_env("") == {}
-    assert cache_env("off") == {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
-                                "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}  # fmt: skip
+    assert cache_env("off") == {
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+    }
     env = cache_env(str(tmp_path / "c"))
     assert env == {
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c"),
@@ -183,8 +193,13 @@ def test_record_first_measurement_wins(tmp_path):
     second = charge_compile(path, entry=entry, compile_s=3.0, cache="hit", measured_by="job/1")
     assert first.first and not second.first
     assert (second.compile_s, second.cache, second.measured_by) == (40.0, "miss", "job/0")
-    other = charge_compile(path, entry=record_key("abc", device="H100", torch_version="2.13"),
-                           compile_s=90.0, cache="miss", measured_by="job/2")  # fmt: skip
+    other = charge_compile(
+        path,
+        entry=record_key("abc", device="H100", torch_version="2.13"),
+        compile_s=90.0,
+        cache="miss",
+        measured_by="job/2",
+    )
     assert other.first and other.compile_s == 90.0
     assert set(read_record(path)) == {entry, record_key("abc", device="H100", torch_version="2.13")}
     assert json.loads(path.read_text())["version"] == 1
@@ -192,8 +207,9 @@ def test_record_first_measurement_wins(tmp_path):
 
 def _charge(args):
     path, seconds = args
-    got = charge_compile(Path(path), entry="g", compile_s=seconds, cache="miss",
-                         measured_by=str(seconds))  # fmt: skip
+    got = charge_compile(
+        Path(path), entry="g", compile_s=seconds, cache="miss", measured_by=str(seconds)
+    )
     return got.compile_s
 
 
@@ -245,9 +261,10 @@ def test_use_compile_cache_off_gives_a_private_cold_folder():
         "print(ic.fx_graph_cache, fc.enable_autograd_cache,\n"
         "      d == os.environ['TORCHINDUCTOR_CACHE_DIR'], os.listdir(d),\n"
         "      os.environ['TRITON_CACHE_DIR'].startswith(d))\n"
-    )  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["False", "False", "True", "[]", "True"]
 
 
@@ -287,7 +304,11 @@ def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
     cached = bench.tally([job(None, 0), job("miss", 40.0, misses=2), job("hit", 4.0, hits=2)], 100)
     off = bench.tally([job(None, 0), job("off", 41.0), job("off", 39.0)], 150)
     assert (cached["compiled"], cached["compile_s"], cached["hits"], cached["misses"]) == (
-        2, 44.0, 2, 2)  # fmt: skip
+        2,
+        44.0,
+        2,
+        2,
+    )
     assert cached["states"] == {"hit": 1, "miss": 1} and off["states"] == {"off": 2}
     text = bench.report([("auto", cached), ("off", off), ("auto", cached), ("off", off)])
     assert "cache/off per pair: total compile s x0.55 [0.55-0.55]" in text

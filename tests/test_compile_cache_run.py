@@ -69,9 +69,22 @@ def test_trials_sharing_a_graph_compile_it_once_and_are_charged_alike(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(elsewhere)}
     train = subprocess.run(
-        [sys.executable, "-m", "train", "--config-path", str(sweep_dir), "--config-name", "best",
-         "train.max_steps=2", "train.eval_every=0"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "train",
+            "--config-path",
+            str(sweep_dir),
+            "--config-name",
+            "best",
+            "train.max_steps=2",
+            "train.eval_every=0",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert train.returncode == 0, train.stderr[-3000:]
     assert not elsewhere.exists() or not any(elsewhere.rglob("*.py"))

@@ -56,9 +56,17 @@ def _fresh_dynamo():
 
 @pytest.mark.parametrize(
     ("unit", "ok"),
-    [("model", True), ("block", True), ("blocks", False), ("Block", False), ("", False),
-     ("default", False), (None, False), (1, False)],
-)  # fmt: skip
+    [
+        ("model", True),
+        ("block", True),
+        ("blocks", False),
+        ("Block", False),
+        ("", False),
+        ("default", False),
+        (None, False),
+        (1, False),
+    ],
+)
 def test_the_compile_unit_rule(unit, ok) -> None:
     if ok:
         assert RuntimeConfig(compile_unit=unit).compile_unit == unit
@@ -69,9 +77,17 @@ def test_the_compile_unit_rule(unit, ok) -> None:
 
 
 def test_the_trainer_refuses_a_bad_unit_in_one_line(tmp_path: Path) -> None:
-    proc = run_cli("train", ["runtime.compile_unit=blocks", "train.max_steps=2",
-                             f"hydra.run.dir={tmp_path}", f"checkpoint.dir={tmp_path / 'ck'}"],
-                   cwd=tmp_path, timeout=180)  # fmt: skip
+    proc = run_cli(
+        "train",
+        [
+            "runtime.compile_unit=blocks",
+            "train.max_steps=2",
+            f"hydra.run.dir={tmp_path}",
+            f"checkpoint.dir={tmp_path / 'ck'}",
+        ],
+        cwd=tmp_path,
+        timeout=180,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-2000:]
     assert "Traceback" not in out
@@ -146,12 +162,14 @@ def test_a_block_compiled_model_matches_eager_and_compiles_one_block_graph() -> 
         (4, "every_2", False, 3),  # a recomputed block and a kept one: two block graphs
         (3, "every", True, 2),  # float8 linears swapped in before the compile
     ],
-)  # fmt: skip
+)
 def test_block_compile_composes(n_layer, recompute, float8, frames) -> None:
     if float8:
         pytest.importorskip("torchao.float8")
-    eager, model = _model(n_layer, recompute=recompute, float8=float8), _model(
-        n_layer, recompute=recompute, float8=float8)
+    eager, model = (
+        _model(n_layer, recompute=recompute, float8=float8),
+        _model(n_layer, recompute=recompute, float8=float8),
+    )
     loss_e = _step(eager, bf16=float8)
     counted = CompileCounterWithBackend("aot_eager")
     with torch.compiler.set_stance("default", force_backend=counted):
@@ -176,13 +194,24 @@ def test_the_whole_model_unit_is_one_graph() -> None:
 
 def test_a_trial_runs_block_compiled(synthetic_dir: Path, tmp_path: Path) -> None:
     """The trial's own path (config, build_model, the window, the result), compiled by aot_eager."""
-    cfg = compose_config([
-        "model.n_layer=4", "batch.tokens_per_step=512", "batch.micro_batch=4",
-        "batch.grad_accum=2", "runtime.device=cpu", "runtime.compile=default",
-        "runtime.compile_unit=block", "runtime.compile_cache=off", "data.num_workers=0",
-        f"data.dir={synthetic_dir}", f"checkpoint.dir={tmp_path / 'ck'}", "trial.warmup_steps=1",
-        "trial.max_steps=3", "trial.min_steps=3",
-    ])  # fmt: skip
+    cfg = compose_config(
+        [
+            "model.n_layer=4",
+            "batch.tokens_per_step=512",
+            "batch.micro_batch=4",
+            "batch.grad_accum=2",
+            "runtime.device=cpu",
+            "runtime.compile=default",
+            "runtime.compile_unit=block",
+            "runtime.compile_cache=off",
+            "data.num_workers=0",
+            f"data.dir={synthetic_dir}",
+            f"checkpoint.dir={tmp_path / 'ck'}",
+            "trial.warmup_steps=1",
+            "trial.max_steps=3",
+            "trial.min_steps=3",
+        ]
+    )
     counted = CompileCounterWithBackend("aot_eager")
     with torch.compiler.set_stance("default", force_backend=counted):
         result = run_trial(cfg, out_path=tmp_path / "trial.json")
@@ -217,18 +246,25 @@ def test_a_block_compile_is_priced_at_a_few_layers(n_layer) -> None:
         assert compile_s(costs, mode="none", n_layer=n_layer, float8=False, unit="block") == 0
     # a model shallower than the unit's price costs no more than its whole compile
     assert compile_s(GENERIC, mode="default", n_layer=1, float8=False, unit="block") == (
-        compile_s(GENERIC, mode="default", n_layer=1, float8=False))
+        compile_s(GENERIC, mode="default", n_layer=1, float8=False)
+    )
     cfg = {"model.n_layer": n_layer, "runtime.compile": "default", "batch.grad_accum": 1}
     t_model = trial_time(cfg, 1.0, device_type="cpu", num_params=10**6)
-    t_block = trial_time({**cfg, "runtime.compile_unit": "block"}, 1.0, device_type="cpu",
-                         num_params=10**6)  # fmt: skip
+    t_block = trial_time(
+        {**cfg, "runtime.compile_unit": "block"}, 1.0, device_type="cpu", num_params=10**6
+    )
     assert t_block.compile_s < t_model.compile_s
     assert t_block.total_s - t_block.compile_s == pytest.approx(t_model.total_s - t_model.compile_s)
 
 
-@pytest.mark.parametrize(("compile", "unit", "lost"), [
-    ("default", "block", True), ("default", "model", False), ("none", "block", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("compile", "unit", "lost"),
+    [
+        ("default", "block", True),
+        ("default", "model", False),
+        ("none", "block", False),
+    ],
+)
 def test_nanogpt_says_it_cannot_compile_block_by_block(compile, unit, lost) -> None:
     doc = best_doc(compile=compile)
     doc["runtime"]["compile_unit"] = unit
@@ -248,8 +284,13 @@ def test_nanogpt_says_it_cannot_compile_block_by_block(compile, unit, lost) -> N
 
 @pytest.mark.parametrize(("unit", "suggested"), [("model", True), ("block", False)])
 def test_a_compile_dominated_run_is_told_of_the_block_unit(unit, suggested) -> None:
-    result = make_result(**{"compile_s": 30.0, "config.runtime.compile": "default",
-                            "config.runtime.compile_unit": unit})  # fmt: skip
+    result = make_result(
+        **{
+            "compile_s": 30.0,
+            "config.runtime.compile": "default",
+            "config.runtime.compile_unit": unit,
+        }
+    )
     d = diagnose(result, planned_steps=20)
     assert d.verdict == "compile-dominated"
     assert ("runtime.compile_unit=block" in [f.fix for f in d.fixes]) is suggested
@@ -273,8 +314,12 @@ def test_block_compile_under_ddp(tmp_path: Path) -> None:
         comms = ExposedComms()
         counted = CompileCounterWithBackend("aot_eager")
         with torch.compiler.set_stance("default", force_backend=counted):
-            ddp = wrap_ddp(compile_model(model, mode="default", unit="block"),
-                           device=torch.device("cpu"), cfg=DdpConfig(), comms=comms)  # fmt: skip
+            ddp = wrap_ddp(
+                compile_model(model, mode="default", unit="block"),
+                device=torch.device("cpu"),
+                cfg=DdpConfig(),
+                comms=comms,
+            )
             with no_sync(ddp, False):
                 loss_c = _step(ddp)
             comms.arm(PhaseClock())
@@ -299,7 +344,9 @@ def test_the_unit_is_searched_beside_compile(search) -> None:
     assert space["runtime.compile_unit"] == "choice(model, block)"
     ctx = SpaceContext(tokens_per_step=4096, block_size=64)
     assert parse_param("runtime.compile_unit", space["runtime.compile_unit"], ctx).choices == (
-        "model", "block")
+        "model",
+        "block",
+    )
 
 
 @pytest.mark.slow
@@ -308,14 +355,35 @@ def test_the_benchmark_prints_measured_pairs(tmp_path: Path) -> None:
     row with its compile and step, no recompile, and the ratios."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_compile_unit.py", "--pairs", "1", "--n-layer", "2",
-         "--steps", "2", "--grad-accum", "1", "--out", str(tmp_path / "out.txt")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/bench_compile_unit.py",
+            "--pairs",
+            "1",
+            "--n-layer",
+            "2",
+            "--steps",
+            "2",
+            "--grad-accum",
+            "1",
+            "--out",
+            str(tmp_path / "out.txt"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {cells[1]: cells for cells in (
-        [c.strip() for c in line.strip("|").split("|")]
-        for line in proc.stdout.splitlines() if line.startswith("| 1 "))}  # fmt: skip
+    rows = {
+        cells[1]: cells
+        for cells in (
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in proc.stdout.splitlines()
+            if line.startswith("| 1 ")
+        )
+    }
     assert set(rows) == {"model", "block"}
     for cells in rows.values():
         compile_s, probe_s, step_ms = float(cells[2]), float(cells[3]), float(cells[5])

@@ -136,6 +136,9 @@ def test_targets(tmp_path: Path) -> None:
     check_file_target("trial.out", tmp_path / "a" / "r.json", example_name="trial.json")
     with pytest.raises(ValueError, match=r"trial.out=.* is a folder: name a file, e\.g\."):
         check_file_target("trial.out", tmp_path, example_name="trial.json")
-    with pytest.raises(ValueError, match=r"checkpoint.dir=.*/file/ck cannot be written: .*/file "
-                       r"is a file, not a folder; set checkpoint.dir to a folder"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint.dir=.*/file/ck cannot be written: .*/file "
+        r"is a file, not a folder; set checkpoint.dir to a folder",
+    ):
         check_folder_target("checkpoint.dir", tmp_path / "file" / "ck")

@@ -44,16 +44,29 @@ def record(name: str, level: int, msg: str) -> logging.LogRecord:
 @pytest.mark.parametrize(
     ("name", "level", "msg", "shown"),
     [
-        ("hydra._internal.core_plugins.basic_launcher", logging.INFO, "Launching 1 jobs locally",
-         False),
+        (
+            "hydra._internal.core_plugins.basic_launcher",
+            logging.INFO,
+            "Launching 1 jobs locally",
+            False,
+        ),
         ("hydra._internal.core_plugins.basic_launcher", logging.INFO, "\t#2 : search=smoke", False),
-        ("hydra_plugins.hydra_joblib_launcher._core", logging.INFO,
-         "Joblib.Parallel(n_jobs=2) is launching 1 jobs", False),
+        (
+            "hydra_plugins.hydra_joblib_launcher._core",
+            logging.INFO,
+            "Joblib.Parallel(n_jobs=2) is launching 1 jobs",
+            False,
+        ),
         ("sweeper.launch.job", logging.INFO, "trial in /x/multirun/a/b/2: complete", False),
         ("mlflow.store.db.utils", logging.INFO, "Creating initial MLflow database tables", False),
         ("optuna.storages._rdb.storage", logging.INFO, "A new study created in RDB", False),
-        ("py.warnings", logging.WARNING, "/o/_experimental.py:33: ExperimentalWarning: Argument "
-         "``heartbeat_interval`` is an experimental feature.", False),
+        (
+            "py.warnings",
+            logging.WARNING,
+            "/o/_experimental.py:33: ExperimentalWarning: Argument "
+            "``heartbeat_interval`` is an experimental feature.",
+            False,
+        ),
         # the sweep's own lines, and every warning or error, stay on the console
         ("sweeper.plan.prepare", logging.INFO, "trial limits: hard 10m00s", True),
         ("sweeper.verify.race_rounds", logging.INFO, "race round 1: trial 3, trial 0", True),
@@ -62,7 +75,7 @@ def record(name: str, level: int, msg: str) -> logging.LogRecord:
         ("py.warnings", logging.WARNING, "/x.py:1: DeprecationWarning: going away", True),
         ("hydra_plugins_of_mine", logging.INFO, "not a launcher", True),
     ],
-)  # fmt: skip
+)
 def test_console_filter(name: str, level: int, msg: str, shown: bool) -> None:
     assert ConsoleFilter().filter(record(name, level, msg)) is shown
 
@@ -88,14 +101,21 @@ def test_the_log_file_waits_for_its_folder(tmp_path: Path) -> None:
 
 def _hydra_logging():
     """Hydra's own hydra_logging config: one console handler on stdout."""
-    return OmegaConf.create({
-        "version": 1,
-        "formatters": {"simple": {"format": "[%(asctime)s][HYDRA] %(message)s"}},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "simple",
-                                 "stream": "ext://sys.stdout"}},
-        "root": {"level": "INFO", "handlers": ["console"]},
-        "disable_existing_loggers": False,
-    })  # fmt: skip
+    return OmegaConf.create(
+        {
+            "version": 1,
+            "formatters": {"simple": {"format": "[%(asctime)s][HYDRA] %(message)s"}},
+            "handlers": {
+                "console": {
+                    "class": "logging.StreamHandler",
+                    "formatter": "simple",
+                    "stream": "ext://sys.stdout",
+                }
+            },
+            "root": {"level": "INFO", "handlers": ["console"]},
+            "disable_existing_loggers": False,
+        }
+    )
 
 
 def test_routes_keep_chatter_in_the_file_only(tmp_path: Path) -> None:
@@ -144,12 +164,19 @@ def test_job_folders_are_linked_by_trial_number(tmp_path: Path) -> None:
     assert not (tmp_path / "trial-9").is_symlink()
 
 
-ROW = {"tokens_per_s": 1000.0, "step_time_s": 0.5, "mfu_spec": None, "mfu_ceiling": 0.2,
-       "data_wait_frac": 0.01, "params": {}}  # fmt: skip
+ROW = {
+    "tokens_per_s": 1000.0,
+    "step_time_s": 0.5,
+    "mfu_spec": None,
+    "mfu_ceiling": 0.2,
+    "data_wait_frac": 0.01,
+    "params": {},
+}
 
 
-@pytest.mark.parametrize(("cv", "n", "cell"), [(0.0, 1, "-"), (None, 1, "-"), (0.034, 3, "3.4%"),
-                                               (0.0, 2, "0.0%")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("cv", "n", "cell"), [(0.0, 1, "-"), (None, 1, "-"), (0.034, 3, "3.4%"), (0.0, 2, "0.0%")]
+)
 def test_cv_is_shown_only_where_n_is_above_one(cv, n, cell) -> None:
     assert _cell({**ROW, "cv": cv, "n": n}, "cv") == cell
 
@@ -159,11 +186,26 @@ def test_the_trial_line_names_the_trial_and_its_eta(monkeypatch) -> None:
 
     out = io.StringIO()
     monkeypatch.setattr(console_module, "console", Console(file=out, width=200))
-    eta = estimate(trials_left=2, trial_walls=[3.0], complete_walls=[4.0], contenders=3,
-                   repeats=2, max_rounds=0, wall_left_s=None)  # fmt: skip
-    trial_line(number=3, state="pruned", params={"batch.micro_batch": 8},
-               result={"tokens_per_s": 1234.0, "mfu": {"ceiling": 0.1}, "wall_s": 3.25},
-               reason="pruned [at step 6]", done=4, total=14, best=2000.0, eta=eta)  # fmt: skip
+    eta = estimate(
+        trials_left=2,
+        trial_walls=[3.0],
+        complete_walls=[4.0],
+        contenders=3,
+        repeats=2,
+        max_rounds=0,
+        wall_left_s=None,
+    )
+    trial_line(
+        number=3,
+        state="pruned",
+        params={"batch.micro_batch": 8},
+        result={"tokens_per_s": 1234.0, "mfu": {"ceiling": 0.1}, "wall_s": 3.25},
+        reason="pruned [at step 6]",
+        done=4,
+        total=14,
+        best=2000.0,
+        eta=eta,
+    )
     first, second = out.getvalue().splitlines()
     assert first.startswith("trial   3 pruned") and "in 3.2 s  micro_batch=8" in first
     assert "(pruned [at step 6])" in first  # brackets are text, not markup
@@ -171,10 +213,13 @@ def test_the_trial_line_names_the_trial_and_its_eta(monkeypatch) -> None:
     assert second.endswith("eta 30s (2 trial(s) x 3.0 s + race ~6 runs x 4.0 s)")
 
 
-@pytest.mark.parametrize(("n", "cv", "said"), [(1, 0.0, "median of 1 fresh runs.\n"),
-                                               (3, 0.012, "median of 3 fresh runs, CV 1.2%.\n")])
-def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(tmp_path, monkeypatch, n, cv,
-                                                               said) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "cv", "said"),
+    [(1, 0.0, "median of 1 fresh runs.\n"), (3, 0.012, "median of 3 fresh runs, CV 1.2%.\n")],
+)
+def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(
+    tmp_path, monkeypatch, n, cv, said
+) -> None:
     from types import SimpleNamespace
 
     from sweeper.report.export import export_winner
@@ -184,43 +229,72 @@ def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(tmp_path, monkeyp
     job_dir = tmp_path / "job7"
     job_dir.mkdir()
     OmegaConf.save(OmegaConf.create(_trainer_config()), job_dir / "trial_config.yaml")
-    winner = SimpleNamespace(number=7, trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
-                             results=[{"fingerprint": {"torch": "2.13.0"}}],
-                             verdict=SimpleNamespace(reason="fastest", decisive=True),
-                             outcome="decided", rounds=n, lead_over_start=None)  # fmt: skip
+    winner = SimpleNamespace(
+        number=7,
+        trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
+        results=[{"fingerprint": {"torch": "2.13.0"}}],
+        verdict=SimpleNamespace(reason="fastest", decisive=True),
+        outcome="decided",
+        rounds=n,
+        lead_over_start=None,
+    )
     row = {"trial": 7, "tokens_per_s": 1000.0, "n": n, "cv": cv, "params": {}}
-    path = export_winner(winner, [row], sweep_dir=tmp_path / "s", study_name="s",
-                         storage="sqlite:///x.db", planned_checkpoint_every=0)  # fmt: skip
+    path = export_winner(
+        winner,
+        [row],
+        sweep_dir=tmp_path / "s",
+        study_name="s",
+        storage="sqlite:///x.db",
+        planned_checkpoint_every=0,
+    )
     assert said in path.read_text().split("# Train with it")[0].replace("\n# ", " ")
 
 
 # -- what changed, in at most 160 characters a line ----------------------------------------------
 # The default CPU sweep's 14 knobs at the starting config (trial 0 of `search=throughput`)
 START = {
-    "batch.micro_batch": 8, "checkpoint.dir": "checkpoints", "checkpoint.every_steps": 3,
-    "checkpoint.mode": "sync", "data.num_workers": 1, "data.pin_memory": True,
-    "data.prefetch_factor": 2, "runtime.activation_checkpointing": "none",
-    "runtime.attention": "auto", "runtime.compile": "none", "runtime.dtype": "fp32",
-    "runtime.float8": "none", "runtime.loss": "full", "runtime.tf32": True,
-}  # fmt: skip
+    "batch.micro_batch": 8,
+    "checkpoint.dir": "checkpoints",
+    "checkpoint.every_steps": 3,
+    "checkpoint.mode": "sync",
+    "data.num_workers": 1,
+    "data.pin_memory": True,
+    "data.prefetch_factor": 2,
+    "runtime.activation_checkpointing": "none",
+    "runtime.attention": "auto",
+    "runtime.compile": "none",
+    "runtime.dtype": "fp32",
+    "runtime.float8": "none",
+    "runtime.loss": "full",
+    "runtime.tf32": True,
+}
 # Trials as a real run has them: the start, one knob changed, 11 of 14 changed, a crash with a long
 # multi-line reason, a point refused before it ran
 CHANGES = {
-    "batch.micro_batch": 32, "checkpoint.dir": "/dev/shm/throughput-sweep",
-    "checkpoint.every_steps": 6, "checkpoint.mode": "async", "data.num_workers": 2,
-    "data.pin_memory": False, "data.prefetch_factor": 4,
-    "runtime.activation_checkpointing": "every", "runtime.attention": "math",
-    "runtime.compile": "max-autotune-no-cudagraphs", "runtime.dtype": "bf16",
+    "batch.micro_batch": 32,
+    "checkpoint.dir": "/dev/shm/throughput-sweep",
+    "checkpoint.every_steps": 6,
+    "checkpoint.mode": "async",
+    "data.num_workers": 2,
+    "data.pin_memory": False,
+    "data.prefetch_factor": 4,
+    "runtime.activation_checkpointing": "every",
+    "runtime.attention": "math",
+    "runtime.compile": "max-autotune-no-cudagraphs",
+    "runtime.dtype": "bf16",
     "runtime.float8": "none",
-}  # fmt: skip
+}
 TRIALS = [
     ("complete", {}, None),
     ("complete", {"data.num_workers": 0}, None),
     ("pruned", CHANGES, "pruned at step 6: running 1,121 tokens/s below the median 11,059"),
-    ("crash", {"batch.micro_batch": 64, "runtime.compile": "default"},
-     "exit code 1: " + "RuntimeError: a very long compiler message " * 20 + "\nTraceback ..."),
+    (
+        "crash",
+        {"batch.micro_batch": 64, "runtime.compile": "default"},
+        "exit code 1: " + "RuntimeError: a very long compiler message " * 20 + "\nTraceback ...",
+    ),
     ("excluded", {"batch.micro_batch": 2}, "micro_batch 2 x grad_accum 1 is not 64 sequences"),
-]  # fmt: skip
+]
 
 
 def _capture(monkeypatch, width: int) -> io.StringIO:
@@ -243,9 +317,18 @@ def test_a_trial_line_names_only_what_changed_in_at_most_160_characters(
     result = {"tokens_per_s": 23820.5, "mfu": {"spec": None, "ceiling": 0.259}, "wall_s": 4.1}
     with caplog.at_level(logging.INFO, logger="sweeper.report.record"):
         for number, (state, change, reason) in enumerate(TRIALS):
-            trial_line(number=number, state=state, params={**START, **change},
-                       result=None if state == "excluded" else result, reason=reason,
-                       done=number + 1, total=14, best=23820.5, eta_s=6.0, start=START)  # fmt: skip
+            trial_line(
+                number=number,
+                state=state,
+                params={**START, **change},
+                result=None if state == "excluded" else result,
+                reason=reason,
+                done=number + 1,
+                total=14,
+                best=23820.5,
+                eta_s=6.0,
+                start=START,
+            )
     lines = out.getvalue().splitlines()
     assert max(map(len, lines)) <= min(width, MAX_CONSOLE_WIDTH)
     trials = out.getvalue().split("trial ")[1:]
@@ -271,19 +354,40 @@ def test_the_start_is_printed_once_in_full_by_its_full_names() -> None:
 
 
 def _row(trial: int, params: dict, **kw) -> dict:
-    return {"trial": trial, "params": params, "tokens_per_s": 46614.2, "step_time_s": 0.0856,
-            "mfu_spec": None, "mfu_ceiling": 0.268, "data_wait_frac": 0.011, "cv": 0.116, "n": 3,
-            "search_tokens_per_s": 51480.0, "search_projected": False, "winner": False,
-            "start": False, **kw}  # fmt: skip
+    return {
+        "trial": trial,
+        "params": params,
+        "tokens_per_s": 46614.2,
+        "step_time_s": 0.0856,
+        "mfu_spec": None,
+        "mfu_ceiling": 0.268,
+        "data_wait_frac": 0.011,
+        "cv": 0.116,
+        "n": 3,
+        "search_tokens_per_s": 51480.0,
+        "search_projected": False,
+        "winner": False,
+        "start": False,
+        **kw,
+    }
 
 
 ROWS = [
-    _row(8, {**START, **CHANGES}, winner=True, search_projected=True,
-         float8={"recipe": "tensorwise", "emulated": True, "linears_converted": 8,
-                 "linears_total": 9}),
+    _row(
+        8,
+        {**START, **CHANGES},
+        winner=True,
+        search_projected=True,
+        float8={
+            "recipe": "tensorwise",
+            "emulated": True,
+            "linears_converted": 8,
+            "linears_total": 9,
+        },
+    ),
     _row(0, START, start=True, tokens_per_s=23227.0, n=1),
     _row(5, {**START, "data.num_workers": 0}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("width", [100, 160])
@@ -354,8 +458,9 @@ def test_dropped_choices_are_folded_a_line_per_reason(caplog) -> None:
     from tests.test_space import BASE, make_ctx
 
     with caplog.at_level(logging.WARNING, logger="sweeper.space.params"):
-        parse_space({"runtime.attention": "choice(auto,flash,efficient,cudnn,math)"},
-                    make_ctx(base=BASE))  # fmt: skip
+        parse_space(
+            {"runtime.attention": "choice(auto,flash,efficient,cudnn,math)"}, make_ctx(base=BASE)
+        )
     head, *why = caplog.records[-1].getMessage().splitlines()
     assert head == "runtime.attention: dropped 2 of 5 choices: efficient, cudnn"
     assert why == ["  efficient, cudnn: has no CPU kernel"]

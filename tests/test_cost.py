@@ -117,29 +117,39 @@ def test_resolve_planned_steps(planned_steps, planned_tokens, tokens_per_step, e
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: resolve_planned_steps(planned_steps=-1, planned_tokens=1, tokens_per_step=1),
-         r"planned_steps must be 0 \(derive from planned_tokens\).*got -1"),
-        (lambda: resolve_planned_steps(planned_steps=2.5, planned_tokens=1, tokens_per_step=1),
-         "planned_steps must be 0"),
-        (lambda: planned_steps_for(planned_tokens=0, tokens_per_step=1),
-         "planned_tokens must be a positive integer, got 0"),
-        (lambda: planned_steps_for(planned_tokens=10, tokens_per_step=0),
-         "tokens_per_step must be a positive integer, got 0"),
+        (
+            lambda: resolve_planned_steps(planned_steps=-1, planned_tokens=1, tokens_per_step=1),
+            r"planned_steps must be 0 \(derive from planned_tokens\).*got -1",
+        ),
+        (
+            lambda: resolve_planned_steps(planned_steps=2.5, planned_tokens=1, tokens_per_step=1),
+            "planned_steps must be 0",
+        ),
+        (
+            lambda: planned_steps_for(planned_tokens=0, tokens_per_step=1),
+            "planned_tokens must be a positive integer, got 0",
+        ),
+        (
+            lambda: planned_steps_for(planned_tokens=10, tokens_per_step=0),
+            "tokens_per_step must be a positive integer, got 0",
+        ),
         (lambda: train_time(planned_steps=0, step_s=1.0), "planned_steps must be a positive"),
         (lambda: train_time(planned_steps=1, step_s=-1.0), "step_s must be >= 0 seconds, got -1"),
-        (lambda: train_time(planned_steps=1, step_s=1.0, compile_s=-2),
-         "compile_s must be >= 0"),
-        (lambda: train_time(planned_steps=1, step_s=1.0, save_every=-1),
-         "save_every must be 0"),
-        (lambda: usd_per_1b_tokens(total_s=10, planned_tokens=10, usd_per_hour=0),
-         "usd_per_hour must be > 0, got 0"),
-        (lambda: usd_per_1b_tokens(total_s=0, planned_tokens=10, usd_per_hour=1),
-         "total_s must be > 0"),
+        (lambda: train_time(planned_steps=1, step_s=1.0, compile_s=-2), "compile_s must be >= 0"),
+        (lambda: train_time(planned_steps=1, step_s=1.0, save_every=-1), "save_every must be 0"),
+        (
+            lambda: usd_per_1b_tokens(total_s=10, planned_tokens=10, usd_per_hour=0),
+            "usd_per_hour must be > 0, got 0",
+        ),
+        (
+            lambda: usd_per_1b_tokens(total_s=0, planned_tokens=10, usd_per_hour=1),
+            "total_s must be > 0",
+        ),
         (lambda: device_price("cpu", usd_per_hour=-1), "usd_per_hour must be >= 0"),
         (lambda: validate_prices({"H100": 0}), r"prices\['H100'\] must be a price in USD"),
         (lambda: validate_prices({"H100": "cheap"}), r"prices\['H100'\].*got 'cheap'"),
     ],
-)  # fmt: skip
+)
 def test_bad_values_name_the_field(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()

@@ -10,9 +10,15 @@ from sweeper.tracking import cost_metrics
 
 
 def _result(p50: float, *, compile_s: float = 0.0) -> dict:
-    return {"status": "complete", "tokens_per_step": 1_048_576, "compile_s": compile_s,
-            "step_time_s": {"p50": p50, "n": 10}, "checkpoint_s": [],
-            "config": {"checkpoint": {"every_steps": 0}}, "device": {"name": "H200"}}  # fmt: skip
+    return {
+        "status": "complete",
+        "tokens_per_step": 1_048_576,
+        "compile_s": compile_s,
+        "step_time_s": {"p50": p50, "n": 10},
+        "checkpoint_s": [],
+        "config": {"checkpoint": {"every_steps": 0}},
+        "device": {"name": "H200"},
+    }
 
 
 CFG = ObjectiveConfig(name="time_to_train", planned_steps=9537)
@@ -43,7 +49,11 @@ def test_metrics_carry_units_for_both_roles() -> None:
     start = run_cost([_result(21.0)], objective=CFG, usd_per_hour=2.0, trial=0)
     win = run_cost([_result(10.9, compile_s=60.0)], objective=CFG, usd_per_hour=2.0, trial=4)
     m = cost_metrics({"start": start, "winner": win})
-    assert set(m) == {"cost/time_to_train_h_start", "cost/time_to_train_h_winner",
-                      "cost/usd_per_1b_tokens_start", "cost/usd_per_1b_tokens_winner"}  # fmt: skip
+    assert set(m) == {
+        "cost/time_to_train_h_start",
+        "cost/time_to_train_h_winner",
+        "cost/usd_per_1b_tokens_start",
+        "cost/usd_per_1b_tokens_winner",
+    }
     assert m["cost/time_to_train_h_winner"] == pytest.approx((9537 * 10.9 + 60) / 3600)
     assert m["cost/usd_per_1b_tokens_winner"] < m["cost/usd_per_1b_tokens_start"]

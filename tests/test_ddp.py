@@ -87,11 +87,12 @@ def test_ranks_and_launch_come_from_torchruns_environment() -> None:
 
 def test_each_rank_reads_its_slice_of_the_global_batch(synthetic_dir: Path) -> None:
     """Batch i of 2 ranks x 3 sequences is batch i of one process with 6, split in two."""
-    tokens = open_tokens(synthetic_dir / "train.bin", format="auto", block_size=16,
-                         vocab_size=4096)  # fmt: skip
+    tokens = open_tokens(synthetic_dir / "train.bin", format="auto", block_size=16, vocab_size=4096)
     whole = TokenBatches(tokens, micro_batch=6, block_size=16, seed=7)
-    parts = [TokenBatches(tokens, micro_batch=3, block_size=16, seed=7, rank=r, world=2)
-             for r in range(2)]  # fmt: skip
+    parts = [
+        TokenBatches(tokens, micro_batch=3, block_size=16, seed=7, rank=r, world=2)
+        for r in range(2)
+    ]
     for i in (0, 1, 41):
         x, y = whole[i]
         assert torch.equal(torch.cat([p[i][0] for p in parts]), x)
@@ -144,16 +145,21 @@ def test_the_comm_hook_marks_the_last_bucket_in_a_real_ddp_backward(tmp_path: Pa
 
 # 1024 tokens a step: one process 8 x 2 x 64, or two ranks of 4 x 2 x 64 each (the same global
 # batch); four warm-up steps and a short window, so the first 5 steps are compared
-TRIAL = ("batch.tokens_per_step=1024", "batch.grad_accum=2", "trial.warmup_steps=4",
-         "trial.max_steps=4", "trial.min_steps=2", "trial.project_above_s=0")  # fmt: skip
+TRIAL = (
+    "batch.tokens_per_step=1024",
+    "batch.grad_accum=2",
+    "trial.warmup_steps=4",
+    "trial.max_steps=4",
+    "trial.min_steps=2",
+    "trial.project_above_s=0",
+)
 
 
 def trial(
     synthetic_dir: Path, out: Path, *overrides: str
 ) -> tuple[subprocess.CompletedProcess, dict]:
     """`python -m train.trial` with `overrides`; its process and result."""
-    argv = [*fast_overrides(synthetic_dir, out / "ck"), *TRIAL, f"hydra.run.dir={out}",
-            *overrides]  # fmt: skip
+    argv = [*fast_overrides(synthetic_dir, out / "ck"), *TRIAL, f"hydra.run.dir={out}", *overrides]
     proc = run_cli("train.trial", argv, cwd=out.parent, timeout=240)
     return proc, json.loads((out / "trial.json").read_text())
 
@@ -207,9 +213,15 @@ def test_a_failing_rank_fails_the_trial_with_its_reason_and_leaves_nothing_runni
 ) -> None:
     out = tmp_path / fault
     started = time.monotonic()
-    proc, result = trial(synthetic_dir, out, "batch.micro_batch=4", "runtime.nproc=2",
-                         f"trial.fault={fault}", "trial.fault_rank=1",
-                         "ddp.timeout_s=3")  # fmt: skip
+    proc, result = trial(
+        synthetic_dir,
+        out,
+        "batch.micro_batch=4",
+        "runtime.nproc=2",
+        f"trial.fault={fault}",
+        "trial.fault_rank=1",
+        "ddp.timeout_s=3",
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert result["status"] == "failed"
     assert result["failure"]["kind"] == kind
@@ -220,8 +232,13 @@ def test_a_failing_rank_fails_the_trial_with_its_reason_and_leaves_nothing_runni
 
 # ---- the production run under runtime.nproc=2 ---------------------------------------------------
 
-RUN = ("batch.tokens_per_step=512", "batch.grad_accum=2", "train.log_every=1", "train.eval_every=0",
-       "checkpoint.every_steps=5")  # fmt: skip
+RUN = (
+    "batch.tokens_per_step=512",
+    "batch.grad_accum=2",
+    "train.log_every=1",
+    "train.eval_every=0",
+    "checkpoint.every_steps=5",
+)
 
 
 def _train_argv(synthetic_dir: Path, ck: Path, out: Path, *overrides: str) -> list[str]:
@@ -249,8 +266,13 @@ def _losses(out: Path) -> dict[int, float]:
 def test_grad_accum_is_divided_across_ranks_where_the_split_was_made_for_others(
     tokens, micro_batch, grad_accum, world, want
 ) -> None:
-    got = grad_accum_across_ranks(tokens_per_step=tokens, micro_batch=micro_batch,
-                                  grad_accum=grad_accum, block_size=64, world=world)  # fmt: skip
+    got = grad_accum_across_ranks(
+        tokens_per_step=tokens,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        block_size=64,
+        world=world,
+    )
     assert got == want
     if got is not None:
         assert micro_batch * got * 64 * world == tokens
@@ -262,15 +284,27 @@ def test_a_single_process_split_trains_on_two_ranks_as_written(
     """The production example: a config whose split was made for one process (micro-batch 1 x
     grad_accum 8 x block 64 = 512 tokens) trains on runtime.nproc=2 with grad_accum 4 per rank,
     said in one line, the tokens per step kept; a grad_accum given beside it is the user's."""
-    base = [a for a in fast_overrides(synthetic_dir, tmp_path / "ck")
-            if not a.startswith(("batch.micro_batch=", "batch.grad_accum="))]  # fmt: skip
-    argv = [*base, "batch.micro_batch=1", "train.max_steps=2", "train.eval_every=0",
-            "checkpoint.every_steps=0", f"hydra.run.dir={tmp_path / 'run'}", "runtime.nproc=2"]
+    base = [
+        a
+        for a in fast_overrides(synthetic_dir, tmp_path / "ck")
+        if not a.startswith(("batch.micro_batch=", "batch.grad_accum="))
+    ]
+    argv = [
+        *base,
+        "batch.micro_batch=1",
+        "train.max_steps=2",
+        "train.eval_every=0",
+        "checkpoint.every_steps=0",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "runtime.nproc=2",
+    ]
     proc = run_cli("train", argv, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    assert ("2 processes: batch.grad_accum 8 -> 4 per process, keeping batch.micro_batch 1 and "
-            "batch.tokens_per_step 512 (1 x 4 x block 64 x 2 processes)") in out
+    assert (
+        "2 processes: batch.grad_accum 8 -> 4 per process, keeping batch.micro_batch 1 and "
+        "batch.tokens_per_step 512 (1 x 4 x block 64 x 2 processes)"
+    ) in out
     summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     assert summary["history"][-1]["step"] == 2
     given = run_cli("train", [*argv, "batch.grad_accum=8"], cwd=tmp_path)
@@ -282,14 +316,25 @@ def test_a_two_process_run_killed_with_sigkill_resumes_with_no_step_lost_or_repe
     synthetic_dir: Path, tmp_path: Path
 ) -> None:
     two = ("batch.micro_batch=2", "runtime.nproc=2", "train.max_steps=30")
-    straight = run_cli("train", _train_argv(synthetic_dir, tmp_path / "ck0", tmp_path / "straight",
-                                            *two), cwd=tmp_path)  # fmt: skip
+    straight = run_cli(
+        "train",
+        _train_argv(synthetic_dir, tmp_path / "ck0", tmp_path / "straight", *two),
+        cwd=tmp_path,
+    )
     assert straight.returncode == 0, straight.stderr[-3000:]
     want = _losses(tmp_path / "straight")
     assert sorted(want) == list(range(1, 31))
-    single = run_cli("train", _train_argv(synthetic_dir, tmp_path / "ck1", tmp_path / "single",
-                                          "batch.micro_batch=4", "train.max_steps=30"),
-                     cwd=tmp_path)  # fmt: skip
+    single = run_cli(
+        "train",
+        _train_argv(
+            synthetic_dir,
+            tmp_path / "ck1",
+            tmp_path / "single",
+            "batch.micro_batch=4",
+            "train.max_steps=30",
+        ),
+        cwd=tmp_path,
+    )
     assert single.returncode == 0, single.stderr[-3000:]
     alone = _losses(tmp_path / "single")  # one process, the same global batches
     assert max(abs(alone[s] - want[s]) / abs(alone[s]) for s in range(1, 6)) <= 1e-5
@@ -304,8 +349,9 @@ def test_a_two_process_run_killed_with_sigkill_resumes_with_no_step_lost_or_repe
     start = read_header(latest_checkpoint(ck))["step"]
     assert 10 <= start < 30
 
-    resumed = run_cli("train", _train_argv(synthetic_dir, ck, tmp_path / "resumed", *two),
-                      cwd=tmp_path)  # fmt: skip
+    resumed = run_cli(
+        "train", _train_argv(synthetic_dir, ck, tmp_path / "resumed", *two), cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     got = _losses(tmp_path / "resumed")
     assert sorted(got) == list(range(start + 1, 31))  # each step once: none lost or repeated

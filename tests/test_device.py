@@ -338,9 +338,14 @@ def test_ceiling_refresh_measures_and_replaces_a_low_entry(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(
     ("cached", "mfu_ceiling", "stale"),
-    [(True, 1.15, True), (True, 1.0, False), (True, 0.4, False), (False, 1.15, False),
-     (True, None, False)],
-)  # fmt: skip
+    [
+        (True, 1.15, True),
+        (True, 1.0, False),
+        (True, 0.4, False),
+        (False, 1.15, False),
+        (True, None, False),
+    ],
+)
 def test_a_cached_ceiling_the_step_beat_is_stale(cached: bool, mfu_ceiling, stale: bool) -> None:
     c = ceiling.Ceiling(flops=1e9, source="linear", cached=cached)
     assert ceiling.is_stale(c, mfu_ceiling) is stale

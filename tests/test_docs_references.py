@@ -31,8 +31,9 @@ import settings_reference
 PAGES = {str(p.relative_to(REPO)): p for p in DOCS}
 # mistyped on purpose: the troubleshooting page shows what the tool answers to them
 KNOWN_TYPOS = {"batch.micro_bach", "runtime.compiel", "hydra.sweeper.n_trails"}
-SWEEPER_FIELDS = {s.key.removeprefix("hydra.sweeper.")
-                  for s in settings_reference.sweeper_settings()}  # fmt: skip
+SWEEPER_FIELDS = {
+    s.key.removeprefix("hydra.sweeper.") for s in settings_reference.sweeper_settings()
+}
 # the old flat names: a past run's pasted output may quote them; a command a page shows may not
 RENAMED = settings_reference.sweeper_config.RENAMED
 TRAINER_KEYS = keys.schema_keys()
@@ -95,8 +96,11 @@ def unknown_keys(text: str, prose: str) -> list[str]:
     """Settings the page names that the schema does not have. Keys set with `=` anywhere (prose,
     commands, pasted output); keys written alone as code in the prose, unless they name a module
     of the trainer (`train.trial`, `train.explain`) or a file (`train.py`)."""
-    sweeper = {f"hydra.sweeper.{k}" for k in _SWEEPER_KEY.findall(text)
-               if k not in RENAMED and keys.sweeper_key_error(k, SWEEPER_FIELDS)}  # fmt: skip
+    sweeper = {
+        f"hydra.sweeper.{k}"
+        for k in _SWEEPER_KEY.findall(text)
+        if k not in RENAMED and keys.sweeper_key_error(k, SWEEPER_FIELDS)
+    }
     trainer = {k for k in _SET_KEY.findall(text) if k not in TRAINER_KEYS}
     for span in code_spans(prose):
         if _KEY_SPAN.fullmatch(span) and span not in TRAINER_KEYS and not _is_module(span):
@@ -117,8 +121,19 @@ def _is_module(dotted: str) -> bool:
 # --- commands ---------------------------------------------------------------------------------
 
 _RUNS = re.compile(r"^(python3?|torchrun)\b")
-_FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--cfg", "-c", "-p",
-                     "--package", "--pinned", "--result", "--run"}  # fmt: skip
+_FLAGS_WITH_VALUE = {
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--cfg",
+    "-c",
+    "-p",
+    "--package",
+    "--pinned",
+    "--result",
+    "--run",
+}
 _PLACEHOLDER = re.compile(r"\.\.\.|[<>$]")  # ..., <sweep dir>, $OUT: filled in by the reader
 
 
@@ -204,8 +219,9 @@ def _override_problems(args: list[str], *, sweep: bool) -> list[str]:
     problems = []
     checked = [a for a in overrides if keys.override_key(a) not in KNOWN_TYPOS]
     try:
-        keys.check_command_line(checked, sweeper_fields=SWEEPER_FIELDS if sweep else (),
-                                sweeper_renamed=RENAMED)  # fmt: skip
+        keys.check_command_line(
+            checked, sweeper_fields=SWEEPER_FIELDS if sweep else (), sweeper_renamed=RENAMED
+        )
     except ValueError as exc:
         problems.append(str(exc))
     parser = OverridesParser.create()
@@ -237,8 +253,10 @@ def _choice_problems(arg: str) -> list[str]:
 
 # --- settings tables --------------------------------------------------------------------------
 
-_ROW = re.compile(r"^\| `(hydra\.sweeper\.[a-z_0-9]+(?:\.[a-z_0-9]+)?|[a-z_]+\.[a-z_0-9]+)` "
-                  r"\| `([^`]*)` \|")
+_ROW = re.compile(
+    r"^\| `(hydra\.sweeper\.[a-z_0-9]+(?:\.[a-z_0-9]+)?|[a-z_]+\.[a-z_0-9]+)` "
+    r"\| `([^`]*)` \|"
+)
 
 
 def wrong_defaults(text: str) -> list[str]:

@@ -63,8 +63,14 @@ def test_out_of_memory_does_not_count_toward_the_failure_rate(study, extra, exce
     assert Budget(settings).failure_rate_exceeded(study) is exceeded
 
 
-BASE = {"batch.micro_batch": 8, "batch.grad_accum": 8, "runtime.dtype": "auto",
-        "checkpoint.every_steps": 0, "checkpoint.mode": "sync", "trial.min_steps": 6}
+BASE = {
+    "batch.micro_batch": 8,
+    "batch.grad_accum": 8,
+    "runtime.dtype": "auto",
+    "checkpoint.every_steps": 0,
+    "checkpoint.mode": "sync",
+    "trial.min_steps": 6,
+}
 
 
 @pytest.mark.parametrize(
@@ -74,11 +80,14 @@ BASE = {"batch.micro_batch": 8, "batch.grad_accum": 8, "runtime.dtype": "auto",
         ({"batch.micro_batch": "choice(4, 16)"}, {}, None),  # outside the space: no baseline
         ({"runtime.dtype": "choice(fp32, bf16)"}, {}, {"runtime.dtype": "fp32"}),  # auto, CPU
         # a starting config that never saves is measured at the first searched interval
-        ({"checkpoint.every_steps": "choice(3, 6)", "checkpoint.mode": "choice(sync, async)"},
-         {}, {"checkpoint.every_steps": 3, "checkpoint.mode": "sync"}),
+        (
+            {"checkpoint.every_steps": "choice(3, 6)", "checkpoint.mode": "choice(sync, async)"},
+            {},
+            {"checkpoint.every_steps": 3, "checkpoint.mode": "sync"},
+        ),
         ({"checkpoint.every_steps": "choice(3, 6)"}, {"checkpoint.every_steps": 5}, None),
     ],
-)  # fmt: skip
+)
 def test_baseline_params(space, base, expected) -> None:
     ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, base={**BASE, **base})
     parsed = parse_space(space, ctx)

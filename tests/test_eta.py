@@ -30,22 +30,48 @@ BASE = {"contenders": 4, "repeats": 3, "max_rounds": 0, "wall_left_s": None}
     [
         # 10 trials at the median 3 s, and a race of 12 runs at the complete trials' 7 s: the
         # issue's "eta 24s before a 70 s race" counted neither the start nor the complete walls
-        ("race priced by complete trials", {"trials_left": 10, "trial_walls": [3.0, 3.0, 9.0],
-                                            "complete_walls": [7.0]}, 10 * 3 + 12 * 7, 7.0),
-        ("no complete trial yet: the median trial", {"trials_left": 2, "trial_walls": [4.0],
-                                                     "complete_walls": []}, 2 * 4 + 12 * 4, 4.0),
+        (
+            "race priced by complete trials",
+            {"trials_left": 10, "trial_walls": [3.0, 3.0, 9.0], "complete_walls": [7.0]},
+            10 * 3 + 12 * 7,
+            7.0,
+        ),
+        (
+            "no complete trial yet: the median trial",
+            {"trials_left": 2, "trial_walls": [4.0], "complete_walls": []},
+            2 * 4 + 12 * 4,
+            4.0,
+        ),
         # projected search trials: a real-steps run predicted 20 s, the trials ran 2x their
         # prediction: 40 s a race run
-        ("projected search", {"trials_left": 0, "trial_walls": [6.0], "complete_walls": [6.0],
-                              "predicted_trial_s": 3.0, "predicted_run_s": 20.0}, 12 * 40, 40.0),
+        (
+            "projected search",
+            {
+                "trials_left": 0,
+                "trial_walls": [6.0],
+                "complete_walls": [6.0],
+                "predicted_trial_s": 3.0,
+                "predicted_run_s": 20.0,
+            },
+            12 * 40,
+            40.0,
+        ),
         # the wall budget ends the sweep first ...
-        ("wall cap", {"trials_left": 10, "trial_walls": [5.0], "complete_walls": [5.0],
-                      "wall_left_s": 60.0}, 60.0, 5.0),
+        (
+            "wall cap",
+            {"trials_left": 10, "trial_walls": [5.0], "complete_walls": [5.0], "wall_left_s": 60.0},
+            60.0,
+            5.0,
+        ),
         # ... but the race's first round (4 runs) always runs
-        ("past the budget", {"trials_left": 10, "trial_walls": [5.0], "complete_walls": [5.0],
-                             "wall_left_s": 0.0}, 20.0, 5.0),
+        (
+            "past the budget",
+            {"trials_left": 10, "trial_walls": [5.0], "complete_walls": [5.0], "wall_left_s": 0.0},
+            20.0,
+            5.0,
+        ),
     ],
-)  # fmt: skip
+)
 def test_estimate(case: str, kwargs: dict, total: float, run_s: float) -> None:
     eta = estimate(**{**BASE, **kwargs})
     assert eta.total_s == pytest.approx(total), case
@@ -54,19 +80,23 @@ def test_estimate(case: str, kwargs: dict, total: float, run_s: float) -> None:
 
 def test_no_wall_measured_yet_is_unknown_or_the_budget() -> None:
     assert estimate(**BASE, trials_left=5, trial_walls=[], complete_walls=[]).total_s is None
-    capped = estimate(**{**BASE, "wall_left_s": 300.0}, trials_left=5, trial_walls=[],
-                      complete_walls=[])  # fmt: skip
+    capped = estimate(
+        **{**BASE, "wall_left_s": 300.0}, trials_left=5, trial_walls=[], complete_walls=[]
+    )
     assert capped.total_s == 300.0 and capped.text() == "eta 5m00s (the wall budget)"
 
 
 def test_the_line_says_what_the_eta_is_made_of() -> None:
     eta = estimate(**BASE, trials_left=10, trial_walls=[3.0], complete_walls=[7.0])
     assert eta.text() == "eta 1m54s (10 trial(s) x 3.0 s + race ~12 runs x 7.0 s)"
-    capped = estimate(**{**BASE, "wall_left_s": 60.0}, trials_left=10, trial_walls=[5.0],
-                      complete_walls=[5.0])  # fmt: skip
+    capped = estimate(
+        **{**BASE, "wall_left_s": 60.0}, trials_left=10, trial_walls=[5.0], complete_walls=[5.0]
+    )
     assert capped.text().endswith("; the wall budget ends it first)")
-    assert Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None,
-               capped=False).text() == "eta -"  # fmt: skip
+    assert (
+        Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None, capped=False).text()
+        == "eta -"
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,23 +17,55 @@ from train.explain.sweep_dir import pick_result
 from train.trial.measurement import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]
-ISSUE = ["--model", "gpt2-xl", "--micro-batch", "16", "--block", "1024", "--grad-accum", "64",
-         "--device", "NVIDIA H200", "--dtype", "bf16", "--step-time-s", "21",
-         "--target-step-time-s", "8"]
+ISSUE = [
+    "--model",
+    "gpt2-xl",
+    "--micro-batch",
+    "16",
+    "--block",
+    "1024",
+    "--grad-accum",
+    "64",
+    "--device",
+    "NVIDIA H200",
+    "--dtype",
+    "bf16",
+    "--step-time-s",
+    "21",
+    "--target-step-time-s",
+    "8",
+]
 # Small and quick: tiny model, one thread (the CI box has 2 shared cores), a few measured steps.
-QUICK = ["model=tiny", "runtime.device=cpu", "runtime.threads=1", "trial.warmup_steps=1",
-         "trial.max_steps=4", "trial.min_steps=2", "trial.report_every=2", "data.num_workers=0"]
+QUICK = [
+    "model=tiny",
+    "runtime.device=cpu",
+    "runtime.threads=1",
+    "trial.warmup_steps=1",
+    "trial.max_steps=4",
+    "trial.min_steps=2",
+    "trial.report_every=2",
+    "data.num_workers=0",
+]
 # 8-sequence micro-batches: ~20-60 ms of compute each, against a planted 50 ms per-batch load.
 # Micro-batches of 32 sequences compute for ~0.1 s, well above the ~4 ms a worker hand-off costs
 # on a 2-core machine, so the planted 0.05 s is the only data wait that matters.
-DATA = ["batch.tokens_per_step=4096", "batch.micro_batch=32", "batch.grad_accum=2",
-        "data.inject_latency_s=0.05"]
+DATA = [
+    "batch.tokens_per_step=4096",
+    "batch.micro_batch=32",
+    "batch.grad_accum=2",
+    "data.inject_latency_s=0.05",
+]
 # A save every step with a planted 0.2 s write, on steps of ~0.2-0.5 s.
 # A 0.2 s write every step against a step of 16 micro-batches (~0.25-1 s of compute): a sync save
 # stalls every step for it, an async one has the whole next step to hide it in. (At 4 micro-batches
 # a fast 2-core machine computes a step in ~60 ms, less than the write, so async could not hide it.)
-CKPT = ["batch.tokens_per_step=8192", "batch.micro_batch=8", "batch.grad_accum=16",
-        "checkpoint.every_steps=1", "checkpoint.slow_write_s=0.2"]
+CKPT = [
+    "batch.tokens_per_step=8192",
+    "batch.micro_batch=8",
+    "batch.grad_accum=16",
+    "checkpoint.every_steps=1",
+    "checkpoint.slow_write_s=0.2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +83,15 @@ def workdir(tmp_path_factory):
 
 def trial(workdir: Path, name: str, overrides: list[str]) -> tuple[dict, Path]:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        dcfg = compose("train", [*QUICK, f"data.dir={workdir / 'synthetic'}",
-                                 f"checkpoint.dir={workdir / 'ckpt'}", *overrides])
+        dcfg = compose(
+            "train",
+            [
+                *QUICK,
+                f"data.dir={workdir / 'synthetic'}",
+                f"checkpoint.dir={workdir / 'ckpt'}",
+                *overrides,
+            ],
+        )
     out = workdir / f"{name}.json"
     result = run_trial(OmegaConf.to_object(dcfg), out_path=out)
     assert result["status"] == "complete", result["failure"]
@@ -102,20 +141,37 @@ def test_slow_sync_checkpoint_is_checkpoint_bound_and_async_hides_it(workdir) ->
 
 def test_tiny_micro_batches_are_host_bound(workdir) -> None:
     # 8-token micro-batches: ~0.4 ms of math each at the ceiling; ~140 eager ops cost more.
-    r, _ = trial(workdir, "host", ["model.block_size=8", "batch.tokens_per_step=64",
-                                   "batch.micro_batch=1", "batch.grad_accum=8"])
+    r, _ = trial(
+        workdir,
+        "host",
+        [
+            "model.block_size=8",
+            "batch.tokens_per_step=64",
+            "batch.micro_batch=1",
+            "batch.grad_accum=8",
+        ],
+    )
     d = diagnose(r)
     assert d.verdict == "host-bound", (d.headline, d.evidence["host_signal"])
     ev = d.evidence
     assert ev["launch_per_micro_step_estimate_s"] > ev["math_per_micro_step_at_ceiling_s"]
     assert ev["compute_efficiency_vs_ceiling"] < 0.5
-    assert any(f.fix == "batch.micro_batch=8 batch.grad_accum=1" and f.expected_gain > 1
-               for f in d.fixes)
+    assert any(
+        f.fix == "batch.micro_batch=8 batch.grad_accum=1" and f.expected_gain > 1 for f in d.fixes
+    )
 
 
 def test_compile_in_a_short_run_is_compile_dominated(workdir) -> None:
-    r, _ = trial(workdir, "compiled", ["runtime.compile=default", "batch.tokens_per_step=1024",
-                                       "batch.micro_batch=8", "batch.grad_accum=2"])
+    r, _ = trial(
+        workdir,
+        "compiled",
+        [
+            "runtime.compile=default",
+            "batch.tokens_per_step=1024",
+            "batch.micro_batch=8",
+            "batch.grad_accum=2",
+        ],
+    )
     d = diagnose(r, planned_steps=10)  # even a warm compile cache leaves ~2 s vs ~1 s of steps
     assert d.verdict == "compile-dominated", (d.headline, d.evidence["compile_s"])
     assert d.evidence["compile_s"] > 1.0
@@ -152,19 +208,29 @@ def test_pick_result_from_a_sweep_dir(tmp_path, capsys) -> None:
     said = capsys.readouterr()
     assert said.err == ""
     # it names the exported trial and the runs it chose from (issue 24, must-show 3)
-    assert said.out == ("exported trial 3 (best.yaml): the median of its 3 complete run(s), "
-                        "job folder(s) 0, 1, 5\n")  # fmt: skip
+    assert said.out == (
+        "exported trial 3 (best.yaml): the median of its 3 complete run(s), job folder(s) 0, 1, 5\n"
+    )
     # with the verified figure recorded: the race runs only (the search run 900 is left out), so
     # the run explained is the one whose tokens/s the sweep's table shows (issue 35)
-    (tmp_path / "best.yaml").write_text(yaml.safe_dump({"batch": {"micro_batch": 8}, "provenance": {
-        "sweep": {"trial": 3, "runs": ["0", "1", "5", "4"]},
-        "metrics": {"trial": 3, "tokens_per_s": 600.0, "n": 2}}}))  # fmt: skip
+    (tmp_path / "best.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "batch": {"micro_batch": 8},
+                "provenance": {
+                    "sweep": {"trial": 3, "runs": ["0", "1", "5", "4"]},
+                    "metrics": {"trial": 3, "tokens_per_s": 600.0, "n": 2},
+                },
+            }
+        )
+    )
     lower_middle = tmp_path / "1" / "result.json"  # race runs 500, 700 and failed 4: 600
     assert pick_result(tmp_path) == lower_middle
     assert capsys.readouterr().out == (
         "exported trial 3 (best.yaml): verified 600 tokens/s, the median of its 2 race run(s) "
         "(real full steps; job folder(s) 1, 5), the figure of the sweep's table; explaining job "
-        "folder 1, the lower of its two middle runs, 500 tokens/s\n")
+        "folder 1, the lower of its two middle runs, 500 tokens/s\n"
+    )
     best({"trial": 3})  # an older best.yaml: no runs recorded, said in one line
     assert pick_result(tmp_path) == median_all
     assert capsys.readouterr().err.count("names no complete run of trial 3") == 1
@@ -189,19 +255,25 @@ def planted_sweep(tmp_path: Path, result: dict, *, lost: dict[str, object]) -> P
         (sweep / name).mkdir(parents=True)
         # the same run at another speed: the window's time scales, so its step does too
         scale = result["tokens_per_s"] / tokens_per_s
-        steps = {k: (v * scale if k in ("p50", "p90", "mean", "min", "max", "std") else v)
-                 for k, v in result["step_time_s"].items()}  # fmt: skip
+        steps = {
+            k: (v * scale if k in ("p50", "p90", "mean", "min", "max", "std") else v)
+            for k, v in result["step_time_s"].items()
+        }
         doc = {**result, "tokens_per_s": tokens_per_s, "step_time_s": steps}
         (sweep / name / "result.json").write_text(json.dumps(doc))
         return str(sweep / name)
 
-    winner_params = {"runtime.compile": result["config"]["runtime"]["compile"],
-                     "data.num_workers": result["config"]["data"]["num_workers"]}  # fmt: skip
+    winner_params = {
+        "runtime.compile": result["config"]["runtime"]["compile"],
+        "data.num_workers": result["config"]["data"]["num_workers"],
+    }
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="planted", storage=storage, direction="maximize")
-    dists = {k: CategoricalDistribution(sorted({v, lost.get(k, v)}, key=str))
-             for k, v in winner_params.items()}  # fmt: skip
+    dists = {
+        k: CategoricalDistribution(sorted({v, lost.get(k, v)}, key=str))
+        for k, v in winner_params.items()
+    }
     for params, tps in ((winner_params, 5000.0), ({**winner_params, **lost}, 4000.0)):
         study.enqueue_trial(params)
         trial = study.ask(dists)
@@ -210,22 +282,47 @@ def planted_sweep(tmp_path: Path, result: dict, *, lost: dict[str, object]) -> P
     search = job("0", 5000.0)
     race = [job(str(n), tps) for n, tps in ((2, 1100.0), (3, 900.0), (4, 1000.0))]
     lost_run = job("5", 800.0)
-    study.set_user_attr("race", {"contenders": [0, 1], "rounds": [
-        {"0": {"value": 1100.0, "job_dir": race[0]}, "1": {"value": 800.0, "job_dir": lost_run}},
-        {"0": {"value": 900.0, "job_dir": race[1]}, "1": None},
-        {"0": {"value": 1000.0, "job_dir": race[2]}, "1": None}]})  # fmt: skip
-    (sweep / "best.yaml").write_text(yaml.safe_dump({**result["config"], "provenance": {
-        "sweep": {"study": "planted", "storage": storage, "trial": 0,
-                  "runs": [Path(d).name for d in (search, *race)]},
-        "metrics": {"trial": 0, "tokens_per_s": 1000.0, "n": 3}}}))  # fmt: skip
+    study.set_user_attr(
+        "race",
+        {
+            "contenders": [0, 1],
+            "rounds": [
+                {
+                    "0": {"value": 1100.0, "job_dir": race[0]},
+                    "1": {"value": 800.0, "job_dir": lost_run},
+                },
+                {"0": {"value": 900.0, "job_dir": race[1]}, "1": None},
+                {"0": {"value": 1000.0, "job_dir": race[2]}, "1": None},
+            ],
+        },
+    )
+    (sweep / "best.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **result["config"],
+                "provenance": {
+                    "sweep": {
+                        "study": "planted",
+                        "storage": storage,
+                        "trial": 0,
+                        "runs": [Path(d).name for d in (search, *race)],
+                    },
+                    "metrics": {"trial": 0, "tokens_per_s": 1000.0, "n": 3},
+                },
+            }
+        )
+    )
     return sweep
 
 
 def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_slower(
     workdir, tmp_path, capsys
 ) -> None:
-    result, _ = trial(workdir, "sweep", ["batch.tokens_per_step=1024", "batch.micro_batch=8",
-                                         "batch.grad_accum=2"])  # fmt: skip
+    result, _ = trial(
+        workdir,
+        "sweep",
+        ["batch.tokens_per_step=1024", "batch.micro_batch=8", "batch.grad_accum=2"],
+    )
     assert result["config"]["runtime"]["compile"] == "none"
     fixes = [f.fix for f in diagnose(result).fixes]
     assert "runtime.compile=default" in fixes  # what an eager tiny run is told to try
@@ -233,8 +330,9 @@ def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_sl
     assert main(["--result", str(sweep)]) == 0
     out = capsys.readouterr().out
     # one figure for the winner: the race's verified median, the run explained, the floor's step
-    assert ("exported trial 0 (best.yaml): verified 1,000 tokens/s, the median of its 3 race "
-            "run(s)") in out
+    assert (
+        "exported trial 0 (best.yaml): verified 1,000 tokens/s, the median of its 3 race run(s)"
+    ) in out
     assert "\n1,000 tokens/s on " in out
     assert "-> 1,000 tokens/s," in out
     assert "5,000" not in out  # the search run is not the figure explained
@@ -248,8 +346,14 @@ def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_sl
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "train.explain", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "train.explain", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_cli_issue_scenario_text() -> None:
@@ -282,9 +386,22 @@ def test_cli_issue_scenario_json() -> None:
 
 
 def test_cli_unknown_device_and_bad_model() -> None:
-    proc = _cli("--model", "tiny", "--micro-batch", "8", "--device", "Mystery GPU",
-                "--dtype", "fp32", "--step-time-s", "0.5", "--ceiling-tflops", "0.05",
-                "--format", "json")
+    proc = _cli(
+        "--model",
+        "tiny",
+        "--micro-batch",
+        "8",
+        "--device",
+        "Mystery GPU",
+        "--dtype",
+        "fp32",
+        "--step-time-s",
+        "0.5",
+        "--ceiling-tflops",
+        "0.05",
+        "--format",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["peak_flops"] is None and doc["floor_s"] is None
@@ -297,10 +414,24 @@ def test_cli_unknown_device_and_bad_model() -> None:
 def test_cli_run_launches_a_fresh_trial(workdir) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(workdir / "cache")}
     proc = subprocess.run(
-        [sys.executable, "-m", "train.explain", "--format", "json", "--run", *QUICK,
-         f"data.dir={workdir / 'synthetic'}", f"checkpoint.dir={workdir / 'ckpt'}",
-         "trial.max_steps=2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
+        [
+            sys.executable,
+            "-m",
+            "train.explain",
+            "--format",
+            "json",
+            "--run",
+            *QUICK,
+            f"data.dir={workdir / 'synthetic'}",
+            f"checkpoint.dir={workdir / 'ckpt'}",
+            "trial.max_steps=2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
@@ -312,8 +443,20 @@ def test_cli_run_launches_a_fresh_trial(workdir) -> None:
 def test_seed_prints_time_to_train_and_price(capsys) -> None:
     from train.explain.cli import main
 
-    argv = ["--model", "gpt2-xl", "--micro-batch", "16", "--grad-accum", "64", "--device",
-            "NVIDIA H200", "--step-time-s", "21", "--usd-per-hour", "3"]  # fmt: skip
+    argv = [
+        "--model",
+        "gpt2-xl",
+        "--micro-batch",
+        "16",
+        "--grad-accum",
+        "64",
+        "--device",
+        "NVIDIA H200",
+        "--step-time-s",
+        "21",
+        "--usd-per-hour",
+        "3",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "10,000,000,000 tokens: 55.6 h at the measured step of 21 s" in out

@@ -244,8 +244,10 @@ def test_own_checkpoint_dir(measured: str, study: str, trial: int, expected: str
 def test_document_takes_the_runs_own_checkpoint_dir() -> None:
     assert _doc()["checkpoint"]["dir"] == "checkpoints"  # as given, when none is named
     doc = _doc(checkpoint_dir="/work/run/checkpoints/s1/trial-3")
-    assert doc["checkpoint"] == {**_trainer_config()["checkpoint"],
-                                 "dir": "/work/run/checkpoints/s1/trial-3"}  # fmt: skip
+    assert doc["checkpoint"] == {
+        **_trainer_config()["checkpoint"],
+        "dir": "/work/run/checkpoints/s1/trial-3",
+    }
 
 
 def test_exported_winner_never_pins_the_shared_checkpoint_folder(
@@ -269,8 +271,14 @@ def test_exported_winner_never_pins_the_shared_checkpoint_folder(
             lead_over_start=None,
         )
         row = {"trial": 7, "tokens_per_s": 1000.0, "n": 3, "cv": 0.01, "params": {}}
-        path = export_winner(winner, [row], sweep_dir=tmp_path / study, study_name=study,
-                             storage="sqlite:///x.db", planned_checkpoint_every=0)  # fmt: skip
+        path = export_winner(
+            winner,
+            [row],
+            sweep_dir=tmp_path / study,
+            study_name=study,
+            storage="sqlite:///x.db",
+            planned_checkpoint_every=0,
+        )
         dirs.append(OmegaConf.load(path).checkpoint.dir)
     assert dirs == [str(tmp_path / "checkpoints" / s / "trial-7") for s in ("first", "second")]
 

@@ -124,8 +124,13 @@ def test_sigkill_mid_run_resumes_with_no_step_lost_or_repeated(
     with fault("production run killed by SIGKILL") as f:
         ck = tmp_path / "ck"
         # a slow disk stretches the run so the kill lands mid-run, after the step-10 save
-        argv = _argv(synthetic_dir, ck, tmp_path / "killed", "train.max_steps=40",
-                     "checkpoint.slow_write_s=0.4")  # fmt: skip
+        argv = _argv(
+            synthetic_dir,
+            ck,
+            tmp_path / "killed",
+            "train.max_steps=40",
+            "checkpoint.slow_write_s=0.4",
+        )
         sigkill_after_checkpoint(argv, checkpoint=checkpoint_path(ck, 10), cwd=tmp_path)
         kept = latest_checkpoint(ck)
         assert kept is not None
@@ -158,10 +163,12 @@ def test_resume_from_another_runs_checkpoint_is_refused_in_one_line(
 ) -> None:
     with fault(f"resume across identities ({expected})") as f:
         before = sorted(p.name for p in straight["ckpt"].iterdir())
-        proc, _ = train(synthetic_dir, straight["ckpt"], tmp_path / "out", "train.max_steps=45",
-                        *changed)  # fmt: skip
-        assert_one_line_error(proc, "belongs to another run", expected, "fresh checkpoint.dir",
-                              "train.resume=force")  # fmt: skip
+        proc, _ = train(
+            synthetic_dir, straight["ckpt"], tmp_path / "out", "train.max_steps=45", *changed
+        )
+        assert_one_line_error(
+            proc, "belongs to another run", expected, "fresh checkpoint.dir", "train.resume=force"
+        )
         assert proc.returncode == 2
         f["lost"] += len(set(before) - {p.name for p in straight["ckpt"].iterdir()})
 
@@ -173,13 +180,25 @@ def test_forced_resume_is_allowed_and_a_forced_shape_change_is_a_clean_error(
         ck = tmp_path / "ck"
         proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=10")
         assert proc.returncode == 0, proc.stderr[-3000:]
-        proc, summary = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15",
-                              "runtime.seed=7", "train.resume=force")  # fmt: skip
+        proc, summary = train(
+            synthetic_dir,
+            ck,
+            tmp_path / "b",
+            "train.max_steps=15",
+            "runtime.seed=7",
+            "train.resume=force",
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert (summary["start_step"], summary["end_step"]) == (10, 15)
         assert "train.resume=force: resuming from" in proc.stdout + proc.stderr
-        proc, _ = train(synthetic_dir, ck, tmp_path / "c", "train.max_steps=20",
-                        "model.n_embd=128", "train.resume=force")  # fmt: skip
+        proc, _ = train(
+            synthetic_dir,
+            ck,
+            tmp_path / "c",
+            "train.max_steps=20",
+            "model.n_embd=128",
+            "train.resume=force",
+        )
         assert_one_line_error(proc, "does not fit this model", "size mismatch")
 
 
@@ -209,9 +228,15 @@ def test_a_full_disk_at_checkpoint_stops_in_one_line_and_keeps_earlier_checkpoin
         (ck / "ckpt_00000010.pt.tmp").symlink_to("/dev/full")
         proc, _ = train(synthetic_dir, ck, tmp_path / "a", "train.max_steps=15")
         kept = f"the newest checkpoint kept is {checkpoint_path(ck, 5)}"
-        assert_one_line_error(proc, "disk full: no space left on device", "ckpt_00000010.pt",
-                              "free there", "checkpoint.dir=<a disk with room>",
-                              "checkpoint.keep=1", kept)  # fmt: skip
+        assert_one_line_error(
+            proc,
+            "disk full: no space left on device",
+            "ckpt_00000010.pt",
+            "free there",
+            "checkpoint.dir=<a disk with room>",
+            "checkpoint.keep=1",
+            kept,
+        )
         assert sorted(p.name for p in ck.iterdir()) == ["ckpt_00000005.pt"]  # no partial file
         f["lost"] += read_header(checkpoint_path(ck, 5))["step"] != 5
         # room again: the run resumes from the checkpoint the full disk left intact
@@ -230,8 +255,14 @@ def _finite_weights(path: Path) -> bool:
 
 # lr 30 with no clipping blows the tiny model up within ~15 steps on this data; the loss is read
 # every 10 steps, as a user's run reads it, so only the check before each save can catch it first
-DIVERGING = ("optim.lr=30", "optim.grad_clip=0", "optim.warmup_steps=40", "train.log_every=10",
-             "checkpoint.keep=2", "train.max_steps=60")  # fmt: skip
+DIVERGING = (
+    "optim.lr=30",
+    "optim.grad_clip=0",
+    "optim.warmup_steps=40",
+    "train.log_every=10",
+    "checkpoint.keep=2",
+    "train.max_steps=60",
+)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -241,9 +272,14 @@ def test_a_diverging_run_stops_in_one_line_and_keeps_its_last_good_checkpoints(
     with fault(f"diverging production run ({mode} checkpoints, keep=2)") as f:
         ck = tmp_path / "ck"
         proc, _ = train(synthetic_dir, ck, tmp_path / "a", *DIVERGING, f"checkpoint.mode={mode}")
-        line = assert_one_line_error(proc, "training diverged at step", "nothing non-finite",
-                                     "the last good checkpoint is", "optim.grad_clip > 0",
-                                     "train.resume=force")  # fmt: skip
+        line = assert_one_line_error(
+            proc,
+            "training diverged at step",
+            "nothing non-finite",
+            "the last good checkpoint is",
+            "optim.grad_clip > 0",
+            "train.resume=force",
+        )
         assert proc.returncode == 1
         stopped = int(line.split("training diverged at step ")[1].split(":")[0])
         last = (stopped - 1) // 5 * 5  # the last save before the step that diverged
@@ -256,8 +292,9 @@ def test_a_diverging_run_stops_in_one_line_and_keeps_its_last_good_checkpoints(
         assert read_header(newest)["step"] == last
         # the user's fix, as the line says: a lower lr, clipped, resumed across that change
         fix = ("optim.lr=1", "optim.grad_clip=1", "train.resume=force", f"checkpoint.mode={mode}")
-        proc, summary = train(synthetic_dir, ck, tmp_path / "b", *DIVERGING, *fix,
-                              f"train.max_steps={last + 10}")  # fmt: skip
+        proc, summary = train(
+            synthetic_dir, ck, tmp_path / "b", *DIVERGING, *fix, f"train.max_steps={last + 10}"
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert summary["start_step"] == last
         assert summary["end_step"] == last + 10
@@ -276,9 +313,13 @@ def test_a_non_finite_checkpoint_is_refused_on_resume_in_one_line(
         state["model"]["transformer.h.0.mlp.c_fc.weight"][0, 0] = float("nan")
         torch.save(state, newest)
         proc, _ = train(synthetic_dir, ck, tmp_path / "b", "train.max_steps=15")
-        assert_one_line_error(proc, f"checkpoint {newest} holds non-finite values",
-                              "transformer.h.0.mlp.c_fc.weight", "move it out of",
-                              "fresh checkpoint.dir")  # fmt: skip
+        assert_one_line_error(
+            proc,
+            f"checkpoint {newest} holds non-finite values",
+            "transformer.h.0.mlp.c_fc.weight",
+            "move it out of",
+            "fresh checkpoint.dir",
+        )
         assert proc.returncode == 2
         f["lost"] += sorted(p.name for p in ck.iterdir()) != ["ckpt_00000005.pt", newest.name]
 
@@ -357,11 +398,18 @@ def test_a_second_sweep_on_a_folder_in_use_is_refused_before_it_starts_anything(
 ) -> None:
     folder = tmp_path / "shared-folder"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, pathlib; from sweeper.launch.dir_lock import "
-         f"lock_sweep_dir; held = lock_sweep_dir(pathlib.Path({str(folder)!r})); "
-         "print('held', flush=True); sys.stdin.read()"],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib; from sweeper.launch.dir_lock import "
+            f"lock_sweep_dir; held = lock_sweep_dir(pathlib.Path({str(folder)!r})); "
+            "print('held', flush=True); sys.stdin.read()",
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         proc = run_sweep(tmp_path, "search=smoke", f"hydra.sweep.dir={folder}", timeout=120)
@@ -376,11 +424,22 @@ def test_a_second_sweep_on_a_folder_in_use_is_refused_before_it_starts_anything(
 
 
 def test_two_sweeps_started_in_the_same_second_get_folders_of_their_own(tmp_path: Path) -> None:
-    argvs = [sweep_argv("search=smoke", "hydra.sweeper.n_trials=1", "hydra.sweeper.verify.top_k=1",
-                        f"hydra.sweeper.study_name=twin-{i}") for i in range(2)]  # fmt: skip
+    argvs = [
+        sweep_argv(
+            "search=smoke",
+            "hydra.sweeper.n_trials=1",
+            "hydra.sweeper.verify.top_k=1",
+            f"hydra.sweeper.study_name=twin-{i}",
+        )
+        for i in range(2)
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen(a, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for a in argvs]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            a, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for a in argvs
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out[-3000:]
@@ -405,9 +464,13 @@ def _stop_after_checkpoint(argv: list[str], *, checkpoint: Path, cwd: Path, act)
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "train", *argv], cwd=cwd, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [sys.executable, "-m", "train", *argv],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not checkpoint.exists():
@@ -481,8 +544,10 @@ def test_a_token_file_that_shrinks_under_a_run_stops_it_in_one_line(
         )
         line = _one_error(out)
         assert code == 1, out[-3000:]  # not 135 (SIGBUS)
-        assert f"token file changed under the run: {train_bin} shrank from {size:,} to " \
-            f"{size // 2:,} bytes" in line, line
+        assert (
+            f"token file changed under the run: {train_bin} shrank from {size:,} to "
+            f"{size // 2:,} bytes" in line
+        ), line
         assert "the newest checkpoint is " in line and "resumes from it" in line, line
         f["lost"] += int(latest_checkpoint(ck) is None)
 
@@ -492,8 +557,11 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` mounted at `path` (a real disk that fills up), or a skip where this
     machine cannot mount one (not root, no tmpfs)."""
     path.mkdir(parents=True, exist_ok=True)
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
     try:
@@ -509,19 +577,27 @@ def test_a_sweep_folder_on_a_disk_that_fills_ends_in_one_line_keeping_every_tria
 
     with fault("disk full under the sweep folder") as f, small_disk(tmp_path / "full", "200k"):
         folder = tmp_path / "full" / "sweep"
-        proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=6",
-                         "hydra.sweeper.study_name=full", f"hydra.sweep.dir={folder}")  # fmt: skip
+        proc = run_sweep(
+            tmp_path,
+            "search=smoke",
+            "hydra.sweeper.n_trials=6",
+            "hydra.sweeper.study_name=full",
+            f"hydra.sweep.dir={folder}",
+        )
         out = proc.stdout + proc.stderr
         assert proc.returncode == 1, out[-3000:]
         assert "Traceback" not in out and "--- Logging error ---" not in out, out[-3000:]
         (line,) = [ln for ln in out.splitlines() if "[ERROR]" in ln]
         assert f"disk full: no space left on device writing {folder}" in line, line
-        assert f"every trial folder in {folder}; free space there or point hydra.sweep.dir " \
-            "at a disk with room; resume with: " in line, line
+        assert (
+            f"every trial folder in {folder}; free space there or point hydra.sweep.dir "
+            "at a disk with room; resume with: " in line
+        ), line
         study = load_study(tmp_path, "full")
         # the trials measured (a re-proposed point is completed from its twin, with no folder)
-        done = [t for t in study.trials if t.state == TrialState.COMPLETE
-                and "job_dir" in t.user_attrs]  # fmt: skip
+        done = [
+            t for t in study.trials if t.state == TrialState.COMPLETE and "job_dir" in t.user_attrs
+        ]
         assert done and not [t for t in study.trials if t.state == TrialState.RUNNING]
         f["lost"] += sum(not Path(t.user_attrs["job_dir"]).is_dir() for t in done)
 
@@ -542,8 +618,9 @@ def test_a_garbled_compile_cache_is_named_in_one_line_and_clearing_it_as_said_wo
             p.write_text(p.read_text()[:100])
         proc, _ = train(synthetic_dir, tmp_path / "ck2", tmp_path / "b", *argv)
         clear = f"the cache is damaged; clear it (rm -rf {cache})"
-        line = assert_one_line_error(proc, "torch.compile failed loading ",
-                                     f"from the compile cache {cache} (", clear)  # fmt: skip
+        line = assert_one_line_error(
+            proc, "torch.compile failed loading ", f"from the compile cache {cache} (", clear
+        )
         shutil.rmtree(cache)  # what the line says
         again, summary = train(synthetic_dir, tmp_path / "ck3", tmp_path / "c", *argv)
         assert again.returncode == 0 and summary is not None, again.stderr[-3000:]

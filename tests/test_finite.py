@@ -152,8 +152,17 @@ def test_bench_finite_check_prints_the_measured_ratio() -> None:
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    argv = [sys.executable, "scripts/bench_finite_check.py", "--rounds", "3", "--warmup", "1",
-            "batch.tokens_per_step=512", "batch.micro_batch=4", "batch.grad_accum=2"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "scripts/bench_finite_check.py",
+        "--rounds",
+        "3",
+        "--warmup",
+        "1",
+        "batch.tokens_per_step=512",
+        "batch.micro_batch=4",
+        "batch.grad_accum=2",
+    ]
     proc = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     goal = re.search(r"goal: the check under 1% of a step that saves: ([\d.]+)% (PASS|FAIL)", out)

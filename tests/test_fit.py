@@ -24,17 +24,23 @@ def _ctx():
         # compiled mb16: 73.5 GiB (73.55 measured on an H200); compiled, selective saves what
         # `none` saves, so the cheapest recompute that fits is every other block
         ({"runtime.compile": "default"}, False, {CKPT: ("none", "every_2")}),
-        ({"runtime.compile": "default", "batch.micro_batch": 8, "batch.grad_accum": 128}, False,
-         {}),  # fits as it is (49.8 GiB): nothing changes
+        (
+            {"runtime.compile": "default", "batch.micro_batch": 8, "batch.grad_accum": 128},
+            False,
+            {},
+        ),  # fits as it is (49.8 GiB): nothing changes
         ({}, False, {CKPT: ("none", "selective")}),  # eager mb16: selective reruns no matmul
         ({}, True, {CKPT: ("none", "selective")}),
         ({"runtime.dtype": "fp32"}, False, {CKPT: ("none", "every")}),  # fp32 mb16: 110.8 GiB
-        ({"batch.micro_batch": 64, "batch.grad_accum": 16}, False,  # no lever fits at 64
-         {"batch.micro_batch": (64, 32), "batch.grad_accum": (16, 32), CKPT: ("none", "every")}),
+        (
+            {"batch.micro_batch": 64, "batch.grad_accum": 16},
+            False,  # no lever fits at 64
+            {"batch.micro_batch": (64, 32), "batch.grad_accum": (16, 32), CKPT: ("none", "every")},
+        ),
         ({"batch.micro_batch": 64, "batch.grad_accum": 16}, True, None),  # pinned: nothing fits
         ({CKPT: "every_2"}, False, {}),
     ],
-)  # fmt: skip
+)
 def test_nearest_fit(point, keep, changed) -> None:
     ctx = _ctx()
     fit = nearest_fit(point, ctx, keep_micro_batch=keep)
@@ -59,8 +65,10 @@ def test_a_point_refused_for_another_reason_is_not_refitted() -> None:
 
 def test_the_text_names_each_change() -> None:
     fit = nearest_fit({"batch.micro_batch": 64, "batch.grad_accum": 16}, _ctx())
-    assert fit.text() == ("batch.micro_batch 64 -> 32, batch.grad_accum 16 -> 32, "
-                          "runtime.activation_checkpointing none -> every")  # fmt: skip
+    assert fit.text() == (
+        "batch.micro_batch 64 -> 32, batch.grad_accum 16 -> 32, "
+        "runtime.activation_checkpointing none -> every"
+    )
 
 
 # -- the guard on a device where the starting config does not fit ------------------------------
@@ -74,10 +82,17 @@ class _Jobs:
 
     def launch(self, jobs: list[list[str]]) -> list[dict]:
         self.jobs.extend(jobs)
-        return [{"state": "complete", "job_dir": f"j{len(self.jobs)}", "result": {
-            "status": "complete", "loss": {"steps": [10.0 - 0.1 * i - 0.001 * k
-                                                     for i in range(20)]}}}
-                for k, _ in enumerate(jobs)]  # fmt: skip
+        return [
+            {
+                "state": "complete",
+                "job_dir": f"j{len(self.jobs)}",
+                "result": {
+                    "status": "complete",
+                    "loss": {"steps": [10.0 - 0.1 * i - 0.001 * k for i in range(20)]},
+                },
+            }
+            for k, _ in enumerate(jobs)
+        ]
 
 
 def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches() -> None:
@@ -90,15 +105,27 @@ def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches(
     from sweeper.verify.winner import Candidate
     from tests.test_guard_rules import _Study
 
-    space = parse_space({"runtime.dtype": "choice(fp32, bf16)",
-                         "runtime.compile": "choice(none, default)"}, _ctx())  # fmt: skip
+    space = parse_space(
+        {"runtime.dtype": "choice(fp32, bf16)", "runtime.compile": "choice(none, default)"}, _ctx()
+    )
     ctx = SimpleNamespace(
-        space=space, study=_Study(), jobs=_Jobs(), fixed=[], tracker=NullTracker(),
+        space=space,
+        study=_Study(),
+        jobs=_Jobs(),
+        fixed=[],
+        tracker=NullTracker(),
         budget=SimpleNamespace(verify_round_fits=lambda study, n, run_s=None: True),
         settings=settings_from({"guard.mode": "auto", "budget.max_wall_s": 0}),
-    )  # fmt: skip
-    cands = {1: Candidate(key="1", params={"runtime.dtype": "fp32", "runtime.compile": "none"},
-                          overrides=[], values=[], simplicity=0)}  # fmt: skip
+    )
+    cands = {
+        1: Candidate(
+            key="1",
+            params={"runtime.dtype": "fp32", "runtime.compile": "none"},
+            overrides=[],
+            values=[],
+            simplicity=0,
+        )
+    }
     out = guard_entrants(ctx, cands, baseline=None, start=None)
     ref_jobs, (contender,) = ctx.jobs.jobs[:2], ctx.jobs.jobs[2:]
     assert all(f"{CKPT}=selective" in job for job in ref_jobs)  # 60.9 GiB, not 77.7

@@ -53,9 +53,13 @@ RULE_CASES = [
 @pytest.mark.parametrize("float8,dtype,device_type,cap,emulate,torchao,words", RULE_CASES)
 def test_the_float8_rule(float8, dtype, device_type, cap, emulate, torchao, words) -> None:
     got = float8_unsupported(
-        float8, dtype=dtype, device_type=device_type, capability=cap, emulate=emulate,
+        float8,
+        dtype=dtype,
+        device_type=device_type,
+        capability=cap,
+        emulate=emulate,
         torchao=torchao,
-    )  # fmt: skip
+    )
     if words is None:
         assert got is None
     else:
@@ -65,8 +69,10 @@ def test_the_float8_rule(float8, dtype, device_type, cap, emulate, torchao, word
 
 def test_the_float8_rule_probes_torchao_without_importing_it() -> None:
     # torchao is installed in this venv; the probe answers from its spec alone
-    assert float8_unsupported("tensorwise", dtype="bf16", device_type="cuda",
-                              capability=(9, 0)) is None  # fmt: skip
+    assert (
+        float8_unsupported("tensorwise", dtype="bf16", device_type="cuda", capability=(9, 0))
+        is None
+    )
 
 
 # (attention, device_type, installed, words or None)
@@ -141,8 +147,7 @@ def test_the_filter_on_tiny() -> None:
     ],
 )
 def test_left_out_reason(fqn, out_f, in_f, recipe, emulate, words) -> None:
-    got = left_out_reason(fqn, out_features=out_f, in_features=in_f, recipe=recipe,
-                          emulate=emulate)  # fmt: skip
+    got = left_out_reason(fqn, out_features=out_f, in_features=in_f, recipe=recipe, emulate=emulate)
     assert (got == "") if not words else (words in got)
 
 
@@ -150,11 +155,19 @@ def test_a_tiny_model_trains_50_steps_in_emulated_float8(make_config) -> None:
     """The real trainer (python -m train's run) with runtime.float8=tensorwise emulated on this
     CPU: the blocks' linears are torchao Float8Linear and the loss stays finite and falls."""
     cfg = make_config(
-        "runtime.dtype=bf16", "runtime.float8=tensorwise", "runtime.float8_emulate=true",
-        "batch.tokens_per_step=256", "batch.micro_batch=2", "batch.grad_accum=2",
-        "train.max_steps=50", "train.log_every=10", "train.eval_every=0",
-        "optim.lr=5e-3", "optim.min_lr=5e-4", "optim.warmup_steps=5",
-    )  # fmt: skip
+        "runtime.dtype=bf16",
+        "runtime.float8=tensorwise",
+        "runtime.float8_emulate=true",
+        "batch.tokens_per_step=256",
+        "batch.micro_batch=2",
+        "batch.grad_accum=2",
+        "train.max_steps=50",
+        "train.log_every=10",
+        "train.eval_every=0",
+        "optim.lr=5e-3",
+        "optim.min_lr=5e-4",
+        "optim.warmup_steps=5",
+    )
     summary = main_mod.run(cfg)
     assert (summary["start_step"], summary["end_step"]) == (0, 50)
     losses = [h["loss"] for h in summary["history"] if "loss" in h]
@@ -173,8 +186,11 @@ def test_float8_report_counts_the_converted_linears() -> None:
     rt = SimpleNamespace(float8="tensorwise", float8_emulate=True)
     convert_to_float8(model, recipe="tensorwise", emulate=True)
     assert float8_report(model, rt) == {
-        "recipe": "tensorwise", "emulated": True, "linears_converted": 8, "linears_total": 9,
-    }  # fmt: skip
+        "recipe": "tensorwise",
+        "emulated": True,
+        "linears_converted": 8,
+        "linears_total": 9,
+    }
     assert model.lm_head.weight is model.transformer.wte.weight  # still tied, still nn.Linear
     assert type(model.lm_head) is torch.nn.Linear
     assert float8_report(model, SimpleNamespace(float8="none", float8_emulate=False)) is None
@@ -189,21 +205,38 @@ def _error_lines(proc) -> list[str]:
 
 
 def test_without_emulate_the_trainer_refuses_in_one_line(synthetic_dir: Path, tmp_path: Path):
-    proc = run_cli("train", [
-        "runtime.device=cpu", "runtime.dtype=bf16", "runtime.float8=tensorwise",
-        "train.max_steps=2", f"data.dir={synthetic_dir}", f"hydra.run.dir={tmp_path}",
-        f"checkpoint.dir={tmp_path / 'ck'}",
-    ], cwd=tmp_path, timeout=180)  # fmt: skip
+    proc = run_cli(
+        "train",
+        [
+            "runtime.device=cpu",
+            "runtime.dtype=bf16",
+            "runtime.float8=tensorwise",
+            "train.max_steps=2",
+            f"data.dir={synthetic_dir}",
+            f"hydra.run.dir={tmp_path}",
+            f"checkpoint.dir={tmp_path / 'ck'}",
+        ],
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = _error_lines(proc)
     assert len(lines) == 1 and lines[0].endswith("[train][ERROR] - " + CPU_REFUSAL), lines
 
 
 def test_without_emulate_the_trial_refuses_in_one_line(synthetic_dir: Path, tmp_path: Path):
-    proc = run_cli("train.trial", [
-        "runtime.device=cpu", "runtime.dtype=bf16", "runtime.float8=tensorwise",
-        f"data.dir={synthetic_dir}", f"hydra.run.dir={tmp_path}",
-    ], cwd=tmp_path, timeout=180)  # fmt: skip
+    proc = run_cli(
+        "train.trial",
+        [
+            "runtime.device=cpu",
+            "runtime.dtype=bf16",
+            "runtime.float8=tensorwise",
+            f"data.dir={synthetic_dir}",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = _error_lines(proc)
     # the log's error line, and the summary the trial prints last (the same reason)
@@ -259,8 +292,11 @@ def test_an_emulated_float8_trial_says_so_in_its_result(make_config, tmp_path: P
     result = run_trial(cfg, out_path=out)
     assert result["status"] == "complete", result["failure"]
     assert result["float8"] == {
-        "recipe": "rowwise", "emulated": True, "linears_converted": 8, "linears_total": 9,
-    }  # fmt: skip
+        "recipe": "rowwise",
+        "emulated": True,
+        "linears_converted": 8,
+        "linears_total": 9,
+    }
     assert result["mfu"]["basis"].startswith("bf16-equivalent (float8 rowwise matmuls")
     assert result["mfu"]["spec"] is None  # a CPU has no spec peak; its ceiling MFU is measured
     assert math.isfinite(result["loss"]["last"])
@@ -291,8 +327,10 @@ def test_best_yaml_records_the_precision_its_runs_ran_in() -> None:
 
     runs = [{"device": {"dtype": "bf16"}, "mfu": {"basis": "bf16-equivalent (float8 ...)"}}]
     assert precision_record(runs, {"float8": F8}) == {
-        "dtype": "bf16", "float8": F8, "mfu_basis": "bf16-equivalent (float8 ...)",
-    }  # fmt: skip
+        "dtype": "bf16",
+        "float8": F8,
+        "mfu_basis": "bf16-equivalent (float8 ...)",
+    }
     assert precision_record(runs, {})["float8"] is None
 
 
@@ -318,11 +356,16 @@ def test_the_handoffs_name_what_they_cannot_express(target, change, key, words) 
 # ---- explain: the levers of a compute-bound step ------------------------------------------------
 
 XL_RESULT_CHANGES = {
-    "config.model": {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024,
-                     "vocab_size": 50304},
+    "config.model": {
+        "n_layer": 48,
+        "n_head": 25,
+        "n_embd": 1600,
+        "block_size": 1024,
+        "vocab_size": 50304,
+    },
     "config.runtime.activation_checkpointing": "every",
     "config.runtime.compile": "default",
-}  # fmt: skip
+}
 
 
 def _gains(result: dict) -> dict:
@@ -343,8 +386,10 @@ def test_the_compute_bound_verdict_names_the_levers_on_an_h100() -> None:
     attn = 12.0 * 48 * 1600 * 1024
     ratio = (six_n + attn + 2 * 12 * 48 * 1600**2 + attn / 3) / (six_n + attn)
     assert ratio == pytest.approx(1.318, abs=1e-3)
-    for fix in ("runtime.activation_checkpointing=none runtime.loss=chunked",
-                "runtime.activation_checkpointing=selective"):  # fmt: skip
+    for fix in (
+        "runtime.activation_checkpointing=none runtime.loss=chunked",
+        "runtime.activation_checkpointing=selective",
+    ):
         assert gains[fix][0] == pytest.approx(amdahl(0.9, ratio))
         assert gains[fix][1].startswith("arithmetic: every recomputes 100% of the blocks")
     # float8 tensorwise: public evidence, labelled as such
@@ -360,20 +405,32 @@ def test_the_compute_bound_verdict_names_the_levers_on_an_h100() -> None:
     "changes,absent",
     [
         # an A100 (8.0): no float8 tensor cores, no FA3
-        ({"device.name": "NVIDIA A100-SXM4-80GB"},
-         {"runtime.float8=tensorwise", "runtime.attention=fa3"}),
+        (
+            {"device.name": "NVIDIA A100-SXM4-80GB"},
+            {"runtime.float8=tensorwise", "runtime.attention=fa3"},
+        ),
         # an L4 (8.9): float8 yes, FA3 (Hopper only) no
         ({"device.name": "NVIDIA L4"}, {"runtime.attention=fa3"}),
         # already float8 and FA3; no recompute to drop
-        ({"config.runtime.float8": "tensorwise", "config.runtime.attention": "fa3",
-          "config.runtime.activation_checkpointing": "none"},
-         {"runtime.float8=tensorwise", "runtime.attention=fa3",
-          "runtime.activation_checkpointing=selective"}),
+        (
+            {
+                "config.runtime.float8": "tensorwise",
+                "config.runtime.attention": "fa3",
+                "config.runtime.activation_checkpointing": "none",
+            },
+            {
+                "runtime.float8=tensorwise",
+                "runtime.attention=fa3",
+                "runtime.activation_checkpointing=selective",
+            },
+        ),
         # a CPU: none of the GPU levers
-        ({"device.type": "cpu", "device.name": "AMD EPYC"},
-         {"runtime.float8=tensorwise", "runtime.attention=fa3"}),
+        (
+            {"device.type": "cpu", "device.name": "AMD EPYC"},
+            {"runtime.float8=tensorwise", "runtime.attention=fa3"},
+        ),
     ],
-)  # fmt: skip
+)
 def test_only_the_levers_that_apply_on_the_device_are_named(changes: dict, absent: set) -> None:
     from tests.test_verdict import make
 
@@ -398,8 +455,13 @@ def test_bench_float8_runs_and_prints_measured_rows(tmp_path: Path) -> None:
 
     from tests.conftest import PROJECT_DIR
 
-    proc = subprocess.run([sys.executable, "scripts/bench_float8.py", "--steps", "3"],
-                          cwd=PROJECT_DIR, capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_float8.py", "--steps", "3"],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| 1 ")]
     assert len(rows) == 3 and sum("8/9 emulated" in r for r in rows) == 2, proc.stdout
@@ -424,26 +486,50 @@ def test_a_real_float8_trial_on_a_gpu(
 ) -> None:
     from train.trial.measurement import run_trial
 
-    cfg = make_config(f"model={model}", "runtime.device=cuda", "runtime.dtype=bf16",
-                      f"runtime.float8={recipe}", "batch.tokens_per_step=16384",
-                      "batch.micro_batch=8", "batch.grad_accum=2")  # fmt: skip
+    cfg = make_config(
+        f"model={model}",
+        "runtime.device=cuda",
+        "runtime.dtype=bf16",
+        f"runtime.float8={recipe}",
+        "batch.tokens_per_step=16384",
+        "batch.micro_batch=8",
+        "batch.grad_accum=2",
+    )
     result = run_trial(cfg, out_path=tmp_path / "trial.json")
     assert result["status"] == "complete", result["failure"]
-    assert result["float8"] == {"recipe": recipe, "emulated": False,
-                                "linears_converted": converted, "linears_total": total}
+    assert result["float8"] == {
+        "recipe": recipe,
+        "emulated": False,
+        "linears_converted": converted,
+        "linears_total": total,
+    }
     assert result["mfu"]["basis"].startswith("bf16-equivalent") and result["mfu"]["spec"] > 0
     assert math.isfinite(result["loss"]["last"])
 
 
-@pytest.mark.parametrize("device,has_note", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA L4", True),
-                                             ("NVIDIA A100-SXM4-80GB", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "device,has_note",
+    [("NVIDIA H100 80GB HBM3", True), ("NVIDIA L4", True), ("NVIDIA A100-SXM4-80GB", False)],
+)
 def test_the_floor_says_where_float8_can_beat_it(device: str, has_note: bool) -> None:
     from train.core.flops import lookup_peak
     from train.explain.floor import FloorInputs, floor_report
 
     peak = lookup_peak(device, "bf16")
-    r = floor_report(FloorInputs(model="gpt2-xl", n_layer=48, n_head=25, n_embd=1600,
-                                 vocab_size=50304, block_size=1024, micro_batch=16, grad_accum=64,
-                                 device_name=device, dtype="bf16", peak_flops=peak.flops,
-                                 peak_source=peak.source))  # fmt: skip
+    r = floor_report(
+        FloorInputs(
+            model="gpt2-xl",
+            n_layer=48,
+            n_head=25,
+            n_embd=1600,
+            vocab_size=50304,
+            block_size=1024,
+            micro_batch=16,
+            grad_accum=64,
+            device_name=device,
+            dtype="bf16",
+            peak_flops=peak.flops,
+            peak_source=peak.source,
+        )
+    )
     assert any("float8 tensor cores" in n for n in r.notes) == has_note

@@ -23,12 +23,18 @@ SHAPES = {
 }
 
 
-def inputs(model: str, device: str, dtype: str = "bf16", *, tf32: bool = False,
-           **kw) -> FloorInputs:
+def inputs(
+    model: str, device: str, dtype: str = "bf16", *, tf32: bool = False, **kw
+) -> FloorInputs:
     peak = lookup_peak(device, dtype, tf32=tf32)
     return FloorInputs(
-        model=model, **SHAPES[model], device_name=device, dtype=dtype,
-        peak_flops=peak.flops if peak else None, peak_source=peak.source if peak else None, **kw,
+        model=model,
+        **SHAPES[model],
+        device_name=device,
+        dtype=dtype,
+        peak_flops=peak.flops if peak else None,
+        peak_source=peak.source if peak else None,
+        **kw,
     )
 
 
@@ -48,8 +54,9 @@ def inputs(model: str, device: str, dtype: str = "bf16", *, tf32: bool = False,
 )
 def test_known_devices(model, device, split, step_s, fpt, peak) -> None:
     mb, ga, world = split
-    r = floor_report(inputs(model, device, micro_batch=mb, grad_accum=ga, world_size=world,
-                            step_time_s=step_s))
+    r = floor_report(
+        inputs(model, device, micro_batch=mb, grad_accum=ga, world_size=world, step_time_s=step_s)
+    )
     device_tokens = mb * ga * 1024  # one device's tokens per step, what its floor and MFU count
     assert r.flops_per_token == fpt
     assert r.tokens_per_step == device_tokens * world
@@ -61,8 +68,16 @@ def test_known_devices(model, device, split, step_s, fpt, peak) -> None:
 
 
 def test_issue_scenario() -> None:
-    r = floor_report(inputs("gpt2-xl", "NVIDIA H200", micro_batch=16, grad_accum=64,
-                            step_time_s=21.0, target_step_time_s=8.0))
+    r = floor_report(
+        inputs(
+            "gpt2-xl",
+            "NVIDIA H200",
+            micro_batch=16,
+            grad_accum=64,
+            step_time_s=21.0,
+            target_step_time_s=8.0,
+        )
+    )
     assert r.tokens_per_step == 1_048_576
     assert r.flops_per_token == pytest.approx(1.028e10, rel=1e-3)
     assert r.floor_s == pytest.approx(10.9, abs=0.2)
@@ -85,8 +100,17 @@ def test_issue_scenario() -> None:
 
 
 def test_unknown_device_has_no_spec_and_never_an_a100() -> None:
-    r = floor_report(inputs("tiny", "Mystery Accelerator 9000", "fp32", micro_batch=8,
-                            grad_accum=8, step_time_s=0.5, target_step_time_s=0.1))
+    r = floor_report(
+        inputs(
+            "tiny",
+            "Mystery Accelerator 9000",
+            "fp32",
+            micro_batch=8,
+            grad_accum=8,
+            step_time_s=0.5,
+            target_step_time_s=0.1,
+        )
+    )
     assert r.inputs.peak_flops is None
     assert (r.floor_s, r.mfu_spec, r.target_possible) == (None, None, None)
     assert r.flops_per_token == TINY_FPT
@@ -95,8 +119,16 @@ def test_unknown_device_has_no_spec_and_never_an_a100() -> None:
 
 
 def test_unknown_device_uses_a_given_ceiling() -> None:
-    inp = inputs("tiny", "cpu", "fp32", micro_batch=8, grad_accum=8, step_time_s=0.5,
-                 ceiling_flops=50e9, ceiling_source="given")
+    inp = inputs(
+        "tiny",
+        "cpu",
+        "fp32",
+        micro_batch=8,
+        grad_accum=8,
+        step_time_s=0.5,
+        ceiling_flops=50e9,
+        ceiling_source="given",
+    )
     r = floor_report(inp)
     assert r.ceiling_floor_s == pytest.approx(TINY_FPT * 4096 / 50e9)
     assert r.mfu_ceiling == pytest.approx(TINY_FPT * 4096 / 0.5 / 50e9)
@@ -105,28 +137,51 @@ def test_unknown_device_uses_a_given_ceiling() -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "tf32", "peak"),
-    [("fp32", False, 19.5e12), ("fp32", True, 156e12), ("bf16", False, 312e12),
-     ("tf32", False, 156e12)],
+    [
+        ("fp32", False, 19.5e12),
+        ("fp32", True, 156e12),
+        ("bf16", False, 312e12),
+        ("tf32", False, 156e12),
+    ],
 )
 def test_fp32_with_and_without_tf32_use_the_right_peak(dtype, tf32, peak) -> None:
-    argv = ["--model", "gpt2", "--micro-batch", "4", "--device", "NVIDIA A100-SXM4-40GB",
-            "--dtype", dtype, "--tf32" if tf32 else "--no-tf32"]
+    argv = [
+        "--model",
+        "gpt2",
+        "--micro-batch",
+        "4",
+        "--device",
+        "NVIDIA A100-SXM4-40GB",
+        "--dtype",
+        dtype,
+        "--tf32" if tf32 else "--no-tf32",
+    ]
     r = floor_report(arithmetic_inputs(parse_args(argv)))
     assert r.inputs.peak_flops == peak
     assert r.floor_s == pytest.approx(GPT2_FPT * 4096 / peak)
 
 
 def test_target_between_peak_and_ceiling_floors() -> None:
-    r = floor_report(inputs("gpt2", "NVIDIA H200", micro_batch=8, grad_accum=1,
-                            ceiling_flops=700e12, ceiling_source="given", target_step_time_s=0.009))
+    r = floor_report(
+        inputs(
+            "gpt2",
+            "NVIDIA H200",
+            micro_batch=8,
+            grad_accum=1,
+            ceiling_flops=700e12,
+            ceiling_source="given",
+            target_step_time_s=0.009,
+        )
+    )
     assert r.floor_s < 0.009 < r.ceiling_floor_s
     assert r.target_possible is True
     assert any("matmul-ceiling floor" in n for n in r.notes)
 
 
 def test_step_faster_than_the_floor_is_flagged() -> None:
-    r = floor_report(inputs("gpt2-xl", "NVIDIA H200", micro_batch=16, grad_accum=64,
-                            step_time_s=5.0))
+    r = floor_report(
+        inputs("gpt2-xl", "NVIDIA H200", micro_batch=16, grad_accum=64, step_time_s=5.0)
+    )
     assert r.mfu_spec > 1
     assert any("impossible" in n for n in r.notes)
 
@@ -141,16 +196,27 @@ def test_step_faster_than_the_floor_is_flagged() -> None:
     ],
 )
 def test_invalid_inputs(kw, match) -> None:
-    base = dict(model="tiny", **SHAPES["tiny"], micro_batch=1, grad_accum=1, device_name="cpu",
-                dtype="fp32")
+    base = dict(
+        model="tiny", **SHAPES["tiny"], micro_batch=1, grad_accum=1, device_name="cpu", dtype="fp32"
+    )
     with pytest.raises(ValueError, match=match):
         FloorInputs(**{**base, **kw})
 
 
 def test_heads_must_divide_width() -> None:
     with pytest.raises(ValueError, match=r"n_embd \(100\) must be divisible by n_head \(3\)"):
-        FloorInputs(model="x", n_layer=1, n_head=3, n_embd=100, vocab_size=8, block_size=8,
-                    micro_batch=1, grad_accum=1, device_name="cpu", dtype="fp32")
+        FloorInputs(
+            model="x",
+            n_layer=1,
+            n_head=3,
+            n_embd=100,
+            vocab_size=8,
+            block_size=8,
+            micro_batch=1,
+            grad_accum=1,
+            device_name="cpu",
+            dtype="fp32",
+        )
 
 
 def test_flops_per_step_is_tokens_times_flops_per_token() -> None:

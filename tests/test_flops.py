@@ -71,8 +71,16 @@ def test_flops_per_token_rejects_bad_heads() -> None:
     ("kwargs", "expected"),
     [
         # GPT-2 124M with the real 50257 vocab: the well-known 124,439,808 total.
-        (dict(n_layer=12, n_embd=768, vocab_size=50257, block_size=1024,
-              exclude_position_embedding=False), 124_439_808),
+        (
+            dict(
+                n_layer=12,
+                n_embd=768,
+                vocab_size=50257,
+                block_size=1024,
+                exclude_position_embedding=False,
+            ),
+            124_439_808,
+        ),
         # One block, C=2, V=3, no bias: 12*4 + 2*2 (LN gains) + 3*2 (wte) + 2 (ln_f) = 60.
         (dict(n_layer=1, n_embd=2, vocab_size=3, block_size=5, bias=False), 60),
     ],
@@ -88,8 +96,12 @@ def test_num_params_analytic_matches_model(name: str, exclude: bool) -> None:
     with torch.device("meta"):
         model = GPT(cfg)
     expected = gpt2_num_params(
-        n_layer=cfg.n_layer, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
-        block_size=cfg.block_size, bias=cfg.bias, exclude_position_embedding=exclude,
+        n_layer=cfg.n_layer,
+        n_embd=cfg.n_embd,
+        vocab_size=cfg.vocab_size,
+        block_size=cfg.block_size,
+        bias=cfg.bias,
+        exclude_position_embedding=exclude,
     )
     assert model.num_params(exclude_position_embedding=exclude) == expected
 
@@ -112,8 +124,12 @@ def test_flops_per_token_matches_flop_counter(name: str) -> None:
         loss.backward()
     counted_per_token = counter.get_total_flops() / T
     analytic = flops_per_token(
-        n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, seq_len=T,
-        vocab_size=cfg.vocab_size, num_params=model.num_params(),
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        seq_len=T,
+        vocab_size=cfg.vocab_size,
+        num_params=model.num_params(),
     )
     assert analytic == pytest.approx(counted_per_token, rel=0.02)
 
@@ -226,8 +242,12 @@ def test_mfu_table(
     [
         (1000, 1e9, 1e12, 1.0),
         # GPT-2 124M, 0.5M-token batch at T=1024 on one H100 SXM in bf16.
-        (524_288, 6 * 123_689_472 + 113_246_208, 989.4e12,
-         524_288 * (6 * 123_689_472 + 113_246_208) / 989.4e12),
+        (
+            524_288,
+            6 * 123_689_472 + 113_246_208,
+            989.4e12,
+            524_288 * (6 * 123_689_472 + 113_246_208) / 989.4e12,
+        ),
     ],
 )
 def test_floor_step_time_table(tokens: int, fpt: float, peak: float, expected_s: float) -> None:
@@ -248,8 +268,13 @@ def test_nanogpt_reported_mfu_by_hand() -> None:
     dt = 2.0
     expected = per_token * 1024 * 12 * 40 / dt / 312e12
     got = nanogpt_reported_mfu(
-        n_layer=12, n_head=12, n_embd=768, block_size=1024, num_params=n,
-        fwdbwd_per_iter=12 * 40, dt_s=dt,
+        n_layer=12,
+        n_head=12,
+        n_embd=768,
+        block_size=1024,
+        num_params=n,
+        fwdbwd_per_iter=12 * 40,
+        dt_s=dt,
     )
     assert got == pytest.approx(expected)
     # Divides by the A100 peak whatever the device: on an H100 our MFU is lower by 312/989.4.

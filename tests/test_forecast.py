@@ -18,15 +18,20 @@ H200_RUN = REPO / "docs" / "gpu" / "2026-11-26-h200"
 H200 = "NVIDIA H200"
 
 
-
 def forecast_of(result: dict) -> float:
     """The forecast wall of the trial that wrote `result`, from its config alone (the step from the
     arithmetic, not the measured one) and whether its graph was in the compile cache."""
     cfg = flat(result["config"])
     step = predict_step(cfg, device_name=H200, device_type="cuda", bf16_supported=True)
     warm = result["compile"]["cache"]["state"] == "hit"
-    return trial_time(cfg, step.predicted_s, device_type="cuda", device_name=H200,
-                      num_params=step.num_params, warm=warm).total_s  # fmt: skip
+    return trial_time(
+        cfg,
+        step.predicted_s,
+        device_type="cuda",
+        device_name=H200,
+        num_params=step.num_params,
+        warm=warm,
+    ).total_s
 
 
 @pytest.mark.parametrize(

@@ -34,15 +34,29 @@ from acceptance.run import open_work, run_stage  # noqa: E402
 from acceptance.stages import ddp_skip_reason  # noqa: E402
 from acceptance.state import MAX_STATE_BYTES, Manifest, pack_state, unpack_state  # noqa: E402
 
-GPT2_XL = {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024,
-           "vocab_size": 50304, "dropout": 0.0, "bias": True}  # fmt: skip
+GPT2_XL = {
+    "n_layer": 48,
+    "n_head": 25,
+    "n_embd": 1600,
+    "block_size": 1024,
+    "vocab_size": 50304,
+    "dropout": 0.0,
+    "bias": True,
+}
 
 
 @pytest.mark.parametrize(
     ("given", "stage"),
-    [("1", "plan"), ("2", "sweep"), ("3", "sweep"), ("4", "production"), ("5", "ddp"),
-     ("sweep", "sweep"), ("ddp", "ddp")],
-)  # fmt: skip
+    [
+        ("1", "plan"),
+        ("2", "sweep"),
+        ("3", "sweep"),
+        ("4", "production"),
+        ("5", "ddp"),
+        ("sweep", "sweep"),
+        ("ddp", "ddp"),
+    ],
+)
 def test_stage_by_name_or_number(given: str, stage: str) -> None:
     assert stage_named(given) == stage
 
@@ -85,12 +99,17 @@ def test_ddp_stage_on_one_gpu_is_skipped_at_once(
     monkeypatch.setattr(acceptance.stages, "cuda_device_count", lambda: 1)
     monkeypatch.setattr(acceptance.stages, "run_until", lambda *a, **k: pytest.fail("ran"))
     t0 = time.monotonic()
-    code = gpu_acceptance.main(["--stage", "5", "--work", str(tmp_path / "work"),
-                                "--out", str(tmp_path / "out")])  # fmt: skip
+    code = gpu_acceptance.main(
+        ["--stage", "5", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
+    )
     assert code == 0 and time.monotonic() - t0 < 10
     evidence = json.loads((tmp_path / "out" / "evidence.json").read_text())
-    assert evidence["ddp"] == {"outcome": "skipped", "reason": "skipped: 1 GPU",
-                               "device_count": 1, "nproc": 2}  # fmt: skip
+    assert evidence["ddp"] == {
+        "outcome": "skipped",
+        "reason": "skipped: 1 GPU",
+        "device_count": 1,
+        "nproc": 2,
+    }
     assert [(s["stage"], s["outcome"], s["note"]) for s in evidence["stages"]] == [
         ("ddp", "skipped", "skipped: 1 GPU")
     ]
@@ -115,8 +134,14 @@ def test_ddp_split_that_cannot_be_is_refused() -> None:
 def test_ddp_command_runs_best_yaml_on_two_processes(tmp_path: Path) -> None:
     best = tmp_path / "sweep" / "best.yaml"
     argv = ddp_argv(XL, tmp_path, best_yaml=best, start=None, split=(16, 32))
-    assert argv[1:7] == ["-m", "train.trial", "--config-path", str(tmp_path / "sweep"),
-                         "--config-name", "best"]  # fmt: skip
+    assert argv[1:7] == [
+        "-m",
+        "train.trial",
+        "--config-path",
+        str(tmp_path / "sweep"),
+        "--config-name",
+        "best",
+    ]
     for pinned in (
         "runtime.nproc=2",
         "batch.micro_batch=16",
@@ -188,27 +213,61 @@ def test_sweep_command_pins_the_study_in_the_work_folder(tmp_path: Path) -> None
     start = Point(micro_batch=16, compile="default", activation_checkpointing="none")
     argv = sweep_argv(XL, tmp_path, start, max_wall_s=495.4, extra=["hydra.sweeper.n_trials=3"])
     assert argv[2:5] == ["-m", "search=gpu-acceptance", "model=gpt2-xl"]
-    for pinned in ("batch.tokens_per_step=1048576", "batch.micro_batch=16", "batch.grad_accum=64",
-                   "runtime.compile=default", "runtime.dtype=bf16",
-                   f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                   f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}",
-                   "hydra.sweeper.study_name=acceptance-xl", "hydra.sweeper.budget.max_wall_s=495",
-                   "hydra.sweeper.mlflow.enabled=false"):  # fmt: skip
+    for pinned in (
+        "batch.tokens_per_step=1048576",
+        "batch.micro_batch=16",
+        "batch.grad_accum=64",
+        "runtime.compile=default",
+        "runtime.dtype=bf16",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}",
+        "hydra.sweeper.study_name=acceptance-xl",
+        "hydra.sweeper.budget.max_wall_s=495",
+        "hydra.sweeper.mlflow.enabled=false",
+    ):
         assert pinned in argv
     assert argv[-1] == "hydra.sweeper.n_trials=3"  # the run's own overrides win (last)
 
 
 def test_production_figures_leave_the_first_step_out() -> None:
-    summary = {"start_step": 0, "end_step": 4, "history": [
-        {"step": 1, "loss": 11.0, "tokens_per_s": 100.0, "mfu_spec": 0.01, "mfu_ceiling": 0.02,
-         "data_wait_frac": 0.5},
-        {"step": 2, "loss": 10.0, "tokens_per_s": 400.0, "mfu_spec": 0.4, "mfu_ceiling": 0.5,
-         "data_wait_frac": 0.0},
-        {"step": 3, "loss": 9.0, "tokens_per_s": 500.0, "mfu_spec": 0.5, "mfu_ceiling": 0.6,
-         "data_wait_frac": 0.0},
-        {"step": 4, "loss": 8.0, "tokens_per_s": 450.0, "mfu_spec": 0.45, "mfu_ceiling": 0.55,
-         "data_wait_frac": 0.1},
-    ]}  # fmt: skip
+    summary = {
+        "start_step": 0,
+        "end_step": 4,
+        "history": [
+            {
+                "step": 1,
+                "loss": 11.0,
+                "tokens_per_s": 100.0,
+                "mfu_spec": 0.01,
+                "mfu_ceiling": 0.02,
+                "data_wait_frac": 0.5,
+            },
+            {
+                "step": 2,
+                "loss": 10.0,
+                "tokens_per_s": 400.0,
+                "mfu_spec": 0.4,
+                "mfu_ceiling": 0.5,
+                "data_wait_frac": 0.0,
+            },
+            {
+                "step": 3,
+                "loss": 9.0,
+                "tokens_per_s": 500.0,
+                "mfu_spec": 0.5,
+                "mfu_ceiling": 0.6,
+                "data_wait_frac": 0.0,
+            },
+            {
+                "step": 4,
+                "loss": 8.0,
+                "tokens_per_s": 450.0,
+                "mfu_spec": 0.45,
+                "mfu_ceiling": 0.55,
+                "data_wait_frac": 0.1,
+            },
+        ],
+    }
     got = production_figures(summary)
     assert got["steps"] == 4 and got["measured_steps"] == 3
     assert got["first_step_tokens_per_s"] == 100.0
@@ -217,15 +276,26 @@ def test_production_figures_leave_the_first_step_out() -> None:
 
 
 def _manifest(work: Path, profile: str = "tiny") -> Manifest:
-    return Manifest(version=1, profile=profile, work=str(work), stages_done=["plan"],
-                    packed_at="2026-11-25T00:00:00+00:00")  # fmt: skip
+    return Manifest(
+        version=1,
+        profile=profile,
+        work=str(work),
+        stages_done=["plan"],
+        packed_at="2026-11-25T00:00:00+00:00",
+    )
 
 
 def test_state_round_trip_leaves_data_checkpoints_and_plot_html_out(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    tree = {"optuna.db": "db", "evidence.json": "{}", "sweep/0/result.json": "{}",
-            "sweep/plots/summary.png": "png", "sweep/plots/slice.html": "x" * 1000,
-            "data/synthetic/train.bin": "t", "ckpt/a/ckpt_3.pt": "c"}  # fmt: skip
+    tree = {
+        "optuna.db": "db",
+        "evidence.json": "{}",
+        "sweep/0/result.json": "{}",
+        "sweep/plots/summary.png": "png",
+        "sweep/plots/slice.html": "x" * 1000,
+        "data/synthetic/train.bin": "t",
+        "ckpt/a/ckpt_3.pt": "c",
+    }
     for rel, text in tree.items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_text(text)
@@ -284,18 +354,28 @@ CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("mode", ["default", "ignore"])
 def test_a_child_past_its_deadline_gets_sigterm_then_sigkill(tmp_path: Path, mode: str) -> None:
     t0 = time.monotonic()
-    ran = run_until([sys.executable, "-c", CHILD, mode], cwd=tmp_path, env={},
-                    log_path=tmp_path / "child.log", deadline=time.monotonic() + 1.0,
-                    grace_s=1.0)  # fmt: skip
+    ran = run_until(
+        [sys.executable, "-c", CHILD, mode],
+        cwd=tmp_path,
+        env={},
+        log_path=tmp_path / "child.log",
+        deadline=time.monotonic() + 1.0,
+        grace_s=1.0,
+    )
     assert ran.cut and not ran.stopped and ran.returncode < 0
     assert time.monotonic() - t0 < 10
     assert "ready" in (tmp_path / "child.log").read_text()
 
 
 def test_a_child_is_stopped_early_when_its_output_says_so(tmp_path: Path) -> None:
-    ran = run_until([sys.executable, "-c", CHILD, "default"], cwd=tmp_path, env={},
-                    log_path=tmp_path / "child.log", deadline=time.monotonic() + 60,
-                    stop_when=lambda line: "no room" if "STOP" in line else "")  # fmt: skip
+    ran = run_until(
+        [sys.executable, "-c", CHILD, "default"],
+        cwd=tmp_path,
+        env={},
+        log_path=tmp_path / "child.log",
+        deadline=time.monotonic() + 60,
+        stop_when=lambda line: "no room" if "STOP" in line else "",
+    )
     assert ran.stopped == "no room" and not ran.cut and ran.wall_s < 30
 
 
@@ -317,30 +397,84 @@ def test_kit_size_counts_tracked_code_and_wheels(tmp_path: Path) -> None:
 
 def test_readme_section_from_evidence() -> None:
     ev = {
-        "profile": "xl", "model": "gpt2-xl", "tokens_per_step": 1048576, "total_budget_s": 1500,
+        "profile": "xl",
+        "model": "gpt2-xl",
+        "tokens_per_step": 1048576,
+        "total_budget_s": 1500,
         "wall_s_total": 1200.0,
-        "device": {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.19, "driver": "580.159.04",
-                   "torch": "2.11.0+cu130", "cuda": "13.0", "python": "3.12.3",
-                   "packages": {"optuna": "5.0.0"}, "spec_peak_flops": 989.4e12,
-                   "ceiling_flops": 785.5e12},
-        "stages": [{"stage": "plan", "run": 1, "outcome": "done", "wall_s": 200.0,
-                    "deadline_s": 240.0, "note": ""}],
-        "memory": [{"micro_batch": 16, "compile": "default", "activation_checkpointing": "none",
-                    "status": "complete", "memory_predicted_gib": 57.5,
-                    "memory_measured_gib": 56.35, "tokens_per_s": 45000.0, "compile_s": 90.0}],
-        "sweep": {"trials": [{"number": 0, "start": True, "knobs": {"batch.micro_batch": 16},
-                              "outcome": "complete", "tokens_per_s": 50000.0, "projected": True,
-                              "mfu_spec": 0.52, "mfu_ceiling": 0.65}],
-                  "projection": [{"trial": 0, "search_tokens_per_s": 50000.0,
-                                  "search_projected": True, "real_tokens_per_s": 49000.0,
-                                  "error": 50000 / 49000 - 1}],
-                  "race": {"verdict": {"outcome": "decided", "rounds": 2, "reason": "won."}},
-                  "best": {"trial": 0, "knobs": {"micro_batch": 16}, "tokens_per_s": 49000.0,
-                           "mfu_spec": 0.51, "mfu_ceiling": 0.64}},
-        "production": {"command": "python -m train", "tokens_per_s": 48000.0,
-                       "measured_steps": 3, "mfu_spec": 0.5, "race_tokens_per_s": 49000.0,
-                       "ratio_to_race": 48000 / 49000},
-    }  # fmt: skip
+        "device": {
+            "name": "NVIDIA H100 80GB HBM3",
+            "memory_gib": 79.19,
+            "driver": "580.159.04",
+            "torch": "2.11.0+cu130",
+            "cuda": "13.0",
+            "python": "3.12.3",
+            "packages": {"optuna": "5.0.0"},
+            "spec_peak_flops": 989.4e12,
+            "ceiling_flops": 785.5e12,
+        },
+        "stages": [
+            {
+                "stage": "plan",
+                "run": 1,
+                "outcome": "done",
+                "wall_s": 200.0,
+                "deadline_s": 240.0,
+                "note": "",
+            }
+        ],
+        "memory": [
+            {
+                "micro_batch": 16,
+                "compile": "default",
+                "activation_checkpointing": "none",
+                "status": "complete",
+                "memory_predicted_gib": 57.5,
+                "memory_measured_gib": 56.35,
+                "tokens_per_s": 45000.0,
+                "compile_s": 90.0,
+            }
+        ],
+        "sweep": {
+            "trials": [
+                {
+                    "number": 0,
+                    "start": True,
+                    "knobs": {"batch.micro_batch": 16},
+                    "outcome": "complete",
+                    "tokens_per_s": 50000.0,
+                    "projected": True,
+                    "mfu_spec": 0.52,
+                    "mfu_ceiling": 0.65,
+                }
+            ],
+            "projection": [
+                {
+                    "trial": 0,
+                    "search_tokens_per_s": 50000.0,
+                    "search_projected": True,
+                    "real_tokens_per_s": 49000.0,
+                    "error": 50000 / 49000 - 1,
+                }
+            ],
+            "race": {"verdict": {"outcome": "decided", "rounds": 2, "reason": "won."}},
+            "best": {
+                "trial": 0,
+                "knobs": {"micro_batch": 16},
+                "tokens_per_s": 49000.0,
+                "mfu_spec": 0.51,
+                "mfu_ceiling": 0.64,
+            },
+        },
+        "production": {
+            "command": "python -m train",
+            "tokens_per_s": 48000.0,
+            "measured_steps": 3,
+            "mfu_spec": 0.5,
+            "race_tokens_per_s": 49000.0,
+            "ratio_to_race": 48000 / 49000,
+        },
+    }
     text = readme_section(ev)
     assert "device time 1200 s of a 1500 s budget" in text
     assert "NVIDIA H100 80GB HBM3 (79.2 GiB), driver 580.159.04, torch 2.11.0+cu130" in text
@@ -355,8 +489,13 @@ def test_readme_section_from_evidence() -> None:
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_acceptance.py"), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_acceptance.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _handed_on(out: Path) -> Path:
@@ -391,8 +530,9 @@ def test_dry_run_of_every_stage_with_a_cut_sweep_resumed(tmp_path: Path) -> None
         running = (work / "sweep" / "0" / "trial.log").exists()
         return time.monotonic() + (1e6 if running else 0.0)
 
-    report = run_stage("sweep", profile=TINY, state=_handed_on(outs[0]), work=work, out=outs[1],
-                       clock=clock)  # fmt: skip
+    report = run_stage(
+        "sweep", profile=TINY, state=_handed_on(outs[0]), work=work, out=outs[1], clock=clock
+    )
     assert report.outcome == "cut", report.note
     study = optuna.load_study(study_name="acceptance-tiny", storage=f"sqlite:///{work}/optuna.db")
     states = [t.state for t in study.trials]
@@ -401,8 +541,9 @@ def test_dry_run_of_every_stage_with_a_cut_sweep_resumed(tmp_path: Path) -> None
     assert not (work / "sweep" / "best.yaml").exists()
     shutil.rmtree(work)
 
-    proc = _cli("--dry-run", "--stage", "3", "--state", str(_handed_on(outs[1])),
-                "--out", str(outs[2]))  # fmt: skip
+    proc = _cli(
+        "--dry-run", "--stage", "3", "--state", str(_handed_on(outs[1])), "--out", str(outs[2])
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stage sweep (run 2): done" in proc.stdout
     evidence = json.loads((outs[2] / "evidence.json").read_text())
@@ -413,8 +554,9 @@ def test_dry_run_of_every_stage_with_a_cut_sweep_resumed(tmp_path: Path) -> None
     assert evidence["sweep"]["best"]["race_tokens_per_s"] > 0
     shutil.rmtree(work)
 
-    proc = _cli("--dry-run", "--stage", "4", "--state", str(_handed_on(outs[2])),
-                "--out", str(outs[3]))  # fmt: skip
+    proc = _cli(
+        "--dry-run", "--stage", "4", "--state", str(_handed_on(outs[2])), "--out", str(outs[3])
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     evidence = json.loads((outs[3] / "evidence.json").read_text())
     assert [(s["stage"], s["outcome"]) for s in evidence["stages"]] == [
@@ -431,8 +573,9 @@ def test_dry_run_of_every_stage_with_a_cut_sweep_resumed(tmp_path: Path) -> None
     # the extra stage: best.yaml as 2 gloo ranks (NCCL's code path with backend gloo)
     shutil.rmtree(work)
     out5 = tmp_path / "out5"
-    proc = _cli("--dry-run", "--stage", "5", "--state", str(_handed_on(outs[3])),
-                "--out", str(out5))  # fmt: skip
+    proc = _cli(
+        "--dry-run", "--stage", "5", "--state", str(_handed_on(outs[3])), "--out", str(out5)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stage ddp (run 1): done" in proc.stdout
     _handed_on(out5)
@@ -466,10 +609,12 @@ def test_dry_run_ddp_stage_without_best_yaml_runs_the_starting_config(tmp_path: 
     2 gloo ranks, against the start's single-process figure, from a state handed in."""
     work = tmp_path / "work"
     folder, evidence, _ = open_work(profile=TINY, state=None, work=work, sweep_overrides=[])
-    evidence["plan"] = {"start": {"micro_batch": 8, "compile": "none",
-                                  "activation_checkpointing": "none"}}  # fmt: skip
-    evidence["sweep"] = {"trials": [{"number": 0, "start": True, "outcome": "complete",
-                                     "tokens_per_s": 1000.0}]}  # fmt: skip
+    evidence["plan"] = {
+        "start": {"micro_batch": 8, "compile": "none", "activation_checkpointing": "none"}
+    }
+    evidence["sweep"] = {
+        "trials": [{"number": 0, "start": True, "outcome": "complete", "tokens_per_s": 1000.0}]
+    }
     (folder / "evidence.json").write_text(json.dumps(evidence))
     state = tmp_path / "in" / "state.tar.gz"
     pack_state(folder, state, manifest=_manifest(folder))
@@ -514,8 +659,7 @@ def test_lease_plan_prints_the_main_second_and_total_on_any_machine(device: str)
     assert found, first
     main, second, total = map(int, found.groups())
     assert total == pytest.approx(main + second + 180, abs=1)  # the machine start counted
-    verdict = re.search(r"main \(.*\) against its 540 s deadline: (fits|DOES NOT FIT)",
-                        proc.stdout)  # fmt: skip
+    verdict = re.search(r"main \(.*\) against its 540 s deadline: (fits|DOES NOT FIT)", proc.stdout)
     assert verdict and (verdict.group(1) == "fits") is (main <= 540), proc.stdout
     assert f"plan assumes {device}'s machine has torchao installed" in proc.stdout
 
@@ -542,36 +686,69 @@ def test_dry_run_of_the_lease_main_cut_and_whole_then_the_second(tmp_path: Path)
         running = (work / "sweep" / "0" / "trial.log").exists()
         return time.monotonic() + (1e6 if running else 0.0)
 
-    report = run_stage("lease", profile=LEASE_TINY, state=None, work=work, out=tmp_path / "o1",
-                       clock=clock)  # fmt: skip
+    report = run_stage(
+        "lease", profile=LEASE_TINY, state=None, work=work, out=tmp_path / "o1", clock=clock
+    )
     assert report.outcome == "cut", report.note
-    study = optuna.load_study(study_name="acceptance-lease-tiny",
-                              storage=f"sqlite:///{work}/optuna.db")  # fmt: skip
+    study = optuna.load_study(
+        study_name="acceptance-lease-tiny", storage=f"sqlite:///{work}/optuna.db"
+    )
     assert optuna.trial.TrialState.RUNNING not in [t.state for t in study.trials]
     shutil.rmtree(work)
-    proc = _cli("--lease", "--dry-run", "--stage", "production", "--state",
-                str(tmp_path / "o1" / "state.tar.gz"), "--out", str(tmp_path / "o2"))  # fmt: skip
+    proc = _cli(
+        "--lease",
+        "--dry-run",
+        "--stage",
+        "production",
+        "--state",
+        str(tmp_path / "o1" / "state.tar.gz"),
+        "--out",
+        str(tmp_path / "o2"),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # no best.yaml: run the main again
     assert "stage production (run 1): failed" in proc.stdout and "no " in proc.stdout
 
     # a later lease resumes the cut main command from its state: the same study, to best.yaml
-    proc = _cli("--lease", "--dry-run", "--state", str(tmp_path / "o1" / "state.tar.gz"),
-                "--out", str(tmp_path / "m"))  # fmt: skip
+    proc = _cli(
+        "--lease",
+        "--dry-run",
+        "--state",
+        str(tmp_path / "o1" / "state.tar.gz"),
+        "--out",
+        str(tmp_path / "m"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stage lease (run 2): done" in proc.stdout
     shutil.rmtree(work)  # the second may run on a fresh machine: only the state travels
-    proc = _cli("--lease", "--dry-run", "--stage", "production", "--state",
-                str(tmp_path / "m" / "state.tar.gz"), "--out", str(tmp_path / "s"))  # fmt: skip
+    proc = _cli(
+        "--lease",
+        "--dry-run",
+        "--stage",
+        "production",
+        "--state",
+        str(tmp_path / "m" / "state.tar.gz"),
+        "--out",
+        str(tmp_path / "s"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     evidence = json.loads((tmp_path / "s" / "evidence.json").read_text())
     assert [(s["stage"], s["outcome"]) for s in evidence["stages"]] == [
-        ("lease", "cut"), ("lease", "done"), ("production", "done")]  # fmt: skip
+        ("lease", "cut"),
+        ("lease", "done"),
+        ("production", "done"),
+    ]
     assert evidence["production"]["tokens_per_s"] > 0
     (folder,) = (tmp_path / "s" / "docs" / "gpu").iterdir()
     assert folder.name.startswith(evidence["stages"][0]["started"][:10])
     names = {p.name for p in folder.iterdir()}
-    assert {"README.md", "evidence.json", "env.txt", "best.yaml", "sweep.log",
-            "production.log"} <= names  # fmt: skip
+    assert {
+        "README.md",
+        "evidence.json",
+        "env.txt",
+        "best.yaml",
+        "sweep.log",
+        "production.log",
+    } <= names
     results = sorted(n for n in names if n.startswith("result-"))
     ran = [t for t in evidence["sweep"]["trials"] if t.get("status")]
     assert len(results) >= len(ran) > 0  # every search trial's result, and the race's

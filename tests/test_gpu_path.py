@@ -86,10 +86,16 @@ def test_projection_agrees_with_real_full_steps_on_the_gpu(make_config, tmp_path
     from train.trial.measurement import run_trial
 
     common = (
-        "model=gpt2-medium", "runtime.device=cuda", "runtime.dtype=bf16",
-        "batch.tokens_per_step=131072", "batch.micro_batch=8", "batch.grad_accum=16",
-        "trial.warmup_steps=2", "trial.max_steps=4", "trial.min_steps=4",
-    )  # fmt: skip
+        "model=gpt2-medium",
+        "runtime.device=cuda",
+        "runtime.dtype=bf16",
+        "batch.tokens_per_step=131072",
+        "batch.micro_batch=8",
+        "batch.grad_accum=16",
+        "trial.warmup_steps=2",
+        "trial.max_steps=4",
+        "trial.min_steps=4",
+    )
     proj = run_trial(make_config(*common, "trial.project_above_s=1e-9"), out_path=tmp_path / "p")
     real = run_trial(make_config(*common, "trial.project_above_s=0"), out_path=tmp_path / "f")
     assert proj["status"] == real["status"] == "complete"

@@ -34,10 +34,22 @@ def test_visible_devices():
 
 # ---- wired into the sweep: the probe's GPUs -> one CUDA_VISIBLE_DEVICES per slot -> each job ----
 
-CUDA = DeviceFacts(name="NVIDIA H100 80GB HBM3", device_type="cuda", memory_gib=79.2,
-                   bf16_supported=True, cpu_count=16, source="probed")  # fmt: skip
-CPU = DeviceFacts(name="cpu", device_type="cpu", memory_gib=None, bf16_supported=False,
-                  cpu_count=2, source="probed")  # fmt: skip
+CUDA = DeviceFacts(
+    name="NVIDIA H100 80GB HBM3",
+    device_type="cuda",
+    memory_gib=79.2,
+    bf16_supported=True,
+    cpu_count=16,
+    source="probed",
+)
+CPU = DeviceFacts(
+    name="cpu",
+    device_type="cpu",
+    memory_gib=None,
+    bf16_supported=False,
+    cpu_count=2,
+    source="probed",
+)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +62,7 @@ CPU = DeviceFacts(name="cpu", device_type="cpu", memory_gib=None, bf16_supported
         (CUDA, 8, None, 8, 1, "SlurmLauncher", []),  # Slurm gives each task its GPUs
         (CPU, 0, None, 2, 1, "JoblibLauncher", []),  # nothing to pin on a CPU
     ],
-)  # fmt: skip
+)
 def test_gpu_slots_for_a_sweep(monkeypatch, device, count, env, n_jobs, nproc, launcher, want):
     if env is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

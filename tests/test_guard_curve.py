@@ -19,9 +19,14 @@ STEPS = 20  # the sweep's numerics_guard_steps: the curves cover the production 
 
 
 def _curve(
-    make_config, tmp_path: Path, name: str, *, seed: int, extra: tuple[str, ...] = (),
+    make_config,
+    tmp_path: Path,
+    name: str,
+    *,
+    seed: int,
+    extra: tuple[str, ...] = (),
     steps: int = STEPS,
-) -> list[float]:  # fmt: skip
+) -> list[float]:
     keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=seed).items()]
     cfg = make_config(*keys, "runtime.threads=1", *extra)
     result = run_trial(cfg, out_path=tmp_path / name / "trial.json")
@@ -38,10 +43,12 @@ def test_a_config_that_diverges_at_its_peak_lr_trains_under_the_production_sched
     # step ran before; gpt2-xl's curves rose 11.1 -> 60 so on the H200) the loss rises; under the
     # production schedule (a 20-step linear warm-up) the same steps fall: a reference that trains
     lr = ("optim.lr=0.05", "optim.min_lr=0.0")
-    peak = _curve(make_config, tmp_path, "peak", seed=1337, steps=6,
-                  extra=(*lr, "optim.warmup_steps=0"))  # fmt: skip
-    warm = _curve(make_config, tmp_path, "warm", seed=1337, steps=6,
-                  extra=(*lr, "optim.warmup_steps=20"))  # fmt: skip
+    peak = _curve(
+        make_config, tmp_path, "peak", seed=1337, steps=6, extra=(*lr, "optim.warmup_steps=0")
+    )
+    warm = _curve(
+        make_config, tmp_path, "warm", seed=1337, steps=6, extra=(*lr, "optim.warmup_steps=20")
+    )
     assert not descent({1337: peak}, spread=0.0, window=2).trains, peak
     assert peak[-1] > peak[0] + 0.5, peak
     assert descent({1337: warm}, spread=0.0, window=2).trains, warm
@@ -71,8 +78,9 @@ def test_same_math_same_batches_no_alarm_and_the_planted_loss_is_caught(
     # at the production schedule's lrs the reference trains: a curve the guard can judge against
     assert descent({1337: ref, 1338: other_seed}, spread=tol.spread, window=tol.window).trains
     assert check(same, ref, tol).passed
-    coarse = _curve(make_config, tmp_path, "coarse", seed=1337,
-                    extra=("trial.fault=coarse_weights",))  # fmt: skip
+    coarse = _curve(
+        make_config, tmp_path, "coarse", seed=1337, extra=("trial.fault=coarse_weights",)
+    )
     verdict = check(coarse, ref, tol)
     assert not verdict.passed, verdict.reason
     assert coarse[-1] > ref[-1]  # it trains worse, not only differently

@@ -26,9 +26,7 @@ from train.core.curve import capped_split, curve_keys, loss_curve
 FALLING = [8.0 - 0.05 * i for i in range(20)]  # a reference curve: 8.00, 7.95, ... 7.05
 
 
-@pytest.mark.parametrize(
-    ("steps", "window"), [(1, 1), (4, 1), (5, 1), (12, 2), (20, 4), (100, 20)]
-)
+@pytest.mark.parametrize(("steps", "window"), [(1, 1), (4, 1), (5, 1), (12, 2), (20, 4), (100, 20)])
 def test_window_is_a_fifth_of_the_curve(steps: int, window: int) -> None:
     assert window_size(steps) == window
 
@@ -98,9 +96,9 @@ def test_tolerance_needs_two_seeds() -> None:
 
 
 @pytest.mark.parametrize(
-    ("offset", "passed", "word"), [(0.0, True, "within"), (0.05, True, "within"),
-                                   (0.07, False, "OUTSIDE")],
-)  # fmt: skip
+    ("offset", "passed", "word"),
+    [(0.0, True, "within"), (0.05, True, "within"), (0.07, False, "OUTSIDE")],
+)
 def test_check_passes_within_the_tolerance_only(offset: float, passed: bool, word: str) -> None:
     tol = tolerance({1: FALLING, 2: [x + 0.03 for x in FALLING]}, k=2.0, floor=0.01, window=4)
     result = check([x + offset for x in FALLING], FALLING, tol)
@@ -113,26 +111,44 @@ def test_check_passes_within_the_tolerance_only(offset: float, passed: bool, wor
     ("result", "seconds"),
     [
         # 20 s wall of which 5 measured steps of 2 s: 10 s of set-up, then 20 steps of 2 s
-        ({"status": "complete", "wall_s": 20.0, "step_time_s": {"p50": 2.0, "n": 5},
-          "projection": None}, 50.0),
+        (
+            {
+                "status": "complete",
+                "wall_s": 20.0,
+                "step_time_s": {"p50": 2.0, "n": 5},
+                "projection": None,
+            },
+            50.0,
+        ),
         # a projected window: its steps are full steps (8 s) projected from short ones (0.5 s,
         # what the wall holds); never the warm-up's full-step estimate, which held the compile
         # (the H200's gpt2-xl: 91.3 s against a 21.6 s step)
-        ({"status": "complete", "wall_s": 20.0, "step_time_s": {"p50": 8.0, "n": 4},
-          "projection": {"micro_batches_per_step": 4, "short_step_s": {"p50": 0.5}},
-          "full_step_estimate_s": 91.3}, 178.0),
+        (
+            {
+                "status": "complete",
+                "wall_s": 20.0,
+                "step_time_s": {"p50": 8.0, "n": 4},
+                "projection": {"micro_batches_per_step": 4, "short_step_s": {"p50": 0.5}},
+                "full_step_estimate_s": 91.3,
+            },
+            178.0,
+        ),
         ({"status": "failed", "wall_s": 3.0, "step_time_s": None}, None),
         (None, None),
     ],
-)  # fmt: skip
+)
 def test_curve_run_is_priced_from_the_start_s_own_trial(result, seconds) -> None:
     assert curve_run_s(result, steps=20) == seconds
 
 
 def test_a_capped_curve_step_is_priced_at_its_share_of_the_full_step() -> None:
     # 10 s of set-up, then 20 steps of a quarter of the 2 s full step (4 of 16 micro-batches)
-    result = {"status": "complete", "wall_s": 20.0, "step_time_s": {"p50": 2.0, "n": 5},
-              "projection": None}  # fmt: skip
+    result = {
+        "status": "complete",
+        "wall_s": 20.0,
+        "step_time_s": {"p50": 2.0, "n": 5},
+        "projection": None,
+    }
     assert curve_run_s(result, steps=20, step_share=0.25) == pytest.approx(20.0)
 
 
@@ -142,8 +158,13 @@ def test_curve_text_prints_every_step() -> None:
 
 # -- the math-changing keys ----------------------------------------------------------------------
 
-REF = {"runtime.dtype": "fp32", "runtime.tf32": True, "runtime.attention": "auto",
-       "trial.fault": "none", "runtime.compile": "none"}  # fmt: skip
+REF = {
+    "runtime.dtype": "fp32",
+    "runtime.tf32": True,
+    "runtime.attention": "auto",
+    "trial.fault": "none",
+    "runtime.compile": "none",
+}
 
 
 @pytest.mark.parametrize(
@@ -165,13 +186,20 @@ def test_math_changes(candidate: dict, changed: dict) -> None:
 
 def test_tf32_changes_the_math_on_cuda_only() -> None:
     assert math_changes(REF, {"runtime.tf32": False}, device_type="cpu") == {}
-    assert math_changes(REF, {"runtime.tf32": False, "runtime.dtype": "bf16"},
-                        device_type="cpu") == {"runtime.dtype": ("fp32", "bf16")}  # fmt: skip
+    assert math_changes(
+        REF, {"runtime.tf32": False, "runtime.dtype": "bf16"}, device_type="cpu"
+    ) == {"runtime.dtype": ("fp32", "bf16")}
 
 
 def test_the_issue_s_math_keys_are_listed_once() -> None:
-    for key in ("runtime.dtype", "runtime.tf32", "runtime.float8", "runtime.float8_emulate",
-                "runtime.loss", "runtime.attention"):  # fmt: skip
+    for key in (
+        "runtime.dtype",
+        "runtime.tf32",
+        "runtime.float8",
+        "runtime.float8_emulate",
+        "runtime.loss",
+        "runtime.attention",
+    ):
         assert MATH_KEYS.count(key) == 1
     assert changes_text({"runtime.tf32": (True, False), "runtime.loss": (None, "chunked")}) == (
         "runtime.tf32 true -> false, runtime.loss (unset) -> chunked"
@@ -183,11 +211,13 @@ def test_the_issue_s_math_keys_are_listed_once() -> None:
     [
         ({"batch.micro_batch": [4, 8], "runtime.compile": ["none", "default"]}, []),
         ({"runtime.dtype": ["fp32"]}, []),  # one value is no choice
-        ({"runtime.tf32": [True, False], "runtime.dtype": ["fp32", "bf16"]},
-         ["runtime.dtype", "runtime.tf32"]),
+        (
+            {"runtime.tf32": [True, False], "runtime.dtype": ["fp32", "bf16"]},
+            ["runtime.dtype", "runtime.tf32"],
+        ),
         ({"runtime.loss": None}, ["runtime.loss"]),  # a range
     ],
-)  # fmt: skip
+)
 def test_searched_math_keys(searched: dict, keys: list[str]) -> None:
     assert searched_math_keys(searched) == keys
 
@@ -213,8 +243,10 @@ def test_bad_guard_settings_fail_up_front_in_one_line(given: dict, match: str) -
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("given", "mode"), [("auto", "auto"), ("ON", "on"), (True, "on"),
-                                             (False, "off"), ("false", "off")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "mode"),
+    [("auto", "auto"), ("ON", "on"), (True, "on"), (False, "off"), ("false", "off")],
+)
 def test_guard_mode_setting_reads_booleans(given, mode: str) -> None:
     assert settings_from({"guard.mode": given}).guard.mode == mode
 
@@ -222,13 +254,17 @@ def test_guard_mode_setting_reads_booleans(given, mode: str) -> None:
 @pytest.mark.parametrize(
     ("mode", "searched", "on", "why"),
     [
-        ("auto", {"runtime.dtype": ["fp32", "bf16"]}, True, "auto: the space searches "
-                                                             "runtime.dtype"),
+        (
+            "auto",
+            {"runtime.dtype": ["fp32", "bf16"]},
+            True,
+            "auto: the space searches runtime.dtype",
+        ),
         ("auto", {"runtime.compile": ["none", "default"]}, False, "searches no math-changing"),
         ("on", {}, True, "guard.mode=on"),
         ("off", {"runtime.dtype": ["fp32", "bf16"]}, False, "guard.mode=off"),
     ],
-)  # fmt: skip
+)
 def test_guard_runs_where_the_space_searches_math(mode, searched, on, why) -> None:
     got_on, got_why = guard_mode(GuardConf(mode=mode), searched)
     assert got_on is on and why in got_why
@@ -258,10 +294,15 @@ def test_curve_keys_make_exactly_the_asked_full_steps() -> None:
         (65536, 64, 1024, 1, 4096, {}),  # one micro-batch is the whole step: nothing to cut
         (131072, 8, 1024, 1, 100_000, {"batch.grad_accum": 12, "batch.tokens_per_step": 98304}),
     ],
-)  # fmt: skip
+)
 def test_a_curve_step_holds_at_most_the_capped_tokens(tokens, micro, block, world, cap, split):
-    got = capped_split(tokens_per_step=tokens, micro_batch=micro, block_size=block,
-                       world_size=world, max_tokens=cap)  # fmt: skip
+    got = capped_split(
+        tokens_per_step=tokens,
+        micro_batch=micro,
+        block_size=block,
+        world_size=world,
+        max_tokens=cap,
+    )
     assert got == split
     if got:  # whole micro-batches of the same size, never below one
         assert got["batch.tokens_per_step"] == got["batch.grad_accum"] * micro * block * world
@@ -294,13 +335,20 @@ def _ctx(*, fits: bool, guard: str = "auto"):
     from sweeper.space.constraints import SpaceContext
     from sweeper.space.space import parse_space
 
-    base = {"runtime.dtype": "fp32", "trial.fault": "none", "runtime.seed": 1337,
-            "batch.micro_batch": 8, "batch.grad_accum": 8}  # fmt: skip
-    space = parse_space({"runtime.dtype": "choice(fp32, bf16)",
-                         "runtime.compile": "choice(none, default)"},
-                        SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, base=base))
-    budget = SimpleNamespace(verify_round_fits=lambda study, n, run_s=None: fits,
-                             wall_setting="budget.cpu_max_wall_s")  # fmt: skip
+    base = {
+        "runtime.dtype": "fp32",
+        "trial.fault": "none",
+        "runtime.seed": 1337,
+        "batch.micro_batch": 8,
+        "batch.grad_accum": 8,
+    }
+    space = parse_space(
+        {"runtime.dtype": "choice(fp32, bf16)", "runtime.compile": "choice(none, default)"},
+        SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, base=base),
+    )
+    budget = SimpleNamespace(
+        verify_round_fits=lambda study, n, run_s=None: fits, wall_setting="budget.cpu_max_wall_s"
+    )
     settings = settings_from({"guard.mode": guard, "budget.max_wall_s": 390})
     return SimpleNamespace(space=space, study=_Study(), budget=budget, settings=settings)
 
@@ -308,19 +356,24 @@ def _ctx(*, fits: bool, guard: str = "auto"):
 def _cands(ctx):
     from sweeper.verify.winner import Candidate
 
-    points = {0: {"runtime.dtype": "fp32", "runtime.compile": "none"},
-              1: {"runtime.dtype": "fp32", "runtime.compile": "default"},
-              2: {"runtime.dtype": "bf16", "runtime.compile": "none"}}  # fmt: skip
-    return {n: Candidate(key=str(n), params=p, overrides=[], values=[], simplicity=0)
-            for n, p in points.items()}  # fmt: skip
+    points = {
+        0: {"runtime.dtype": "fp32", "runtime.compile": "none"},
+        1: {"runtime.dtype": "fp32", "runtime.compile": "default"},
+        2: {"runtime.dtype": "bf16", "runtime.compile": "none"},
+    }
+    return {
+        n: Candidate(key=str(n), params=p, overrides=[], values=[], simplicity=0)
+        for n, p in points.items()
+    }
 
 
 def test_unchecked_math_never_races_when_the_guard_does_not_fit_the_budget() -> None:
     from sweeper.verify.guard import guard_entrants
 
     ctx = _ctx(fits=False)
-    out = guard_entrants(ctx, _cands(ctx), baseline={"runtime.dtype": "fp32",
-                                                     "runtime.compile": "none"}, start=0)
+    out = guard_entrants(
+        ctx, _cands(ctx), baseline={"runtime.dtype": "fp32", "runtime.compile": "none"}, start=0
+    )
     assert sorted(out.passed) == [0, 1]  # a speed knob races unchecked
     # never checked is "not checked", never "failed": nothing says its math is wrong
     assert out.records[2]["verdict"] == "not checked"
@@ -328,8 +381,9 @@ def test_unchecked_math_never_races_when_the_guard_does_not_fit_the_budget() -> 
     assert "do not fit the wall budget (hydra.sweeper.budget.cpu_max_wall_s=390 s)" in reason
     assert out.records[1]["verdict"] == "not needed"
     assert ctx.study.user_attrs["numerics_guard"]["candidates"]["2"]["verdict"] == "not checked"
-    assert any("trial 2 (runtime.dtype fp32 -> bf16) NOT CHECKED: not raced" in n
-               for n in out.notes)  # fmt: skip
+    assert any(
+        "trial 2 (runtime.dtype fp32 -> bf16) NOT CHECKED: not raced" in n for n in out.notes
+    )
     assert not any("FAILED" in n for n in out.notes)
 
 
@@ -349,15 +403,15 @@ def test_guard_off_races_everyone_and_records_why() -> None:
     ("planned", "on"),
     [
         (None, True),  # TPE draws points the plan cannot know: priced at most
-        ([{}, {"batch.micro_batch": 32, "batch.grad_accum": 32, "runtime.compile": "default"}],
-         False),  # the H200 run of 2026-11-26: the start and the prior's first point
+        (
+            [{}, {"batch.micro_batch": 32, "batch.grad_accum": 32, "runtime.compile": "default"}],
+            False,
+        ),  # the H200 run of 2026-11-26: the start and the prior's first point
         ([{}, {"runtime.float8": "tensorwise"}], True),
         ([{"runtime.attention": "cudnn"}], True),  # another kernel is another function
     ],
-)  # fmt: skip
-def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(
-    planned, on
-) -> None:
+)
+def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(planned, on) -> None:
     from sweeper.plan.guard_price import guard_plan
     from tests.test_plan import xl_ctx
 
@@ -384,7 +438,7 @@ def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(
         ({1: [8.0, 8.0, 7.99, 7.99], 2: [8.05, 8.05, 8.04, 8.04]}, 0.05, False, 1),
         ({1: FALLING, 2: [*FALLING[:-1], math.nan]}, 0.03, False, 2),  # not finite
     ],
-)  # fmt: skip
+)
 def test_descent_says_whether_the_reference_trained(curves, spread, trains, seed) -> None:
     from sweeper.verify.guard_rules import descent
 
@@ -394,8 +448,11 @@ def test_descent_says_whether_the_reference_trained(curves, spread, trains, seed
 
 
 def _curve_out(curve: list[float]) -> dict:
-    return {"state": "complete", "job_dir": "j", "result": {
-        "status": "complete", "loss": {"steps": curve, "lr": [1e-4] * len(curve)}}}  # fmt: skip
+    return {
+        "state": "complete",
+        "job_dir": "j",
+        "result": {"status": "complete", "loss": {"steps": curve, "lr": [1e-4] * len(curve)}},
+    }
 
 
 def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
@@ -416,14 +473,16 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
     monkeypatch.setattr(guard, "_curve_job", lambda *a, **k: [])
     monkeypatch.setattr(guard, "log_guard_run", lambda *a, **k: None)
     monkeypatch.setattr(guard, "tag_sweep", lambda *a, **k: None)
-    out = guard.guard_entrants(ctx, _cands(ctx), baseline={"runtime.dtype": "fp32",
-                                                           "runtime.compile": "none"}, start=0)
+    out = guard.guard_entrants(
+        ctx, _cands(ctx), baseline={"runtime.dtype": "fp32", "runtime.compile": "none"}, start=0
+    )
     seeds = ctx.settings.guard.seeds
     assert launched == [seeds]  # the reference's seeds only: no contender runs against nothing
     assert sorted(out.passed) == [0, 1]
     assert out.records[2]["verdict"] == "not checked"
-    assert out.records[2]["reason"].startswith("the reference did not train (seed 1338's loss "
-                                               "rises 25.4500 nats from its first")
+    assert out.records[2]["reason"].startswith(
+        "the reference did not train (seed 1338's loss rises 25.4500 nats from its first"
+    )
     said = [n for n in out.notes if "did not train" in n]
     assert len(said) == 2 and not any("passed" in n.lower() for n in out.notes), out.notes
     summary = ctx.study.user_attrs["numerics_guard"]
@@ -441,15 +500,24 @@ def _study_with(points: list[tuple[dict, float, bool]], storage: str | None = No
     from sweeper.study.study import StudySpec, open_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = (open_study(StudySpec(storage=storage, study_name="g", direction="maximize"))
-             if storage else optuna.create_study(direction="maximize"))  # fmt: skip
-    dists = {"runtime.dtype": CategoricalDistribution(["fp32", "bf16"]),
-             "runtime.compile": CategoricalDistribution(["none", "default"])}  # fmt: skip
+    study = (
+        open_study(StudySpec(storage=storage, study_name="g", direction="maximize"))
+        if storage
+        else optuna.create_study(direction="maximize")
+    )
+    dists = {
+        "runtime.dtype": CategoricalDistribution(["fp32", "bf16"]),
+        "runtime.compile": CategoricalDistribution(["none", "default"]),
+    }
     for params, value, baseline in points:
-        study.add_trial(optuna.trial.create_trial(
-            params=params, distributions=dists, value=value,
-            user_attrs={"wall_s": 10.0, **({"baseline": True} if baseline else {})},
-        ))  # fmt: skip
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params,
+                distributions=dists,
+                value=value,
+                user_attrs={"wall_s": 10.0, **({"baseline": True} if baseline else {})},
+            )
+        )
     return study
 
 
@@ -457,17 +525,32 @@ def _study_with(points: list[tuple[dict, float, bool]], storage: str | None = No
     ("points", "reserve"),
     [
         # the start and a speed knob on top: nothing to guard
-        ([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
-          ({"runtime.dtype": "fp32", "runtime.compile": "default"}, 2.0, False)], 0.0),
+        (
+            [
+                ({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
+                ({"runtime.dtype": "fp32", "runtime.compile": "default"}, 2.0, False),
+            ],
+            0.0,
+        ),
         # bf16 in the top k (2): 2 reference seeds + 1 contender, at the trials' median 10 s
-        ([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
-          ({"runtime.dtype": "bf16", "runtime.compile": "none"}, 2.0, False)], 30.0),
+        (
+            [
+                ({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
+                ({"runtime.dtype": "bf16", "runtime.compile": "none"}, 2.0, False),
+            ],
+            30.0,
+        ),
         # two bf16 contenders in the top k
-        ([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
-          ({"runtime.dtype": "bf16", "runtime.compile": "none"}, 2.0, False),
-          ({"runtime.dtype": "bf16", "runtime.compile": "default"}, 3.0, False)], 40.0),
+        (
+            [
+                ({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True),
+                ({"runtime.dtype": "bf16", "runtime.compile": "none"}, 2.0, False),
+                ({"runtime.dtype": "bf16", "runtime.compile": "default"}, 3.0, False),
+            ],
+            40.0,
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_guards_reserve_follows_the_math_changing_contenders(points, reserve) -> None:
     from sweeper.verify.guard import guard_reserve_s
 
@@ -479,10 +562,11 @@ def test_the_guards_reserve_follows_the_math_changing_contenders(points, reserve
 def test_the_budget_holds_the_guards_runs_back_from_the_search(tmp_path) -> None:
     from sweeper.study.budget import Budget
 
-    settings = settings_from({"budget.max_wall_s": 100, "verify.top_k": 1,
-                                          "verify.repeats": 1})  # fmt: skip
-    study = _study_with([({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True)],
-                        storage=f"sqlite:///{tmp_path / 'b.db'}")
+    settings = settings_from({"budget.max_wall_s": 100, "verify.top_k": 1, "verify.repeats": 1})
+    study = _study_with(
+        [({"runtime.dtype": "fp32", "runtime.compile": "none"}, 1.0, True)],
+        storage=f"sqlite:///{tmp_path / 'b.db'}",
+    )
     now = [0.0]
     plain = Budget(settings, clock=lambda: now[0], started=0.0)
     guarded = Budget(settings, clock=lambda: now[0], started=0.0, guard_reserve=lambda s: 20.0)

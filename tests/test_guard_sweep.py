@@ -21,19 +21,26 @@ CONF = Path(__file__).parent / "conf"  # search/guard_demo.yaml: the grid below
 @pytest.mark.slow  # 8 search trials, 4 curve runs and a race: ~4 min on a loaded 2-core CPU
 def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_path: Path) -> None:
     proc, study = finished_sweep(
-        tmp_path, "guard",
-        f"hydra.searchpath=[file://{CONF}]", "search=guard_demo",
+        tmp_path,
+        "guard",
+        f"hydra.searchpath=[file://{CONF}]",
+        "search=guard_demo",
         # the starting config: bf16 (fp32 is the candidate) and a long sleep per batch, so the
         # points with the grid's short one are the fastest and race, whatever the noise
-        "runtime.dtype=bf16", "data.inject_latency_s=0.25",
-        "runtime.threads=1", "data.num_workers=0",
+        "runtime.dtype=bf16",
+        "data.inject_latency_s=0.25",
+        "runtime.threads=1",
+        "data.num_workers=0",
         f"hydra.sweeper.guard.steps={STEPS}",
         # not the CPU cap: a busy machine must not skip the guard
         "hydra.sweeper.budget.max_wall_s=1800",
-    )  # fmt: skip
+    )
     params = {t.number: t.params for t in study.trials}
-    fp32 = next(n for n, p in params.items() if p == {"runtime.dtype": "fp32",
-                "trial.fault": "none", "data.inject_latency_s": 0.04})  # fmt: skip
+    fp32 = next(
+        n
+        for n, p in params.items()
+        if p == {"runtime.dtype": "fp32", "trial.fault": "none", "data.inject_latency_s": 0.04}
+    )
     planted = {n for n, p in params.items() if p["trial.fault"] == "coarse_weights"}
     guard = study.user_attrs["numerics_guard"]
     assert guard["candidates"], proc.stdout[-5000:]  # a planted point within 20% of the best

@@ -28,32 +28,84 @@ from train.export import main as export_main
 BLOCK = 1024
 
 
-def best_doc(*, micro_batch=4, grad_accum=2, world=1, dtype="bf16", compile="none",
-             device="cuda") -> dict:  # fmt: skip
+def best_doc(
+    *, micro_batch=4, grad_accum=2, world=1, dtype="bf16", compile="none", device="cuda"
+) -> dict:
     """A best.yaml as a dict: GPT-2 124M (llm.c's d12), every knob at a value both targets run."""
     return {
-        "model": {"name": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": BLOCK,
-                  "vocab_size": 50304, "dropout": 0.0, "bias": True},
-        "data": {"dir": "/data/owt", "train_file": "train.bin", "val_file": "val.bin",
-                 "format": "llmc", "num_workers": 0, "prefetch_factor": 2, "pin_memory": True,
-                 "persistent_workers": True, "inject_latency_s": 0.0},
-        "batch": {"tokens_per_step": micro_batch * grad_accum * BLOCK * world,
-                  "micro_batch": micro_batch, "grad_accum": grad_accum},
-        "optim": {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 700, "weight_decay": 0.1,
-                  "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0, "fused": "auto"},
-        "checkpoint": {"every_steps": 500, "dir": "/ckpt/run", "mode": "sync", "keep": 1,
-                       "slow_write_s": 0.0},
-        "runtime": {"device": "auto", "dtype": dtype, "tf32": True, "compile": compile,
-                    "attention": "auto", "activation_checkpointing": "none", "threads": 0,
-                    "seed": 1337, "nproc": world},
-        "ddp": {"bucket_cap_mb": 25.0, "gradient_as_bucket_view": False, "static_graph": False,
-                "timeout_s": 300.0},
-        "train": {"max_steps": 5000, "log_every": 10, "eval_every": 500, "eval_batches": 8,
-                  "resume": "auto"},
-        "provenance": {"fingerprint": {"device": device, "device_name": "NVIDIA H100"},
-                       "metrics": {"tokens_per_s": 1.0e5},
-                       "sweep": {"study": "s", "trial": 3}},
-    }  # fmt: skip
+        "model": {
+            "name": "gpt2",
+            "n_layer": 12,
+            "n_head": 12,
+            "n_embd": 768,
+            "block_size": BLOCK,
+            "vocab_size": 50304,
+            "dropout": 0.0,
+            "bias": True,
+        },
+        "data": {
+            "dir": "/data/owt",
+            "train_file": "train.bin",
+            "val_file": "val.bin",
+            "format": "llmc",
+            "num_workers": 0,
+            "prefetch_factor": 2,
+            "pin_memory": True,
+            "persistent_workers": True,
+            "inject_latency_s": 0.0,
+        },
+        "batch": {
+            "tokens_per_step": micro_batch * grad_accum * BLOCK * world,
+            "micro_batch": micro_batch,
+            "grad_accum": grad_accum,
+        },
+        "optim": {
+            "lr": 6e-4,
+            "min_lr": 6e-5,
+            "warmup_steps": 700,
+            "weight_decay": 0.1,
+            "beta1": 0.9,
+            "beta2": 0.95,
+            "grad_clip": 1.0,
+            "fused": "auto",
+        },
+        "checkpoint": {
+            "every_steps": 500,
+            "dir": "/ckpt/run",
+            "mode": "sync",
+            "keep": 1,
+            "slow_write_s": 0.0,
+        },
+        "runtime": {
+            "device": "auto",
+            "dtype": dtype,
+            "tf32": True,
+            "compile": compile,
+            "attention": "auto",
+            "activation_checkpointing": "none",
+            "threads": 0,
+            "seed": 1337,
+            "nproc": world,
+        },
+        "ddp": {
+            "bucket_cap_mb": 25.0,
+            "gradient_as_bucket_view": False,
+            "static_graph": False,
+            "timeout_s": 300.0,
+        },
+        "train": {
+            "max_steps": 5000,
+            "log_every": 10,
+            "eval_every": 500,
+            "eval_batches": 8,
+            "resume": "auto",
+        },
+        "provenance": {
+            "fingerprint": {"device": device, "device_name": "NVIDIA H100"},
+            "metrics": {"tokens_per_s": 1.0e5},
+            "sweep": {"study": "s", "trial": 3},
+        },
+    }
 
 
 def read_configurator(text: str) -> dict:
@@ -83,22 +135,28 @@ def llmc_args(text: str) -> dict[str, str]:
     return dict(zip(words[start::2], words[start + 1 :: 2], strict=True))
 
 
-ROWS = list(itertools.product((1, 4), (1, 8), (1, 8), ("fp32", "bf16", "fp16"),
-                              ("none", "default", "max-autotune")))  # fmt: skip
+ROWS = list(
+    itertools.product(
+        (1, 4), (1, 8), (1, 8), ("fp32", "bf16", "fp16"), ("none", "default", "max-autotune")
+    )
+)
 
 
 @pytest.mark.parametrize(("micro_batch", "grad_accum", "world", "dtype", "compile"), ROWS)
 def test_the_batch_survives_every_split_world_precision_and_compile(
     micro_batch, grad_accum, world, dtype, compile
 ) -> None:
-    doc = best_doc(micro_batch=micro_batch, grad_accum=grad_accum, world=world, dtype=dtype,
-                   compile=compile)  # fmt: skip
+    doc = best_doc(
+        micro_batch=micro_batch, grad_accum=grad_accum, world=world, dtype=dtype, compile=compile
+    )
     made = handoff(doc, "nanogpt")
     got = read_configurator(made.text)
     # nanoGPT's gradient_accumulation_steps is global: train.py divides it by the world size
     assert got["gradient_accumulation_steps"] == grad_accum * world
-    assert (got["batch_size"] * got["gradient_accumulation_steps"] * got["block_size"]
-            == doc["batch"]["tokens_per_step"])  # fmt: skip
+    assert (
+        got["batch_size"] * got["gradient_accumulation_steps"] * got["block_size"]
+        == doc["batch"]["tokens_per_step"]
+    )
     assert got["dtype"] == {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
     assert got["compile"] is (compile != "none")
     assert f"assumes world size {world}" in made.text
@@ -106,7 +164,8 @@ def test_the_batch_survives_every_split_world_precision_and_compile(
     assert f"# Run (in nanoGPT's folder): {run} train.py best_nanogpt.py" in made.text
     # what nanoGPT cannot express: only a compile mode other than its default
     assert [line.split("=")[0] for line in made.lines] == (
-        ["runtime.compile"] if compile == "max-autotune" else [])  # fmt: skip
+        ["runtime.compile"] if compile == "max-autotune" else []
+    )
 
     made = handoff(doc, "llmc")
     flags = llmc_args(made.text)
@@ -143,11 +202,21 @@ def test_each_knob_nanogpt_has_no_setting_for_is_named(change, key) -> None:
 @pytest.mark.parametrize(
     ("target", "change", "match"),
     [
-        ("nanogpt", {"runtime.dtype": "bf16", "provenance.fingerprint.device": "cpu"},
-         "runtime.dtype resolves to bf16 on a CPU"),
-        ("nanogpt", {"runtime.nproc": 2, "provenance.fingerprint.device": "cpu",
-                     "runtime.dtype": "fp32",
-                     "batch.tokens_per_step": 16384}, "runtime.nproc is 2 processes on a CPU"),
+        (
+            "nanogpt",
+            {"runtime.dtype": "bf16", "provenance.fingerprint.device": "cpu"},
+            "runtime.dtype resolves to bf16 on a CPU",
+        ),
+        (
+            "nanogpt",
+            {
+                "runtime.nproc": 2,
+                "provenance.fingerprint.device": "cpu",
+                "runtime.dtype": "fp32",
+                "batch.tokens_per_step": 16384,
+            },
+            "runtime.nproc is 2 processes on a CPU",
+        ),
         ("nanogpt", {"batch.tokens_per_step": 9999}, "batch.tokens_per_step 9999 is not"),
         ("llmc", {"model.n_layer": 2}, "model.n_layer 2 .* not a GPT-2 shape"),
         ("llmc", {"model.vocab_size": 4096}, "model.vocab_size 4096"),
@@ -155,7 +224,7 @@ def test_each_knob_nanogpt_has_no_setting_for_is_named(change, key) -> None:
         ("llmc", {"optim.beta2": 0.99}, "optim.beta2 is 0.99, and train_gpt2cu hard-codes 0.95"),
         ("llmc", {"model.bias": False}, "model.bias"),
     ],
-)  # fmt: skip
+)
 def test_a_value_that_would_change_the_science_is_refused_naming_the_key(
     target, change, match
 ) -> None:
@@ -207,8 +276,8 @@ def test_what_the_export_says_of_the_vocabulary(vocab, folder, note, gap) -> Non
     made = handoff(doc, "nanogpt", folder=folder)
     notes = [line for line in made.text.splitlines() if line.startswith("# vocab_size")]
     gaps = [line for line in made.lines if line.startswith("model.vocab_size")]
-    assert (note in notes[0] if note else notes == []), notes
-    assert (gap in gaps[0] if gap else gaps == []), gaps
+    assert note in notes[0] if note else notes == [], notes
+    assert gap in gaps[0] if gap else gaps == [], gaps
 
 
 def test_the_generated_data_folder_gives_nanogpt_the_swept_vocabulary(tmp_path) -> None:
@@ -264,16 +333,27 @@ def test_round_trip_through_the_cli_gives_the_same_batch_precision_and_model(tmp
 def test_a_gap_is_priced_by_the_trial_that_ran_the_winners_other_knobs() -> None:
     doc = best_doc(compile="max-autotune")
     trials = [
-        MeasuredTrial(number=3, params={"runtime.compile": "max-autotune", "batch.micro_batch": 4,
-                                        "optim.lr": 3e-4}, tokens_per_s=120_000.0),
-        MeasuredTrial(number=5, params={"runtime.compile": "default", "batch.micro_batch": 4,
-                                        "optim.lr": 5e-4}, tokens_per_s=100_000.0),
-        MeasuredTrial(number=6, params={"runtime.compile": "default", "batch.micro_batch": 8,
-                                        "optim.lr": 3e-4}, tokens_per_s=130_000.0),
-    ]  # fmt: skip
+        MeasuredTrial(
+            number=3,
+            params={"runtime.compile": "max-autotune", "batch.micro_batch": 4, "optim.lr": 3e-4},
+            tokens_per_s=120_000.0,
+        ),
+        MeasuredTrial(
+            number=5,
+            params={"runtime.compile": "default", "batch.micro_batch": 4, "optim.lr": 5e-4},
+            tokens_per_s=100_000.0,
+        ),
+        MeasuredTrial(
+            number=6,
+            params={"runtime.compile": "default", "batch.micro_batch": 8, "optim.lr": 3e-4},
+            tokens_per_s=130_000.0,
+        ),
+    ]
     (line,) = handoff(doc, "nanogpt", trials=trials).lines
-    assert line.endswith("measured: the winner ran 1.20x the tokens/s of trial 5 "
-                         "(runtime.compile=default: 100,000 vs 120,000 tokens/s)")  # fmt: skip
+    assert line.endswith(
+        "measured: the winner ran 1.20x the tokens/s of trial 5 "
+        "(runtime.compile=default: 100,000 vs 120,000 tokens/s)"
+    )
     (line,) = handoff(doc, "nanogpt", trials=trials[:1]).lines
     assert "not measured (no trial ran runtime.compile=default" in line
     (line,) = handoff(doc, "nanogpt", trials=None, reachable="the study's database is gone").lines
@@ -284,13 +364,19 @@ def test_a_winner_llmc_cannot_train_names_the_best_measured_config_it_can() -> N
     doc = changed(best_doc(), {"model.n_layer": 2, "model.n_embd": 64, "model.n_head": 2})
     trials = [
         MeasuredTrial(number=3, params={"model.n_layer": 2}, tokens_per_s=9e5),
-        MeasuredTrial(number=4, params={"model.n_layer": 12, "model.n_embd": 768,
-                                        "model.n_head": 12}, tokens_per_s=1e5),
-    ]  # fmt: skip
+        MeasuredTrial(
+            number=4,
+            params={"model.n_layer": 12, "model.n_embd": 768, "model.n_head": 12},
+            tokens_per_s=1e5,
+        ),
+    ]
     made = handoff(doc, "llmc", trials=trials)
     assert made.lines[1].startswith("best measured config it can express: trial 4, 100,000")
-    assert handoff(doc, "llmc", trials=trials[:1]).lines[1].endswith("none (no trial of the "
-                                                                      "study fits it)")  # fmt: skip
+    assert (
+        handoff(doc, "llmc", trials=trials[:1])
+        .lines[1]
+        .endswith("none (no trial of the study fits it)")
+    )
 
 
 H = 3600.0
@@ -310,10 +396,17 @@ H = 3600.0
         (0.05, 0.1, 50_000, 1, 0, 0, 42_426, "young-daly"),  # a CPU step: 4,243 s of work
     ],
 )
-def test_the_checkpoint_interval_rule(save_s, step_s, mtbf_h, world, planned_every,
-                                      planned_steps, steps, rule) -> None:  # fmt: skip
-    plan = checkpoint_plan(save_s=save_s, step_s=step_s, mtbf_h=mtbf_h, world=world,
-                           planned_every=planned_every, planned_steps=planned_steps)  # fmt: skip
+def test_the_checkpoint_interval_rule(
+    save_s, step_s, mtbf_h, world, planned_every, planned_steps, steps, rule
+) -> None:
+    plan = checkpoint_plan(
+        save_s=save_s,
+        step_s=step_s,
+        mtbf_h=mtbf_h,
+        world=world,
+        planned_every=planned_every,
+        planned_steps=planned_steps,
+    )
     assert (plan.every_steps, plan.rule) == (steps, rule)
     assert plan.optimum_s == pytest.approx(math.sqrt(2 * save_s * mtbf_h / world * H))
     assert plan.overhead_frac == pytest.approx(save_s / (steps * step_s))
@@ -333,8 +426,9 @@ def test_the_interval_line_and_bad_inputs() -> None:
 
 
 def test_a_smoke_sweep_pins_the_measured_interval_and_writes_both_handoffs(tmp_path) -> None:
-    proc, _ = finished_sweep(tmp_path, "handoff", "search=smoke", "hydra.sweeper.n_trials=2",
-                             "checkpoint.every_steps=2")  # fmt: skip
+    proc, _ = finished_sweep(
+        tmp_path, "handoff", "search=smoke", "hydra.sweeper.n_trials=2", "checkpoint.every_steps=2"
+    )
     (sweep_dir,) = sweep_dirs(tmp_path)
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
     plan = best["provenance"]["checkpoint"]
@@ -350,12 +444,24 @@ def test_a_smoke_sweep_pins_the_measured_interval_and_writes_both_handoffs(tmp_p
     assert nanogpt_vocab(nano) == best["model"]["vocab_size"] == 4096
     assert "best_nanogpt.py: what nanoGPT cannot express" in proc.stdout
     assert "best_llmc.sh: refuses to run: llm.c export refused: model.n_layer 2" in proc.stdout
-    run = subprocess.run(["bash", str(sweep_dir / "best_llmc.sh")], capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    run = subprocess.run(
+        ["bash", str(sweep_dir / "best_llmc.sh")], capture_output=True, text=True, check=False
+    )
     assert run.returncode == 2 and "model.n_layer" in run.stderr
     again = subprocess.run(
-        [sys.executable, "-m", "train.export", "--to", "nanogpt", str(sweep_dir / "best.yaml"),
-         "--out", str(tmp_path / "again")], capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "train.export",
+            "--to",
+            "nanogpt",
+            str(sweep_dir / "best.yaml"),
+            "--out",
+            str(tmp_path / "again"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "best_nanogpt.py").read_text() == nano  # the CLI's is the same

@@ -20,10 +20,25 @@ def _cfg(**sections: dict) -> Config:
 
 def test_identity_holds_what_decides_the_weights_and_batches_and_no_speed_knob() -> None:
     ident = run_identity(Config())
-    assert {"model.n_layer", "model.n_embd", "runtime.seed", "data.dir", "batch.micro_batch",
-            "batch.grad_accum", "batch.tokens_per_step", "optim.lr"} <= set(ident)  # fmt: skip
-    for speed in ("runtime.compile", "runtime.dtype", "runtime.attention", "data.num_workers",
-                  "checkpoint.mode", "model.name", "train.max_steps"):  # fmt: skip
+    assert {
+        "model.n_layer",
+        "model.n_embd",
+        "runtime.seed",
+        "data.dir",
+        "batch.micro_batch",
+        "batch.grad_accum",
+        "batch.tokens_per_step",
+        "optim.lr",
+    } <= set(ident)
+    for speed in (
+        "runtime.compile",
+        "runtime.dtype",
+        "runtime.attention",
+        "data.num_workers",
+        "checkpoint.mode",
+        "model.name",
+        "train.max_steps",
+    ):
         assert speed not in ident
     assert ident["data.dir"] == str(Path("data/synthetic").resolve())
     assert list(ident) == sorted(ident)
@@ -47,9 +62,13 @@ def test_a_change_that_moves_the_weights_changes_the_identity(change: dict, key:
 
 @pytest.mark.parametrize(
     "change",
-    [{"runtime": {"compile": "default", "threads": 3}}, {"model": {"name": "renamed"}},
-     {"train": {"max_steps": 999}}, {"checkpoint": {"mode": "async", "keep": 5}}],
-)  # fmt: skip
+    [
+        {"runtime": {"compile": "default", "threads": 3}},
+        {"model": {"name": "renamed"}},
+        {"train": {"max_steps": 999}},
+        {"checkpoint": {"mode": "async", "keep": 5}},
+    ],
+)
 def test_speed_knobs_and_labels_keep_the_identity(change: dict) -> None:
     assert identity_hash(run_identity(Config())) == identity_hash(run_identity(_cfg(**change)))
 
@@ -94,8 +113,9 @@ def test_changed_data_at_the_same_path_is_another_runs(tmp_path) -> None:
     before = run_identity(cfg)
     assert before["data.train_bytes"] == 25600 and len(before["data.train_fingerprint"]) == 16
     # a checkpoint from before fingerprints were recorded resumes as it did
-    old = {k: v for k, v in before.items()
-           if k not in ("data.train_bytes", "data.train_fingerprint")}  # fmt: skip
+    old = {
+        k: v for k, v in before.items() if k not in ("data.train_bytes", "data.train_fingerprint")
+    }
     assert check_resume(saved=old, current=before, path=Path("/ck/x.pt"), mode="auto") is None
     (tmp_path / "train.bin").write_bytes(bytes(range(256)) * 99)  # cut short
     with pytest.raises(ValueError, match=r"data.train_bytes 25600 -> 25344.*data.train_finger"):

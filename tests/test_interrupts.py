@@ -38,14 +38,21 @@ def _a_trial_runs(cwd) -> bool:
 
 
 @pytest.mark.parametrize(
-    "sig,again", [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 0.3)],
+    "sig,again",
+    [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 0.3)],
     ids=["ctrl-c", "sigterm", "ctrl-c-twice"],
-)  # fmt: skip
+)
 def test_a_stopped_sweep_records_the_trial_closes_its_run_and_says_how_to_resume(
     tmp_path, sig, again
 ) -> None:
-    code, out = interrupt_sweep(tmp_path, sweep_argv(*OVERRIDES), sig=sig, again_after_s=again,
-                                ready=lambda: _a_trial_runs(tmp_path), settle_s=2)  # fmt: skip
+    code, out = interrupt_sweep(
+        tmp_path,
+        sweep_argv(*OVERRIDES),
+        sig=sig,
+        again_after_s=again,
+        ready=lambda: _a_trial_runs(tmp_path),
+        settle_s=2,
+    )
     assert code == 130, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     hints = [line for line in out.splitlines() if "resume with:" in line]
@@ -75,8 +82,11 @@ def test_a_stopped_sweep_records_the_trial_closes_its_run_and_says_how_to_resume
 
 def _resume_keeps_one_folder(tmp_path, hint: str, sweep_dir, stopped: int) -> None:
     """The hint's command finishes the study in the original folder; no earlier job is lost."""
-    before = {p.name: (p / "trial.log").read_bytes() for p in sweep_dir.iterdir() if p.is_dir()
-              and p.name.isdigit() and (p / "trial.log").exists()}  # fmt: skip
+    before = {
+        p.name: (p / "trial.log").read_bytes()
+        for p in sweep_dir.iterdir()
+        if p.is_dir() and p.name.isdigit() and (p / "trial.log").exists()
+    }
     argv = shlex.split(hint.split("resume with: ", 1)[1])
     proc = subprocess.run(
         [*sweep_argv()[:2], *argv[2:]], cwd=tmp_path, capture_output=True, text=True, timeout=600

@@ -51,13 +51,26 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("units",),  # GiB, defined once
     ("chips",),  # the chip table: peaks, compute capability, memory by device name
     # leaves: rules on plain values, FLOPs and MFU, statistics, what a trial reports, plumbing
-    ("rules", "paths", "flops", "meters", "window_ci", "cost", "curve", "progress", "pruning",
-     "disk_full", "deathsig", "compile_graphs", "evidence"),
+    (
+        "rules",
+        "paths",
+        "flops",
+        "meters",
+        "window_ci",
+        "cost",
+        "curve",
+        "progress",
+        "pruning",
+        "disk_full",
+        "deathsig",
+        "compile_graphs",
+        "evidence",
+    ),
     ("config", "compile_cache", "compute_levers"),  # the schema; what reads the rules
     ("keys", "memory_model", "diagnosis", "handoff", "config_checks"),  # what reads the schema
     ("config_file", "result"),  # best.yaml against the schema; the result schema
     ("result_build",),  # a trial's raw measurements -> its result
-)  # fmt: skip
+)
 
 # Back arrows known and owned by an open issue; each names its importing file and imported room.
 KNOWN: set[tuple[str, str]] = set()
@@ -139,9 +152,12 @@ def _check(package: str, layers: tuple[tuple[str, ...], ...]) -> list[str]:
     for path in sorted((REPO / package.replace(".", "/")).rglob("*.py")):
         filename = str(path.relative_to(REPO))
         problems += back_arrows(
-            path.read_text(encoding="utf-8"), filename=filename, package=package, layers=layers,
+            path.read_text(encoding="utf-8"),
+            filename=filename,
+            package=package,
+            layers=layers,
             known=KNOWN,
-        )  # fmt: skip
+        )
     return problems
 
 

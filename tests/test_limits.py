@@ -18,20 +18,40 @@ from sweeper.space.limits import (
 
 H100 = "NVIDIA H100 80GB HBM3"
 TRIAL = {  # conf/sweep.yaml's trial window
-    "trial.warmup_steps": 2, "trial.max_steps": 20, "trial.min_steps": 6,
-    "trial.max_seconds": 20, "trial.report_every": 3,
-}  # fmt: skip
+    "trial.warmup_steps": 2,
+    "trial.max_steps": 20,
+    "trial.min_steps": 6,
+    "trial.max_seconds": 20,
+    "trial.report_every": 3,
+}
 XL = {
-    "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600, "model.block_size": 1024,
-    "model.vocab_size": 50304, "batch.tokens_per_step": 1_048_576, "batch.micro_batch": 4,
-    "batch.grad_accum": 256, "runtime.dtype": "bf16", "runtime.tf32": True,
-    "runtime.compile": "none", "checkpoint.every_steps": 0, **TRIAL,
-}  # fmt: skip
+    "model.n_layer": 48,
+    "model.n_head": 25,
+    "model.n_embd": 1600,
+    "model.block_size": 1024,
+    "model.vocab_size": 50304,
+    "batch.tokens_per_step": 1_048_576,
+    "batch.micro_batch": 4,
+    "batch.grad_accum": 256,
+    "runtime.dtype": "bf16",
+    "runtime.tf32": True,
+    "runtime.compile": "none",
+    "checkpoint.every_steps": 0,
+    **TRIAL,
+}
 TINY = {
-    "model.n_layer": 2, "model.n_head": 2, "model.n_embd": 64, "model.block_size": 64,
-    "model.vocab_size": 4096, "batch.tokens_per_step": 4096, "batch.micro_batch": 8,
-    "batch.grad_accum": 8, "runtime.dtype": "auto", "runtime.compile": "none", **TRIAL,
-}  # fmt: skip
+    "model.n_layer": 2,
+    "model.n_head": 2,
+    "model.n_embd": 64,
+    "model.block_size": 64,
+    "model.vocab_size": 4096,
+    "batch.tokens_per_step": 4096,
+    "batch.micro_batch": 8,
+    "batch.grad_accum": 8,
+    "runtime.dtype": "auto",
+    "runtime.compile": "none",
+    **TRIAL,
+}
 XL_FLOPS = 1.0783e16  # 1.028e10 FLOP/token x 1,048,576 tokens (README's worked example)
 
 
@@ -46,23 +66,47 @@ def limits(cfg: dict, **kw):
         # bf16 on an H100 SXM: the README's 10.89 s floor, at 30% MFU 36.3 s
         (XL, H100, "cuda", "bf16", 989.4e12, XL_FLOPS / (989.4e12 * 0.3)),
         # fp32 matmuls on TF32 tensor cores: half the bf16 peak
-        ({**XL, "runtime.dtype": "fp32"}, H100, "cuda", "tf32", 494.7e12,
-         XL_FLOPS / (494.7e12 * 0.3)),
+        (
+            {**XL, "runtime.dtype": "fp32"},
+            H100,
+            "cuda",
+            "tf32",
+            494.7e12,
+            XL_FLOPS / (494.7e12 * 0.3),
+        ),
         # fp32 on CUDA cores
-        ({**XL, "runtime.dtype": "fp32", "runtime.tf32": False}, H100, "cuda", "fp32", 66.9e12,
-         XL_FLOPS / (66.9e12 * 0.3)),
+        (
+            {**XL, "runtime.dtype": "fp32", "runtime.tf32": False},
+            H100,
+            "cuda",
+            "fp32",
+            66.9e12,
+            XL_FLOPS / (66.9e12 * 0.3),
+        ),
         # auto is bf16 where the GPU has it
-        ({**XL, "runtime.dtype": "auto"}, "NVIDIA H200", "cuda", "bf16", 989.5e12,
-         XL_FLOPS / (989.5e12 * 0.3)),
+        (
+            {**XL, "runtime.dtype": "auto"},
+            "NVIDIA H200",
+            "cuda",
+            "bf16",
+            989.5e12,
+            XL_FLOPS / (989.5e12 * 0.3),
+        ),
         # activation checkpointing recomputes every block's forward: 4/3 the compute time
-        ({**XL, "runtime.activation_checkpointing": "every"}, H100, "cuda", "bf16", 989.4e12,
-         XL_FLOPS * 4 / 3 / (989.4e12 * 0.3)),
+        (
+            {**XL, "runtime.activation_checkpointing": "every"},
+            H100,
+            "cuda",
+            "bf16",
+            989.4e12,
+            XL_FLOPS * 4 / 3 / (989.4e12 * 0.3),
+        ),
         # no datasheet peak: a conservative 50 TFLOP/s, never a borrowed A100 number
         (XL, "Some Future GPU", "cuda", "bf16", None, XL_FLOPS / (50e12 * 0.3)),
         # the CPU: a conservative 10 GFLOP/s
         (TINY, "cpu", "cpu", "fp32", None, None),
     ],
-)  # fmt: skip
+)
 def test_predict_step(cfg, device, device_type, dtype, peak, predicted_s) -> None:
     p = predict_step(cfg, device_name=device, device_type=device_type, bf16_supported=True)
     assert p.dtype == dtype
@@ -82,9 +126,13 @@ def test_xl_floor_matches_the_worked_example() -> None:
 
 @pytest.mark.parametrize(
     ("mode", "n_layer", "factor"),
-    [("none", 48, 1.0), ("every", 48, 4 / 3), ("every_2", 48, 1 + 0.5 / 3),
-     ("every_4", 6, 1 + (1 / 6) / 3)],  # of 6 blocks only the 4th: (i + 1) % 4 == 0, as the model
-)  # fmt: skip
+    [
+        ("none", 48, 1.0),
+        ("every", 48, 4 / 3),
+        ("every_2", 48, 1 + 0.5 / 3),
+        ("every_4", 6, 1 + (1 / 6) / 3),
+    ],  # of 6 blocks only the 4th: (i + 1) % 4 == 0, as the model
+)
 def test_recompute_factor(mode, n_layer, factor) -> None:
     assert recompute_factor(mode, n_layer) == pytest.approx(factor)
 
@@ -128,12 +176,16 @@ def test_a_full_step_xl_trial_is_sized_from_its_step() -> None:
         ("cpu", "cpu", "default", ASSUMED_MFU),  # no datasheet peak: the CPU's own rate
         ("NVIDIA Made-Up GPU", "cuda", "default", ASSUMED_MFU),  # no peak known
     ],
-)  # fmt: skip
+)
 def test_a_compiled_step_on_a_known_gpu_is_priced_at_the_measured_mfu(
     device_name, device_type, compile_mode, mfu
 ) -> None:
-    step = predict_step({**XL, "runtime.compile": compile_mode}, device_name=device_name,
-                        device_type=device_type, bf16_supported=True)  # fmt: skip
+    step = predict_step(
+        {**XL, "runtime.compile": compile_mode},
+        device_name=device_name,
+        device_type=device_type,
+        bf16_supported=True,
+    )
     assert step.mfu == mfu
     rate = step.flops_per_step / step.predicted_s / mfu  # the rate the prediction used
     if step.peak_flops is not None:
@@ -146,7 +198,8 @@ def test_compile_and_checkpoints_add_their_allowances() -> None:
     # 300 s of compile allowance for 48 layers, less the 8 steps (2 warm-up, 6 measured) that a
     # compiled step predicted at COMPILED_GPU_MFU saves over one at ASSUMED_MFU
     assert compiled.step.predicted_s == pytest.approx(
-        eager.step.predicted_s * ASSUMED_MFU / COMPILED_GPU_MFU)
+        eager.step.predicted_s * ASSUMED_MFU / COMPILED_GPU_MFU
+    )
     faster = 8 * SAFETY * (eager.step.predicted_s - compiled.step.predicted_s)
     assert compiled.timeout_s - eager.timeout_s == pytest.approx(300.0 - faster, rel=1e-3)
     assert compiled.expected.compile_s == pytest.approx(87.0)
@@ -177,7 +230,13 @@ def test_a_projected_trial_measures_short_steps() -> None:
     ],
 )
 def test_explicit_settings_override(timeout, stall, expected) -> None:
-    lim = limits(TINY, device_name="cpu", device_type="cpu", bf16_supported=False,
-                 timeout_s=timeout, stall_timeout_s=stall)  # fmt: skip
+    lim = limits(
+        TINY,
+        device_name="cpu",
+        device_type="cpu",
+        bf16_supported=False,
+        timeout_s=timeout,
+        stall_timeout_s=stall,
+    )
     assert (lim.timeout_s, lim.stall_timeout_s) == expected
     assert lim.automatic is (timeout == 0)

@@ -17,9 +17,10 @@ RTOL = 1e-4
 # conf/model/tiny.yaml and conf/model/small-cpu.yaml at vocab 50304
 SHAPES = {
     "tiny": dict(name="tiny", n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=VOCAB),
-    "small-cpu": dict(name="small-cpu", n_layer=4, n_head=4, n_embd=128, block_size=64,
-                      vocab_size=VOCAB),
-}  # fmt: skip
+    "small-cpu": dict(
+        name="small-cpu", n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=VOCAB
+    ),
+}
 
 
 def close(got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -39,7 +40,12 @@ def targets_with_ignored(b: int, t: int, *, seed: int = 1) -> tuple[torch.Tensor
 
 
 def loss_and_grads(
-    cfg: ModelConfig, loss: str, idx, targets, *, compiled: bool = False,
+    cfg: ModelConfig,
+    loss: str,
+    idx,
+    targets,
+    *,
+    compiled: bool = False,
     activation_checkpointing: str = "none",
 ) -> tuple[torch.Tensor, dict]:
     torch.manual_seed(0)
@@ -131,8 +137,9 @@ def test_compiled_chunked_loss_with_selective_recompute_equals_eager_full() -> N
     cfg = ModelConfig(**SHAPES["tiny"])
     idx, targets = targets_with_ignored(2, cfg.block_size)
     ref, ref_grads = loss_and_grads(cfg, "full", idx, targets)
-    got, grads = loss_and_grads(cfg, "chunked", idx, targets, compiled=True,
-                                activation_checkpointing="selective")  # fmt: skip
+    got, grads = loss_and_grads(
+        cfg, "chunked", idx, targets, compiled=True, activation_checkpointing="selective"
+    )
     close(got, ref)
     for name, grad in grads.items():
         close(grad, ref_grads[name])

@@ -61,15 +61,24 @@ def peak(model: str = "gpt2-xl", **knobs) -> float:
         ({"compile": "default", "loss": "chunked"}, 68.4, True),
         ({"micro_batch": 32, "compile": "default"}, 120.9, False),  # 120.53 measured on the H200
         ({"micro_batch": 32, "compile": "default", "loss": "chunked"}, 109.9, False),
-        ({"micro_batch": 32, "compile": "default", "activation_checkpointing": "every_2"}, 84.5,
-         False),
-        ({"micro_batch": 32, "compile": "default", "activation_checkpointing": "every"}, 48.1,
-         True),
+        (
+            {"micro_batch": 32, "compile": "default", "activation_checkpointing": "every_2"},
+            84.5,
+            False,
+        ),
+        (
+            {"micro_batch": 32, "compile": "default", "activation_checkpointing": "every"},
+            48.1,
+            True,
+        ),
     ],
-)  # fmt: skip
+)
 def test_gpt2_xl_on_an_h100(knobs, gib, fit) -> None:
-    est = predict_memory(MemoryInputs(**SHAPES["gpt2-xl"], **{
-        "micro_batch": 16, "dtype": "bf16", "grad_accum": 64, **knobs}))  # fmt: skip
+    est = predict_memory(
+        MemoryInputs(
+            **SHAPES["gpt2-xl"], **{"micro_batch": 16, "dtype": "bf16", "grad_accum": 64, **knobs}
+        )
+    )
     assert est.peak_gib == pytest.approx(gib, abs=0.05)
     assert fits(est, XL_MEMORY) is fit
 
@@ -104,14 +113,26 @@ def test_the_chunked_loss_holds_a_chunk_not_the_logits() -> None:
     assert forward < logits_fp32 / 2 and backward < logits_fp32 / 2
     # its parts are the held gradients (hidden states, weight) and one 1024-row chunk
     assert forward / GIB == pytest.approx(
-        (2 * 1600 * tokens + 4 * 50304 * 1600 + 6 * 1600 * tokens
-         + 6 * 1024 * 50304 + 2 * 50304 * 1600 + 2 * 1600 * 1024 + 2 * 50304 * 1600) / GIB
-    )  # fmt: skip
+        (
+            2 * 1600 * tokens
+            + 4 * 50304 * 1600
+            + 6 * 1600 * tokens
+            + 6 * 1024 * 50304
+            + 2 * 50304 * 1600
+            + 2 * 1600 * 1024
+            + 2 * 50304 * 1600
+        )
+        / GIB
+    )
 
 
 def test_the_config_reads_the_loss_and_refuses_an_unknown_one() -> None:
-    cfg = {**{f"model.{k}": v for k, v in SHAPES["gpt2"].items()}, "batch.micro_batch": 8,
-           "runtime.loss": "chunked", "runtime.activation_checkpointing": "selective"}
+    cfg = {
+        **{f"model.{k}": v for k, v in SHAPES["gpt2"].items()},
+        "batch.micro_batch": 8,
+        "runtime.loss": "chunked",
+        "runtime.activation_checkpointing": "selective",
+    }
     inp = inputs_from_config(cfg)
     assert (inp.loss, inp.activation_checkpointing) == ("chunked", "selective")
     with pytest.raises(ValueError, match=r"runtime\.loss must be one of"):
@@ -137,24 +158,32 @@ def test_a_measured_cpu_step_matches_the_model(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("mode", "factor"),
-    [("none", 1.0), ("selective", 1.0), ("every_2", 1 + 24 / 48 / 3), ("every_3", 1 + 16 / 48 / 3),
-     ("every", 4 / 3)],
-)  # fmt: skip
+    [
+        ("none", 1.0),
+        ("selective", 1.0),
+        ("every_2", 1 + 24 / 48 / 3),
+        ("every_3", 1 + 16 / 48 / 3),
+        ("every", 4 / 3),
+    ],
+)
 def test_recompute_factor(mode, factor) -> None:
     assert recompute_factor(mode, 48) == pytest.approx(factor)
 
 
 @pytest.mark.parametrize(
     ("key", "value", "lever"),
-    [("runtime.loss", "chunked", True), ("runtime.loss", "full", False),
-     ("runtime.activation_checkpointing", "selective", True),
-     ("runtime.activation_checkpointing", "every_2", True),
-     ("runtime.activation_checkpointing", "every_1", False),
-     ("runtime.activation_checkpointing", "every", False),
-     ("runtime.activation_checkpointing", "none", False),
-     ("runtime.activation_checkpointing", "sometimes", False),
-     ("runtime.compile", "default", False)],
-)  # fmt: skip
+    [
+        ("runtime.loss", "chunked", True),
+        ("runtime.loss", "full", False),
+        ("runtime.activation_checkpointing", "selective", True),
+        ("runtime.activation_checkpointing", "every_2", True),
+        ("runtime.activation_checkpointing", "every_1", False),
+        ("runtime.activation_checkpointing", "every", False),
+        ("runtime.activation_checkpointing", "none", False),
+        ("runtime.activation_checkpointing", "sometimes", False),
+        ("runtime.compile", "default", False),
+    ],
+)
 def test_which_values_are_gpu_memory_levers(key, value, lever) -> None:
     assert gpu_memory_lever(key, value) is lever
 
@@ -167,13 +196,17 @@ def _ctx(device_type: str, **base) -> SpaceContext:
     ("device_type", "base", "spec", "kept"),
     [
         ("cpu", {}, "choice(none, selective, every_2, every)", ("none", "every")),
-        ("cuda", {}, "choice(none, selective, every_2, every)",
-         ("none", "selective", "every_2", "every")),
+        (
+            "cuda",
+            {},
+            "choice(none, selective, every_2, every)",
+            ("none", "selective", "every_2", "every"),
+        ),
         ("cuda", {"runtime.device": "cpu"}, "choice(none, selective, every)", ("none", "every")),
         ("cpu", {}, "choice(selective, every_2)", ("selective", "every_2")),  # asked for exactly
         ("cpu", {}, "selective", None),  # pinned: runs on a CPU as anywhere
     ],
-)  # fmt: skip
+)
 def test_a_cpu_sweep_does_not_search_the_memory_levers(device_type, base, spec, kept) -> None:
     p = parse_param("runtime.activation_checkpointing", spec, _ctx(device_type, **base))
     if kept is None:
@@ -190,13 +223,19 @@ def test_a_cpu_sweep_does_not_search_the_memory_levers(device_type, base, spec, 
     ("target", "change", "keys"),
     [
         ("nanogpt", {"runtime.loss": "chunked"}, ["runtime.loss"]),
-        ("nanogpt", {"runtime.activation_checkpointing": "selective"},
-         ["runtime.activation_checkpointing"]),
+        (
+            "nanogpt",
+            {"runtime.activation_checkpointing": "selective"},
+            ["runtime.activation_checkpointing"],
+        ),
         ("llmc", {"runtime.loss": "chunked"}, ["runtime.loss"]),
-        ("llmc", {"runtime.activation_checkpointing": "selective"},
-         ["runtime.activation_checkpointing"]),
+        (
+            "llmc",
+            {"runtime.activation_checkpointing": "selective"},
+            ["runtime.activation_checkpointing"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_handoffs_name_what_they_cannot_express(target, change, keys) -> None:
     doc = best_doc()
     doc["runtime"]["loss"] = "full"
@@ -227,16 +266,24 @@ def test_gpt2_xl_on_an_h100_starts_at_micro_batch_8_without_recompute() -> None:
     would fit 16 (68.4): that is the prior's lever point, not its first."""
     ctx = xl_ctx()
     space = parse_space(GPU_QUICK, ctx)
-    plan = build_plan(space=space, ctx=ctx, device=plan_device_facts(H100, cpu_count=2),
-                      settings=settings_from(SETTINGS))  # fmt: skip
+    plan = build_plan(
+        space=space,
+        ctx=ctx,
+        device=plan_device_facts(H100, cpu_count=2),
+        settings=settings_from(SETTINGS),
+    )
     first = plan.prior.points[0].params
     assert first["batch.micro_batch"] == 8
     assert first["runtime.activation_checkpointing"] == "none"
     assert first["runtime.compile"] == "default" and first["runtime.loss"] == "full"
     for g in plan.scan.dropped:  # nothing larger without recompute fits
         assert g.knobs["batch.micro_batch"] >= 16
-    no_recompute_32 = [g for g in plan.scan.dropped if g.knobs["batch.micro_batch"] == 32
-                       and g.knobs["runtime.activation_checkpointing"] == "none"]  # fmt: skip
+    no_recompute_32 = [
+        g
+        for g in plan.scan.dropped
+        if g.knobs["batch.micro_batch"] == 32
+        and g.knobs["runtime.activation_checkpointing"] == "none"
+    ]
     assert {g.knobs["runtime.loss"] for g in no_recompute_32} == {"full", "chunked"}
     # plan mode lists each lever with its predicted memory at that point
     text = format_plan(plan)
@@ -255,8 +302,12 @@ def test_gpt2_xl_on_an_h100_starts_at_micro_batch_8_without_recompute() -> None:
 def test_the_levers_table_says_what_does_not_fit_and_is_empty_on_a_cpu() -> None:
     ctx = xl_ctx()
     space = parse_space(GPU_QUICK, ctx)
-    eager_32 = {"batch.micro_batch": 32, "runtime.activation_checkpointing": "none",
-                "runtime.loss": "full", "runtime.compile": "none"}  # fmt: skip
+    eager_32 = {
+        "batch.micro_batch": 32,
+        "runtime.activation_checkpointing": "none",
+        "runtime.loss": "full",
+        "runtime.compile": "none",
+    }
     rows = {(r.key, r.value): r for r in lever_rows(space, ctx, eager_32)}
     assert not rows["runtime.activation_checkpointing", "none"].fits
     assert rows["runtime.activation_checkpointing", "every"].fits

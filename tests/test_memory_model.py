@@ -56,11 +56,19 @@ H100_MEASURED = [
     ("gpt2-xl mb4 eager", "gpt2-xl", {"micro_batch": 4}, 39.43),
     ("gpt2-xl mb4 compile", "gpt2-xl", {"micro_batch": 4, "compile": "default"}, 38.47),
     ("gpt2-xl mb8 eager", "gpt2-xl", {"micro_batch": 8}, 52.28),
-    ("gpt2-xl mb16 AC every", "gpt2-xl",
-     {"micro_batch": 16, "activation_checkpointing": "every"}, 37.61),
-    ("gpt2-xl fp32 mb2", "gpt2-xl", {"micro_batch": 2, "dtype": "fp32", "attention": "efficient"},
-     34.47),
-]  # fmt: skip
+    (
+        "gpt2-xl mb16 AC every",
+        "gpt2-xl",
+        {"micro_batch": 16, "activation_checkpointing": "every"},
+        37.61,
+    ),
+    (
+        "gpt2-xl fp32 mb2",
+        "gpt2-xl",
+        {"micro_batch": 2, "dtype": "fp32", "attention": "efficient"},
+        34.47,
+    ),
+]
 
 
 # Measured 2026-11-26 on an NVIDIA H200, torch 2.11+cu130, by the gpt2-xl sweep's own trials
@@ -68,11 +76,19 @@ H100_MEASURED = [
 # ran), fused AdamW, 1,048,576 tokens a step; the search trial and its race run measured the same
 # peak to 0.01 GiB. Before this the compiled model put these at 57.45 and 88.80 GiB.
 H200_MEASURED = [
-    ("gpt2-xl mb16 compile", "gpt2-xl", {"micro_batch": 16, "grad_accum": 64, "compile": "default"},
-     73.55),
-    ("gpt2-xl mb32 compile", "gpt2-xl", {"micro_batch": 32, "grad_accum": 32, "compile": "default"},
-     120.53),
-]  # fmt: skip
+    (
+        "gpt2-xl mb16 compile",
+        "gpt2-xl",
+        {"micro_batch": 16, "grad_accum": 64, "compile": "default"},
+        73.55,
+    ),
+    (
+        "gpt2-xl mb32 compile",
+        "gpt2-xl",
+        {"micro_batch": 32, "grad_accum": 32, "compile": "default"},
+        120.53,
+    ),
+]
 
 
 @pytest.mark.parametrize(("label", "model", "knobs", "measured"), H100_MEASURED)
@@ -105,14 +121,19 @@ def test_compiled_float8_xl_mb32_within_3_percent_of_the_h200() -> None:
     assert bf16.peak_gib - f8.peak_gib > 25  # float8 keeps its matmul inputs in one byte
 
 
-@pytest.mark.parametrize(
-    ("micro_batch", "fits_h100"), [(8, True), (16, True), (32, False)]
-)  # fmt: skip
+@pytest.mark.parametrize(("micro_batch", "fits_h100"), [(8, True), (16, True), (32, False)])
 def test_which_compiled_float8_micro_batches_fit_an_h100(micro_batch: int, fits_h100: bool) -> None:
     # the user's micro-batch 16 compiled does not fit an 80 GB card in bf16 (73.5 GiB predicted),
     # but does in float8; 32 fits in neither
-    est = predict_memory(_inputs("gpt2-xl", micro_batch=micro_batch, grad_accum=1024 // micro_batch,
-                                 compile="default", float8="tensorwise"))  # fmt: skip
+    est = predict_memory(
+        _inputs(
+            "gpt2-xl",
+            micro_batch=micro_batch,
+            grad_accum=1024 // micro_batch,
+            compile="default",
+            float8="tensorwise",
+        )
+    )
     assert fits(est, H100_GIB) is fits_h100, est
 
 
@@ -157,9 +178,16 @@ def test_parts_sum_to_the_peak() -> None:
 
 
 @pytest.mark.parametrize("model", ["gpt2", "gpt2-xl"])
-@pytest.mark.parametrize("knobs", [{}, {"activation_checkpointing": "every"},
-                                   {"compile": "default"}, {"attention": "math"},
-                                   {"dtype": "fp32"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        {"activation_checkpointing": "every"},
+        {"compile": "default"},
+        {"attention": "math"},
+        {"dtype": "fp32"},
+    ],
+)
 def test_peak_grows_with_micro_batch(model, knobs) -> None:
     peaks = [predict_memory(_inputs(model, micro_batch=mb, **knobs)).peak_gib for mb in (1, 2, 4)]
     assert peaks[0] < peaks[1] < peaks[2]
@@ -206,9 +234,13 @@ def test_first_micro_batch_of_a_step_has_no_gradients_yet() -> None:
 
 @pytest.mark.parametrize(
     ("peak", "device", "expected"),
-    [(10.0, 80.0, True), (80 * (1 - ALLOCATOR_MARGIN), 80.0, True), (79.0, 80.0, False),
-     (0.1, 0.05, False)],
-)  # fmt: skip
+    [
+        (10.0, 80.0, True),
+        (80 * (1 - ALLOCATOR_MARGIN), 80.0, True),
+        (79.0, 80.0, False),
+        (0.1, 0.05, False),
+    ],
+)
 def test_fits_leaves_the_allocator_margin(peak, device, expected) -> None:
     assert fits(MemoryEstimate(peak_gib=peak), device) is expected
 
@@ -220,12 +252,20 @@ def test_fits_refuses_a_device_without_memory() -> None:
 
 def test_inputs_from_a_flat_config() -> None:
     cfg = {
-        "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600, "model.block_size": 1024,
-        "model.vocab_size": 50304, "model.bias": True, "batch.tokens_per_step": 65536,
-        "batch.micro_batch": 4, "batch.grad_accum": 16, "runtime.dtype": "auto",
-        "runtime.attention": "auto", "runtime.activation_checkpointing": "every_2",
+        "model.n_layer": 48,
+        "model.n_head": 25,
+        "model.n_embd": 1600,
+        "model.block_size": 1024,
+        "model.vocab_size": 50304,
+        "model.bias": True,
+        "batch.tokens_per_step": 65536,
+        "batch.micro_batch": 4,
+        "batch.grad_accum": 16,
+        "runtime.dtype": "auto",
+        "runtime.attention": "auto",
+        "runtime.activation_checkpointing": "every_2",
         "runtime.compile": "default",
-    }  # fmt: skip
+    }
     inp = inputs_from_config(cfg)
     assert (inp.n_layer, inp.micro_batch, inp.dtype, inp.grad_accum) == (48, 4, "bf16", 16)
     assert (inp.activation_checkpointing, inp.compile) == ("every_2", "default")
@@ -241,11 +281,16 @@ def test_inputs_from_config_names_a_missing_key() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value", "match"),
-    [("micro_batch", 0, "micro_batch must be a positive integer"),
-     ("dtype", "auto", "use a resolved dtype"), ("attention", "sparse", "attention must be one"),
-     ("activation_checkpointing", "every_0", "every_<k>"), ("compile", "fast", "compile must"),
-     ("n_head", 7, "divisible by n_head"), ("device_type", "mps", "device_type must")],
-)  # fmt: skip
+    [
+        ("micro_batch", 0, "micro_batch must be a positive integer"),
+        ("dtype", "auto", "use a resolved dtype"),
+        ("attention", "sparse", "attention must be one"),
+        ("activation_checkpointing", "every_0", "every_<k>"),
+        ("compile", "fast", "compile must"),
+        ("n_head", 7, "divisible by n_head"),
+        ("device_type", "mps", "device_type must"),
+    ],
+)
 def test_bad_inputs_are_refused_with_the_field(field, value, match) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(_inputs("gpt2"), **{field: value})

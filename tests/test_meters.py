@@ -39,8 +39,13 @@ def test_host_clock_charges_each_phase_its_wall_time() -> None:
     with pc.phase("compute"):
         clock.t += 1.0
     pc.add("checkpoint", 0.5)
-    assert pc.take() == {"compute": 1.0, "data_wait": 0.25, "optimizer": 0.0, "checkpoint": 0.5,
-                         "comms": 0.0}  # fmt: skip
+    assert pc.take() == {
+        "compute": 1.0,
+        "data_wait": 0.25,
+        "optimizer": 0.0,
+        "checkpoint": 0.5,
+        "comms": 0.0,
+    }
     assert pc.take() == dict.fromkeys(PHASES, 0.0)  # take() resets
 
 
@@ -146,18 +151,36 @@ P = {"compute": 0.8, "data_wait": 0.1, "optimizer": 0.05, "checkpoint": 0.0}
         # 4 of 32 alike: per-micro phases x8, optimizer and 0.05 s overhead once
         (1.0, P, [0.225] * 4, 32, 0.9 * 8 + 0.05 + 0.05, 8.0),
         # a cheap first micro-batch counts once, the rest 31 times
-        (1.0, P, [0.15, 0.25, 0.25, 0.25], 32, 0.15 + 31 * 0.25 + 0.05 + 0.05,
-         (0.15 + 31 * 0.25) / 0.9),
+        (
+            1.0,
+            P,
+            [0.15, 0.25, 0.25, 0.25],
+            32,
+            0.15 + 31 * 0.25 + 0.05 + 0.05,
+            (0.15 + 31 * 0.25) / 0.9,
+        ),
         # one micro-batch measured: plain scaling
         (0.5, {**P, "compute": 0.4, "data_wait": 0.0}, [0.4], 10, 4.0 + 0.05 + 0.05, 10.0),
         # a checkpoint stall stays once per step
-        (3.0, {**P, "data_wait": 0.0, "optimizer": 0.2, "checkpoint": 2.0}, [0.4, 0.4], 16,
-         0.8 * 8 + 0.2 + 2.0, 8.0),
+        (
+            3.0,
+            {**P, "data_wait": 0.0, "optimizer": 0.2, "checkpoint": 2.0},
+            [0.4, 0.4],
+            16,
+            0.8 * 8 + 0.2 + 2.0,
+            8.0,
+        ),
         # phases that overshoot the wall (clock granularity) leave no negative overhead
-        (0.9, {**P, "compute": 0.9, "data_wait": 0.0, "optimizer": 0.01}, [0.45, 0.45], 4,
-         1.8 + 0.01, 2.0),
+        (
+            0.9,
+            {**P, "compute": 0.9, "data_wait": 0.0, "optimizer": 0.01},
+            [0.45, 0.45],
+            4,
+            1.8 + 0.01,
+            2.0,
+        ),
     ],
-)  # fmt: skip
+)
 def test_project_step(wall, phases, micro, accum, step, factor) -> None:
     total, scaled = project_step(wall, phases, micro_s=micro, grad_accum=accum)
     assert total == pytest.approx(step)
@@ -175,8 +198,14 @@ def test_project_step_needs_one_to_grad_accum_micro_batches(micro) -> None:
 
 
 def test_micro_batch_times_pairs_each_compute_with_its_data_wait() -> None:
-    spans = [("data_wait", 0.1), ("compute", 1.0), ("data_wait", 0.2), ("compute", 2.0),
-             ("optimizer", 0.5), ("checkpoint", 3.0)]  # fmt: skip
+    spans = [
+        ("data_wait", 0.1),
+        ("compute", 1.0),
+        ("data_wait", 0.2),
+        ("compute", 2.0),
+        ("optimizer", 0.5),
+        ("checkpoint", 3.0),
+    ]
     assert micro_batch_times(spans) == pytest.approx([1.1, 2.2])
 
 
@@ -219,9 +248,17 @@ def test_percentile_interpolates_like_numpy(values, q, expected) -> None:
 def test_summarize_a_window() -> None:
     stats = summarize([0.1, 0.2, 0.3, 0.4])
     assert stats == pytest.approx(
-        {"p50": 0.25, "p90": 0.37, "mean": 0.25, "std": 0.12909944487358058,
-         "cv": 0.5163977794943222, "min": 0.1, "max": 0.4, "n": 4}
-    )  # fmt: skip
+        {
+            "p50": 0.25,
+            "p90": 0.37,
+            "mean": 0.25,
+            "std": 0.12909944487358058,
+            "cv": 0.5163977794943222,
+            "min": 0.1,
+            "max": 0.4,
+            "n": 4,
+        }
+    )
     assert summarize([2.0])["std"] == 0.0  # one step: no spread, not a division by zero
     with pytest.raises(ValueError, match="no measured steps"):
         summarize([])
@@ -247,9 +284,15 @@ def test_fake_clocked_steps_give_exact_time_fractions() -> None:
         walls.append(clock() - start)
     assert walls == pytest.approx([1.0, 1.5])
     assert time_fractions(totals, walls) == pytest.approx(
-        {"compute": 0.48, "data_wait": 0.08, "optimizer": 0.16, "checkpoint": 0.2, "comms": 0.0,
-         "other": 0.08}
-    )  # fmt: skip
+        {
+            "compute": 0.48,
+            "data_wait": 0.08,
+            "optimizer": 0.16,
+            "checkpoint": 0.2,
+            "comms": 0.0,
+            "other": 0.08,
+        }
+    )
     assert window_rate(tokens=5_000, seconds=sum(walls)) == pytest.approx(2_000.0)
     assert window_rate(tokens=5_000, seconds=0.0) == 0.0
 
@@ -258,8 +301,14 @@ def test_time_fractions_rescale_an_overshoot_and_refuse_an_empty_window() -> Non
     phases = [{"compute": 0.9, "data_wait": 0.2, "optimizer": 0.0, "checkpoint": 0.0}]
     fracs = time_fractions(phases, [1.0])  # the phases claim 110% of the wall: clock granularity
     assert fracs == pytest.approx(
-        {"compute": 0.9 / 1.1, "data_wait": 0.2 / 1.1, "optimizer": 0.0, "checkpoint": 0.0,
-         "comms": 0.0, "other": 0.0}
-    )  # fmt: skip
+        {
+            "compute": 0.9 / 1.1,
+            "data_wait": 0.2 / 1.1,
+            "optimizer": 0.0,
+            "checkpoint": 0.0,
+            "comms": 0.0,
+            "other": 0.0,
+        }
+    )
     with pytest.raises(ValueError, match="must be positive"):
         time_fractions(phases, [0.0])

@@ -128,17 +128,35 @@ def test_compare_page_screenshot_shows_the_trial_runs(tmp_path: Path) -> None:
             "hydra.sweeper.verify.top_k=1",
             "hydra.sweeper.verify.repeats=1",
         ),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
     assert (tmp_path / "mlflow.db").is_file()
 
     png, dom = tmp_path / "shots" / "compare.png", tmp_path / "shots" / "compare.html"
     shot = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tracking-dir", str(tmp_path), "--experiment", "ui-smoke",
-         "--out", str(png), "--dom-out", str(dom)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--tracking-dir",
+            str(tmp_path),
+            "--experiment",
+            "ui-smoke",
+            "--out",
+            str(png),
+            "--dom-out",
+            str(dom),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert shot.returncode == 0, shot.stdout[-3000:] + shot.stderr[-3000:]
     # the two trials that ran (a point the sampler proposed again is recorded, not run or logged)
     study = load_study(tmp_path, "ui-smoke")

@@ -31,7 +31,12 @@ def batch(cfg: ModelConfig, b: int = 3, t: int | None = None) -> tuple[torch.Ten
 def test_default_config_is_tiny_preset() -> None:
     cfg = ModelConfig()
     assert (cfg.name, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.vocab_size) == (
-        "tiny", 2, 2, 64, 64, 4096,
+        "tiny",
+        2,
+        2,
+        64,
+        64,
+        4096,
     )
 
 
@@ -90,10 +95,17 @@ def test_forward_shapes_and_tied_weights() -> None:
 
 def test_state_dict_uses_gpt2_names() -> None:
     keys = set(small_model().state_dict())
-    for k in ("transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
-              "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.bias",
-              "transformer.h.0.mlp.c_fc.weight", "transformer.h.3.mlp.c_proj.weight",
-              "transformer.ln_f.bias", "lm_head.weight"):
+    for k in (
+        "transformer.wte.weight",
+        "transformer.wpe.weight",
+        "transformer.h.0.ln_1.weight",
+        "transformer.h.0.attn.c_attn.weight",
+        "transformer.h.0.attn.c_proj.bias",
+        "transformer.h.0.mlp.c_fc.weight",
+        "transformer.h.3.mlp.c_proj.weight",
+        "transformer.ln_f.bias",
+        "lm_head.weight",
+    ):
         assert k in keys
 
 
@@ -130,8 +142,12 @@ def test_num_params_matches_formula(bias: bool) -> None:
     cfg = model.config
     for exclude in (True, False):
         assert model.num_params(exclude_position_embedding=exclude) == gpt2_num_params(
-            n_layer=cfg.n_layer, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
-            block_size=cfg.block_size, bias=bias, exclude_position_embedding=exclude,
+            n_layer=cfg.n_layer,
+            n_embd=cfg.n_embd,
+            vocab_size=cfg.vocab_size,
+            block_size=cfg.block_size,
+            bias=bias,
+            exclude_position_embedding=exclude,
         )
     assert model.num_params(exclude_position_embedding=False) - model.num_params() == 16 * 32
 

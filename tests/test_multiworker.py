@@ -177,8 +177,11 @@ def _run_workers(storage: str, root: Path, n_trials: int) -> list[tuple[subproce
             with open(cwd / "sweep.log", "wb") as log_file:
                 proc = subprocess.Popen(
                     sweep_argv(*_worker_overrides(storage, i, n_trials)),
-                    cwd=cwd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                )  # fmt: skip
+                    cwd=cwd,
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                )
             procs.append((proc, cwd))
         deadline = time.monotonic() + WORKER_TIMEOUT_S
         for proc, _ in procs:
@@ -258,8 +261,11 @@ def _script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "start_postgres.sh"), *args],
         env={**os.environ, "PYTHON": sys.executable},  # creates Optuna's tables
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_start_postgres_script_is_idempotent_and_prints_the_storage() -> None:

@@ -16,5 +16,7 @@ def test_a_best_yaml_that_saves_nothing_says_so():
 
 def test_an_unmeasured_interval_is_named_as_such():
     (line,) = checkpoint_lines(None, every_steps=50)
-    assert line == ("checkpoints: best.yaml saves every 50 steps (no save was measured to choose "
-                    "an interval from)")  # fmt: skip
+    assert line == (
+        "checkpoints: best.yaml saves every 50 steps (no save was measured to choose "
+        "an interval from)"
+    )

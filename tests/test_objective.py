@@ -95,14 +95,26 @@ def test_unscorable_result_raises(name: str, result: dict, match: str) -> None:
         (_result(p50=0.1, every_steps=50), 10_000, 0, 1000.0),
         # async, saved every 3 trial steps: the later saves waited on the write before (1.5 s);
         # at a planned 1000-step interval nothing is in flight, each save costs the first's 0.2 s
-        (_result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=3, mode="async"), 10_000,
-         1000, 1000 + 10 * 0.2),
+        (
+            _result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=3, mode="async"),
+            10_000,
+            1000,
+            1000 + 10 * 0.2,
+        ),
         # ... while sync saves always write the whole file: the median
-        (_result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=3), 10_000, 1000,
-         1000 + 10 * 1.5),
+        (
+            _result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=3),
+            10_000,
+            1000,
+            1000 + 10 * 1.5,
+        ),
         # async at its own interval: the waits are what it will see, the median
-        (_result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=100, mode="async"), 10_000,
-         0, 1000 + 100 * 1.5),
+        (
+            _result(p50=0.1, checkpoint_s=(0.2, 1.5, 1.5), every_steps=100, mode="async"),
+            10_000,
+            0,
+            1000 + 100 * 1.5,
+        ),
     ],
 )
 def test_time_to_train_table(

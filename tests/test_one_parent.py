@@ -28,18 +28,30 @@ def _study(tmp_path: Path, name: str = "s", db: str = "optuna.db") -> tuple[optu
 
 
 def _start(uri: str, study: optuna.Study, storage: str) -> SweepTracker:
-    t = SweepTracker(tracking_uri=uri,
-                     experiment=experiment_name(study.study_name, storage),
-                     artifact_location=None)  # fmt: skip
-    t.start_sweep(run_name="sweep", params={"n_trials": 4},
-                  tags={"study": study.study_name, "storage": storage}, study=study)  # fmt: skip
+    t = SweepTracker(
+        tracking_uri=uri,
+        experiment=experiment_name(study.study_name, storage),
+        artifact_location=None,
+    )
+    t.start_sweep(
+        run_name="sweep",
+        params={"n_trials": 4},
+        tags={"study": study.study_name, "storage": storage},
+        study=study,
+    )
     assert not t.disabled
     return t
 
 
 def _trial(t: SweepTracker, number: int, state: str = "complete") -> str:
-    return t.log_trial(number=number, state=state, reason=None if state == "complete" else "x",
-                       params={"batch.micro_batch": 8}, result=None, job_dir=None)  # fmt: skip
+    return t.log_trial(
+        number=number,
+        state=state,
+        reason=None if state == "complete" else "x",
+        params={"batch.micro_batch": 8},
+        result=None,
+        job_dir=None,
+    )
 
 
 def test_a_stopped_sweep_is_continued_by_the_resume_and_a_finished_one_is_not(tmp_path) -> None:
@@ -110,14 +122,25 @@ def _run_ids(client: MlflowClient, experiment_id: str) -> list:
 
 
 def test_a_sweep_stopped_and_resumed_is_one_parent_run_with_every_trial(tmp_path) -> None:
-    code, out = interrupt_sweep(tmp_path, sweep_argv(*OVERRIDES), sig=signal.SIGTERM,
-                                ready=lambda: _a_trial_runs(tmp_path), settle_s=2)  # fmt: skip
+    code, out = interrupt_sweep(
+        tmp_path,
+        sweep_argv(*OVERRIDES),
+        sig=signal.SIGTERM,
+        ready=lambda: _a_trial_runs(tmp_path),
+        settle_s=2,
+    )
     assert code == 130, out[-3000:]
     hint = next(line for line in out.splitlines() if "resume with:" in line)
     argv = shlex.split(hint.split("resume with: ", 1)[1])
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([*sweep_argv()[:2], *argv[2:]], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [*sweep_argv()[:2], *argv[2:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     console = proc.stdout + proc.stderr
     assert proc.returncode == 0, console[-3000:]
 
@@ -134,8 +157,9 @@ def test_a_sweep_stopped_and_resumed_is_one_parent_run_with_every_trial(tmp_path
     (stopped,) = [t for t in study.trials if t.user_attrs.get("failure_kind") == "interrupted"]
     (again,) = [t for t in study.trials if t.user_attrs.get(REQUEUED_ATTR) == stopped.number]
     ran = {t.number for t in study.trials if "job_dir" in t.user_attrs} | {stopped.number}
-    searched = {int(r.data.tags["trial_number"]) for r in children
-                if r.data.tags["kind"] == "search"}  # fmt: skip
+    searched = {
+        int(r.data.tags["trial_number"]) for r in children if r.data.tags["kind"] == "search"
+    }
     assert ran <= searched and again.number in searched
     (killed,) = [r for r in children if r.data.tags["trial_number"] == str(stopped.number)]
     assert killed.info.status == "KILLED"

@@ -33,10 +33,22 @@ REPO = Path(__file__).resolve().parents[1]
 # define a function or constant of the same name.
 RULES = {
     train.core.rules: (
-        "attention_dtype_conflict", "cudagraph_conflict", "dtype_unsupported", "grad_accum_for",
-        "num_checkpointed_blocks", "parse_activation_checkpointing", "resolve_dtype_name",
-        "sequences_per_device", "valid_splits", "CUDAGRAPH_MODES", "HALF_ONLY_CUDA_ATTENTION",
-        "is_selective", "check_loss", "loss_chunk_rows", "SELECTIVE", "LOSS_MODES",
+        "attention_dtype_conflict",
+        "cudagraph_conflict",
+        "dtype_unsupported",
+        "grad_accum_for",
+        "num_checkpointed_blocks",
+        "parse_activation_checkpointing",
+        "resolve_dtype_name",
+        "sequences_per_device",
+        "valid_splits",
+        "CUDAGRAPH_MODES",
+        "HALF_ONLY_CUDA_ATTENTION",
+        "is_selective",
+        "check_loss",
+        "loss_chunk_rows",
+        "SELECTIVE",
+        "LOSS_MODES",
     ),
     train.core.config: ("COMPILE_MODES", "ATTENTION_BACKENDS"),
     train.core.flops: ("floor_step_time_s", "flops_per_token", "gpt2_num_params", "mfu"),
@@ -69,7 +81,7 @@ RULES = {
         (train.explain.floor, "floor_step_time_s", train.core.flops),
         (train.explain.cli, "newest_ceiling", train.measure.ceiling_cache),
     ],
-)  # fmt: skip
+)
 def test_the_sweeper_uses_the_trainers_function(user, name, owner) -> None:
     assert getattr(user, name) is getattr(owner, name)
 
@@ -78,9 +90,10 @@ def _defined_names(path: Path) -> set[str]:
     """Functions, classes and module-level constants a file defines."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names = {
-        n.name for n in ast.walk(tree)
+        n.name
+        for n in ast.walk(tree)
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    }  # fmt: skip
+    }
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else []
         if isinstance(node, ast.AnnAssign):
@@ -109,18 +122,27 @@ def _trainer_refusal(compile_mode: str, dtype: str, accum: int, device_type: str
 
 @pytest.mark.parametrize(
     ("compile_mode", "dtype", "accum", "device_type"),
-    list(itertools.product(
-        train.core.config.COMPILE_MODES, ("auto", "fp32", "fp16"), (1, 8), ("cpu", "cuda")
-    )),
-)  # fmt: skip
+    list(
+        itertools.product(
+            train.core.config.COMPILE_MODES, ("auto", "fp32", "fp16"), (1, 8), ("cpu", "cuda")
+        )
+    ),
+)
 def test_sweeper_and_trainer_refuse_the_same_points(compile_mode, dtype, accum, device_type):
     """CUDA graphs with grad_accum > 1 and fp16 on a CPU: refused by both, with one reason."""
-    ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=64, device_type=device_type,
-                       bf16_supported=True)  # fmt: skip
+    ctx = SpaceContext(
+        tokens_per_step=4096,
+        block_size=64,
+        cpu_count=64,
+        device_type=device_type,
+        bf16_supported=True,
+    )
     point = {
-        "batch.micro_batch": 64 // accum, "batch.grad_accum": accum,
-        "runtime.compile": compile_mode, "runtime.dtype": dtype,
-    }  # fmt: skip
+        "batch.micro_batch": 64 // accum,
+        "batch.grad_accum": accum,
+        "runtime.compile": compile_mode,
+        "runtime.dtype": dtype,
+    }
     swept = check_point(point, ctx, memory=False)
     trained = _trainer_refusal(compile_mode, dtype, accum, device_type)
     assert (swept is None) == (trained is None)

@@ -26,8 +26,11 @@ def _finished_study(storage: str) -> int:
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     space = {"batch.micro_batch": optuna.distributions.CategoricalDistribution([2, 8, 16])}
     for micro_batch, tokens_per_s in [(8, 30_893.0), (2, 9_596.0), (16, 25_559.0)]:
-        study.add_trial(optuna.trial.create_trial(
-            params={"batch.micro_batch": micro_batch}, distributions=space, value=tokens_per_s))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"batch.micro_batch": micro_batch}, distributions=space, value=tokens_per_s
+            )
+        )
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED))
     return len(study.trials)
 
@@ -57,8 +60,10 @@ def test_optuna_dashboard_lists_the_study(tmp_path: Path):
         body = _get_json(f"http://127.0.0.1:{port}/api/studies", time.monotonic() + 60)
         studies = {s["study_name"]: s for s in body["study_summaries"]}
         assert STUDY in studies, body
-        detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{studies[STUDY]['study_id']}",
-                           time.monotonic() + 30)  # fmt: skip
+        detail = _get_json(
+            f"http://127.0.0.1:{port}/api/studies/{studies[STUDY]['study_id']}",
+            time.monotonic() + 30,
+        )
         states = sorted(t["state"] for t in detail["trials"])
         assert len(states) == n_trials, detail["trials"]
         assert states == ["Complete", "Complete", "Complete", "Pruned"], states

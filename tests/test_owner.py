@@ -30,8 +30,16 @@ def test_owner_tag_names_this_process() -> None:
         (lambda host: None, None),
     ],
     ids=[
-        "live", "dead", "own-pid", "other-host", "pid-not-a-number", "pid-zero", "no-pid",
-        "no-colon", "empty", "none",
+        "live",
+        "dead",
+        "own-pid",
+        "other-host",
+        "pid-not-a-number",
+        "pid-zero",
+        "no-pid",
+        "no-colon",
+        "empty",
+        "none",
     ],
 )
 def test_owner_alive(owner, alive) -> None:

@@ -46,11 +46,16 @@ from tests.sweep_helpers import (
         ("BasicLauncher", 2, "", r"n_jobs=2 needs a parallel launcher: .*hydra/launcher=joblib"),
         ("JoblibLauncher", 4, "", None),
         ("LocalLauncher", 2, "", None),  # submitit's local executor: this machine
-        ("SlurmLauncher", 8, "", r"hydra/launcher=SlurmLauncher runs trials on other machines.*"
-                                 r"set hydra\.sweeper\.plan\.device"),
+        (
+            "SlurmLauncher",
+            8,
+            "",
+            r"hydra/launcher=SlurmLauncher runs trials on other machines.*"
+            r"set hydra\.sweeper\.plan\.device",
+        ),
         ("SlurmLauncher", 8, "NVIDIA H100 80GB HBM3", None),
     ],
-)  # fmt: skip
+)
 def test_launcher_rules(launcher: str, n_jobs: int, plan_device: str, error: str | None) -> None:
     if error is None:
         check_launcher(launcher, n_jobs=n_jobs, plan_device=plan_device)
@@ -100,9 +105,13 @@ def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) 
         {"sampler": "random", "n_trials": 6, "n_jobs": 2, "mlflow.enabled": False, "seed": 5}
     )
     base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
-    ctx = SpaceContext(tokens_per_step=base["batch.tokens_per_step"],
-                       block_size=base["model.block_size"], cpu_count=2, device_type="cpu",
-                       base=base)  # fmt: skip
+    ctx = SpaceContext(
+        tokens_per_step=base["batch.tokens_per_step"],
+        block_size=base["model.block_size"],
+        cpu_count=2,
+        device_type="cpu",
+        base=base,
+    )
     lrs = ", ".join(f"{k}e-4" for k in range(1, 13))
     space = parse_space({"optim.lr": f"choice({lrs})"}, ctx)
     storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
@@ -112,9 +121,16 @@ def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) 
         sampler=optuna.samplers.RandomSampler(seed=settings.seed),
     )
     slots = TimedSlots(first_s=3.0, rest_s=0.2)
-    sweep = SweepContext(study=study, space=space, settings=settings, budget=Budget(settings),
-                         tracker=NullTracker(), jobs=slots, fixed=[],
-                         objective=ObjectiveConfig(name="tokens_per_s"))  # fmt: skip
+    sweep = SweepContext(
+        study=study,
+        space=space,
+        settings=settings,
+        budget=Budget(settings),
+        tracker=NullTracker(),
+        jobs=slots,
+        fixed=[],
+        objective=ObjectiveConfig(name="tokens_per_s"),
+    )
     Search(sweep, storage="unused").run()
 
     assert len(slots.jobs) == 6
@@ -135,9 +151,15 @@ SMOKE = ("search=smoke", "hydra.sweeper.verify.top_k=1", "hydra.sweeper.verify.r
 def _trials_recorded_once(study: optuna.Study, sweep_dir: Path, n_trials: int) -> list:
     """Every measured trial finished once, in a job folder of its own, with its own result."""
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
-    why = [(t.number, t.state.name, t.user_attrs.get("failure_kind"),
-            t.user_attrs.get("failure_reason"))
-           for t in ran]  # fmt: skip
+    why = [
+        (
+            t.number,
+            t.state.name,
+            t.user_attrs.get("failure_kind"),
+            t.user_attrs.get("failure_reason"),
+        )
+        for t in ran
+    ]
     assert [t.state for t in ran] == [TrialState.COMPLETE] * n_trials, why
     job_dirs = [t.user_attrs["job_dir"] for t in ran]
     assert len(set(job_dirs)) == n_trials
@@ -148,8 +170,14 @@ def _trials_recorded_once(study: optuna.Study, sweep_dir: Path, n_trials: int) -
 
 @pytest.mark.slow
 def test_a_joblib_sweep_runs_two_trials_at_once_and_records_each_once(tmp_path: Path) -> None:
-    proc, study = finished_sweep(tmp_path, "joblib", *SMOKE, "hydra/launcher=joblib",
-                                 "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=4")  # fmt: skip
+    proc, study = finished_sweep(
+        tmp_path,
+        "joblib",
+        *SMOKE,
+        "hydra/launcher=joblib",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.n_trials=4",
+    )
     (sweep_dir,) = sweep_dirs(tmp_path)
     ran = _trials_recorded_once(study, sweep_dir, 4)
     # two at once: some trial started before the one before it had finished
@@ -163,9 +191,15 @@ def test_a_joblib_sweep_runs_two_trials_at_once_and_records_each_once(tmp_path: 
 
 @pytest.mark.slow
 def test_submitits_local_executor_runs_a_two_trial_sweep(tmp_path: Path) -> None:
-    _, study = finished_sweep(tmp_path, "submitit", *SMOKE, "hydra/launcher=submitit_local",
-                                 "hydra.launcher.timeout_min=10", "hydra.sweeper.n_jobs=2",
-                                 "hydra.sweeper.n_trials=2")  # fmt: skip
+    _, study = finished_sweep(
+        tmp_path,
+        "submitit",
+        *SMOKE,
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.n_trials=2",
+    )
     (sweep_dir,) = sweep_dirs(tmp_path)
     _trials_recorded_once(study, sweep_dir, 2)
     assert list((sweep_dir / ".submitit").iterdir())  # the jobs went through submitit
@@ -173,8 +207,13 @@ def test_submitits_local_executor_runs_a_two_trial_sweep(tmp_path: Path) -> None
 
 
 def test_a_slurm_sweep_without_a_named_device_stops_before_any_trial(tmp_path: Path) -> None:
-    proc = run_sweep(tmp_path, *SMOKE, "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-                     "hydra.sweeper.n_jobs=4")  # fmt: skip
+    proc = run_sweep(
+        tmp_path,
+        *SMOKE,
+        "hydra/launcher=slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.sweeper.n_jobs=4",
+    )
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2, said[-3000:]
     assert "hydra/launcher=SlurmLauncher runs trials on other machines" in said
@@ -189,9 +228,16 @@ def test_the_slurm_example_config_composes_for_a_two_gpu_trial() -> None:
     import train.core.config  # noqa: F401  (registers `train_schema`)
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("sweep", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-                                          "runtime.nproc=2", "hydra.sweeper.n_jobs=4"],
-                      return_hydra_config=True)  # fmt: skip
+        cfg = compose(
+            "sweep",
+            overrides=[
+                "hydra/launcher=slurm",
+                "hydra.launcher.partition=gpu",
+                "runtime.nproc=2",
+                "hydra.sweeper.n_jobs=4",
+            ],
+            return_hydra_config=True,
+        )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.partition, launcher.gpus_per_node, launcher.tasks_per_node) == ("gpu", 2, 1)
@@ -221,15 +267,23 @@ def test_ctrl_c_stops_every_running_slot_and_records_each_trial(tmp_path: Path) 
     """Ctrl-C while two joblib slots run: both trials are recorded as interrupted and queued
     again, the sweep exits 130 with its resume line, and no trial process is left running."""
     long_trials = ("trial.max_steps=400", "trial.min_steps=400", "trial.max_seconds=60")
-    argv = sweep_argv(*SMOKE, "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
-                      "hydra.sweeper.n_trials=4", "hydra.sweeper.study_name=stop2",
-                      *long_trials)  # fmt: skip
+    argv = sweep_argv(
+        *SMOKE,
+        "hydra/launcher=joblib",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.study_name=stop2",
+        *long_trials,
+    )
     # two job folders with their trial's config: both slots are running (the study is read
     # only afterwards: opening it while the sweep creates its tables races with it)
     code, out = interrupt_sweep(
-        tmp_path, argv, sig=signal.SIGINT, settle_s=3,
+        tmp_path,
+        argv,
+        sig=signal.SIGINT,
+        settle_s=3,
         ready=lambda: len(list(tmp_path.glob("multirun/*/*/*/trial_config.yaml"))) >= 2,
-    )  # fmt: skip
+    )
     assert code == 130, out[-3000:]
     assert sum("resume with:" in line for line in out.splitlines()) == 1, out[-3000:]
     study = load_study(tmp_path, "stop2")

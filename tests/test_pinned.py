@@ -24,10 +24,14 @@ def pinned(synthetic_dir: Path, tmp_path: Path) -> Path:
 def test_a_pinned_file_measures_what_the_hydra_command_line_does(synthetic_dir, tmp_path, pinned):
     hydra_run = run_cli(
         "train.trial",
-        [*fast_overrides(synthetic_dir, tmp_path / "ckpt"), "runtime.threads=1",
-         f"hydra.run.dir={tmp_path / 'hydra'}", f"trial.out={tmp_path / 'hydra.json'}"],
+        [
+            *fast_overrides(synthetic_dir, tmp_path / "ckpt"),
+            "runtime.threads=1",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+            f"trial.out={tmp_path / 'hydra.json'}",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert hydra_run.returncode == 0, hydra_run.stderr[-2000:]
     pinned_run = run_cli(
         "train.trial",
@@ -51,8 +55,11 @@ def test_a_pinned_file_measures_what_the_hydra_command_line_does(synthetic_dir, 
     [
         # a type the schema refuses; a key it lacks: named, with the type or the nearest key
         ({"batch": {"micro_batch": "many"}}, "batch.micro_batch = 'many' is not an int"),
-        ({"runtime": {"float8_emulat": 1}}, "runtime.float8_emulat is not a setting of the "
-                                            "trainer (did you mean runtime.float8_emulate?)"),
+        (
+            {"runtime": {"float8_emulat": 1}},
+            "runtime.float8_emulat is not a setting of the "
+            "trainer (did you mean runtime.float8_emulate?)",
+        ),
         ({"trial": {"max_steps": 1}}, "trial.max_steps"),  # a value __post_init__ refuses
     ],
 )

@@ -23,32 +23,61 @@ from sweeper.space.space import parse_space
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
 TRIAL = {
-    "trial.warmup_steps": 2, "trial.max_steps": 20, "trial.min_steps": 6,
-    "trial.max_seconds": 20, "trial.report_every": 3, "trial.project_above_s": 5.0,
+    "trial.warmup_steps": 2,
+    "trial.max_steps": 20,
+    "trial.min_steps": 6,
+    "trial.max_seconds": 20,
+    "trial.report_every": 3,
+    "trial.project_above_s": 5.0,
     "trial.project_micro_steps": 4,
-}  # fmt: skip
+}
 XL = {
-    "model.name": "gpt2-xl", "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600,
-    "model.block_size": 1024, "model.vocab_size": 50304, "model.bias": True,
-    "batch.tokens_per_step": 1_048_576, "batch.micro_batch": 8, "batch.grad_accum": 128,
-    "runtime.device": "auto", "runtime.dtype": "bf16", "runtime.tf32": True,
-    "runtime.compile": "none", "runtime.attention": "auto",
-    "runtime.activation_checkpointing": "none", "checkpoint.every_steps": 0, **TRIAL,
-}  # fmt: skip
+    "model.name": "gpt2-xl",
+    "model.n_layer": 48,
+    "model.n_head": 25,
+    "model.n_embd": 1600,
+    "model.block_size": 1024,
+    "model.vocab_size": 50304,
+    "model.bias": True,
+    "batch.tokens_per_step": 1_048_576,
+    "batch.micro_batch": 8,
+    "batch.grad_accum": 128,
+    "runtime.device": "auto",
+    "runtime.dtype": "bf16",
+    "runtime.tf32": True,
+    "runtime.compile": "none",
+    "runtime.attention": "auto",
+    "runtime.activation_checkpointing": "none",
+    "checkpoint.every_steps": 0,
+    **TRIAL,
+}
 TINY = {
-    **XL, "model.name": "tiny", "model.n_layer": 2, "model.n_head": 2, "model.n_embd": 64,
-    "model.block_size": 64, "model.vocab_size": 4096, "batch.tokens_per_step": 4096,
-    "batch.grad_accum": 64, "runtime.dtype": "auto",
-}  # fmt: skip
+    **XL,
+    "model.name": "tiny",
+    "model.n_layer": 2,
+    "model.n_head": 2,
+    "model.n_embd": 64,
+    "model.block_size": 64,
+    "model.vocab_size": 4096,
+    "batch.tokens_per_step": 4096,
+    "batch.grad_accum": 64,
+    "runtime.dtype": "auto",
+}
 
 
 def xl_ctx(device: str = H100, **kw) -> SpaceContext:
     facts = plan_device_facts(device, cpu_count=2)
     args = {
-        "tokens_per_step": 1_048_576, "block_size": 1024, "cpu_count": 2, "device_type": "cuda",
-        "bf16_supported": True, "base": XL, "device_name": facts.name,
-        "device_memory_gib": facts.memory_gib, **kw,
-    }  # fmt: skip
+        "tokens_per_step": 1_048_576,
+        "block_size": 1024,
+        "cpu_count": 2,
+        "device_type": "cuda",
+        "bf16_supported": True,
+        "base": XL,
+        "device_name": facts.name,
+        "device_memory_gib": facts.memory_gib,
+        **kw,
+    }
     return SpaceContext(**args)
 
 
@@ -58,11 +87,15 @@ def xl_ctx(device: str = H100, **kw) -> SpaceContext:
 @pytest.mark.parametrize(
     ("name", "gib"),
     [
-        (H100, 79.19), ("NVIDIA H100 PCIe", 79.11), ("NVIDIA H100 NVL", 93.58),
-        ("NVIDIA H200", 139.80), ("NVIDIA A100-SXM4-40GB", 39.39),
-        ("NVIDIA A100-SXM4-80GB", 79.15), ("NVIDIA L4", 22.49),
+        (H100, 79.19),
+        ("NVIDIA H100 PCIe", 79.11),
+        ("NVIDIA H100 NVL", 93.58),
+        ("NVIDIA H200", 139.80),
+        ("NVIDIA A100-SXM4-40GB", 39.39),
+        ("NVIDIA A100-SXM4-80GB", 79.15),
+        ("NVIDIA L4", 22.49),
     ],
-)  # fmt: skip
+)
 def test_known_plan_devices(name, gib) -> None:
     facts = plan_device_facts(name, cpu_count=16)
     assert facts.memory_gib == pytest.approx(gib, abs=0.01)
@@ -76,11 +109,20 @@ def test_an_unknown_plan_device_lists_the_known_ones() -> None:
 
 
 PROBED_GPU = {
-    "device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "device_memory_gib": 79.19,
-    "bf16_supported": True, "cpu_count": 16, "torch": "2.11",
-}  # fmt: skip
-PROBED_CPU = {"device_type": "cpu", "device_name": None, "device_memory_gib": None,
-              "bf16_supported": False, "cpu_count": 2}  # fmt: skip
+    "device_type": "cuda",
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "device_memory_gib": 79.19,
+    "bf16_supported": True,
+    "cpu_count": 16,
+    "torch": "2.11",
+}
+PROBED_CPU = {
+    "device_type": "cpu",
+    "device_name": None,
+    "device_memory_gib": None,
+    "bf16_supported": False,
+    "cpu_count": 2,
+}
 
 
 @pytest.mark.parametrize(
@@ -111,21 +153,36 @@ def test_device_facts(probed, plan_device, expected) -> None:
         # XL bf16 on an H100 (72.9 GiB usable): micro-batch 8 fits (52 GiB measured), 32 does
         # not without activation checkpointing
         (H100, {"batch.micro_batch": "choice(8, 32)"}, [(32, "none")], 1),
-        (H100, {"batch.micro_batch": "choice(8, 32)",
-                "runtime.activation_checkpointing": "choice(none, every)"}, [(32, "none")], 3),
+        (
+            H100,
+            {
+                "batch.micro_batch": "choice(8, 32)",
+                "runtime.activation_checkpointing": "choice(none, every)",
+            },
+            [(32, "none")],
+            3,
+        ),
         # the H200's 139.8 GiB holds 32 with activation checkpointing too
-        ("NVIDIA H200", {"batch.micro_batch": "choice(8, 32)",
-                         "runtime.activation_checkpointing": "choice(none, every)"},
-         [(32, "none")], 3),
+        (
+            "NVIDIA H200",
+            {
+                "batch.micro_batch": "choice(8, 32)",
+                "runtime.activation_checkpointing": "choice(none, every)",
+            },
+            [(32, "none")],
+            3,
+        ),
         # an L4 (22.5 GiB) holds no XL step at all in these
         ("NVIDIA L4", {"batch.micro_batch": "choice(4, 8)"}, [(8, "none"), (4, "none")], 0),
     ],
-)  # fmt: skip
+)
 def test_the_memory_model_drops_what_cannot_fit(device, space, dropped, kept) -> None:
     ctx = xl_ctx(device)
     found = scan(parse_space(space, ctx), ctx)
-    got = [(g.knobs["batch.micro_batch"], g.knobs["runtime.activation_checkpointing"])
-           for g in found.dropped]  # fmt: skip
+    got = [
+        (g.knobs["batch.micro_batch"], g.knobs["runtime.activation_checkpointing"])
+        for g in found.dropped
+    ]
     assert got == dropped
     assert all(g.peak_gib > ctx.device_memory_gib * 0.92 for g in found.dropped)
     assert found.kept == kept
@@ -134,8 +191,14 @@ def test_the_memory_model_drops_what_cannot_fit(device, space, dropped, kept) ->
 
 def test_points_multiply_by_the_keys_no_rule_reads() -> None:
     ctx = xl_ctx()
-    space = parse_space({"batch.micro_batch": "choice(8, 32)", "data.prefetch_factor":
-                         "choice(2, 4, 8)", "checkpoint.mode": "choice(sync, async)"}, ctx)
+    space = parse_space(
+        {
+            "batch.micro_batch": "choice(8, 32)",
+            "data.prefetch_factor": "choice(2, 4, 8)",
+            "checkpoint.mode": "choice(sync, async)",
+        },
+        ctx,
+    )
     found = scan(space, ctx)
     assert (found.total, found.kept, found.dropped_points) == (12, 6, 6)
     assert not found.sampled
@@ -143,24 +206,26 @@ def test_points_multiply_by_the_keys_no_rule_reads() -> None:
 
 def test_a_choice_no_runnable_point_has_is_dropped_before_sampling() -> None:
     ctx = xl_ctx()
-    space = parse_space({"batch.micro_batch": "choice(4, 8, 32)",
-                         "runtime.dtype": "choice(bf16, fp32)"}, ctx)  # fmt: skip
+    space = parse_space(
+        {"batch.micro_batch": "choice(4, 8, 32)", "runtime.dtype": "choice(bf16, fp32)"}, ctx
+    )
     found = scan(space, ctx)
     assert found.dead_values == {"batch.micro_batch": [32]}
     kept = drop_dead_values(space, found)
     assert kept.searched[0].choices == (4, 8)
-    assert "batch.micro_batch: dropped [32] before sampling" in "\n".join(
-        startup_lines(found, ctx)
-    )
+    assert "batch.micro_batch: dropped [32] before sampling" in "\n".join(startup_lines(found, ctx))
 
 
 def test_refusals_and_out_of_memory_trials_are_counted_apart() -> None:
     from sweeper.space.memory import OutOfMemory
 
-    ctx = xl_ctx(ooms=[OutOfMemory(trial=3, config={**XL, "batch.micro_batch": 4,
-                                                     "batch.grad_accum": 256})])
-    space = parse_space({"batch.micro_batch": "choice(2, 4, 8)",
-                         "runtime.compile": "choice(none, max-autotune)"}, ctx)  # fmt: skip
+    ctx = xl_ctx(
+        ooms=[OutOfMemory(trial=3, config={**XL, "batch.micro_batch": 4, "batch.grad_accum": 256})]
+    )
+    space = parse_space(
+        {"batch.micro_batch": "choice(2, 4, 8)", "runtime.compile": "choice(none, max-autotune)"},
+        ctx,
+    )
     found = scan(space, ctx)
     # max-autotune captures CUDA graphs: refused with grad_accum > 1 (every split here)
     assert found.refused == 3
@@ -169,10 +234,12 @@ def test_refusals_and_out_of_memory_trials_are_counted_apart() -> None:
 
 
 def test_cpu_points_keep_the_fixed_limits_and_drop_nothing_for_memory() -> None:
-    ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, device_type="cpu",
-                       base=TINY)  # fmt: skip
-    space = parse_space({"batch.micro_batch": "choice(8, 16)",
-                         "runtime.compile": "choice(none, default)"}, ctx)  # fmt: skip
+    ctx = SpaceContext(
+        tokens_per_step=4096, block_size=64, cpu_count=2, device_type="cpu", base=TINY
+    )
+    space = parse_space(
+        {"batch.micro_batch": "choice(8, 16)", "runtime.compile": "choice(none, default)"}, ctx
+    )
     found = scan(space, ctx)
     assert (found.kept, found.dropped_points) == (4, 0)
     assert {(c.timeout_s, c.stall_timeout_s) for c in found.classes} == {(600.0, 300.0)}
@@ -181,8 +248,15 @@ def test_cpu_points_keep_the_fixed_limits_and_drop_nothing_for_memory() -> None:
 
 # ---- the plan -----------------------------------------------------------------------------------
 
-SETTINGS = {"search_name": "t", "sampler": "tpe", "pruner.kind": "median", "objective":
-            "tokens_per_s", "n_trials": 14, "verify.top_k": 3, "verify.repeats": 3}  # fmt: skip
+SETTINGS = {
+    "search_name": "t",
+    "sampler": "tpe",
+    "pruner.kind": "median",
+    "objective": "tokens_per_s",
+    "n_trials": 14,
+    "verify.top_k": 3,
+    "verify.repeats": 3,
+}
 
 
 @pytest.mark.parametrize(
@@ -199,10 +273,17 @@ SETTINGS = {"search_name": "t", "sampler": "tpe", "pruner.kind": "median", "obje
 def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> None:
     ctx = xl_ctx()
     space = parse_space({"batch.micro_batch": "choice(4, 8, 32)"}, ctx)
-    device = DeviceFacts(name=H100, device_type=device_type, memory_gib=ctx.device_memory_gib,
-                         bf16_supported=True, cpu_count=2, source="plan device")  # fmt: skip
-    plan = build_plan(space=space, ctx=ctx, device=device,
-                      settings=settings_from({**SETTINGS, **settings}))  # fmt: skip
+    device = DeviceFacts(
+        name=H100,
+        device_type=device_type,
+        memory_gib=ctx.device_memory_gib,
+        bf16_supported=True,
+        cpu_count=2,
+        source="plan device",
+    )
+    plan = build_plan(
+        space=space, ctx=ctx, device=device, settings=settings_from({**SETTINGS, **settings})
+    )
     assert plan.n_search == n_search and plan.n_verify == 12  # (top 3 + the start) x 3
     mean = plan.scan.mean_trial_s
     # a verification run measures real full steps: longer than a projected search trial
@@ -227,11 +308,14 @@ def test_the_predicted_sweep_wall(settings, device_type, n_search, capped) -> No
 
 def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
     ctx = xl_ctx()
-    space = parse_space({"batch.micro_batch": "choice(8, 16, 32)",
-                         "runtime.attention": "choice(flash, efficient)"}, ctx)  # fmt: skip
+    space = parse_space(
+        {"batch.micro_batch": "choice(8, 16, 32)", "runtime.attention": "choice(flash, efficient)"},
+        ctx,
+    )
     device = plan_device_facts(H100, cpu_count=2)
-    text = format_plan(build_plan(space=space, ctx=ctx, device=device,
-                                  settings=settings_from(SETTINGS)))  # fmt: skip
+    text = format_plan(
+        build_plan(space=space, ctx=ctx, device=device, settings=settings_from(SETTINGS))
+    )
     assert "dropped by the memory model (predicted peak > 72.9 GiB usable" in text
     # the two fused kernels predict the same memory: one row each for 16 and 32
     assert re.search(r"77\.7 GiB\s+16\s+bf16\s+none\s+full\s+2\s+flash,efficient / none", text)
@@ -245,22 +329,33 @@ def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
 
 
 def _plan(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", "model=gpt2-xl",
-            "batch.tokens_per_step=1048576", "hydra.sweeper.plan.enabled=true",
-            *overrides]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        "search=throughput",
+        "model=gpt2-xl",
+        "batch.tokens_per_step=1048576",
+        "hydra.sweeper.plan.enabled=true",
+        *overrides,
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     # the seed's split: 16 x 64 x 1024
-    proc = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "batch.micro_batch=16",
-                 "batch.grad_accum=64")  # fmt: skip
+    proc = _plan(
+        tmp_path, f"hydra.sweeper.plan.device={H100}", "batch.micro_batch=16", "batch.grad_accum=64"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     # the seed's own config (16 x 64, no activation checkpointing) does not fit 80 GB: said first
-    assert re.search(r"starting config \(micro_batch=16 x grad_accum=64.*\), predicted 77\.7 GiB: "
-                     r"NOT RUN \(predicted 77\.7 GiB > 79\.19 GiB", out)  # fmt: skip
+    assert re.search(
+        r"starting config \(micro_batch=16 x grad_accum=64.*\), predicted 77\.7 GiB: "
+        r"NOT RUN \(predicted 77\.7 GiB > 79\.19 GiB",
+        out,
+    )
     assert f"plan: model=gpt2-xl on {H100} (plan device), nothing is run" in out
     # micro-batch 16 without activation checkpointing ran out of memory on a real H100: dropped,
     # with its predicted GiB; micro-batch 8 (52.3 GiB measured) is not
@@ -292,14 +387,27 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
     with_ao = _plan(tmp_path / "with", *args)
     path = os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
-    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
-                            "print(u.find_spec('torchao'))"], env=env, capture_output=True,
-                           text=True, check=True)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torchao'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert probe.stdout.strip() == "None"  # torchao is hidden in that environment
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", "model=gpt2-xl",
-            "batch.tokens_per_step=1048576", "hydra.sweeper.plan.enabled=true", *args]  # fmt: skip
-    without = subprocess.run(argv, cwd=tmp_path / "without", env=env, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        "search=throughput",
+        "model=gpt2-xl",
+        "batch.tokens_per_step=1048576",
+        "hydra.sweeper.plan.enabled=true",
+        *args,
+    ]
+    without = subprocess.run(
+        argv, cwd=tmp_path / "without", env=env, capture_output=True, text=True, timeout=300
+    )
     assert with_ao.returncode == without.returncode == 0, without.stderr[-2000:]
     assert _plan_lines(with_ao) == _plan_lines(without)
     text = "\n".join(_plan_lines(with_ao))

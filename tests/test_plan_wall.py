@@ -20,10 +20,16 @@ from sweeper.space.limits import point_limits
 from tests.test_plan import REPO, XL, _plan, xl_ctx
 
 LIMITS = {"timeout_s": 0.0, "stall_timeout_s": 0.0}
-P1 = {"batch.micro_batch": 16, "batch.grad_accum": 64, "runtime.compile": "default",
-      "runtime.dtype": "bf16",
-      "runtime.attention": "flash", "runtime.activation_checkpointing": "none",
-      "data.num_workers": 1, "checkpoint.every_steps": 3}  # fmt: skip
+P1 = {
+    "batch.micro_batch": 16,
+    "batch.grad_accum": 64,
+    "runtime.compile": "default",
+    "runtime.dtype": "bf16",
+    "runtime.attention": "flash",
+    "runtime.activation_checkpointing": "none",
+    "data.num_workers": 1,
+    "checkpoint.every_steps": 3,
+}
 
 
 def _prior(*points: dict) -> Prior:
@@ -40,19 +46,33 @@ def _prior(*points: dict) -> Prior:
         ({}, {"runtime.attention": "cudnn"}, False),
         ({}, {"runtime.compile": "max-autotune-no-cudagraphs"}, False),
     ],
-)  # fmt: skip
+)
 def test_graph_of(a, b, same) -> None:
     base = {**XL, **P1}
     assert (graph_of({**base, **a}) == graph_of({**base, **b})) is same
     assert graph_of({**base, "runtime.compile": "none"}) is None  # eager compiles nothing
 
 
-def _model(*points: dict, cached: bool = True, n_search: int = 4, entrants: int = 1,
-           rounds: int = 1, start: dict | None = None):  # fmt: skip
+def _model(
+    *points: dict,
+    cached: bool = True,
+    n_search: int = 4,
+    entrants: int = 1,
+    rounds: int = 1,
+    start: dict | None = None,
+):
     ctx = xl_ctx(base={**XL, "trial.target_ci": 0.02})
-    return ctx, wall_model(ctx=ctx, prior=_prior(*points), start=start, n_search=n_search,
-                           mean_trial_s=200.0, race_entrants=entrants, race_rounds=rounds,
-                           cached=cached, limits=LIMITS)  # fmt: skip
+    return ctx, wall_model(
+        ctx=ctx,
+        prior=_prior(*points),
+        start=start,
+        n_search=n_search,
+        mean_trial_s=200.0,
+        race_entrants=entrants,
+        race_rounds=rounds,
+        cached=cached,
+        limits=LIMITS,
+    )
 
 
 def test_compile_is_paid_once_per_graph_with_the_cache() -> None:
@@ -62,12 +82,14 @@ def test_compile_is_paid_once_per_graph_with_the_cache() -> None:
     assert cold == pytest.approx(87.0)  # gpt2-xl with mode=default on an H100 (limits.py)
     p1, p2, p3, rest = m.search
     assert (p1.compile_s, p1.note) == (pytest.approx(cold), "cold compile")
-    assert (p2.compile_s, p2.note) == (pytest.approx(WARM_COMPILE_SHARE * cold),
-                                       "compile from the cache")  # fmt: skip
+    assert (p2.compile_s, p2.note) == (
+        pytest.approx(WARM_COMPILE_SHARE * cold),
+        "compile from the cache",
+    )
     assert p3.note == "cold compile"  # a new shape is a new graph
     assert p1.each_s - p2.each_s == pytest.approx((1 - WARM_COMPILE_SHARE) * cold)
     assert (rest.count, rest.each_s) == (1, 200.0)  # TPE's picks: the mean, a new graph each
-    race, = m.race
+    (race,) = m.race
     assert race.note == "compile from the cache"  # the contender's graph was compiled in search
     assert m.total_s == pytest.approx(15 + sum(r.total_s for r in [*m.search, *m.race]))
 
@@ -83,8 +105,9 @@ def test_the_early_stop_shortens_the_expected_window(target, steps) -> None:
     # projected short steps of 4 micro-batches (~1.4 s at the compiled 50% MFU): 20 s of window is
     # 15 steps; at the GPU's
     # assumed 1% CV the +-2% interval is reached after 4 (3 is the minimum, the save is at 3)
-    ctx = xl_ctx(base={**XL, "trial.target_ci": target, "trial.max_seconds": 20,
-                       "trial.min_steps": 6})  # fmt: skip
+    ctx = xl_ctx(
+        base={**XL, "trial.target_ci": target, "trial.max_seconds": 20, "trial.min_steps": 6}
+    )
     t = point_limits(P1, ctx, **LIMITS).expected
     assert t.projected and t.window_steps == steps
 
@@ -110,11 +133,15 @@ def _seconds(text: str) -> float:
 
 
 def test_the_xl_h100_plan_reaches_a_verified_best_yaml_in_20_minutes(tmp_path: Path) -> None:
-    proc = _plan(tmp_path, "hydra.sweeper.plan.device=NVIDIA H100 80GB HBM3",
-                 "batch.micro_batch=16", "batch.grad_accum=64")  # fmt: skip
+    proc = _plan(
+        tmp_path,
+        "hydra.sweeper.plan.device=NVIDIA H100 80GB HBM3",
+        "batch.micro_batch=16",
+        "batch.grad_accum=64",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    tail = out[out.index("prior:"):]
+    tail = out[out.index("prior:") :]
     print(tail)  # the prior's points and the breakdown, shown with -s or on failure
     # the search, the race and the start and end (the components this test is about); a
     # numerics guard's curve runs (sweeper/plan/guard_price.py), where on, are priced apart
@@ -125,8 +152,11 @@ def test_the_xl_h100_plan_reaches_a_verified_best_yaml_in_20_minutes(tmp_path: P
     assert wall == pytest.approx(total + (_seconds(guard.group(1)) if guard else 0), abs=2)
     # the components: the prior's points each priced, compile once per graph, the race's run
     assert re.search(r"1 x\s+\S+ =\s+\S+\s+prior 1, 4 measured steps \(compile 1m27s: cold", out)
-    assert re.search(r"race run \(real full steps\), 4 measured steps \(compile 8\.7 s: compile "
-                     r"from the cache\)", out)  # fmt: skip
+    assert re.search(
+        r"race run \(real full steps\), 4 measured steps \(compile 8\.7 s: compile "
+        r"from the cache\)",
+        out,
+    )
     # compiled micro-batch 16 does not fit 80 GB (73.55 GiB measured on an H200): 8 does
     assert "1. the largest micro-batch that fits without recompute (micro_batch=8" in out
 
@@ -152,9 +182,18 @@ def test_a_calibrated_plan_uses_the_measured_terms() -> None:
 
     c = Calibration(sweeps=2, trial_s=3.0, race_runs=10.4, race_run_s=5.0, between_s=0.5)
     ctx = xl_ctx()
-    m = wall_model(ctx=ctx, prior=_prior(P1), start=None, n_search=14, mean_trial_s=35.0,
-                   race_entrants=2, race_rounds=3, cached=True, limits=LIMITS,
-                   calibration=c)  # fmt: skip
+    m = wall_model(
+        ctx=ctx,
+        prior=_prior(P1),
+        start=None,
+        n_search=14,
+        mean_trial_s=35.0,
+        race_entrants=2,
+        race_rounds=3,
+        cached=True,
+        limits=LIMITS,
+        calibration=c,
+    )
     assert [(r.count, r.each_s) for r in m.search] == [(14, 3.5)]
     assert [(r.count, r.each_s) for r in m.race] == [(10, 5.5)]  # the measured race length
     assert m.total_s == pytest.approx(15 + 14 * 3.5 + 10 * 5.5)
@@ -165,8 +204,7 @@ def test_a_wall_budget_stops_the_search_but_never_the_first_race_round() -> None
     from sweeper.plan.wall import PlannedRuns, WallModel, budgeted
 
     def runs(label: str, count: int, each_s: float) -> PlannedRuns:
-        return PlannedRuns(label=label, count=count, each_s=each_s, compile_s=0.0,
-                           window_steps=0)  # fmt: skip
+        return PlannedRuns(label=label, count=count, each_s=each_s, compile_s=0.0, window_steps=0)
 
     m = WallModel(search=[runs("t", 14, 60.0)], race=[runs("r", 12, 90.0)])
     # reserve: min(90 x 4 x 3, 0.35 x 390 = 136.5); trials start while spent + 136.5 < 390:
@@ -189,10 +227,21 @@ def torch_cuda() -> bool:
 def _cpu_plan_wall_s(tmp_path: Path, search: str) -> float:
     """Plan mode's predicted wall of `search` on this machine (its probe: a CPU here, so the CPU
     cap and the search's own budget apply)."""
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", f"search={search}",
-            "hydra.sweeper.plan.enabled=true"]  # fmt: skip
-    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        f"search={search}",
+        "hydra.sweeper.plan.enabled=true",
+    ]
+    proc = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _seconds(re.search(r"predicted sweep wall: (\S+(?: s)?) \(", proc.stdout).group(1))
 

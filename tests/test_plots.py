@@ -23,13 +23,31 @@ FRACS = {"compute": 0.7, "data_wait": 0.15, "optimizer": 0.1, "checkpoint": 0.0,
 def rows(floor: float | None) -> list[dict]:
     """Verified configs in the race's order: trial 3 won, trial 0 is the starting config."""
     return [
-        {"trial": 3, "winner": True, "start": False, "tokens_per_s": 4000.0, "n": 3,
-         "search_tokens_per_s": 4600.0, "search_projected": True, "step_time_s": 0.5,
-         "time_frac": FRACS, "floor_step_s": floor},
-        {"trial": 0, "winner": False, "start": True, "tokens_per_s": 3400.0, "n": 3,
-         "search_tokens_per_s": 3500.0, "search_projected": False, "step_time_s": 0.6,
-         "time_frac": FRACS, "floor_step_s": floor},
-    ]  # fmt: skip
+        {
+            "trial": 3,
+            "winner": True,
+            "start": False,
+            "tokens_per_s": 4000.0,
+            "n": 3,
+            "search_tokens_per_s": 4600.0,
+            "search_projected": True,
+            "step_time_s": 0.5,
+            "time_frac": FRACS,
+            "floor_step_s": floor,
+        },
+        {
+            "trial": 0,
+            "winner": False,
+            "start": True,
+            "tokens_per_s": 3400.0,
+            "n": 3,
+            "search_tokens_per_s": 3500.0,
+            "search_projected": False,
+            "step_time_s": 0.6,
+            "time_frac": FRACS,
+            "floor_step_s": floor,
+        },
+    ]
 
 
 def trials() -> list[dict]:
@@ -60,8 +78,11 @@ def test_knob_groups_group_by_value_and_bin_many_numeric_values() -> None:
     assert len(lr_groups) == 5  # 11 distinct learning rates > 8, binned into 5 ranges
     assert sum(len(groups[g][0]) + len(groups[g][1]) for g in lr_groups) == 11  # failed one out
     starts = {label: start for label, _, _, start in knob_groups(trials()) if start}
-    assert starts == {"data.num_workers = 0": [1000.0], "runtime.compile = none": [1000.0],
-                      "optim.lr = [0.0001, 0.0003]": [1000.0]}  # fmt: skip
+    assert starts == {
+        "data.num_workers = 0": [1000.0],
+        "runtime.compile = none": [1000.0],
+        "optim.lr = [0.0001, 0.0003]": [1000.0],
+    }
 
 
 def legend_texts(ax) -> list[str]:
@@ -115,8 +136,11 @@ def test_search_and_verified_figures_are_drawn_apart_with_a_legend() -> None:
     # per row: the search run hatched, the verified median solid, each as long as its figure
     bars = [p for p in ax_speed.patches if p.get_height() == pytest.approx(0.38)]
     assert [(b.get_width(), bool(b.get_hatch())) for b in bars] == [
-        (4600.0, True), (4000.0, False), (3500.0, True), (3400.0, False)
-    ]  # fmt: skip
+        (4600.0, True),
+        (4000.0, False),
+        (3500.0, True),
+        (3400.0, False),
+    ]
 
 
 def test_the_starting_config_is_marked() -> None:
@@ -135,8 +159,16 @@ def test_the_starting_config_is_marked() -> None:
 def test_no_label_is_clipped() -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    long_trials = [{**t, "params": {"a.very_long_knob_name.that_goes_on_and_on": "some-long-value"
-                    f"-{t['number']}", **t["params"]}} for t in trials()]  # fmt: skip
+    long_trials = [
+        {
+            **t,
+            "params": {
+                "a.very_long_knob_name.that_goes_on_and_on": f"some-long-value-{t['number']}",
+                **t["params"],
+            },
+        }
+        for t in trials()
+    ]
     fig = summary_figure(rows(0.2), long_trials)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
@@ -144,10 +176,18 @@ def test_no_label_is_clipped() -> None:
     texts = []
     for ax in fig.axes:
         lo, hi = ax.get_xlim()  # the locator also returns ticks past the limits, never drawn
-        shown = [lab for x, lab in zip(ax.get_xticks(), ax.get_xticklabels(), strict=True)
-                 if lo <= x <= hi]  # fmt: skip
-        texts += [*shown, *ax.get_yticklabels(), ax.title, ax.xaxis.label,
-                  *ax.get_legend().get_texts()]  # fmt: skip
+        shown = [
+            lab
+            for x, lab in zip(ax.get_xticks(), ax.get_xticklabels(), strict=True)
+            if lo <= x <= hi
+        ]
+        texts += [
+            *shown,
+            *ax.get_yticklabels(),
+            ax.title,
+            ax.xaxis.label,
+            *ax.get_legend().get_texts(),
+        ]
     assert len(texts) > 20
     for t in texts:
         box = t.get_window_extent(canvas.get_renderer())

@@ -39,20 +39,37 @@ def moved(point: dict, base: dict = AT) -> dict:
     ("params", "incumbent", "seen", "want"),
     [
         # an ordered knob steps up, then down (sorted values, not the user's order); then swaps
-        ((MB, WORKERS, COMPILE), AT, set(),
-         [{"batch.micro_batch": 16}, {"batch.micro_batch": 4}, {"data.num_workers": 0},
-          {"runtime.compile": "default"}, {"runtime.compile": "max"}]),
+        (
+            (MB, WORKERS, COMPILE),
+            AT,
+            set(),
+            [
+                {"batch.micro_batch": 16},
+                {"batch.micro_batch": 4},
+                {"data.num_workers": 0},
+                {"runtime.compile": "default"},
+                {"runtime.compile": "max"},
+            ],
+        ),
         # measured (or queued) points are left out
-        ((MB, WORKERS), AT, {point_key({**AT, "batch.micro_batch": 16})},
-         [{"batch.micro_batch": 4}, {"data.num_workers": 0}]),
+        (
+            (MB, WORKERS),
+            AT,
+            {point_key({**AT, "batch.micro_batch": 16})},
+            [{"batch.micro_batch": 4}, {"data.num_workers": 0}],
+        ),
         # at the end of an ordered knob there is one step only
         ((MB,), {"batch.micro_batch": 32}, set(), [{"batch.micro_batch": 16}]),
         # booleans are unordered; a continuous float and a fixed key have no neighbour
-        ((PIN, LR, FIXED), {"data.pin_memory": True, "optim.lr": 3e-4, "runtime.dtype": "fp32"},
-         set(), [{"data.pin_memory": False}]),
+        (
+            (PIN, LR, FIXED),
+            {"data.pin_memory": True, "optim.lr": 3e-4, "runtime.dtype": "fp32"},
+            set(),
+            [{"data.pin_memory": False}],
+        ),
         ((MB,), {"batch.micro_batch": 3}, set(), []),  # not a value of the knob: nothing
     ],
-)  # fmt: skip
+)
 def test_neighbours(params, incumbent, seen, want) -> None:
     got = neighbours(params, incumbent, seen=seen)
     assert [moved(p, incumbent) for p in got] == want
@@ -83,16 +100,28 @@ def test_the_last_trials_climb_from_the_best_to_its_unmeasured_neighbours(tmp_pa
     """A start at micro-batch 4 with a worker, two more trials drawn at random, then the polish
     budget: each polish trial is one knob away from one of the best three trials when it was
     queued, and the climb reaches the top of the hill."""
-    settings = settings_from({"sampler": "random", "n_trials": 7, "budget.polish_trials": 4,
-                                          "mlflow.enabled": False, "seed": 11})  # fmt: skip
+    settings = settings_from(
+        {
+            "sampler": "random",
+            "n_trials": 7,
+            "budget.polish_trials": 4,
+            "mlflow.enabled": False,
+            "seed": 11,
+        }
+    )
     assert settings_from({"n_trials": 14}).polish == 3  # automatic: a quarter
     assert settings_from({"n_trials": 14, "sampler": "grid"}).polish == 0
     base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
-    ctx = SpaceContext(tokens_per_step=base["batch.tokens_per_step"],
-                       block_size=base["model.block_size"], cpu_count=2, device_type="cpu",
-                       base=base)  # fmt: skip
-    space = parse_space({"batch.micro_batch": {"split": True, "max": 32},
-                         "data.num_workers": "choice(0, 1)"}, ctx)  # fmt: skip
+    ctx = SpaceContext(
+        tokens_per_step=base["batch.tokens_per_step"],
+        block_size=base["model.block_size"],
+        cpu_count=2,
+        device_type="cpu",
+        base=base,
+    )
+    space = parse_space(
+        {"batch.micro_batch": {"split": True, "max": 32}, "data.num_workers": "choice(0, 1)"}, ctx
+    )
     storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
     # a seeded sampler: optuna's default draws from an unseeded generator, and a random draw that
     # lands on the top would leave the polish step nothing to find
@@ -104,9 +133,16 @@ def test_the_last_trials_climb_from_the_best_to_its_unmeasured_neighbours(tmp_pa
     random_draws = 2  # 7 trials: the enqueued start, 2 drawn, 4 polish
     study.enqueue_trial({"batch.micro_batch": 4, "data.num_workers": 1})
     hill = Hill()
-    sweep = SweepContext(study=study, space=space, settings=settings, budget=Budget(settings),
-                         tracker=NullTracker(), jobs=hill, fixed=[],
-                         objective=ObjectiveConfig(name="tokens_per_s"))  # fmt: skip
+    sweep = SweepContext(
+        study=study,
+        space=space,
+        settings=settings,
+        budget=Budget(settings),
+        tracker=NullTracker(),
+        jobs=hill,
+        fixed=[],
+        objective=ObjectiveConfig(name="tokens_per_s"),
+    )
     Search(sweep, storage="unused").run()
 
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
@@ -130,5 +166,8 @@ def test_the_last_trials_climb_from_the_best_to_its_unmeasured_neighbours(tmp_pa
 
 def test_interleave_takes_the_lists_in_turn() -> None:
     assert interleave([["a1", "a2"], ["b1"], []], ["A", "B", "C"]) == [
-        ("a1", "A"), ("b1", "B"), ("a2", "A")]  # fmt: skip
+        ("a1", "A"),
+        ("b1", "B"),
+        ("a2", "A"),
+    ]
     assert interleave([], []) == []

@@ -20,9 +20,14 @@ XL_SPACE = {
     "runtime.attention": "choice(auto, flash, efficient, cudnn, math)",
     "runtime.activation_checkpointing": "choice(none, every)",
     "checkpoint.mode": "choice(sync, async)",
-}  # fmt: skip
-KNOBS = ("batch.micro_batch", "runtime.activation_checkpointing", "runtime.dtype",
-         "runtime.compile", "runtime.attention")  # fmt: skip
+}
+KNOBS = (
+    "batch.micro_batch",
+    "runtime.activation_checkpointing",
+    "runtime.dtype",
+    "runtime.compile",
+    "runtime.attention",
+)
 
 
 def _knobs(point: dict) -> tuple:
@@ -34,16 +39,22 @@ def _knobs(point: dict) -> tuple:
     [
         # 80 GB: compiled micro-batch 8 without recompute fits; 16 needs it (73.55 GiB measured
         # compiled on an H200, over the 72.9 usable here); 16 fits with it
-        ("NVIDIA H100 80GB HBM3", [(8, "none", "bf16", "default", "flash"),
-                                   (16, "every", "bf16", "default", "flash")]),
+        (
+            "NVIDIA H100 80GB HBM3",
+            [(8, "none", "bf16", "default", "flash"), (16, "every", "bf16", "default", "flash")],
+        ),
         # 141 GB: one size larger each
-        ("NVIDIA H200", [(32, "none", "bf16", "default", "flash"),
-                         (64, "every", "bf16", "default", "flash")]),
+        (
+            "NVIDIA H200",
+            [(32, "none", "bf16", "default", "flash"), (64, "every", "bf16", "default", "flash")],
+        ),
         # 40 GB: micro-batch 2 without recompute; 4 with it
-        ("NVIDIA A100-SXM4-40GB", [(2, "none", "bf16", "default", "flash"),
-                       (4, "every", "bf16", "default", "flash")]),
+        (
+            "NVIDIA A100-SXM4-40GB",
+            [(2, "none", "bf16", "default", "flash"), (4, "every", "bf16", "default", "flash")],
+        ),
     ],
-)  # fmt: skip
+)
 def test_gpu_prior_points(device, expected) -> None:
     ctx = xl_ctx(device)
     space = parse_space(XL_SPACE, ctx)
@@ -91,12 +102,23 @@ def test_the_prior_can_be_turned_off() -> None:
 
 
 def cpu_ctx(cpus: int) -> SpaceContext:
-    base = {**XL, "model.n_layer": 2, "model.n_head": 2, "model.n_embd": 64,
-            "model.block_size": 64, "model.vocab_size": 4096, "batch.tokens_per_step": 4096,
-            "batch.micro_batch": 8, "batch.grad_accum": 8, "runtime.dtype": "auto",
-            "data.num_workers": 1, "runtime.threads": 0}  # fmt: skip
-    return SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=cpus, device_type="cpu",
-                        base=base)  # fmt: skip
+    base = {
+        **XL,
+        "model.n_layer": 2,
+        "model.n_head": 2,
+        "model.n_embd": 64,
+        "model.block_size": 64,
+        "model.vocab_size": 4096,
+        "batch.tokens_per_step": 4096,
+        "batch.micro_batch": 8,
+        "batch.grad_accum": 8,
+        "runtime.dtype": "auto",
+        "data.num_workers": 1,
+        "runtime.threads": 0,
+    }
+    return SpaceContext(
+        tokens_per_step=4096, block_size=64, cpu_count=cpus, device_type="cpu", base=base
+    )
 
 
 @pytest.mark.parametrize(
@@ -105,11 +127,16 @@ def cpu_ctx(cpus: int) -> SpaceContext:
 )
 def test_cpu_prior_sets_threads_and_workers_only(cpus, workers) -> None:
     ctx = cpu_ctx(cpus)
-    space = parse_space({"batch.micro_batch": {"split": True, "max": 32},
-                         "data.num_workers": "choice(0, 1)",
-                         "runtime.threads": f"choice(1, {cpus})",
-                         "runtime.compile": "choice(none, default)",
-                         "runtime.dtype": "choice(fp32, bf16)"}, ctx)  # fmt: skip
+    space = parse_space(
+        {
+            "batch.micro_batch": {"split": True, "max": 32},
+            "data.num_workers": "choice(0, 1)",
+            "runtime.threads": f"choice(1, {cpus})",
+            "runtime.compile": "choice(none, default)",
+            "runtime.dtype": "choice(fp32, bf16)",
+        },
+        ctx,
+    )
     prior = prior_points(space, ctx)
     assert len(prior.points) == 1
     p = prior.points[0].params
@@ -144,9 +171,16 @@ def test_the_prior_is_queued_after_the_start_and_counts_among_the_startup_trials
     queued = queue_prior(study, prepared, start)
     queue_design(study, space, start, settings, queued=queued)
     trials = study.get_trials(deepcopy=False)
-    kinds = ["baseline" if t.user_attrs.get("baseline") else "prior" if PRIOR_ATTR in
-             t.user_attrs else "design" if t.user_attrs.get(DESIGN_ATTR) else "?"
-             for t in trials]  # fmt: skip
+    kinds = [
+        "baseline"
+        if t.user_attrs.get("baseline")
+        else "prior"
+        if PRIOR_ATTR in t.user_attrs
+        else "design"
+        if t.user_attrs.get(DESIGN_ATTR)
+        else "?"
+        for t in trials
+    ]
     assert kinds == ["baseline", "prior", "prior", "design", "design"]  # 5 startup trials in all
     assert "largest micro-batch" in trials[1].user_attrs[PRIOR_ATTR]
     # queued once: a resumed study queues neither again

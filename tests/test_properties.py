@@ -75,15 +75,22 @@ def spaces(draw: st.DrawFn) -> tuple[dict[str, Any], SpaceContext]:
         batch=BatchConfig(tokens_per_step=tokens, micro_batch=tokens // block, grad_accum=1),
     )
     ctx = SpaceContext(
-        tokens_per_step=tokens, block_size=block, cpu_count=draw(st.integers(1, 8)),
-        device_type=device_type, bf16_supported=bf16, base=flatten(dataclasses.asdict(base_cfg)),
-    )  # fmt: skip
+        tokens_per_step=tokens,
+        block_size=block,
+        cpu_count=draw(st.integers(1, 8)),
+        device_type=device_type,
+        bf16_supported=bf16,
+        base=flatten(dataclasses.asdict(base_cfg)),
+    )
 
     def some(values: tuple | list) -> st.SearchStrategy[list]:
         return st.lists(st.sampled_from(values), min_size=1, max_size=len(values), unique=True)
 
-    micro = draw(st.one_of(st.just("split()"), st.lists(st.integers(1, 64), min_size=1,
-                                                         max_size=5, unique=True)))  # fmt: skip
+    micro = draw(
+        st.one_of(
+            st.just("split()"), st.lists(st.integers(1, 64), min_size=1, max_size=5, unique=True)
+        )
+    )
     space = {
         "batch.micro_batch": micro,
         "runtime.compile": draw(some(COMPILE_MODES)),
@@ -149,9 +156,13 @@ shapes = st.builds(
 
 def _fpt(shape: dict[str, int], **change: int) -> float:
     s = {**shape, **change}
-    return flops_per_token(n_layer=s["n_layer"], n_head=s["n_head"],
-                           n_embd=s["n_head"] * s["head_dim"], seq_len=s["seq_len"],
-                           vocab_size=s["vocab_size"])  # fmt: skip
+    return flops_per_token(
+        n_layer=s["n_layer"],
+        n_head=s["n_head"],
+        n_embd=s["n_head"] * s["head_dim"],
+        seq_len=s["seq_len"],
+        vocab_size=s["vocab_size"],
+    )
 
 
 @FEW
@@ -162,8 +173,12 @@ def test_flops_per_token_grows_with_every_dimension(shape: dict[str, int]) -> No
     for key in ("n_layer", "head_dim", "vocab_size", "seq_len", "n_head"):
         assert _fpt(shape, **{key: shape[key] * 2}) > base, key
     # the 6N part is the parameters' share: never more than the whole
-    n = gpt2_num_params(n_layer=shape["n_layer"], n_embd=shape["n_head"] * shape["head_dim"],
-                        vocab_size=shape["vocab_size"], block_size=shape["seq_len"])  # fmt: skip
+    n = gpt2_num_params(
+        n_layer=shape["n_layer"],
+        n_embd=shape["n_head"] * shape["head_dim"],
+        vocab_size=shape["vocab_size"],
+        block_size=shape["seq_len"],
+    )
     assert 6 * n <= base
 
 
@@ -221,8 +236,12 @@ def test_predicted_memory_grows_with_the_batch_and_the_model(inp: MemoryInputs) 
     est = predict_memory(inp)
     assert est.peak_gib > 0 and math.isfinite(est.peak_gib)
     assert sum(est.parts.values()) == pytest.approx(est.peak_gib, rel=1e-9)
-    for change in ({"micro_batch": inp.micro_batch * 2}, {"n_layer": inp.n_layer + 1},
-                   {"n_embd": inp.n_embd * 2}, {"vocab_size": inp.vocab_size * 2}):  # fmt: skip
+    for change in (
+        {"micro_batch": inp.micro_batch * 2},
+        {"n_layer": inp.n_layer + 1},
+        {"n_embd": inp.n_embd * 2},
+        {"vocab_size": inp.vocab_size * 2},
+    ):
         bigger = predict_memory(dataclasses.replace(inp, **change))
         assert bigger.peak_gib >= est.peak_gib, change
     if inp.activation_checkpointing == "none":
@@ -245,20 +264,30 @@ def trainer_configs(draw: st.DrawFn) -> Config:
     micro = draw(st.integers(1, 8))
     accum = draw(st.integers(1, 8))
     cfg = Config()
-    cfg.model = dataclasses.replace(cfg.model, n_layer=draw(st.integers(1, 6)), n_head=n_head,
-                                    n_embd=n_head * draw(st.sampled_from([8, 16, 32])),
-                                    block_size=block, dropout=draw(st.sampled_from([0.0, 0.1])),
-                                    bias=draw(st.booleans()))  # fmt: skip
-    cfg.batch = BatchConfig(tokens_per_step=micro * accum * block, micro_batch=micro,
-                            grad_accum=accum)  # fmt: skip
+    cfg.model = dataclasses.replace(
+        cfg.model,
+        n_layer=draw(st.integers(1, 6)),
+        n_head=n_head,
+        n_embd=n_head * draw(st.sampled_from([8, 16, 32])),
+        block_size=block,
+        dropout=draw(st.sampled_from([0.0, 0.1])),
+        bias=draw(st.booleans()),
+    )
+    cfg.batch = BatchConfig(
+        tokens_per_step=micro * accum * block, micro_batch=micro, grad_accum=accum
+    )
     cfg.data = dataclasses.replace(cfg.data, dir=str(Path(draw(path_text)).resolve()))
-    cfg.checkpoint = dataclasses.replace(cfg.checkpoint, dir=draw(path_text),
-                                         every_steps=draw(st.integers(0, 100)))  # fmt: skip
+    cfg.checkpoint = dataclasses.replace(
+        cfg.checkpoint, dir=draw(path_text), every_steps=draw(st.integers(0, 100))
+    )
     cfg.optim = dataclasses.replace(cfg.optim, lr=draw(st.floats(1e-5, 1e-1)), min_lr=0.0)
     dtype = draw(st.sampled_from(["auto", "fp32", "bf16"]))
-    cfg.runtime = dataclasses.replace(cfg.runtime, seed=draw(st.integers(0, 2**31 - 1)),
-                                      compile=draw(st.sampled_from(COMPILE_MODES)),
-                                      dtype=dtype)  # fmt: skip
+    cfg.runtime = dataclasses.replace(
+        cfg.runtime,
+        seed=draw(st.integers(0, 2**31 - 1)),
+        compile=draw(st.sampled_from(COMPILE_MODES)),
+        dtype=dtype,
+    )
     cfg.train = dataclasses.replace(cfg.train, resume=draw(st.sampled_from(["auto", "never"])))
     return cfg
 

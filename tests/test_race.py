@@ -41,10 +41,12 @@ def test_drift_a_median_comparison_cannot_separate_is_decided_by_pairs() -> None
     simpler, slower config would be exported), the paired rounds prove the lead in 3 rounds."""
     fast, slow = _noisy(105.0, 3, jitter=0.005, seed=1), _noisy(100.0, 3, jitter=0.005, seed=2)
     by_median = pick_winner(
-        [Candidate(key="fast", params={}, overrides=[], values=fast, simplicity=1),
-         Candidate(key="slow", params={}, overrides=[], values=slow, simplicity=0)],
+        [
+            Candidate(key="fast", params={}, overrides=[], values=fast, simplicity=1),
+            Candidate(key="slow", params={}, overrides=[], values=slow, simplicity=0),
+        ],
         direction="maximize",
-    )  # fmt: skip
+    )
     assert not by_median.decisive and by_median.winner.key == "slow"
     s = _standing({1: fast, 2: slow})
     assert (s.outcome, s.leader, s.alive, dict(s.dropped)) == (DECIDED, 1, (1,), {2: 3})
@@ -58,8 +60,12 @@ def test_drift_a_median_comparison_cannot_separate_is_decided_by_pairs() -> None
     ],
 )
 def test_outcomes_after_the_minimum_rounds(gap, jitter, outcome, alive) -> None:
-    s = _standing({1: _noisy(100.0 * gap, 3, jitter=jitter, seed=3),
-                   2: _noisy(100.0, 3, jitter=jitter, seed=4)})  # fmt: skip
+    s = _standing(
+        {
+            1: _noisy(100.0 * gap, 3, jitter=jitter, seed=3),
+            2: _noisy(100.0, 3, jitter=jitter, seed=4),
+        }
+    )
     assert s.outcome == outcome and s.finished and s.rounds == 3
     assert sorted(s.alive) == sorted(alive)
 
@@ -117,7 +123,7 @@ def test_lead_over_the_start_with_its_interval() -> None:
         ([963.0, 23820.0], [697.0, 697.0], "6.87x (no interval: 2 rounds disagree too much)"),
         ([110.0, 112.0, 111.0], [100.0, 100.0, 100.0], "1.11x (95% CI 1.09x-1.14x, 3 rounds)"),
     ],
-)  # fmt: skip
+)
 def test_an_interval_that_says_nothing_is_named_with_its_reason(contender, leader, said) -> None:
     from sweeper.verify.race_stats import compare
 
@@ -161,8 +167,12 @@ def test_verdict_names_how_the_race_ended() -> None:
     assert "trial 0 after round 3" in v.reason
 
     same = {4: _cand("a", slow, 2), 0: _cand("start", [x * 1.001 for x in slow], 0)}
-    v = race_verdict(same, _standing({n: c.values for n, c in same.items()}),
-                     direction="maximize", noise_floor=0.01)  # fmt: skip
+    v = race_verdict(
+        same,
+        _standing({n: c.values for n, c in same.items()}),
+        direction="maximize",
+        noise_floor=0.01,
+    )
     assert v.winner is same[0] and not v.decisive  # the simplest among equivalents
     assert "survivors are equivalent" in v.reason
 
@@ -189,8 +199,11 @@ def test_the_lead_becomes_the_parent_runs_metrics() -> None:
     from sweeper.verify.race_stats import Comparison
 
     c = Comparison(ratio=1.12, low=1.05, high=1.19, rounds=6, confidence=0.95, decision="faster")
-    assert lead_metrics(c) == {"best/lead_over_start": 1.12, "best/lead_over_start_low": 1.05,
-                               "best/lead_over_start_high": 1.19}  # fmt: skip
+    assert lead_metrics(c) == {
+        "best/lead_over_start": 1.12,
+        "best/lead_over_start_low": 1.05,
+        "best/lead_over_start_high": 1.19,
+    }
     assert lead_metrics(None) == {}
 
 

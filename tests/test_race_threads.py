@@ -58,8 +58,13 @@ def test_production_threads_is_torchs_default_in_a_fresh_process():
     # a fresh interpreter without a thread cap says the same (this test process's own count may
     # have been set by an earlier test's torch.set_num_threads)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-                           env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert threads.production_threads() == int(fresh.stdout.split()[-1])
 
 
@@ -80,16 +85,22 @@ def test_a_joblib_sweeps_race_runs_at_the_production_threads(tmp_path: Path) -> 
     """Search trials at joblib's cap (1 thread on 2 cores), race runs and best.yaml at torch's
     default in a fresh process, and best.yaml's provenance says the race ran uncapped."""
     proc, study = finished_sweep(
-        tmp_path, "uncapped", "search=smoke", "hydra/launcher=joblib", "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.n_trials=2", "hydra.sweeper.verify.top_k=1",
+        tmp_path,
+        "uncapped",
+        "search=smoke",
+        "hydra/launcher=joblib",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.verify.top_k=1",
         "hydra.sweeper.verify.repeats=1",
-    )  # fmt: skip
+    )
     production = threads.production_threads()
     (sweep_dir,) = sweep_dirs(tmp_path)
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
     runs = best["provenance"]["sweep"]["runs"]
-    search_dirs = {Path(t.user_attrs["job_dir"]).name for t in study.trials
-                   if t.user_attrs.get("job_dir")}  # fmt: skip
+    search_dirs = {
+        Path(t.user_attrs["job_dir"]).name for t in study.trials if t.user_attrs.get("job_dir")
+    }
     race_runs = [r for r in runs[1:] if r not in search_dirs]
     assert race_runs, runs
     for run in race_runs:

@@ -77,8 +77,13 @@ _SUBS = [
     (re.compile(r"\bN (ms|s|min|h)\b"), "N U"),  # 36.2 min, 1.8 h: one duration, any unit
     (re.compile(r"(N [a-z]+?)s\b"), r"\1"),  # a count's noun, singular or plural
     (re.compile(r"\[('[^']*'(, )?)+\]"), "[LIST]"),  # ['efficient', 'cudnn']
-    (re.compile(r"\b(complete|pruned|failed|crash|oom|nan|timeout|duplicate|excluded|unrun|"
-                r"interrupted|waiting|running)\b"), "STATE"),
+    (
+        re.compile(
+            r"\b(complete|pruned|failed|crash|oom|nan|timeout|duplicate|excluded|unrun|"
+            r"interrupted|waiting|running)\b"
+        ),
+        "STATE",
+    ),
     (re.compile(r"(trial N)(, trial N)+"), r"\1"),  # a round's list of contenders
     (re.compile(r"[━─═]+"), "━"),  # table rules of any width
     (re.compile(r"\s+"), " "),
@@ -139,8 +144,14 @@ def run_command(command: str, *, cwd: Path, extra: list[str] = (), timeout: floa
     if argv[1].endswith(".py"):  # sweep.py: the repository's, run from a fresh folder
         argv[1] = str(REPO / argv[1])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "250"}
-    proc = subprocess.run([sys.executable, *argv[1:], *extra], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, *argv[1:], *extra],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     return out
@@ -170,16 +181,31 @@ SMALL_SWEEP = [
 # report lines that name this run's own trajectory: required where the run printed the family
 # (the line's shape prefix, family words (0: the prefix is the family), head words)
 SWEEP_OPTIONAL: Optional = (
-    ("trial N", 0, 4), ("polish (N", 0, 4), ("race round N", 0, 4), ("verifying N", 0, 4),
-    ("race: trial N", 0, 4), ("│", 0, 1), ("starting config (", 0, 4), ("winner (trial N", 0, 2),
-    ("next: ", 2, 2), ("- ", 2, 4), ("the trial budget", 0, 4), ("the wall budget", 0, 4),
-    ("best.yaml pins", 0, 4), ("best.yaml saves", 0, 4), ("only trial", 0, 4), ("trials: ", 0, 4),
+    ("trial N", 0, 4),
+    ("polish (N", 0, 4),
+    ("race round N", 0, 4),
+    ("verifying N", 0, 4),
+    ("race: trial N", 0, 4),
+    ("│", 0, 1),
+    ("starting config (", 0, 4),
+    ("winner (trial N", 0, 2),
+    ("next: ", 2, 2),
+    ("- ", 2, 4),
+    ("the trial budget", 0, 4),
+    ("the wall budget", 0, 4),
+    ("best.yaml pins", 0, 4),
+    ("best.yaml saves", 0, 4),
+    ("only trial", 0, 4),
+    ("trials: ", 0, 4),
     # the guard runs only where a contender changes the math (else it says "no contender changes
     # the math" and prints no tolerance or verdict: each of those is its own family, by its first 3
     # words); float8's reason names what this install lacks (torchao, or a GPU); an export
     # refuses or lists gaps by the winner
-    ("numerics guard", 3, 2), ("loss by step", 0, 3), ("runtime.float8: dropped", 0, 2),
-    ("best_nanogpt.py: ", 0, 1), ("best_llmc.sh: ", 0, 1),
+    ("numerics guard", 3, 2),
+    ("loss by step", 0, 3),
+    ("runtime.float8: dropped", 0, 2),
+    ("best_nanogpt.py: ", 0, 1),
+    ("best_llmc.sh: ", 0, 1),
 )
 
 
@@ -198,8 +224,9 @@ def _kind(block: Block) -> str:
     return "unregistered"
 
 
-BLOCKS = [b for page in DOCS
-          for b in pasted_blocks(page.read_text(), page=str(page.relative_to(REPO)))]  # fmt: skip
+BLOCKS = [
+    b for page in DOCS for b in pasted_blocks(page.read_text(), page=str(page.relative_to(REPO)))
+]
 
 
 def block_id(block: Block) -> str:
@@ -286,9 +313,11 @@ def test_a_wrapped_line_is_compared_unwrapped():
     output wrapped at another, and a changed continuation still fails."""
     from sweeper.launch.quiet import wrap_lines
 
-    line = ("[...] prior: 1 point(s) on this CPU: the FLOP arithmetic does not hold on a CPU (no "
-            "datasheet peak, bf16 slower than fp32 without AMX, compile costing more than a short "
-            "trial gains), so it sets only threads and workers")  # fmt: skip
+    line = (
+        "[...] prior: 1 point(s) on this CPU: the FLOP arithmetic does not hold on a CPU (no "
+        "datasheet peak, bf16 slower than fp32 without AMX, compile costing more than a short "
+        "trial gains), so it sets only threads and workers"
+    )
     pasted, output = wrap_lines(line, 100), "\n".join(wrap_lines(line, 160))
     assert len(pasted) == 3 and len(output.splitlines()) == 2
     assert missing_shapes(pasted, output) == []

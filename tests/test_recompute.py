@@ -35,8 +35,11 @@ class OpCounter(TorchDispatchMode):
 def step(ac: str, *, attention: str = "auto", n_layer: int = 3) -> tuple[float, dict, Counter]:
     """Loss, gradients and the ops run in backward of one step of a seeded model."""
     torch.manual_seed(0)
-    model = GPT(ModelConfig(**{**SMALL, "n_layer": n_layer}), activation_checkpointing=ac,
-                attention=attention)  # fmt: skip
+    model = GPT(
+        ModelConfig(**{**SMALL, "n_layer": n_layer}),
+        activation_checkpointing=ac,
+        attention=attention,
+    )
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, 128, (2, 16), generator=g)
     targets = torch.randint(0, 128, (2, 16), generator=g)
@@ -88,7 +91,7 @@ def test_selective_reruns_the_pointwise_ops_and_no_matmul() -> None:
         (aten.add.Tensor, CheckpointPolicy.PREFER_RECOMPUTE),
         (aten._to_copy.default, CheckpointPolicy.PREFER_RECOMPUTE),
     ],
-)  # fmt: skip
+)
 def test_the_policy_keeps_matmuls_and_attention(op, policy) -> None:
     assert selective_policy(None, op) == policy
     assert (op in SAVED_OPS) == (policy == CheckpointPolicy.MUST_SAVE)
@@ -96,9 +99,14 @@ def test_the_policy_keeps_matmuls_and_attention(op, policy) -> None:
 
 @pytest.mark.parametrize(
     ("value", "k", "selective", "blocks"),
-    [("none", 0, False, 0), ("every", 1, False, 48), ("every_2", 2, False, 24),
-     ("every_3", 3, False, 16), ("selective", 1, True, 48)],
-)  # fmt: skip
+    [
+        ("none", 0, False, 0),
+        ("every", 1, False, 48),
+        ("every_2", 2, False, 24),
+        ("every_3", 3, False, 16),
+        ("selective", 1, True, 48),
+    ],
+)
 def test_the_modes_parse(value, k, selective, blocks) -> None:
     assert parse_activation_checkpointing(value) == k
     assert is_selective(value) is selective

@@ -107,7 +107,10 @@ def test_a_process_age_is_read_from_proc_and_the_setup_line_names_each_phase(tmp
         pass
     record = clock.record()
     assert record["before_trial_s"] == 2.0 and list(record) == [
-        "before_trial_s", "session_s", "total_s"]  # fmt: skip
+        "before_trial_s",
+        "session_s",
+        "total_s",
+    ]
     assert setup_line({"before_trial_s": 1.0, "session_s": 0.5, "total_s": 1.5}) == (
         "1.50 s: before_trial 1.00, session 0.50"
     )

@@ -124,7 +124,9 @@ def test_on_progress_gets_lines_in_order(tmp_path):
     events: list[dict] = []
     out = run_child(
         fake_argv(tmp_path, "ok", "fake.steps=5"),
-        job_dir=tmp_path, timeout_s=30, on_progress=events.append,
+        job_dir=tmp_path,
+        timeout_s=30,
+        on_progress=events.append,
     )
     assert out.state == "complete"
     assert [e["event"] for e in events] == ["warmup_done"] + ["interval"] * 5
@@ -162,7 +164,10 @@ def test_stall_timeout_fires_before_the_hard_timeout(tmp_path):
 def test_steady_progress_is_not_a_stall(tmp_path):
     events: list[dict] = []
     out = run_child(
-        fake_argv(tmp_path, "busy"), job_dir=tmp_path, timeout_s=2.0, stall_timeout_s=1.0,
+        fake_argv(tmp_path, "busy"),
+        job_dir=tmp_path,
+        timeout_s=2.0,
+        stall_timeout_s=1.0,
         on_progress=events.append,
     )
     assert out.state == "timeout"
@@ -196,10 +201,19 @@ def test_a_job_reads_its_limits_from_its_overrides(settings, expected):
     assert job_limits(OmegaConf.create(settings)) == expected
     # what the sweeper writes, the job reads back
     limits = trial_limits(
-        {"model.n_layer": 2, "model.n_head": 2, "model.n_embd": 64, "model.block_size": 64,
-         "model.vocab_size": 4096, "batch.tokens_per_step": 4096},
-        device_name="cpu", device_type="cpu", bf16_supported=False, stall_timeout_s=-1.0,
-    )  # fmt: skip
+        {
+            "model.n_layer": 2,
+            "model.n_head": 2,
+            "model.n_embd": 64,
+            "model.block_size": 64,
+            "model.vocab_size": 4096,
+            "batch.tokens_per_step": 4096,
+        },
+        device_name="cpu",
+        device_type="cpu",
+        bf16_supported=False,
+        stall_timeout_s=-1.0,
+    )
     assert isinstance(limits, TrialLimits)
     written = [o.removeprefix("hydra.sweeper.") for o in limit_overrides(limits)]
     assert job_limits(OmegaConf.from_dotlist(written)) == (600.0, None)
@@ -314,15 +328,21 @@ def test_sigterm_to_the_sweep_kills_the_trial_group_then_the_sweep(tmp_path):
 
 def test_trial_argv_layout(tmp_path):
     argv = trial_argv(
-        python="/usr/bin/python3", config_file=tmp_path / "trial_config.yaml",
-        job_dir=tmp_path, overrides=["runtime.compile=default", "batch.micro_batch=4"],
+        python="/usr/bin/python3",
+        config_file=tmp_path / "trial_config.yaml",
+        job_dir=tmp_path,
+        overrides=["runtime.compile=default", "batch.micro_batch=4"],
     )
     assert argv == [
-        "/usr/bin/python3", "-m", "train.trial",
-        "--pinned", str(tmp_path / "trial_config.yaml"),
+        "/usr/bin/python3",
+        "-m",
+        "train.trial",
+        "--pinned",
+        str(tmp_path / "trial_config.yaml"),
         f"trial.out={tmp_path}/result.json",
         f"trial.progress_file={tmp_path}/progress.jsonl",
-        "runtime.compile=default", "batch.micro_batch=4",
+        "runtime.compile=default",
+        "batch.micro_batch=4",
     ]
 
 
@@ -354,12 +374,13 @@ def test_runner_does_not_import_torch():
         (3, 3, "crash", "from outside the trial (no out-of-memory kill recorded"),
         (None, None, "crash", "no out-of-memory counter readable here"),
     ],
-)  # fmt: skip
+)
 def test_a_sigkill_is_out_of_memory_only_with_evidence(tmp_path, before, after, state, said):
     import signal
 
-    got, reason = runner._from_exit(-signal.SIGKILL, tmp_path / "trial.log", oom_before=before,
-                                    oom_after=after)  # fmt: skip
+    got, reason = runner._from_exit(
+        -signal.SIGKILL, tmp_path / "trial.log", oom_before=before, oom_after=after
+    )
     assert got == state and said in reason
 
 

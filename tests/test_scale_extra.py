@@ -44,16 +44,29 @@ def _env_without(tmp_path: Path, *modules: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "choice,module",
-    [("joblib", "hydra_plugins.hydra_joblib_launcher"),
-     ("slurm", "hydra_plugins.hydra_submitit_launcher")],
-)  # fmt: skip
+    [
+        ("joblib", "hydra_plugins.hydra_joblib_launcher"),
+        ("slurm", "hydra_plugins.hydra_submitit_launcher"),
+    ],
+)
 def test_sweep_names_the_extra_when_the_launcher_plugin_is_missing(tmp_path, choice, module):
     env = _env_without(tmp_path, module)
-    probe = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import {module}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr  # the shim holds
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=smoke",
-            f"hydra/launcher={choice}", "hydra.sweeper.n_jobs=2"]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        "search=smoke",
+        f"hydra/launcher={choice}",
+        "hydra.sweeper.n_jobs=2",
+    ]
     proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
@@ -67,8 +80,13 @@ def test_sweep_names_the_extra_when_the_launcher_plugin_is_missing(tmp_path, cho
 def test_sweep_names_the_extra_when_the_postgresql_driver_is_missing(tmp_path):
     env = _env_without(tmp_path, "psycopg2")
     url = "postgresql+psycopg2://user:hunter2@127.0.0.1:1/db"
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=smoke",
-            f"hydra.sweeper.storage={url}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO / "sweep.py"),
+        "-m",
+        "search=smoke",
+        f"hydra.sweeper.storage={url}",
+    ]
     proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     lines = [ln for ln in out.splitlines() if ln.strip()]
@@ -87,10 +105,14 @@ def test_installed_plugins_pass():
 
 @pytest.mark.parametrize(
     "args,expected",
-    [([], None), (["hydra/launcher=joblib"], "joblib"),
-     (["hydra/launcher=joblib", "hydra/launcher=basic"], "basic"),
-     (["+hydra/launcher=slurm"], "slurm"), (["hydra.launcher.n_jobs=2"], None)],
-)  # fmt: skip
+    [
+        ([], None),
+        (["hydra/launcher=joblib"], "joblib"),
+        (["hydra/launcher=joblib", "hydra/launcher=basic"], "basic"),
+        (["+hydra/launcher=slurm"], "slurm"),
+        (["hydra.launcher.n_jobs=2"], None),
+    ],
+)
 def test_launcher_choice(args, expected):
     assert extras.launcher_choice(args) == expected
 

@@ -121,8 +121,9 @@ def test_noise_floor_prints_a_measured_spread(tmp_path: Path) -> None:
 def test_bench_race_prints_the_count_of_each_verdict(tmp_path: Path) -> None:
     """One race of a config against itself plus a planted 30% data latency, on real trials: the
     summary counts one race and its rounds; the planted-slower config is never declared faster."""
-    proc = run_script("bench_race", ["--gaps", "0.3", "--races", "1", "--steps", "4"],
-                      tmp_path=tmp_path)  # fmt: skip
+    proc = run_script(
+        "bench_race", ["--gaps", "0.3", "--races", "1", "--steps", "4"], tmp_path=tmp_path
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert re.search(r"step p50 \d+\.\d ms \(median of 3 trials\)", proc.stdout)
     m = re.search(
@@ -163,8 +164,12 @@ def gpu_check_on_cpu(*args: str, data_dir: Path, tmp_path: Path):
 def test_gpu_check_pipeline_on_cpu(synthetic_dir: Path, tmp_path: Path) -> None:
     """The GPU path's subprocess -> JSON -> table code, run on the CPU with the tiny preset."""
     proc = gpu_check_on_cpu(
-        "--dtype=fp32", "--warmup-steps=1", "--steps=3", f"--out-dir={tmp_path / 'out'}",
-        data_dir=synthetic_dir, tmp_path=tmp_path,
+        "--dtype=fp32",
+        "--warmup-steps=1",
+        "--steps=3",
+        f"--out-dir={tmp_path / 'out'}",
+        data_dir=synthetic_dir,
+        tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (row,) = table_rows(proc.stdout, "tiny")
@@ -201,13 +206,27 @@ def test_bench_memory_one_model(tmp_path: Path) -> None:
 def test_bench_projection_one_pair(tmp_path: Path) -> None:
     proc = run_script(
         "bench_projection",
-        ["--model", "tiny", "--micro-batch", "2", "--grad-accum", "8", "--micro-steps", "2",
-         "--warmup-steps", "1", "--steps", "2", "--pairs", "1"],
-        tmp_path=tmp_path, timeout=300,
-    )  # fmt: skip
+        [
+            "--model",
+            "tiny",
+            "--micro-batch",
+            "2",
+            "--grad-accum",
+            "8",
+            "--micro-steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--steps",
+            "2",
+            "--pairs",
+            "1",
+        ],
+        tmp_path=tmp_path,
+        timeout=300,
+    )
     out = proc.stdout
-    m = re.search(r"pair 1: projected (\S+) s \(from short steps of (\S+) s\) \| real (\S+) s",
-                  out)  # fmt: skip
+    m = re.search(r"pair 1: projected (\S+) s \(from short steps of (\S+) s\) \| real (\S+) s", out)
     assert m, out + proc.stderr[-3000:]
     projected, short, real = (float(x) for x in m.groups())
     assert 0 < short < projected and real > 0  # 2 of 8 micro-batches, projected to all 8
@@ -219,10 +238,21 @@ def test_bench_projection_one_pair(tmp_path: Path) -> None:
 def test_bench_ddp_one_pair(tmp_path: Path) -> None:
     proc = run_script(
         "bench_ddp",
-        ["--micro-batch", "2", "--grad-accum", "1", "--steps", "2", "--warmup-steps", "1",
-         "--pairs", "1"],
-        tmp_path=tmp_path, timeout=300,
-    )  # fmt: skip
+        [
+            "--micro-batch",
+            "2",
+            "--grad-accum",
+            "1",
+            "--steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--pairs",
+            "1",
+        ],
+        tmp_path=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (row,) = table_rows(proc.stdout, "0")
     _, loss_diff, tokens_per_step, one_tps, two_tps, split = row
@@ -231,13 +261,20 @@ def test_bench_ddp_one_pair(tmp_path: Path) -> None:
     assert number(one_tps) > 0 and number(two_tps) > 0
     shares = [number(x) for x in split.split(" / ")]
     assert len(shares) == 5 and sum(shares) == pytest.approx(1, abs=0.03)
-    assert re.search(r"tokens/s, 2 processes / 1: median [\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)",
-                     proc.stdout)  # fmt: skip
+    assert re.search(
+        r"tokens/s, 2 processes / 1: median [\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)", proc.stdout
+    )
 
 
 # Both sweep benchmarks on the tiny preset with a few short measured steps a trial.
-SMALL_TRIALS = ["model=tiny", "trial.warmup_steps=1", "trial.max_steps=4", "trial.min_steps=2",
-                "trial.max_seconds=5", "batch.tokens_per_step=2048"]  # fmt: skip
+SMALL_TRIALS = [
+    "model=tiny",
+    "trial.warmup_steps=1",
+    "trial.max_steps=4",
+    "trial.min_steps=2",
+    "trial.max_seconds=5",
+    "batch.tokens_per_step=2048",
+]
 
 
 @pytest.mark.slow
@@ -245,18 +282,24 @@ def test_bench_workers_one_pair_of_one_point(tmp_path: Path) -> None:
     proc = run_script(
         "bench_workers",
         ["--pairs", "1", "--space", "{batch.micro_batch: 'choice(8)'}", "--extra", *SMALL_TRIALS],
-        tmp_path=tmp_path, timeout=600,
-    )  # fmt: skip
+        tmp_path=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = table_rows(proc.stdout, "0")
     assert [r[1] for r in rows] == ["1", "2"]  # one sweep per slot count
     for _, _, trials, *seconds, tokens_per_s in rows:
         assert int(trials) >= 1 and number(tokens_per_s) > 0
         assert all(number(x) > 0 for x in seconds)
-    for label in ("sweep wall, 2 / 1 slots", "search span, 2 / 1 slots",
-                  "sum of trial walls, 2 / 1", "median tokens/s, 2 / 1"):  # fmt: skip
-        assert re.search(rf"{re.escape(label)} +[\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)",
-                         proc.stdout), label  # fmt: skip
+    for label in (
+        "sweep wall, 2 / 1 slots",
+        "search span, 2 / 1 slots",
+        "sum of trial walls, 2 / 1",
+        "median tokens/s, 2 / 1",
+    ):
+        assert re.search(
+            rf"{re.escape(label)} +[\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)", proc.stdout
+        ), label
 
 
 @pytest.mark.slow
@@ -264,10 +307,22 @@ def test_bench_sweep_on_the_smoke_space(tmp_path: Path) -> None:
     workdir = tmp_path / "bench"
     proc = run_script(
         "bench_sweep",
-        ["--workdir", str(workdir), "--search", "smoke", "--tpe-trials", "2", "--remeasure", "0",
-         "--extra", *SMALL_TRIALS, "hydra.sweeper.verify.top_k=1"],
-        tmp_path=tmp_path, timeout=600,
-    )  # fmt: skip
+        [
+            "--workdir",
+            str(workdir),
+            "--search",
+            "smoke",
+            "--tpe-trials",
+            "2",
+            "--remeasure",
+            "0",
+            "--extra",
+            *SMALL_TRIALS,
+            "hydra.sweeper.verify.top_k=1",
+        ],
+        tmp_path=tmp_path,
+        timeout=600,
+    )
     out = proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert re.search(r"grid: 4 points, best \{.+\} \([\d,]+ tokens/s\)", out), (

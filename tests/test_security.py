@@ -45,19 +45,40 @@ def test_a_clean_best_yaml_passes() -> None:
     ("changes", "said"),
     [
         # job_logging's FileHandler wrote the sender's text into a file of their choosing
-        ({"hydra": {"job_logging": {"handlers": {"evil": {
-            "class": "logging.FileHandler", "filename": "/tmp/pwned-by-best-yaml"}}}}},
-         "top-level key(s) hydra are not trainer sections"),
+        (
+            {
+                "hydra": {
+                    "job_logging": {
+                        "handlers": {
+                            "evil": {
+                                "class": "logging.FileHandler",
+                                "filename": "/tmp/pwned-by-best-yaml",
+                            }
+                        }
+                    }
+                }
+            },
+            "top-level key(s) hydra are not trainer sections",
+        ),
         # callbacks are instantiated: any importable callable runs
-        ({"hydra": {"callbacks": {"x": {"_target_": "pathlib.Path.touch",
-                                        "self": "/tmp/pwned-by-callback"}}}},
-         "Settings of Hydra itself (hydra:) are never taken from a config file"),
+        (
+            {
+                "hydra": {
+                    "callbacks": {
+                        "x": {"_target_": "pathlib.Path.touch", "self": "/tmp/pwned-by-callback"}
+                    }
+                }
+            },
+            "Settings of Hydra itself (hydra:) are never taken from a config file",
+        ),
         ({"modle": {"n_layer": 2}}, "did you mean 'model' for 'modle'?"),
-        ({"defaults": ["train_schema", {"override hydra/job_logging": "disabled"}, "_self_"]},
-         "defaults must be ['train_schema', '_self_']"),
+        (
+            {"defaults": ["train_schema", {"override hydra/job_logging": "disabled"}, "_self_"]},
+            "defaults must be ['train_schema', '_self_']",
+        ),
     ],
     ids=["hydra-job-logging", "hydra-callbacks", "typo", "defaults-group"],
-)  # fmt: skip
+)
 def test_a_handed_config_with_keys_outside_the_schema_is_refused(tmp_path, changes, said) -> None:
     path = _hand_over(tmp_path, **changes)
     with pytest.raises(ValueError, match=r"config file .*best\.yaml") as err:
@@ -69,16 +90,26 @@ def test_a_handed_config_with_keys_outside_the_schema_is_refused(tmp_path, chang
 def test_the_trainer_refuses_a_hydra_section_before_hydra_runs_it(tmp_path, module) -> None:
     target = tmp_path / "written-by-the-sender.log"
     touched = tmp_path / "touched-by-the-sender"
-    path = _hand_over(tmp_path, hydra={
-        "job_logging": {"version": 1, "handlers": {"f": {
-            "class": "logging.FileHandler", "filename": str(target)}},
-            "root": {"handlers": ["f"], "level": "INFO"}},
-        "callbacks": {"t": {"_target_": "pathlib.Path.touch", "self": str(touched)}},
-    })  # fmt: skip
+    path = _hand_over(
+        tmp_path,
+        hydra={
+            "job_logging": {
+                "version": 1,
+                "handlers": {"f": {"class": "logging.FileHandler", "filename": str(target)}},
+                "root": {"handlers": ["f"], "level": "INFO"},
+            },
+            "callbacks": {"t": {"_target_": "pathlib.Path.touch", "self": str(touched)}},
+        },
+    )
     args = ["--pinned", str(path)] if module == "train.trial" else _args(path)
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2, said[-2000:]
     assert "top-level key(s) hydra are not trainer sections" in said
@@ -93,8 +124,9 @@ PAYLOAD = "/data/x\nimport os; os.system('touch {marker}')\n#"
 
 @pytest.mark.parametrize("target", ["nanogpt", "llmc"])
 @pytest.mark.parametrize("key", ["data.dir", "checkpoint.dir"])
-def test_an_exported_file_keeps_a_hostile_value_inert(tmp_path: Path, target: str,
-                                                      key: str) -> None:  # fmt: skip
+def test_an_exported_file_keeps_a_hostile_value_inert(
+    tmp_path: Path, target: str, key: str
+) -> None:
     import ast
 
     from tests.nested import changed
@@ -107,8 +139,9 @@ def test_an_exported_file_keeps_a_hostile_value_inert(tmp_path: Path, target: st
     if target == "nanogpt":
         # only comments and assignments of literals: nanoGPT's configurator exec()s the file
         tree = ast.parse(text)
-        assert all(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
-                   for n in tree.body), text  # fmt: skip
+        assert all(
+            isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for n in tree.body
+        ), text
         exec(compile(text, "best_nanogpt.py", "exec"), {}, {})
         assert "\\nimport os" in text  # in a comment, the newline written escaped, not dropped
     else:
@@ -137,23 +170,31 @@ def test_a_storage_url_with_a_query_string_and_a_space_runs_its_trials(tmp_path:
     folder = tmp_path / "a folder ü"
     folder.mkdir()
     url = f"sqlite:///{folder / 'o.db'}?timeout=60"
-    proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
-                     "hydra.sweeper.mlflow.enabled=false", "hydra.sweeper.verify.top_k=1",
-                     "hydra.sweeper.verify.repeats=1",
-                     f"hydra.sweeper.storage='{url}'", "hydra.sweeper.study_name=qs")  # fmt: skip
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.mlflow.enabled=false",
+        "hydra.sweeper.verify.top_k=1",
+        "hydra.sweeper.verify.repeats=1",
+        f"hydra.sweeper.storage='{url}'",
+        "hydra.sweeper.study_name=qs",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = optuna.load_study(study_name="qs", storage=url)
     states = {t.state for t in study.trials}
     assert optuna.trial.TrialState.COMPLETE in states
     assert optuna.trial.TrialState.RUNNING not in states and optuna.trial.TrialState.FAIL not in {
-        t.state for t in study.trials if "duplicate_of" not in t.user_attrs}  # fmt: skip
+        t.state for t in study.trials if "duplicate_of" not in t.user_attrs
+    }
 
 
 # -- a compile cache others can write is a place to plant code -------------------------------------
 
 
-@pytest.mark.parametrize(("mode", "refused"), [(0o700, False), (0o755, False), (0o777, True),
-                                               (0o775, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "refused"), [(0o700, False), (0o755, False), (0o777, True), (0o775, True)]
+)
 def test_a_compile_cache_folder_others_can_write_is_refused(tmp_path, mode, refused) -> None:
     from train.core.rules import check_compile_cache
 
@@ -187,10 +228,15 @@ def test_a_storage_password_is_in_no_file_the_sweep_writes(tmp_path: Path) -> No
 
     with running_postgres(database="secrets") as url:
         secret_url = url.replace("@", f":{SECRET}@", 1)
-        proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
-                         "hydra.sweeper.verify.top_k=1", "hydra.sweeper.verify.repeats=1",
-                         f"hydra.sweeper.storage='{secret_url}'",
-                         "hydra.sweeper.study_name=secret")  # fmt: skip
+        proc = run_sweep(
+            tmp_path,
+            "search=smoke",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.verify.top_k=1",
+            "hydra.sweeper.verify.repeats=1",
+            f"hydra.sweeper.storage='{secret_url}'",
+            "hydra.sweeper.study_name=secret",
+        )
         said = proc.stdout + proc.stderr
         assert proc.returncode == 0, said[-3000:]
     assert SECRET not in said  # the console
@@ -215,9 +261,14 @@ def test_a_bare_postgresql_url_with_options_runs_a_sweep(tmp_path: Path) -> None
     with running_postgres(database="options") as url:
         bare = url.replace("postgresql+psycopg2://", "postgresql://", 1)
         storage = f"{bare}?connect_timeout=10&application_name=throughput-sweep"
-        proc = run_sweep(tmp_path, "search=smoke", "hydra.sweeper.n_trials=2",
-                         "hydra.sweeper.verify.top_k=1", f"hydra.sweeper.storage='{storage}'",
-                         "hydra.sweeper.study_name=options")  # fmt: skip
+        proc = run_sweep(
+            tmp_path,
+            "search=smoke",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.verify.top_k=1",
+            f"hydra.sweeper.storage='{storage}'",
+            "hydra.sweeper.study_name=options",
+        )
         said = proc.stdout + proc.stderr
         assert proc.returncode == 0, said[-3000:]
         study = optuna.load_study(study_name="options", storage=storage)
@@ -226,9 +277,13 @@ def test_a_bare_postgresql_url_with_options_runs_a_sweep(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("url", "driver"),
-    [("postgresql://u@h/db", "psycopg"), ("postgresql+psycopg2://u@h/db", "psycopg2"),
-     ("postgresql+psycopg://u@h/db", "psycopg"), ("sqlite:///x.db", None)],
-)  # fmt: skip
+    [
+        ("postgresql://u@h/db", "psycopg"),
+        ("postgresql+psycopg2://u@h/db", "psycopg2"),
+        ("postgresql+psycopg://u@h/db", "psycopg"),
+        ("sqlite:///x.db", None),
+    ],
+)
 def test_each_postgresql_scheme_names_the_driver_it_loads(url: str, driver: str | None) -> None:
     from sweeper.plan.extras import postgres_driver
 

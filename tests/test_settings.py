@@ -32,8 +32,9 @@ def test_missing_fields_take_the_schema_defaults_and_the_result_is_frozen() -> N
 
 
 def test_a_hydra_node_becomes_the_schemas_own_types() -> None:
-    node = OmegaConf.merge(schema_node(), {"space": {"batch.micro_batch": [4, 8]},
-                                           "verify": {"repeats": 2}})  # fmt: skip
+    node = OmegaConf.merge(
+        schema_node(), {"space": {"batch.micro_batch": [4, 8]}, "verify": {"repeats": 2}}
+    )
     s = settings_from(node)
     # by name: Hydra's plugin scan may have run the schema's module again (new class objects)
     assert (type(s).__name__, type(s.verify).__name__) == ("ThroughputSweeperConf", "VerifyConf")
@@ -58,8 +59,9 @@ def test_every_old_flat_name_is_refused_naming_its_new_one(old: str, new: str) -
     sweeper, the old name is refused in one line with its new name, never read as an alias."""
     line = f"hydra.sweeper.{old} is now hydra.sweeper.{new}"
     with pytest.raises(ValueError, match=f"^{line.replace('.', '[.]')}$"):
-        keys.check_command_line([f"hydra.sweeper.{old}=1"], sweeper_fields=setting_names(),
-                                sweeper_renamed=RENAMED)  # fmt: skip
+        keys.check_command_line(
+            [f"hydra.sweeper.{old}=1"], sweeper_fields=setting_names(), sweeper_renamed=RENAMED
+        )
     with pytest.raises(ValueError, match=f"^{line.replace('.', '[.]')}$"):
         settings_from({old: 1})
     assert new in setting_names()  # the new name is a setting
@@ -69,11 +71,15 @@ def test_the_new_names_pass_the_command_line_check() -> None:
     keys.check_command_line(
         [f"hydra.sweeper.{name}=1" for name in setting_names()]
         + ["hydra.sweeper.space.batch.micro_batch=4", "hydra.sweeper.cost.prices.H100=2"],
-        sweeper_fields=setting_names(), sweeper_renamed=RENAMED,
-    )  # fmt: skip
+        sweeper_fields=setting_names(),
+        sweeper_renamed=RENAMED,
+    )
     with pytest.raises(ValueError, match=r"did you mean hydra\.sweeper\.verify\.repeats"):
-        keys.check_command_line(["hydra.sweeper.verify.repeat=3"], sweeper_fields=setting_names(),
-                                sweeper_renamed=RENAMED)  # fmt: skip
+        keys.check_command_line(
+            ["hydra.sweeper.verify.repeat=3"],
+            sweeper_fields=setting_names(),
+            sweeper_renamed=RENAMED,
+        )
 
 
 @pytest.mark.parametrize(
@@ -89,11 +95,14 @@ def test_the_new_names_pass_the_command_line_check() -> None:
         ({"verify.max_rounds": -1}, "hydra.sweeper.verify.max_rounds must be 0"),
         ({"plan.software": "cuda"}, r"hydra.sweeper.plan.software='cuda': \['cuda'\] unknown"),
         ({"verify.top_k": "many"}, r"hydra.sweeper.verify.top_k='many': Value 'many'"),
-        ({"n_trails": 3}, r"unknown setting hydra.sweeper.n_trails \(did you mean "
-                          r"hydra.sweeper.n_trials\?\)"),
+        (
+            {"n_trails": 3},
+            r"unknown setting hydra.sweeper.n_trails \(did you mean "
+            r"hydra.sweeper.n_trials\?\)",
+        ),
         ({"verify": {"repeat": 3}}, r"did you mean hydra.sweeper.verify.repeats\?"),
     ],
-)  # fmt: skip
+)
 def test_values_no_sweep_can_run_with_are_refused(settings, match) -> None:
     with pytest.raises(ValueError, match=match) as err:
         settings_from(settings)
@@ -135,15 +144,22 @@ def test_a_grouped_override_reaches_the_sweepers_typed_settings() -> None:
     import train.core.config  # noqa: F401  (registers train_schema)
     from tests.sweep_helpers import REPO
 
-    overrides = ["search=smoke", "hydra.sweeper.verify.repeats=2", "hydra.sweeper.guard.mode=off",
-                 "hydra.sweeper.budget.max_wall_s=60", "hydra.sweeper.cost.prices={H100: 2.5}"]
+    overrides = [
+        "search=smoke",
+        "hydra.sweeper.verify.repeats=2",
+        "hydra.sweeper.guard.mode=off",
+        "hydra.sweeper.budget.max_wall_s=60",
+        "hydra.sweeper.cost.prices={H100: 2.5}",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("sweep", overrides=overrides, return_hydra_config=True)
     sweeper = instantiate(cfg.hydra.sweeper)
     s = sweeper._engine.settings
     assert (s.verify.repeats, s.verify.top_k, s.search_name) == (2, 2, "smoke")  # smoke's top_k
     assert (s.guard.mode, s.budget.max_wall_s, s.cost.prices) == ("off", 60.0, {"H100": 2.5})
-    assert s.pruner.kind == "none" and s.space == {"batch.micro_batch": "choice(4, 8)",
-                                                   "data.num_workers": "choice(0, 1)"}
+    assert s.pruner.kind == "none" and s.space == {
+        "batch.micro_batch": "choice(4, 8)",
+        "data.num_workers": "choice(0, 1)",
+    }
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.verify.repeats = 3  # type: ignore[misc]

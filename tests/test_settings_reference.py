@@ -60,13 +60,19 @@ def test_the_sweep_lists_the_same_sweeper_settings(tmp_path: Path):
     """What the docs say prints the settings does: every setting, none the reference lacks."""
     proc = subprocess.run(
         [sys.executable, str(REPO / "sweep.py"), "--cfg", "hydra", "-p", "hydra.sweeper"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = yaml.safe_load(proc.stdout.split("\n", 1)[1])  # after '# @package hydra.sweeper'
     groups = settings_reference.sweeper_config.groups()
-    names = {f"{k}.{g}" if k in groups else k
-             for k, v in printed.items() for g in (v if k in groups else [None])}  # fmt: skip
+    names = {
+        f"{k}.{g}" if k in groups else k
+        for k, v in printed.items()
+        for g in (v if k in groups else [None])
+    }
     listed = {s.key.removeprefix("hydra.sweeper.") for s in settings_reference.sweeper_settings()}
     assert names - {"_target_"} == listed
 
@@ -108,9 +114,16 @@ def test_a_fields_meaning_is_its_comment(tmp_path: Path, name, annotation, meani
 
 @pytest.mark.parametrize(
     ("value", "written"),
-    [(True, "true"), ("", "''"), ("auto", "auto"), ({}, "{}"), ([], "[]"), (0.02, "0.02"),
-     (10_000_000_000, "10000000000")],
-)  # fmt: skip
+    [
+        (True, "true"),
+        ("", "''"),
+        ("auto", "auto"),
+        ({}, "{}"),
+        ([], "[]"),
+        (0.02, "0.02"),
+        (10_000_000_000, "10000000000"),
+    ],
+)
 def test_defaults_are_written_as_a_user_types_them(value, written):
     assert settings_reference.as_written(value) == written
 

@@ -29,14 +29,37 @@ CUDA = {"device_type": "cuda", "bf16_supported": True}
 
 GRAMMAR = [
     # spec, kind, choices, low, high, step, log, all values (None = continuous)
-    ("choice(none,default,max-autotune-no-cudagraphs)", "categorical",
-     ("none", "default", "max-autotune-no-cudagraphs"), None, None, None, False,
-     ["none", "default", "max-autotune-no-cudagraphs"]),
-    ("none,default", "categorical", ("none", "default"), None, None, None, False,
-     ["none", "default"]),
+    (
+        "choice(none,default,max-autotune-no-cudagraphs)",
+        "categorical",
+        ("none", "default", "max-autotune-no-cudagraphs"),
+        None,
+        None,
+        None,
+        False,
+        ["none", "default", "max-autotune-no-cudagraphs"],
+    ),
+    (
+        "none,default",
+        "categorical",
+        ("none", "default"),
+        None,
+        None,
+        None,
+        False,
+        ["none", "default"],
+    ),
     ([1, 2, 4], "categorical", (1, 2, 4), None, None, None, False, [1, 2, 4]),
-    (["a", None, True], "categorical", ("a", None, True), None, None, None, False,
-     ["a", None, True]),
+    (
+        ["a", None, True],
+        "categorical",
+        ("a", None, True),
+        None,
+        None,
+        None,
+        False,
+        ["a", None, True],
+    ),
     # Hydra's range excludes its stop, like Python's.
     ("range(0,5)", "int", (), 0, 4, 1, False, [0, 1, 2, 3, 4]),
     ("range(1,9,2)", "int", (), 1, 7, 2, False, [1, 3, 5, 7]),
@@ -57,15 +80,29 @@ GRAMMAR = [
 def test_grammar_forms(spec, kind, choices, low, high, step, log, values):
     (param,) = parse_space({"optim.lr": spec}, make_ctx()).params
     assert (param.kind, param.choices, param.low, param.high, param.step, param.log) == (
-        kind, choices, low, high, step, log,
+        kind,
+        choices,
+        low,
+        high,
+        step,
+        log,
     )
     assert param.values() == values
 
 
 @pytest.mark.parametrize(
     ("spec", "value"),
-    [(4, 4), (0.5, 0.5), (True, True), (None, None), ("bf16", "bf16"), ("none", "none"),
-     ("3", "3"), ("'quoted text'", "quoted text"), ("/data/my dir", "/data/my dir")],
+    [
+        (4, 4),
+        (0.5, 0.5),
+        (True, True),
+        (None, None),
+        ("bf16", "bf16"),
+        ("none", "none"),
+        ("3", "3"),
+        ("'quoted text'", "quoted text"),
+        ("/data/my dir", "/data/my dir"),
+    ],
 )
 def test_plain_scalar_is_fixed(spec, value):
     space = parse_space({"runtime.dtype": spec}, make_ctx())
@@ -86,8 +123,12 @@ def test_range_stop_is_excluded_everywhere():
 
 def test_distributions_types_and_optuna_accepts_them():
     space = parse_space(
-        {"runtime.compile": "choice(none,default)", "optim.lr": "tag(log, interval(1e-4,1e-2))",
-         "optim.grad_clip": "range(0.5,1.6,0.5)", "runtime.tf32": [True, False]},
+        {
+            "runtime.compile": "choice(none,default)",
+            "optim.lr": "tag(log, interval(1e-4,1e-2))",
+            "optim.grad_clip": "range(0.5,1.6,0.5)",
+            "runtime.tf32": [True, False],
+        },
         make_ctx(),
     )
     dists = space.distributions()
@@ -148,14 +189,21 @@ def test_grad_accum_is_derived_in_overrides(micro_batch, ctx_kw, grad_accum):
 
 def test_overrides_order_fixed_and_derived():
     space = parse_space(
-        {"runtime.compile": "choice(none,default)", "batch.micro_batch": "split()",
-         "data.num_workers": "range(0,3)", "runtime.dtype": "bf16"},
+        {
+            "runtime.compile": "choice(none,default)",
+            "batch.micro_batch": "split()",
+            "data.num_workers": "range(0,3)",
+            "runtime.dtype": "bf16",
+        },
         make_ctx(),
     )
     point = {"runtime.compile": "default", "batch.micro_batch": 4, "data.num_workers": 2}
     assert space.to_overrides(point) == [
-        "runtime.compile=default", "batch.micro_batch=4", "batch.grad_accum=16",
-        "data.num_workers=2", "runtime.dtype=bf16",
+        "runtime.compile=default",
+        "batch.micro_batch=4",
+        "batch.grad_accum=16",
+        "data.num_workers=2",
+        "runtime.dtype=bf16",
     ]
     with pytest.raises(ValueError, match=r"missing \['data.num_workers'\]"):
         space.to_overrides({"runtime.compile": "none", "batch.micro_batch": 4})
@@ -188,8 +236,9 @@ def test_workers_are_clamped_to_cpu_count(spec, cpus, values, caplog):
     with caplog.at_level(logging.INFO, logger="sweeper.space.params"):
         space = parse_space({"data.num_workers": spec}, make_ctx(cpu_count=cpus))
     assert space.grid() == {"data.num_workers": values}
-    clamped = len(values) < len(parse_space(
-        {"data.num_workers": spec}, make_ctx(cpu_count=64)).grid()["data.num_workers"])
+    clamped = len(values) < len(
+        parse_space({"data.num_workers": spec}, make_ctx(cpu_count=64)).grid()["data.num_workers"]
+    )
     assert ("dropped" in caplog.text) == clamped
 
 
@@ -201,9 +250,15 @@ def test_workers_all_above_cpu_count_is_an_error(spec):
 
 # ---- constraints ---------------------------------------------------------------------------------
 
-BASE = {"batch.micro_batch": 8, "batch.grad_accum": 8, "runtime.compile": "none",
-        "runtime.dtype": "auto", "runtime.device": "auto", "data.num_workers": 0,
-        "data.prefetch_factor": 2}
+BASE = {
+    "batch.micro_batch": 8,
+    "batch.grad_accum": 8,
+    "runtime.compile": "none",
+    "runtime.dtype": "auto",
+    "runtime.device": "auto",
+    "data.num_workers": 0,
+    "data.prefetch_factor": 2,
+}
 
 RULES = [
     # point, ctx overrides, reason (regex) or None
@@ -232,16 +287,22 @@ RULES = [
     ({"runtime.attention": "flash"}, {}, None),
     ({"runtime.attention": "efficient"}, CUDA, None),
     # flash and cuDNN attention take fp16/bf16 only on CUDA (train.core.config's rule)
-    ({"runtime.attention": "flash", "runtime.dtype": "fp32"}, CUDA,
-     r"attention=flash has no fp32 kernel on CUDA"),
+    (
+        {"runtime.attention": "flash", "runtime.dtype": "fp32"},
+        CUDA,
+        r"attention=flash has no fp32 kernel on CUDA",
+    ),
     ({"runtime.attention": "cudnn", "runtime.dtype": "fp32"}, CUDA, r"cudnn has no fp32 kernel"),
     ({"runtime.attention": "efficient", "runtime.dtype": "fp32"}, CUDA, None),
     ({"runtime.attention": "flash"}, CUDA, None),  # auto is bf16 here
     ({"runtime.attention": "flash"}, {"device_type": "cuda"}, r"resolves to fp32"),
     ({"runtime.attention": "flash", "runtime.dtype": "fp32"}, {}, None),  # the CPU's flash is
     # a save must fall inside the measured window, which may stop at trial.min_steps
-    ({"checkpoint.every_steps": 10, "trial.min_steps": 6}, {},
-     r"every_steps=10 > trial.min_steps=6.*use an interval <= 6"),
+    (
+        {"checkpoint.every_steps": 10, "trial.min_steps": 6},
+        {},
+        r"every_steps=10 > trial.min_steps=6.*use an interval <= 6",
+    ),
     ({"checkpoint.every_steps": 6, "trial.min_steps": 6}, {}, None),
     ({}, {}, None),
 ]
@@ -266,8 +327,10 @@ def test_unsafe_base_value_applies_to_searched_points():
 
 
 def test_empty_space_is_refused_before_anything_runs():
-    params = {"runtime.compile": "choice(reduce-overhead,max-autotune)",
-              "batch.micro_batch": {"split": True, "max": 32}}
+    params = {
+        "runtime.compile": "choice(reduce-overhead,max-autotune)",
+        "batch.micro_batch": {"split": True, "max": 32},
+    }
     space = parse_space(params, make_ctx(base=BASE, **CUDA))
     assert space.feasible_count() == 0
     assert space.grid_points() == []
@@ -280,22 +343,26 @@ def test_empty_space_is_refused_before_anything_runs():
 
 
 def test_feasibility_of_a_continuous_space_is_sampled():
-    params = {"optim.lr": "tag(log, interval(1e-4,1e-2))",
-              "runtime.compile": "choice(none,reduce-overhead)"}
+    params = {
+        "optim.lr": "tag(log, interval(1e-4,1e-2))",
+        "runtime.compile": "choice(none,reduce-overhead)",
+    }
     space = parse_space(params, make_ctx(base=BASE, **CUDA))
     count = space.feasible_count()
     # about half draw CUDA graphs with the base's grad_accum > 1
     assert 0.4 * SAMPLE_POINTS < count < 0.6 * SAMPLE_POINTS
     assert space.feasible_count() == count  # seeded: the same answer every time
-    fixed_bad = parse_space({"optim.lr": "interval(0.1,1.0)", "runtime.dtype": "fp16"},
-                            make_ctx(base=BASE))
+    fixed_bad = parse_space(
+        {"optim.lr": "interval(0.1,1.0)", "runtime.dtype": "fp16"}, make_ctx(base=BASE)
+    )
     with pytest.raises(ValueError, match=r"no valid point: runtime.dtype=fp16 .*\(5000x\)"):
         fixed_bad.require_feasible()
 
 
 def test_feasible_count_samples_past_the_limit():
-    space = parse_space({"data.num_workers": "range(0,3)", "runtime.seed": "range(0,100)"},
-                        make_ctx(base=BASE))
+    space = parse_space(
+        {"data.num_workers": "range(0,3)", "runtime.seed": "range(0,100)"}, make_ctx(base=BASE)
+    )
     assert space.feasible_count(limit=1000) == 300
     assert space.feasible_count(limit=10) == SAMPLE_POINTS  # all sampled points are fine
 
@@ -305,20 +372,31 @@ def test_feasible_count_samples_past_the_limit():
 
 def test_grid_and_grid_points():
     space = parse_space(
-        {"runtime.compile": "choice(none,reduce-overhead)", "batch.micro_batch": "split(min=16)",
-         "optim.grad_clip": "range(0.5,1.1,0.5)", "runtime.dtype": "bf16"},
+        {
+            "runtime.compile": "choice(none,reduce-overhead)",
+            "batch.micro_batch": "split(min=16)",
+            "optim.grad_clip": "range(0.5,1.1,0.5)",
+            "runtime.dtype": "bf16",
+        },
         make_ctx(base=BASE, **CUDA),
     )
     grid = space.grid()
-    assert grid == {"runtime.compile": ["none", "reduce-overhead"],
-                    "batch.micro_batch": [16, 32, 64], "optim.grad_clip": [0.5, 1.0]}
+    assert grid == {
+        "runtime.compile": ["none", "reduce-overhead"],
+        "batch.micro_batch": [16, 32, 64],
+        "optim.grad_clip": [0.5, 1.0],
+    }
     points = space.grid_points()
     # reduce-overhead survives only with micro_batch 64 (grad_accum 1).
     assert len(points) == (3 + 1) * 2
-    assert {"runtime.compile": "reduce-overhead", "batch.micro_batch": 64,
-            "optim.grad_clip": 1.0} in points
+    assert {
+        "runtime.compile": "reduce-overhead",
+        "batch.micro_batch": 64,
+        "optim.grad_clip": 1.0,
+    } in points
     assert all(space.check(p) is None for p in points)
     assert len(points) == space.feasible_count()
+
     # Optuna's GridSampler, driven by an in-memory study, visits every point of the grid once (and
     # then stops the study); the feasible ones among them are exactly grid_points()
     def objective(trial: optuna.Trial) -> float:
@@ -342,8 +420,9 @@ def test_grid_refuses_continuous_floats():
 
 
 def test_grid_points_refuses_a_huge_grid():
-    space = parse_space({"runtime.seed": "range(0,1000)", "optim.warmup_steps": "range(0,1000)"},
-                        make_ctx())
+    space = parse_space(
+        {"runtime.seed": "range(0,1000)", "optim.warmup_steps": "range(0,1000)"}, make_ctx()
+    )
     with pytest.raises(ValueError, match=r"1000000 points, more than 100000"):
         space.grid_points()
 
@@ -372,21 +451,29 @@ ERRORS = [
     ({"runtime.seed": "range(5,5)"}, r"range is empty.*range\(0,5\) gives 0,1,2,3,4"),
     ({"runtime.seed": "range(0,5,0)"}, r"range step is 0"),
     ({"runtime.compile": "tag(log, choice(a,b))"}, r"log applies to interval\(\) and range\(\)"),
-    ({"batch.grad_accum": "choice(1,2)"},
-     r"batch.grad_accum.*search batch.micro_batch with split: true and grad_accum follows"),
+    (
+        {"batch.grad_accum": "choice(1,2)"},
+        r"batch.grad_accum.*search batch.micro_batch with split: true and grad_accum follows",
+    ),
     ({"batch.grad_accum": 4, "batch.micro_batch": "split()"}, r"grad_accum cannot be searched"),
-    ({"batch.micro_batch": {"split": True, "min": 128}},
-     r"batch.micro_batch.*split has no valid value in \[128, 64\].*\[1, 2, 4, 8, 16, 32, 64\]"),
+    (
+        {"batch.micro_batch": {"split": True, "min": 128}},
+        r"batch.micro_batch.*split has no valid value in \[128, 64\].*\[1, 2, 4, 8, 16, 32, 64\]",
+    ),
     ({"batch.micro_batch": {"split": True, "min": 3, "max": 3}}, r"no valid value in \[3, 3\]"),
     ({"optim.lr": {"split": True}}, r"optim.lr.*split applies only to batch.micro_batch"),
     ({"batch.micro_batch": {"split": False}}, r"mapping spec must be the batch split"),
     ({"batch.micro_batch": {"split": True, "maxx": 4}}, r"only positive integers min and max"),
     ({"batch.micro_batch": {"split": True, "min": 0}}, r"only positive integers min and max"),
     ({"batch.micro_batch": "split(max=x)"}, r"cannot read split's arguments"),
-    ({"batch.micro_batch": "split()", "model.block_size": "choice(64,128)"},
-     r"model.block_size.*remove model.block_size from the search space"),
-    ({"batch.micro_batch": "split()", "batch.tokens_per_step": [4096, 8192]},
-     r"remove batch.tokens_per_step"),
+    (
+        {"batch.micro_batch": "split()", "model.block_size": "choice(64,128)"},
+        r"model.block_size.*remove model.block_size from the search space",
+    ),
+    (
+        {"batch.micro_batch": "split()", "batch.tokens_per_step": [4096, 8192]},
+        r"remove batch.tokens_per_step",
+    ),
 ]
 
 
@@ -403,8 +490,10 @@ def test_split_needs_tokens_divisible_by_block():
 
 @pytest.mark.parametrize(
     ("kw", "match"),
-    [({"block_size": 0}, r"SpaceContext.block_size must be a positive integer, got 0"),
-     ({"device_type": "mps"}, r"SpaceContext.device_type must be cpu or cuda, got 'mps'")],
+    [
+        ({"block_size": 0}, r"SpaceContext.block_size must be a positive integer, got 0"),
+        ({"device_type": "mps"}, r"SpaceContext.device_type must be cpu or cuda, got 'mps'"),
+    ],
 )
 def test_context_validation(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -424,12 +513,21 @@ def test_context_validation(kw, match):
 )
 def test_defaults_distance(params, distance):
     space = parse_space(
-        {"runtime.compile": "choice(none,default)", "batch.micro_batch": "split()",
-         "runtime.tf32": [True, False], "runtime.dtype": "bf16"},
+        {
+            "runtime.compile": "choice(none,default)",
+            "batch.micro_batch": "split()",
+            "runtime.tf32": [True, False],
+            "runtime.dtype": "bf16",
+        },
         make_ctx(),
     )
-    base = {"runtime.compile": "none", "batch.micro_batch": 8, "batch.grad_accum": 8,
-            "runtime.tf32": True, "runtime.dtype": "fp32"}
+    base = {
+        "runtime.compile": "none",
+        "batch.micro_batch": 8,
+        "batch.grad_accum": 8,
+        "runtime.tf32": True,
+        "runtime.dtype": "fp32",
+    }
     # Fixed keys and the derived grad_accum never count: only what the search chose.
     assert space.defaults_distance(params, base) == distance
 
@@ -443,8 +541,11 @@ def test_sweeper_space_does_not_import_torch():
     ("spec", "ctx_kw", "kept"),
     [
         ("choice(auto,flash,efficient,cudnn,math)", {}, ("auto", "flash", "math")),
-        ("choice(auto,flash,efficient,cudnn,math)", CUDA, ("auto", "flash", "efficient", "cudnn",
-                                                         "math")),
+        (
+            "choice(auto,flash,efficient,cudnn,math)",
+            CUDA,
+            ("auto", "flash", "efficient", "cudnn", "math"),
+        ),
         ("choice(fp32,bf16,fp16)", {}, ("fp32", "bf16")),
         ("choice(fp32,bf16,fp16)", CUDA, ("fp32", "bf16", "fp16")),
         ("choice(fp32,bf16)", {"device_type": "cuda", "bf16_supported": False}, ("fp32",)),
@@ -474,18 +575,34 @@ def test_nothing_is_dropped_when_the_device_itself_is_searched():
 # ---- memory rules (sweeper/space/memory.py) ------------------------------------------------------
 
 XL = {
-    "model.n_layer": 48, "model.n_head": 25, "model.n_embd": 1600, "model.block_size": 1024,
-    "model.vocab_size": 50304, "batch.tokens_per_step": 1_048_576, "batch.micro_batch": 8,
-    "batch.grad_accum": 128, "runtime.device": "auto", "runtime.dtype": "bf16",
-    "runtime.compile": "none", "runtime.attention": "auto",
-    "runtime.activation_checkpointing": "none", "data.num_workers": 1,
-}  # fmt: skip
+    "model.n_layer": 48,
+    "model.n_head": 25,
+    "model.n_embd": 1600,
+    "model.block_size": 1024,
+    "model.vocab_size": 50304,
+    "batch.tokens_per_step": 1_048_576,
+    "batch.micro_batch": 8,
+    "batch.grad_accum": 128,
+    "runtime.device": "auto",
+    "runtime.dtype": "bf16",
+    "runtime.compile": "none",
+    "runtime.attention": "auto",
+    "runtime.activation_checkpointing": "none",
+    "data.num_workers": 1,
+}
 H100_GIB = 81090 / 1024  # train/core/chips.py, the H100 SXM's memory_gib
 
 
 def xl_ctx(**kw) -> SpaceContext:
-    args = {"tokens_per_step": 1_048_576, "block_size": 1024, "cpu_count": 2, "base": XL,
-            "device_name": "NVIDIA H100 80GB HBM3", "device_memory_gib": H100_GIB, **CUDA}
+    args = {
+        "tokens_per_step": 1_048_576,
+        "block_size": 1024,
+        "cpu_count": 2,
+        "base": XL,
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "device_memory_gib": H100_GIB,
+        **CUDA,
+    }
     return SpaceContext(**{**args, **kw})
 
 
@@ -495,15 +612,19 @@ def xl_ctx(**kw) -> SpaceContext:
         # real H100 facts: micro-batch 8 fits (52.3 GiB), 16 ran out of memory, 16 with
         # activation checkpointing fits (37.6 GiB)
         ({"batch.micro_batch": 8}, {}, None),
-        ({"batch.micro_batch": 16}, {}, r"^predicted 77\.7 GiB > 79\.19 GiB x \(1 - 0\.08\) "
-                                        r"usable on NVIDIA H100 80GB HBM3$"),
+        (
+            {"batch.micro_batch": 16},
+            {},
+            r"^predicted 77\.7 GiB > 79\.19 GiB x \(1 - 0\.08\) "
+            r"usable on NVIDIA H100 80GB HBM3$",
+        ),
         ({"batch.micro_batch": 16, "runtime.activation_checkpointing": "every"}, {}, None),
         # no device memory known (a CPU, no plan device): no memory refusal
         ({"batch.micro_batch": 16}, {"device_memory_gib": None}, None),
         # the H200's 139.8 GiB
         ({"batch.micro_batch": 16}, {"device_memory_gib": 143156 / 1024}, None),
     ],
-)  # fmt: skip
+)
 def test_the_memory_model_refuses_points_that_cannot_fit(point, ctx_kw, reason):
     got = check_point(point, xl_ctx(**ctx_kw))
     if reason is None:

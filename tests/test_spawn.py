@@ -237,8 +237,14 @@ def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) 
 
     env = trial_env()
     env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # is_available() then asks the driver itself
-    probe = subprocess.run([sys.executable, "-c", _FORK_PROBE], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-c", _FORK_PROBE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     before, has_cuda, after = probe.stdout.split()
     assert before == "False"
@@ -287,7 +293,9 @@ def test_a_zygote_killed_from_outside_is_restarted_once_then_trials_exec(
     assert [o.state for o in outcomes] == ["complete"] * 3
     lines = [r.getMessage() for r in caplog.records]
     restarted = [ln for ln in lines if "restarted it once" in ln]
-    assert restarted == [f"the trial zygote (pid {first.pid}) died (killed by SIGKILL), its "
-                         f"running trials recorded as killed; restarted it once "
-                         f"(pid {second.pid})"]  # fmt: skip
+    assert restarted == [
+        f"the trial zygote (pid {first.pid}) died (killed by SIGKILL), its "
+        f"running trials recorded as killed; restarted it once "
+        f"(pid {second.pid})"
+    ]
     assert any(f"(pid {second.pid}) died again (killed by SIGKILL)" in ln for ln in lines)

@@ -111,9 +111,11 @@ def _table_exists() -> Exception:
 
     from sqlalchemy.exc import OperationalError
 
-    return OperationalError("CREATE TABLE trial_intermediate_values (...)", {},
-                            sqlite3.OperationalError("table trial_intermediate_values already "
-                                                     "exists"))  # fmt: skip
+    return OperationalError(
+        "CREATE TABLE trial_intermediate_values (...)",
+        {},
+        sqlite3.OperationalError("table trial_intermediate_values already exists"),
+    )
 
 
 def test_a_fresh_sqlite_storage_survives_losing_the_race_to_create_its_tables(

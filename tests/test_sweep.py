@@ -62,9 +62,21 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
 
     # the exported config trains as is
     train = subprocess.run(
-        [sys.executable, "-m", "train", "--config-path", str(sweep_dir), "--config-name", "best",
-         "train.max_steps=2", "train.eval_every=0"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "train",
+            "--config-path",
+            str(sweep_dir),
+            "--config-name",
+            "best",
+            "train.max_steps=2",
+            "train.eval_every=0",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert train.returncode == 0, train.stderr[-3000:]
     assert "step 2 | loss" in train.stderr + train.stdout
@@ -91,7 +103,8 @@ def _trial_processes(marker: str) -> list[int]:
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = next(
-                line for line in (proc / "status").read_text().splitlines()
+                line
+                for line in (proc / "status").read_text().splitlines()
                 if line.startswith("State:")
             )
         except (OSError, StopIteration):
@@ -160,9 +173,13 @@ def test_sweep_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_path) 
     for number, value in done_before.items():
         assert trials[number].state == TrialState.COMPLETE
         assert trials[number].value == value
-    counted = [t for t in trials if t.state.is_finished()
-               and t.user_attrs.get("failure_kind") != "interrupted"
-               and DUPLICATE_ATTR not in t.user_attrs]
+    counted = [
+        t
+        for t in trials
+        if t.state.is_finished()
+        and t.user_attrs.get("failure_kind") != "interrupted"
+        and DUPLICATE_ATTR not in t.user_attrs
+    ]
     assert len(counted) == 4
 
 
@@ -230,8 +247,9 @@ def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches
     )
     by_point = {
         (t.params["batch.micro_batch"], t.params["trial.fault"]): t
-        for t in study.trials if t.state.is_finished()
-    }  # fmt: skip
+        for t in study.trials
+        if t.state.is_finished()
+    }
     assert len(by_point) == 4
     oom = by_point[(4, "oom")]
     assert oom.user_attrs["failure_kind"] == "oom"

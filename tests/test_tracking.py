@@ -152,13 +152,28 @@ def log_fake_sweep(tracker: SweepTracker, root: Path) -> dict[str, str | None]:
     oom = fake_result(
         tokens_per_s=None, status="failed", failure={"kind": "oom", "message": "CUDA out of memory"}
     )
-    def log(job: str, number: int, state: str, workers: int, mb: int, result: dict, *,
-            reason: str | None = None, trace: bool = False, **kw) -> str | None:
+
+    def log(
+        job: str,
+        number: int,
+        state: str,
+        workers: int,
+        mb: int,
+        result: dict,
+        *,
+        reason: str | None = None,
+        trace: bool = False,
+        **kw,
+    ) -> str | None:
         """One trial logged from the fake job dir `root/job`, with these two params."""
         return tracker.log_trial(
-            number=number, state=state, reason=reason,
+            number=number,
+            state=state,
+            reason=reason,
             params={"data.num_workers": workers, "batch.micro_batch": mb},
-            result=result, job_dir=fake_job_dir(root, job, result, trace=trace), **kw,
+            result=result,
+            job_dir=fake_job_dir(root, job, result, trace=trace),
+            **kw,
         )
 
     ids = {

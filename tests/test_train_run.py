@@ -178,8 +178,9 @@ def test_a_checkpoint_of_another_run_is_refused_unless_forced(
         make_config, tmp_path / "ck", "train.max_steps=10", "train.resume=force", *changed
     )
     assert main_mod.run(forced)["start_step"] == 5
-    never = _resume_config(make_config, tmp_path / "fresh", "train.max_steps=5",
-                           "train.resume=never", *changed)  # fmt: skip
+    never = _resume_config(
+        make_config, tmp_path / "fresh", "train.max_steps=5", "train.resume=never", *changed
+    )
     assert main_mod.run(never)["start_step"] == 0
 
 

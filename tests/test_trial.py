@@ -26,22 +26,58 @@ from train.trial.measurement import run_trial
 
 # The result contract (train/core/result.py TrialResult, SCHEMA_VERSION): every key, always.
 SCHEMA_KEYS = {
-    "schema_version", "status", "failure", "tokens_per_s", "tokens_per_step", "step_time_s",
-    "warmup_s", "compile_s", "compile", "time_frac", "checkpoint_s", "checkpoint_bytes",
-    "flops_per_token", "mfu", "peak_memory_gib", "memory_kind", "loss", "device",
-    "attention_backend", "fused_optimizer", "device_samples", "intervals", "trace", "wall_s",
-    "fingerprint", "config", "projection", "full_step_estimate_s", "memory", "world_size",
-    "float8", "setup",
-}  # fmt: skip
+    "schema_version",
+    "status",
+    "failure",
+    "tokens_per_s",
+    "tokens_per_step",
+    "step_time_s",
+    "warmup_s",
+    "compile_s",
+    "compile",
+    "time_frac",
+    "checkpoint_s",
+    "checkpoint_bytes",
+    "flops_per_token",
+    "mfu",
+    "peak_memory_gib",
+    "memory_kind",
+    "loss",
+    "device",
+    "attention_backend",
+    "fused_optimizer",
+    "device_samples",
+    "intervals",
+    "trace",
+    "wall_s",
+    "fingerprint",
+    "config",
+    "projection",
+    "full_step_estimate_s",
+    "memory",
+    "world_size",
+    "float8",
+    "setup",
+}
 STEP_TIME_KEYS = {"p50", "p90", "mean", "std", "cv", "min", "max", "n"}
 TIME_FRAC_KEYS = {"compute", "data_wait", "optimizer", "checkpoint", "other"}
 COMPILE_KEYS = {
-    "mode", "frames_compiled_window", "graph_breaks_window", "recompiled_in_window",
-    "graph_breaks_total", "cache",
-}  # fmt: skip
+    "mode",
+    "frames_compiled_window",
+    "graph_breaks_window",
+    "recompiled_in_window",
+    "graph_breaks_total",
+    "cache",
+}
 DEVICE_KEYS = {
-    "type", "name", "dtype", "peak_flops", "peak_source", "ceiling_flops", "ceiling_source",
-}  # fmt: skip
+    "type",
+    "name",
+    "dtype",
+    "peak_flops",
+    "peak_source",
+    "ceiling_flops",
+    "ceiling_source",
+}
 INTERVAL_KEYS = {"step", "tokens_per_s", "step_time_s", "data_wait_frac"}
 
 
@@ -438,10 +474,14 @@ def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) 
     """grad_accum 16 over 2-micro-batch steps: the result describes full steps, each ~8x a short
     step's per-micro-batch time, and says what it was projected from."""
     cfg = make_config(
-        "batch.tokens_per_step=2048", "batch.micro_batch=2", "batch.grad_accum=16",
-        "trial.project_above_s=1e-6", "trial.project_micro_steps=2",
-        "trial.max_steps=4", "trial.min_steps=4",
-    )  # fmt: skip
+        "batch.tokens_per_step=2048",
+        "batch.micro_batch=2",
+        "batch.grad_accum=16",
+        "trial.project_above_s=1e-6",
+        "trial.project_micro_steps=2",
+        "trial.max_steps=4",
+        "trial.min_steps=4",
+    )
     result, _ = _trial(cfg, tmp_path)
     assert result["status"] == "complete", result["failure"]
     proj = result["projection"]
@@ -458,9 +498,13 @@ def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) 
 
 def test_project_above_zero_measures_real_full_steps(make_config, tmp_path: Path) -> None:
     cfg = make_config(
-        "batch.tokens_per_step=2048", "batch.micro_batch=2", "batch.grad_accum=16",
-        "trial.project_above_s=0", "trial.max_steps=2", "trial.min_steps=2",
-    )  # fmt: skip
+        "batch.tokens_per_step=2048",
+        "batch.micro_batch=2",
+        "batch.grad_accum=16",
+        "trial.project_above_s=0",
+        "trial.max_steps=2",
+        "trial.min_steps=2",
+    )
     result, _ = _trial(cfg, tmp_path)
     assert result["status"] == "complete", result["failure"]
     assert result["projection"] is None
@@ -473,8 +517,10 @@ def test_heartbeats_come_during_warmup_and_stop_before_the_window(
     monkeypatch.setattr(progress_mod, "HEARTBEAT_S", 0.01)
     progress = tmp_path / "progress.jsonl"
     cfg = make_config(
-        f"trial.progress_file={progress}", "trial.warmup_steps=2", "trial.report_every=2",
-    )  # fmt: skip
+        f"trial.progress_file={progress}",
+        "trial.warmup_steps=2",
+        "trial.report_every=2",
+    )
     result, _ = _trial(cfg, tmp_path)
     assert result["status"] == "complete", result["failure"]
     events = [json.loads(line) for line in progress.read_text().splitlines()]

@@ -21,19 +21,38 @@ BASE = {
     "failure": None,
     "tokens_per_s": 524_288.0,
     "tokens_per_step": 524_288,
-    "step_time_s": {"p50": 1.0, "p90": 1.02, "mean": 1.0, "std": 0.01, "cv": 0.01, "min": 0.98,
-                    "max": 1.03, "n": 20},
+    "step_time_s": {
+        "p50": 1.0,
+        "p90": 1.02,
+        "mean": 1.0,
+        "std": 0.01,
+        "cv": 0.01,
+        "min": 0.98,
+        "max": 1.03,
+        "n": 20,
+    },
     "warmup_s": 3.0,
     "compile_s": 0.0,
-    "time_frac": {"compute": 0.9, "data_wait": 0.02, "optimizer": 0.06, "checkpoint": 0.0,
-                  "other": 0.02},
+    "time_frac": {
+        "compute": 0.9,
+        "data_wait": 0.02,
+        "optimizer": 0.06,
+        "checkpoint": 0.0,
+        "other": 0.02,
+    },
     "checkpoint_s": [],
     "checkpoint_bytes": None,
     "flops_per_token": 855_383_040.0,
     "mfu": {"spec": 0.45, "ceiling": 0.6},
-    "device": {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
-               "peak_flops": 989.4e12, "peak_source": "x", "ceiling_flops": 742e12,
-               "ceiling_source": "y"},
+    "device": {
+        "type": "cuda",
+        "name": "NVIDIA H100 80GB HBM3",
+        "dtype": "bf16",
+        "peak_flops": 989.4e12,
+        "peak_source": "x",
+        "ceiling_flops": 742e12,
+        "ceiling_source": "y",
+    },
     "attention_backend": "flash",
     "device_samples": None,
     "config": {
@@ -119,8 +138,12 @@ def test_data_bound_gain_is_one_over_one_minus_wait() -> None:
 
 def test_data_bound_sizes_the_worker_count() -> None:
     # 2 workers, 60% wait: a batch takes 2 x (1 s / 32) to load vs 0.4 s / 32 of work -> 5 workers
-    r = make(**{"time_frac": fracs(compute=0.35, data_wait=0.6, optimizer=0.05),
-                "config.data.num_workers": 2})
+    r = make(
+        **{
+            "time_frac": fracs(compute=0.35, data_wait=0.6, optimizer=0.05),
+            "config.data.num_workers": 2,
+        }
+    )
     d = diagnose(r)
     assert d.fixes[0].fix == "data.num_workers=5"
 
@@ -133,9 +156,14 @@ def test_just_under_the_data_threshold_is_not_data_bound() -> None:
 
 def test_checkpoint_bound_sync_async_gain_minus_snapshot() -> None:
     # save every step, 0.5 s stall on a 1.0 s step; 2 GB state at 10 GB/s -> 0.2 s snapshot.
-    r = make(**{"time_frac": fracs(compute=0.45, checkpoint=0.5, optimizer=0.05),
-                "checkpoint_s": [0.5] * 20, "checkpoint_bytes": 2e9,
-                "config.checkpoint": {"every_steps": 1, "mode": "sync"}})
+    r = make(
+        **{
+            "time_frac": fracs(compute=0.45, checkpoint=0.5, optimizer=0.05),
+            "checkpoint_s": [0.5] * 20,
+            "checkpoint_bytes": 2e9,
+            "config.checkpoint": {"every_steps": 1, "mode": "sync"},
+        }
+    )
     d = diagnose(r)
     assert d.verdict == "checkpoint-bound"
     gains = {f.fix: f.expected_gain for f in d.fixes}
@@ -149,8 +177,13 @@ def test_checkpoint_bound_sync_async_gain_minus_snapshot() -> None:
 
 def test_checkpoint_async_already_suggests_interval_and_storage() -> None:
     share = CHECKPOINT_BOUND_MIN_FRAC + 0.1
-    r = make(**{"time_frac": fracs(compute=0.95 - share, checkpoint=share, optimizer=0.05),
-                "checkpoint_s": [0.25], "config.checkpoint": {"every_steps": 1, "mode": "async"}})
+    r = make(
+        **{
+            "time_frac": fracs(compute=0.95 - share, checkpoint=share, optimizer=0.05),
+            "checkpoint_s": [0.25],
+            "config.checkpoint": {"every_steps": 1, "mode": "async"},
+        }
+    )
     d = diagnose(r)
     assert d.verdict == "checkpoint-bound"
     assert all("async" not in f.fix for f in d.fixes)
@@ -186,18 +219,27 @@ def test_host_bound_from_other_share() -> None:
     d = diagnose(r)
     assert d.verdict == "host-bound"
     assert "other" in d.evidence["host_signal"]
-    assert any(f.fix.startswith("fewer host syncs") and f.expected_gain == pytest.approx(1 / 0.65)
-               for f in d.fixes)
+    assert any(
+        f.fix.startswith("fewer host syncs") and f.expected_gain == pytest.approx(1 / 0.65)
+        for f in d.fixes
+    )
 
 
 def test_host_bound_from_idle_gpu_samples() -> None:
     # Tiny work per micro-step: 1 x 64 tokens of a 124M model at 742 TFLOP/s ~ 74 us of math,
     # while the GPU is busy 30% of the time.
-    r = make(**{"tokens_per_step": 64 * 8, "tokens_per_s": 512 / 0.05,
-                "step_time_s": {**BASE["step_time_s"], "mean": 0.05, "p50": 0.05},
-                "config.batch": {"micro_batch": 1, "grad_accum": 8},
-                "device_samples": {"n": 50, "sm_util_pct": {"mean": 30.0, "p50": 30.0,
-                                                             "min": 5.0, "max": 60.0}}})
+    r = make(
+        **{
+            "tokens_per_step": 64 * 8,
+            "tokens_per_s": 512 / 0.05,
+            "step_time_s": {**BASE["step_time_s"], "mean": 0.05, "p50": 0.05},
+            "config.batch": {"micro_batch": 1, "grad_accum": 8},
+            "device_samples": {
+                "n": 50,
+                "sm_util_pct": {"mean": 30.0, "p50": 30.0, "min": 5.0, "max": 60.0},
+            },
+        }
+    )
     d = diagnose(r)
     assert d.verdict == "host-bound"
     assert "GPU busy 30%" in d.evidence["host_signal"]
@@ -207,21 +249,35 @@ def test_host_bound_from_idle_gpu_samples() -> None:
 
 
 def test_busy_gpu_is_not_host_bound() -> None:
-    r = make(device_samples={"n": 50, "sm_util_pct": {"mean": 97.0, "p50": 98.0, "min": 90.0,
-                                                       "max": 100.0}})
+    r = make(
+        device_samples={
+            "n": 50,
+            "sm_util_pct": {"mean": 97.0, "p50": 98.0, "min": 90.0, "max": 100.0},
+        }
+    )
     assert diagnose(r).verdict == "compute-bound"
 
 
 def test_host_bound_on_cpu_from_launch_estimate() -> None:
     # tiny model, 8-token micro-batches: 8 x 2.27 MFLOP at 50 GFLOP/s = 0.36 ms of math vs
     # (2 x 60 + 20) ops x 10 us = 1.4 ms of launches; compute phase at 4% of the ceiling.
-    r = make(**{"tokens_per_step": 64, "flops_per_token": 2_271_744.0,
-                "step_time_s": {**BASE["step_time_s"], "mean": 0.08, "p50": 0.08},
-                "mfu": {"spec": None, "ceiling": 0.04},
-                "device": {"type": "cpu", "name": "cpu", "dtype": "fp32", "peak_flops": None,
-                           "ceiling_flops": 50e9},
-                "config.model": {"n_layer": 2, "block_size": 8},
-                "config.batch": {"micro_batch": 1, "grad_accum": 8}})
+    r = make(
+        **{
+            "tokens_per_step": 64,
+            "flops_per_token": 2_271_744.0,
+            "step_time_s": {**BASE["step_time_s"], "mean": 0.08, "p50": 0.08},
+            "mfu": {"spec": None, "ceiling": 0.04},
+            "device": {
+                "type": "cpu",
+                "name": "cpu",
+                "dtype": "fp32",
+                "peak_flops": None,
+                "ceiling_flops": 50e9,
+            },
+            "config.model": {"n_layer": 2, "block_size": 8},
+            "config.batch": {"micro_batch": 1, "grad_accum": 8},
+        }
+    )
     d = diagnose(r)
     assert d.verdict == "host-bound"
     assert d.evidence["launch_per_micro_step_estimate_s"] == pytest.approx(140 * 10e-6)
@@ -233,8 +289,16 @@ def test_host_bound_on_cpu_from_launch_estimate() -> None:
 
 
 def test_comms_bound_only_with_a_comms_fraction() -> None:
-    r = make(time_frac={"compute": 0.5, "data_wait": 0.0, "optimizer": 0.05, "checkpoint": 0.0,
-                        "comms": 0.4, "other": 0.05})
+    r = make(
+        time_frac={
+            "compute": 0.5,
+            "data_wait": 0.0,
+            "optimizer": 0.05,
+            "checkpoint": 0.0,
+            "comms": 0.4,
+            "other": 0.05,
+        }
+    )
     d = diagnose(r)
     assert d.verdict == "comms-bound"
     assert d.fixes[0].expected_gain == pytest.approx(1 / 0.6)
@@ -249,15 +313,23 @@ def test_largest_share_wins_and_the_rest_are_secondary() -> None:
 
 
 def test_failed_result() -> None:
-    r = make(status="failed", failure={"kind": "oom", "message": "CUDA out of memory"},
-             time_frac=None)
+    r = make(
+        status="failed", failure={"kind": "oom", "message": "CUDA out of memory"}, time_frac=None
+    )
     d = diagnose(r)
     assert d.verdict == "failed" and "oom" in d.headline and d.fixes == []
 
 
 def test_every_verdict_is_covered_by_a_test_above() -> None:
-    assert set(VERDICTS) == {"failed", "data-bound", "checkpoint-bound", "comms-bound",
-                             "compile-dominated", "host-bound", "compute-bound"}
+    assert set(VERDICTS) == {
+        "failed",
+        "data-bound",
+        "checkpoint-bound",
+        "comms-bound",
+        "compile-dominated",
+        "host-bound",
+        "compute-bound",
+    }
 
 
 @pytest.mark.parametrize(

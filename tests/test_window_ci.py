@@ -41,7 +41,7 @@ def test_t_quantile_refuses_bad_arguments(p, df) -> None:
         # mean 1, sd 0.1, n 4: t(0.975, 3) = 3.182 x 0.1 / 2 = 0.159
         ([0.9, 1.1, 0.9, 1.1], 3.182 * math.sqrt(4 / 3) * 0.1 / 2),
     ],
-)  # fmt: skip
+)
 def test_relative_half_width(times, half) -> None:
     assert relative_half_width(times) == pytest.approx(half, rel=2e-3)
 
@@ -56,7 +56,7 @@ def test_relative_half_width(times, half) -> None:
         (2, 0, 20, 2),
         (8, 0, 5, 5),  # never past max_steps
     ],
-)  # fmt: skip
+)
 def test_first_ci_step(ci_min, every, max_steps, first) -> None:
     got = first_ci_step(ci_min_steps=ci_min, checkpoint_every=every, max_steps=max_steps)
     assert got == first
@@ -77,7 +77,7 @@ WIDE = [1.0, 1.3, 0.8, 1.2, 0.9]  # CV ~20%
         (WIDE, 0.02, 3, False),
         (WIDE, 0.5, 3, True),
     ],
-)  # fmt: skip
+)
 def test_ci_reached(times, target, first, stop) -> None:
     assert ci_reached(times, target_ci=target, first_step=first) is stop
 
@@ -91,7 +91,7 @@ def test_ci_reached(times, target, first, stop) -> None:
         (0.01, 0.02, 6, 20, 6),  # not before the first save
         (0.01, 0.0, 3, 20, 20),  # off: the window runs to its maximum
     ],
-)  # fmt: skip
+)
 def test_steps_to_ci(cv, target, first, max_steps, steps) -> None:
     assert steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps) == steps
 
@@ -121,16 +121,18 @@ def _measure(make_config, *overrides: str, reporter=None) -> dict:
         (("trial.target_ci=0.02",), 0.5, 8, "max_steps"),  # never tight: the maximum
         (("trial.target_ci=0",), 0.0, 8, "max_steps"),  # off
     ],
-)  # fmt: skip
-def test_the_window_ends_on_the_interval(make_config, monkeypatch, overrides, spread, steps,
-                                         by) -> None:  # fmt: skip
+)
+def test_the_window_ends_on_the_interval(
+    make_config, monkeypatch, overrides, spread, steps, by
+) -> None:
     # the step times of this loaded VM wander 10-50%: the interval's width is planted (the rule
     # itself is the tables above); the window's wiring is what runs for real
     import train.core.window_ci as rule
 
     monkeypatch.setattr(rule, "relative_half_width", lambda times, **kw: spread)
-    raw = _measure(make_config, "trial.max_steps=8", "trial.min_steps=8",
-                   "trial.max_seconds=1000", *overrides)  # fmt: skip
+    raw = _measure(
+        make_config, "trial.max_steps=8", "trial.min_steps=8", "trial.max_seconds=1000", *overrides
+    )
     assert len(raw["step_times"]) == steps
     assert raw["window_stop"]["by"] == by and raw["window_stop"]["steps"] == steps
 
@@ -145,8 +147,14 @@ def test_prune_reports_carry_the_measured_step_index(make_config) -> None:
             steps.append(step)
             return False
 
-    _measure(make_config, "trial.warmup_steps=3", "trial.report_every=2", "trial.max_steps=6",
-             "trial.min_steps=6", reporter=Recorder())  # fmt: skip
+    _measure(
+        make_config,
+        "trial.warmup_steps=3",
+        "trial.report_every=2",
+        "trial.max_steps=6",
+        "trial.min_steps=6",
+        reporter=Recorder(),
+    )
     assert steps == [2, 4, 6]
 
 
@@ -159,8 +167,10 @@ def test_the_pruner_compares_trials_at_equal_measured_steps(tmp_path) -> None:
 
     storage = f"sqlite:///{tmp_path / 'o.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    study.set_user_attr(PRUNER_ATTR, {"name": "MedianPruner",
-                                      "kwargs": {"n_startup_trials": 1, "n_warmup_steps": 0}})
+    study.set_user_attr(
+        PRUNER_ATTR,
+        {"name": "MedianPruner", "kwargs": {"n_startup_trials": 1, "n_warmup_steps": 0}},
+    )
     first = study.ask()
     first.report(100.0, 3)
     first.report(50.0, 6)

@@ -164,9 +164,16 @@ def _train(cfg: Config, s: Session, *, latest: Path | None, start: int) -> dict:
             if step % tc.log_every == 0 or step == tc.max_steps:
                 now = time.perf_counter()  # run_step synchronised: the device's work is done
                 record = _progress_record(
-                    s, step=step, loss=loss_t.item(), lr=lr, seconds=now - mark_time,
-                    steps=step - mark_step, data_wait_s=data_wait_s, peak=peak, ceiling=ceiling,
-                )  # fmt: skip
+                    s,
+                    step=step,
+                    loss=loss_t.item(),
+                    lr=lr,
+                    seconds=now - mark_time,
+                    steps=step - mark_step,
+                    data_wait_s=data_wait_s,
+                    peak=peak,
+                    ceiling=ceiling,
+                )
                 history.append(record)
                 mark_time, mark_step, data_wait_s = time.perf_counter(), step, 0.0
             # -- validation
@@ -228,9 +235,17 @@ def _announce(cfg: Config, s: Session, *, device_name: str, start: int) -> None:
 
 
 def _progress_record(
-    s: Session, *, step: int, loss: float, lr: float, seconds: float, steps: int,
-    data_wait_s: float, peak, ceiling,
-) -> dict:  # fmt: skip
+    s: Session,
+    *,
+    step: int,
+    loss: float,
+    lr: float,
+    seconds: float,
+    steps: int,
+    data_wait_s: float,
+    peak,
+    ceiling,
+) -> dict:
     """The history record and log line of `steps` steps that took `seconds` (`data_wait_s` of
     them waiting for data); a non-finite loss raises NonFiniteState instead."""
     if not math.isfinite(loss):  # a save would have stopped it; log_every got there first
@@ -291,16 +306,28 @@ def spread_grad_accum(dcfg: DictConfig, *, given: bool) -> None:
         return  # a bad value is the schema's to refuse, in its own words
     world = world_size(nproc)
     per_rank = grad_accum_across_ranks(
-        tokens_per_step=b.tokens_per_step, micro_batch=b.micro_batch, grad_accum=b.grad_accum,
-        block_size=dcfg.model.block_size, world=world,
+        tokens_per_step=b.tokens_per_step,
+        micro_batch=b.micro_batch,
+        grad_accum=b.grad_accum,
+        block_size=dcfg.model.block_size,
+        world=world,
     )
     if per_rank is None:
         return
     if os.environ.get("RANK", "0") == "0":
-        log.info("%d processes: batch.grad_accum %d -> %d per process, keeping batch.micro_batch "
-                 "%d and batch.tokens_per_step %d (%d x %d x block %d x %d processes)", world,
-                 b.grad_accum, per_rank, b.micro_batch, b.tokens_per_step, b.micro_batch,
-                 per_rank, dcfg.model.block_size, world)  # fmt: skip
+        log.info(
+            "%d processes: batch.grad_accum %d -> %d per process, keeping batch.micro_batch "
+            "%d and batch.tokens_per_step %d (%d x %d x block %d x %d processes)",
+            world,
+            b.grad_accum,
+            per_rank,
+            b.micro_batch,
+            b.tokens_per_step,
+            b.micro_batch,
+            per_rank,
+            dcfg.model.block_size,
+            world,
+        )
     dcfg.batch.grad_accum = per_rank
 
 
@@ -362,13 +389,19 @@ def run_ranks(cfg: Config, dcfg: DictConfig, out_dir: Path) -> int:
     doc = OmegaConf.to_container(dcfg, resolve=True)
     config = out_dir / f"{LAUNCH_CONFIG}.yaml"
     OmegaConf.save(OmegaConf.create({"defaults": ["train_schema", "_self_"], **doc}), config)
-    argv = ["-m", "train", "--config-path", str(out_dir), "--config-name", LAUNCH_CONFIG,
-            f"hydra.run.dir={out_dir}/rank_${{oc.env:RANK}}"]  # fmt: skip
+    argv = [
+        "-m",
+        "train",
+        "--config-path",
+        str(out_dir),
+        "--config-name",
+        LAUNCH_CONFIG,
+        f"hydra.run.dir={out_dir}/rank_${{oc.env:RANK}}",
+    ]
     failures = launch(nproc=cfg.runtime.nproc, argv=argv, run_name="train")
     if failures:
         root = root_failure(failures, {})
-        log.error("%s; its log is in %s/rank_%d", root.text(cfg.runtime.nproc), out_dir,
-                  root.rank)  # fmt: skip
+        log.error("%s; its log is in %s/rank_%d", root.text(cfg.runtime.nproc), out_dir, root.rank)
         return 1 if root.exitcode < 0 else root.exitcode
     summary = out_dir / "rank_0" / "train_summary.json"
     if summary.is_file():

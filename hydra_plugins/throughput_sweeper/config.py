@@ -244,8 +244,11 @@ RENAMED = {
 
 def groups() -> dict[str, type]:
     """The groups of hydra.sweeper: name -> dataclass (verify -> VerifyConf, ...)."""
-    return {f.name: f.default_factory for f in dataclasses.fields(ThroughputSweeperConf)
-            if dataclasses.is_dataclass(f.default_factory)}  # fmt: skip
+    return {
+        f.name: f.default_factory
+        for f in dataclasses.fields(ThroughputSweeperConf)
+        if dataclasses.is_dataclass(f.default_factory)
+    }
 
 
 def setting_names() -> list[str]:

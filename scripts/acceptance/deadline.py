@@ -52,9 +52,16 @@ def run_until(
     stop_reason: list[str] = []
     stop_event = threading.Event()
     with log_path.open("a") as sink:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
 
         def pump() -> None:
             assert proc.stdout is not None
@@ -82,8 +89,12 @@ def run_until(
         code = proc.wait()
         reader.join(timeout=10)
         _kill_group(proc.pid)  # whatever the child left behind (its group is ours)
-    return Ran(returncode=code, wall_s=clock() - started, cut=cut,
-               stopped=stop_reason[0] if stop_reason else "")  # fmt: skip
+    return Ran(
+        returncode=code,
+        wall_s=clock() - started,
+        cut=cut,
+        stopped=stop_reason[0] if stop_reason else "",
+    )
 
 
 def _stop(proc: subprocess.Popen, *, label: str, grace_s: float, why: str) -> None:

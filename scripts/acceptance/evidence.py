@@ -108,21 +108,23 @@ def device_section(probe: dict[str, Any], results: list[dict[str, Any]]) -> dict
     ran = next((r for r in results if r and r.get("fingerprint") and r.get("device")), None)
     if ran is not None:
         fp, dev = ran["fingerprint"], ran["device"]
-        section.update({
-            "name": fp.get("device_name") or section["name"],
-            "driver": fp.get("nvidia_driver"),
-            "cuda": fp.get("torch_cuda"),
-            "cudnn": fp.get("cudnn"),
-            "python": fp.get("python"),
-            "cpu": fp.get("cpu_model"),
-            "packages": {k[len("pkg_"):]: v for k, v in fp.items() if k.startswith("pkg_")},
-            "git_commit": fp.get("git_commit"),
-            "dtype": dev.get("dtype"),
-            "spec_peak_flops": dev.get("peak_flops"),
-            "spec_peak_source": dev.get("peak_source"),
-            "ceiling_flops": dev.get("ceiling_flops"),
-            "ceiling_source": dev.get("ceiling_source"),
-        })  # fmt: skip
+        section.update(
+            {
+                "name": fp.get("device_name") or section["name"],
+                "driver": fp.get("nvidia_driver"),
+                "cuda": fp.get("torch_cuda"),
+                "cudnn": fp.get("cudnn"),
+                "python": fp.get("python"),
+                "cpu": fp.get("cpu_model"),
+                "packages": {k[len("pkg_") :]: v for k, v in fp.items() if k.startswith("pkg_")},
+                "git_commit": fp.get("git_commit"),
+                "dtype": dev.get("dtype"),
+                "spec_peak_flops": dev.get("peak_flops"),
+                "spec_peak_source": dev.get("peak_source"),
+                "ceiling_flops": dev.get("ceiling_flops"),
+                "ceiling_source": dev.get("ceiling_source"),
+            }
+        )
     return section
 
 
@@ -145,16 +147,18 @@ def collect_sweep(*, storage: str, study_name: str, sweep_dir: Path) -> dict[str
             continue
         job_dir = attrs.get("job_dir")
         result = read_result(Path(job_dir) / "result.json") if job_dir else None
-        trials.append({
-            "number": t.number,
-            "state": t.state.name.lower(),
-            "start": t.params in starts,
-            "knobs": dict(t.params),
-            "outcome": attrs.get("failure_kind") or t.state.name.lower(),
-            "reason": attrs.get("failure_reason"),
-            "wall_s": attrs.get("wall_s"),
-            **result_figures(result),
-        })  # fmt: skip
+        trials.append(
+            {
+                "number": t.number,
+                "state": t.state.name.lower(),
+                "start": t.params in starts,
+                "knobs": dict(t.params),
+                "outcome": attrs.get("failure_kind") or t.state.name.lower(),
+                "reason": attrs.get("failure_reason"),
+                "wall_s": attrs.get("wall_s"),
+                **result_figures(result),
+            }
+        )
     race = _race(study.user_attrs.get("race") or {})
     by_number = {t["number"]: t for t in trials}
     best_yaml = sweep_dir / "best.yaml"
@@ -186,9 +190,10 @@ def _race(saved: dict[str, Any]) -> dict[str, Any]:
 def race_tokens_per_s(race: dict[str, Any], number: int) -> float | None:
     """A contender's median tokens/s over its real full-step race runs."""
     tps = [
-        r[str(number)]["tokens_per_s"] for r in race.get("rounds", [])
+        r[str(number)]["tokens_per_s"]
+        for r in race.get("rounds", [])
         if r.get(str(number)) and r[str(number)].get("tokens_per_s") is not None
-    ]  # fmt: skip
+    ]
     return statistics.median(tps) if tps else None
 
 
@@ -199,13 +204,15 @@ def projection_vs_real(trials: dict[int, dict], race: dict[str, Any]) -> list[di
     for number in race.get("contenders", []):
         search, real = trials.get(number, {}), race_tokens_per_s(race, number)
         tps = search.get("tokens_per_s")
-        rows.append({
-            "trial": number,
-            "search_tokens_per_s": tps,
-            "search_projected": search.get("projected"),
-            "real_tokens_per_s": real,
-            "error": (tps / real - 1) if tps and real else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "trial": number,
+                "search_tokens_per_s": tps,
+                "search_projected": search.get("projected"),
+                "real_tokens_per_s": real,
+                "error": (tps / real - 1) if tps and real else None,
+            }
+        )
     return rows
 
 

@@ -43,9 +43,23 @@ def folder_name(evidence: dict, *, now: datetime | None = None) -> str:
 def env_text(evidence: dict) -> str:
     """The device and software lines of env.txt."""
     d = evidence.get("device") or {}
-    lines = [f"{k}: {d[k]}" for k in ("name", "type", "count", "memory_gib", "driver", "torch",
-                                      "cuda", "cudnn", "python", "cpu", "git_commit")
-             if d.get(k) is not None]  # fmt: skip
+    lines = [
+        f"{k}: {d[k]}"
+        for k in (
+            "name",
+            "type",
+            "count",
+            "memory_gib",
+            "driver",
+            "torch",
+            "cuda",
+            "cudnn",
+            "python",
+            "cpu",
+            "git_commit",
+        )
+        if d.get(k) is not None
+    ]
     lines += [f"package {k}: {v}" for k, v in sorted((d.get("packages") or {}).items()) if v]
     return "\n".join(lines) + "\n"
 
@@ -59,18 +73,23 @@ def write_evidence_folder(ctx: StageContext) -> Path:
         if not result.parent.name.isdigit():  # trial-N: a link to its job folder, kept once
             continue
         shutil.copyfile(result, folder / f"result-{result.parent.name}.json")
-    for src, name in ((sweep / "best.yaml", "best.yaml"), (sweep / "sweep.log", "sweep.log"),
-                      (ctx.logs / "production.log", "production.log")):  # fmt: skip
+    for src, name in (
+        (sweep / "best.yaml", "best.yaml"),
+        (sweep / "sweep.log", "sweep.log"),
+        (ctx.logs / "production.log", "production.log"),
+    ):
         if src.is_file():
             shutil.copyfile(src, folder / name)
     (folder / "env.txt").write_text(env_text(ctx.evidence))
     (folder / "evidence.json").write_text(json.dumps(ctx.evidence, indent=2, default=str) + "\n")
     title = folder.name.split("-", 3)
-    header = (f"# GPU evidence: {ctx.evidence.get('model')} on one "
-              f"{(ctx.evidence.get('device') or {}).get('name', 'device')}, "
-              f"{'-'.join(title[:3])}\n\n"
-              "Written by `python3 scripts/gpu_acceptance.py --lease` (the main command) and "
-              "`--lease --stage production` (the second); every figure below is read from "
-              "evidence.json, which is read from the raw files beside it.\n\n")  # fmt: skip
+    header = (
+        f"# GPU evidence: {ctx.evidence.get('model')} on one "
+        f"{(ctx.evidence.get('device') or {}).get('name', 'device')}, "
+        f"{'-'.join(title[:3])}\n\n"
+        "Written by `python3 scripts/gpu_acceptance.py --lease` (the main command) and "
+        "`--lease --stage production` (the second); every figure below is read from "
+        "evidence.json, which is read from the raw files beside it.\n\n"
+    )
     (folder / "README.md").write_text(header + readme_section(ctx.evidence))
     return folder

@@ -49,8 +49,11 @@ class LeasePlan:
         return MACHINE_START_S + self.main_s + self.second_s
 
     def lines(self) -> list[str]:
-        fits = self.main_s <= LEASE_MAIN_S and self.second_s <= LEASE_SECOND_S and \
-            self.total_s <= LEASE_S
+        fits = (
+            self.main_s <= LEASE_MAIN_S
+            and self.second_s <= LEASE_SECOND_S
+            and self.total_s <= LEASE_S
+        )
         parts = ", ".join(f"{k} {fmt_secs(v)}" for k, v in self.parts.items())
         out = [
             f"lease: main {self.main_s:.0f} s, second {self.second_s:.0f} s, total "
@@ -71,34 +74,56 @@ def sweep_plan_numbers(profile: Profile, start: Point, device: str) -> dict[str,
     plan_numbers), run as a child: nothing starts, no torch is imported."""
     with tempfile.TemporaryDirectory(prefix="lease-plan-") as tmp:
         work, numbers = Path(tmp), Path(tmp) / "plan.json"
-        argv = sweep_argv(profile, work, start, plan=True,
-                          extra=[f"hydra.sweeper.plan.device={device}",
-                                 f"hydra.sweeper.plan.json={numbers}"])  # fmt: skip
-        ran = subprocess.run(argv, cwd=work, env=child_env(), capture_output=True, text=True,
-                             timeout=300, check=False)  # fmt: skip
+        argv = sweep_argv(
+            profile,
+            work,
+            start,
+            plan=True,
+            extra=[f"hydra.sweeper.plan.device={device}", f"hydra.sweeper.plan.json={numbers}"],
+        )
+        ran = subprocess.run(
+            argv,
+            cwd=work,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         if ran.returncode != 0 or not numbers.is_file():
             tail = (ran.stdout + ran.stderr)[-2000:]
-            raise ValueError(f"the sweep's plan for {device!r} failed (exit {ran.returncode}):"
-                             f"\n{tail}")
+            raise ValueError(
+                f"the sweep's plan for {device!r} failed (exit {ran.returncode}):\n{tail}"
+            )
         return json.loads(numbers.read_text())
 
 
-def production_s(profile: Profile, model: dict[str, Any], point: dict[str, Any], *,
-                 device: str) -> float:  # fmt: skip
+def production_s(
+    profile: Profile, model: dict[str, Any], point: dict[str, Any], *, device: str
+) -> float:
     """One production process of `point` (searched keys over the start) on `device`: set-up, its
     graph from the compile cache the sweep left on the same machine (float8's cold: no cache
     entry), and profile.production_steps full steps at the forecast step."""
     cfg = {f"model.{k}": v for k, v in model.items()}
-    cfg.update({"batch.tokens_per_step": profile.tokens_per_step, "runtime.dtype": profile.dtype,
-                "runtime.compile": "default", **point})  # fmt: skip
+    cfg.update(
+        {
+            "batch.tokens_per_step": profile.tokens_per_step,
+            "runtime.dtype": profile.dtype,
+            "runtime.compile": "default",
+            **point,
+        }
+    )
     step = predict_step(cfg, device_name=device, device_type="cuda", bf16_supported=True)
     costs = costs_for(device)
     n_layer = int(model["n_layer"])
     float8 = str(cfg.get("runtime.float8") or "none") != "none"
-    return (setup_s(costs, device_type="cuda", n_layer=n_layer)
-            + compile_s(costs, mode=str(cfg["runtime.compile"]), n_layer=n_layer, float8=float8,
-                        warm=True)
-            + profile.production_steps * step.predicted_s)  # fmt: skip
+    return (
+        setup_s(costs, device_type="cuda", n_layer=n_layer)
+        + compile_s(
+            costs, mode=str(cfg["runtime.compile"]), n_layer=n_layer, float8=float8, warm=True
+        )
+        + profile.production_steps * step.predicted_s
+    )
 
 
 def lease_plan(device: str, *, profile: Profile = LEASE, numbers: dict | None = None) -> LeasePlan:
@@ -109,21 +134,29 @@ def lease_plan(device: str, *, profile: Profile = LEASE, numbers: dict | None = 
     chip = chip_for(device)
     memory = chip.memory_gib if chip else None
     if memory is None:
-        raise ValueError(f"--device {device!r} has no known memory size; use a name "
-                         f"hydra.sweeper.plan.device knows, e.g. 'NVIDIA H200'")  # fmt: skip
+        raise ValueError(
+            f"--device {device!r} has no known memory size; use a name "
+            f"hydra.sweeper.plan.device knows, e.g. 'NVIDIA H200'"
+        )
     model = model_fields(profile.model)
     start = starting_point(profile, model, device_type="cuda", memory_gib=memory)
     plan = numbers if numbers is not None else sweep_plan_numbers(profile, start, device)
     probe = SETUP_BASE_S["cuda"]  # the device probe: a process that imports torch and opens CUDA
     sweep_s = float(plan.get("wall_s") or 0.0)
-    parts = {"probe": probe, "search": float(plan.get("search_s") or 0.0),
-             "guard": float(plan.get("guard_s") or 0.0), "race": float(plan.get("race_s") or 0.0),
-             "start and end": float(plan.get("overhead_s") or 0.0),
-             "packing": profile.pack_margin_s}  # fmt: skip
+    parts = {
+        "probe": probe,
+        "search": float(plan.get("search_s") or 0.0),
+        "guard": float(plan.get("guard_s") or 0.0),
+        "race": float(plan.get("race_s") or 0.0),
+        "start and end": float(plan.get("overhead_s") or 0.0),
+        "packing": profile.pack_margin_s,
+    }
     main = probe + sweep_s + profile.pack_margin_s
     points = {"batch.micro_batch": start.micro_batch}, *plan.get("prior", [])
-    seconds = {json.dumps(p, sort_keys=True): production_s(profile, model, p, device=device)
-               for p in points}  # fmt: skip
+    seconds = {
+        json.dumps(p, sort_keys=True): production_s(profile, model, p, device=device)
+        for p in points
+    }
     slowest = max(seconds, key=seconds.__getitem__)
     second = seconds[slowest] + profile.pack_margin_s
     notes = []
@@ -132,9 +165,16 @@ def lease_plan(device: str, *, profile: Profile = LEASE, numbers: dict | None = 
     for r in plan.get("runs", []):
         comp = f" (compile {fmt_secs(r['compile_s'])}: {r['note']})" if r.get("compile_s") else ""
         notes.append(f"{r['count']} x {fmt_secs(r['each_s'])} {r['label']}{comp}")
-    return LeasePlan(device=device, start=start, main_s=main, second_s=second, parts=parts,
-                     second_part=f"production of {slowest}: set-up, compile, "
-                     f"{profile.production_steps} steps; packing", notes=notes)  # fmt: skip
+    return LeasePlan(
+        device=device,
+        start=start,
+        main_s=main,
+        second_s=second,
+        parts=parts,
+        second_part=f"production of {slowest}: set-up, compile, "
+        f"{profile.production_steps} steps; packing",
+        notes=notes,
+    )
 
 
 __all__ = ["LEASE_MAIN_S", "LEASE_S", "LEASE_SECOND_S", "LeasePlan", "lease_plan"]

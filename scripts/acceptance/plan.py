@@ -50,22 +50,25 @@ def predicted_gib(
 ) -> float:
     """The memory model's peak for `point` (model: the preset's fields, as in conf/model)."""
     cfg = {f"model.{k}": v for k, v in model.items()}
-    cfg.update({
-        "batch.micro_batch": point.micro_batch,
-        "batch.tokens_per_step": profile.tokens_per_step,
-        "runtime.dtype": profile.dtype,
-        "runtime.compile": point.compile,
-        "runtime.activation_checkpointing": point.activation_checkpointing,
-    })  # fmt: skip
+    cfg.update(
+        {
+            "batch.micro_batch": point.micro_batch,
+            "batch.tokens_per_step": profile.tokens_per_step,
+            "runtime.dtype": profile.dtype,
+            "runtime.compile": point.compile,
+            "runtime.activation_checkpointing": point.activation_checkpointing,
+        }
+    )
     return predict_memory(inputs_from_config(cfg, device_type=device_type)).peak_gib
 
 
 def candidates(profile: Profile) -> list[Point]:
     """Starting configs, best first (see the module docstring)."""
     splits = [
-        mb for mb in profile.micro_batches
+        mb
+        for mb in profile.micro_batches
         if profile.tokens_per_step % (mb * profile.block_size) == 0
-    ]  # fmt: skip
+    ]
     return [
         Point(micro_batch=mb, compile=c, activation_checkpointing=ac)
         for ac in ("none", "every")
@@ -102,14 +105,17 @@ def memory_points(
     """Up to profile.memory_points points to check the memory model on: the start, the largest
     eager point without recompute that fits, the start's micro-batch with recompute (eager)."""
     eager = [
-        p for p in candidates(profile)
-        if p.compile == "none" and p.activation_checkpointing == "none"
+        p
+        for p in candidates(profile)
+        if p.compile == "none"
+        and p.activation_checkpointing == "none"
         and _fits(profile, model, p, device_type=device_type, memory_gib=memory_gib)
-    ]  # fmt: skip
+    ]
     picked = [start]
     if eager:
         picked.append(eager[0])
-    picked.append(Point(micro_batch=start.micro_batch, compile="none",
-                        activation_checkpointing="every"))  # fmt: skip
+    picked.append(
+        Point(micro_batch=start.micro_batch, compile="none", activation_checkpointing="every")
+    )
     unique = list(dict.fromkeys(picked))
     return unique[: profile.memory_points]

@@ -84,8 +84,9 @@ class Profile:
     @property
     def multi_gpu_budget_s(self) -> float:
         """Device time of the stages that run only on a host with several GPUs."""
-        return sum(self.budget_for(stage, repeat=0) for stage in MULTI_GPU_STAGES
-                   if stage in self.budget_s)  # fmt: skip
+        return sum(
+            self.budget_for(stage, repeat=0) for stage in MULTI_GPU_STAGES if stage in self.budget_s
+        )
 
 
 XL = Profile(

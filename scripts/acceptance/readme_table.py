@@ -20,9 +20,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _knobs(knobs: dict[str, Any]) -> str:
-    short = {"batch.micro_batch": "mb", "runtime.compile": "compile",
-             "runtime.activation_checkpointing": "AC", "runtime.attention": "attn",
-             "data.num_workers": "workers"}  # fmt: skip
+    short = {
+        "batch.micro_batch": "mb",
+        "runtime.compile": "compile",
+        "runtime.activation_checkpointing": "AC",
+        "runtime.attention": "attn",
+        "data.num_workers": "workers",
+    }
     return ", ".join(f"{short.get(k, k)} {v}" for k, v in sorted(knobs.items()))
 
 
@@ -41,10 +45,15 @@ def device_line(ev: dict[str, Any]) -> str:
 
 def stages_table(ev: dict[str, Any]) -> list[str]:
     rows = [
-        [f"{s['stage']} ({s['run']})", s["outcome"], f"{s['wall_s']:.0f}", f"{s['deadline_s']:.0f}",
-         s.get("note") or ""]
+        [
+            f"{s['stage']} ({s['run']})",
+            s["outcome"],
+            f"{s['wall_s']:.0f}",
+            f"{s['deadline_s']:.0f}",
+            s.get("note") or "",
+        ]
         for s in ev.get("stages", [])
-    ]  # fmt: skip
+    ]
     return _table(["stage", "outcome", "wall s", "budget s", "note"], rows)
 
 
@@ -59,13 +68,21 @@ def memory_table(ev: dict[str, Any]) -> list[str]:
         status = m.get("status") or "n/a"
         if m.get("failure"):
             status = f"{status} ({m['failure']})"
-        rows.append([
-            f"mb {m['micro_batch']}, compile {m['compile']}, AC {m['activation_checkpointing']}",
-            status, _num(pred, ".2f"), _num(meas, ".2f"), err, _num(m.get("tokens_per_s"), ",.0f"),
-            _num(m.get("compile_s"), ".1f"),
-        ])  # fmt: skip
-    return _table(["point", "status", "predicted GiB", "measured GiB", "error", "tokens/s",
-                   "compile s"], rows)  # fmt: skip
+        rows.append(
+            [
+                f"mb {m['micro_batch']}, compile {m['compile']}, "
+                f"AC {m['activation_checkpointing']}",
+                status,
+                _num(pred, ".2f"),
+                _num(meas, ".2f"),
+                err,
+                _num(m.get("tokens_per_s"), ",.0f"),
+                _num(m.get("compile_s"), ".1f"),
+            ]
+        )
+    return _table(
+        ["point", "status", "predicted GiB", "measured GiB", "error", "tokens/s", "compile s"], rows
+    )
 
 
 def trials_table(ev: dict[str, Any]) -> list[str]:
@@ -74,27 +91,56 @@ def trials_table(ev: dict[str, Any]) -> list[str]:
         tps = _num(t.get("tokens_per_s"), ",.0f")
         if t.get("projected"):
             tps += " (projected)"
-        rows.append([
-            f"{t['number']}{' (start)' if t.get('start') else ''}", _knobs(t.get("knobs") or {}),
-            t.get("outcome", ""), tps, _num(t.get("mfu_spec"), ".1%"),
-            _num(t.get("mfu_ceiling"), ".1%"),
-            f"{_num(t.get('memory_predicted_gib'), '.1f')} / "
-            f"{_num(t.get('memory_measured_gib'), '.1f')}",
-            _num(t.get("compile_s"), ".0f"), _num(t.get("wall_s"), ".0f"),
-        ])  # fmt: skip
-    return _table(["trial", "knobs", "outcome", "tokens/s", "MFU spec", "MFU ceiling",
-                   "GiB pred / meas", "compile s", "wall s"], rows)  # fmt: skip
+        rows.append(
+            [
+                f"{t['number']}{' (start)' if t.get('start') else ''}",
+                _knobs(t.get("knobs") or {}),
+                t.get("outcome", ""),
+                tps,
+                _num(t.get("mfu_spec"), ".1%"),
+                _num(t.get("mfu_ceiling"), ".1%"),
+                f"{_num(t.get('memory_predicted_gib'), '.1f')} / "
+                f"{_num(t.get('memory_measured_gib'), '.1f')}",
+                _num(t.get("compile_s"), ".0f"),
+                _num(t.get("wall_s"), ".0f"),
+            ]
+        )
+    return _table(
+        [
+            "trial",
+            "knobs",
+            "outcome",
+            "tokens/s",
+            "MFU spec",
+            "MFU ceiling",
+            "GiB pred / meas",
+            "compile s",
+            "wall s",
+        ],
+        rows,
+    )
 
 
 def race_table(ev: dict[str, Any]) -> list[str]:
     rows = [
-        [str(p["trial"]), _num(p.get("search_tokens_per_s"), ",.0f")
-         + (" (projected)" if p.get("search_projected") else ""),
-         _num(p.get("real_tokens_per_s"), ",.0f"), _num(p.get("error"), "+.1%")]
+        [
+            str(p["trial"]),
+            _num(p.get("search_tokens_per_s"), ",.0f")
+            + (" (projected)" if p.get("search_projected") else ""),
+            _num(p.get("real_tokens_per_s"), ",.0f"),
+            _num(p.get("error"), "+.1%"),
+        ]
         for p in (ev.get("sweep") or {}).get("projection", [])
-    ]  # fmt: skip
-    return _table(["contender", "search tokens/s", "race tokens/s (real full steps, median)",
-                   "search vs real"], rows)  # fmt: skip
+    ]
+    return _table(
+        [
+            "contender",
+            "search tokens/s",
+            "race tokens/s (real full steps, median)",
+            "search vs real",
+        ],
+        rows,
+    )
 
 
 def summary_lines(ev: dict[str, Any]) -> list[str]:
@@ -103,8 +149,10 @@ def summary_lines(ev: dict[str, Any]) -> list[str]:
     best = sweep.get("best") or {}
     lines = []
     if verdict:
-        lines.append(f"Race: {verdict.get('outcome')} after {verdict.get('rounds')} round(s); "
-                     f"{verdict.get('reason')}")  # fmt: skip
+        lines.append(
+            f"Race: {verdict.get('outcome')} after {verdict.get('rounds')} round(s); "
+            f"{verdict.get('reason')}"
+        )
     if best:
         lines.append(
             f"best.yaml: trial {best.get('trial')}, {_knobs(best.get('knobs') or {})}; verified "
@@ -145,8 +193,17 @@ def ddp_lines(ev: dict[str, Any]) -> list[str]:
         _num(d.get("single_gpu_tokens_per_s"), ",.0f"),
         _num(d.get("scaling_efficiency"), ".1%"),
     ]
-    headers = ["config", "per process", "status", "tokens/s", "MFU spec", "MFU ceiling",
-               "comms", "1-GPU tokens/s", "scaling"]  # fmt: skip
+    headers = [
+        "config",
+        "per process",
+        "status",
+        "tokens/s",
+        "MFU spec",
+        "MFU ceiling",
+        "comms",
+        "1-GPU tokens/s",
+        "scaling",
+    ]
     return [
         f"Data-parallel trial (`{d.get('command')}`), MFU against {n} devices, beside the "
         f"single-GPU figure ({d.get('single_gpu_source')}):",
@@ -163,8 +220,10 @@ def readme_section(ev: dict[str, Any]) -> str:
         total -= sum(multi)  # the single-GPU stages' device time, against their budget
     extra = ""
     if multi:
-        extra = (f"; the data-parallel stage, extra: {sum(multi):.0f} s of "
-                 f"{ev.get('multi_gpu_budget_s') or 0:.0f} s")  # fmt: skip
+        extra = (
+            f"; the data-parallel stage, extra: {sum(multi):.0f} s of "
+            f"{ev.get('multi_gpu_budget_s') or 0:.0f} s"
+        )
     ddp = ddp_lines(ev)
     parts = [
         f"Profile `{ev.get('profile')}`: {ev.get('model')} at {ev.get('tokens_per_step', 0):,} "

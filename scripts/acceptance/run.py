@@ -82,16 +82,30 @@ def run_stage(
 ) -> StageReport:
     """Run `stage` and hand its state to `out` (`clock` times the deadline: tests pass a fake)."""
     started, started_real, wall_clock = clock(), time.monotonic(), datetime.now(UTC)
-    folder, evidence, done = open_work(profile=profile, state=state, work=work,
-                                       sweep_overrides=list(sweep_overrides))  # fmt: skip
+    folder, evidence, done = open_work(
+        profile=profile, state=state, work=work, sweep_overrides=list(sweep_overrides)
+    )
     run = 1 + sum(1 for s in evidence["stages"] if s["stage"] == stage)
     budget = deadline_s if deadline_s is not None else profile.budget_for(stage, repeat=run - 1)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = StageContext(profile=profile, work=folder, evidence=evidence, logs=out,
-                       deadline=started + budget - profile.pack_margin_s, clock=clock,
-                       run=run)  # fmt: skip
-    log.info("stage %s (run %d) of the %s profile in %s: %.0f s, children stopped at %.0f s",
-             stage, run, profile.name, folder, budget, budget - profile.pack_margin_s)  # fmt: skip
+    ctx = StageContext(
+        profile=profile,
+        work=folder,
+        evidence=evidence,
+        logs=out,
+        deadline=started + budget - profile.pack_margin_s,
+        clock=clock,
+        run=run,
+    )
+    log.info(
+        "stage %s (run %d) of the %s profile in %s: %.0f s, children stopped at %.0f s",
+        stage,
+        run,
+        profile.name,
+        folder,
+        budget,
+        budget - profile.pack_margin_s,
+    )
     try:
         result = BODIES[stage](ctx)
         outcome, note = result.outcome, result.note
@@ -99,25 +113,44 @@ def run_stage(
         log.exception("stage %s failed", stage)
         outcome, note = "failed", f"{type(exc).__name__}: {exc}"
     wall_s = time.monotonic() - started_real  # real seconds, whatever `clock` says
-    evidence["stages"].append({
-        "stage": stage, "run": run, "outcome": outcome, "note": note,
-        "started": wall_clock.isoformat(timespec="seconds"), "wall_s": round(wall_s, 1),
-        "deadline_s": budget,
-    })  # fmt: skip
+    evidence["stages"].append(
+        {
+            "stage": stage,
+            "run": run,
+            "outcome": outcome,
+            "note": note,
+            "started": wall_clock.isoformat(timespec="seconds"),
+            "wall_s": round(wall_s, 1),
+            "deadline_s": budget,
+        }
+    )
     evidence["wall_s_total"] = round(sum(s["wall_s"] for s in evidence["stages"]), 1)
     if profile.evidence_folder and stage == "production":  # the lease's second command
         laid = write_evidence_folder(ctx)
         evidence["evidence_folder"] = str(laid.relative_to(out))
-        log.info("evidence folder: %s (copy %s into the repository root to keep it)", laid,
-                 out / "docs")  # fmt: skip
+        log.info(
+            "evidence folder: %s (copy %s into the repository root to keep it)", laid, out / "docs"
+        )
     save_evidence(evidence, folder / FILE_NAME)
     save_evidence(evidence, out / FILE_NAME)
     if outcome == "done":
         done.append(stage)
-    manifest = Manifest(version=STATE_VERSION, profile=profile.name, work=str(folder),
-                        stages_done=done,
-                        packed_at=datetime.now(UTC).isoformat(timespec="seconds"))  # fmt: skip
+    manifest = Manifest(
+        version=STATE_VERSION,
+        profile=profile.name,
+        work=str(folder),
+        stages_done=done,
+        packed_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
     size = pack_state(folder, out / STATE_NAME, manifest=manifest)
-    return StageReport(stage=stage, run=run, outcome=outcome, note=note, wall_s=wall_s,
-                       deadline_s=budget, state=out / STATE_NAME, evidence=out / FILE_NAME,
-                       state_bytes=size)  # fmt: skip
+    return StageReport(
+        stage=stage,
+        run=run,
+        outcome=outcome,
+        note=note,
+        wall_s=wall_s,
+        deadline_s=budget,
+        state=out / STATE_NAME,
+        evidence=out / FILE_NAME,
+        state_bytes=size,
+    )

@@ -107,10 +107,13 @@ def _probe_and_start(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any],
     kind, memory = probe["device_type"], probe.get("device_memory_gib")
     start = starting_point(p, model, device_type=kind, memory_gib=memory)
     ctx.evidence["plan"] = {
-        "start": {**start.as_dict(), "grad_accum": start.grad_accum(p),
-                  "predicted_gib": predicted_gib(p, model, start, device_type=kind)},
+        "start": {
+            **start.as_dict(),
+            "grad_accum": start.grad_accum(p),
+            "predicted_gib": predicted_gib(p, model, start, device_type=kind),
+        },
         "device_memory_gib": memory,
-    }  # fmt: skip
+    }
     return probe, model, start
 
 
@@ -118,8 +121,9 @@ def lease_stage(ctx: StageContext) -> StageOutcome:
     """A lease's main command: probe, the starting config, then the whole sweep (search, guard
     and race in one run, its wall budget the time left) to a verified best.yaml."""
     probe, _, start = _probe_and_start(ctx)
-    log.info("start: %s (predicted %.1f GiB)", start.name,
-             ctx.evidence["plan"]["start"]["predicted_gib"])  # fmt: skip
+    log.info(
+        "start: %s (predicted %.1f GiB)", start.name, ctx.evidence["plan"]["start"]["predicted_gib"]
+    )
     outcome = sweep_stage(ctx)
     ran = [t for t in (ctx.evidence.get("sweep") or {}).get("trials", []) if t.get("status")]
     ctx.evidence["device"] = device_section(probe, _sweep_results(ctx) if ran else [])
@@ -129,8 +133,11 @@ def lease_stage(ctx: StageContext) -> StageOutcome:
 def _sweep_results(ctx: StageContext) -> list[dict]:
     from train.core.result import read_result
 
-    found = [read_result(path) for path in sorted(ctx.sweep_dir.glob("*/result.json"))
-             if path.parent.name.isdigit()]  # fmt: skip
+    found = [
+        read_result(path)
+        for path in sorted(ctx.sweep_dir.glob("*/result.json"))
+        if path.parent.name.isdigit()
+    ]
     return [r for r in found if r]
 
 
@@ -141,14 +148,23 @@ def plan_stage(ctx: StageContext) -> StageOutcome:
     kind, memory = probe["device_type"], probe.get("device_memory_gib")
     points = memory_points(p, model, start, device_type=kind, memory_gib=memory)
     ctx.evidence["plan"]["points"] = [pt.name for pt in points]
-    log.info("start: %s (predicted %.1f GiB); memory points: %s", start.name,
-             ctx.evidence["plan"]["start"]["predicted_gib"],
-             ", ".join(pt.name for pt in points))  # fmt: skip
+    log.info(
+        "start: %s (predicted %.1f GiB); memory points: %s",
+        start.name,
+        ctx.evidence["plan"]["start"]["predicted_gib"],
+        ", ".join(pt.name for pt in points),
+    )
     plan_log = ctx.logs / "plan.log"
     argv = sweep_argv(p, ctx.work, start, plan=True, extra=ctx.sweep_overrides)
-    ran = run_until(argv, cwd=ctx.work, env=child_env(),
-                    log_path=plan_log, deadline=ctx.deadline, label="sweep plan",
-                    clock=ctx.clock)  # fmt: skip
+    ran = run_until(
+        argv,
+        cwd=ctx.work,
+        env=child_env(),
+        log_path=plan_log,
+        deadline=ctx.deadline,
+        label="sweep plan",
+        clock=ctx.clock,
+    )
     text = plan_log.read_text().splitlines() if plan_log.is_file() else []
     ctx.evidence["plan"]["text"] = text[-PLAN_TEXT_LINES:]
     ctx.evidence["plan"]["returncode"] = ran.returncode
@@ -165,10 +181,12 @@ def plan_stage(ctx: StageContext) -> StageOutcome:
         result = _memory_check(ctx, point, model, kind)
         results.append(result)
         measured[point.name] = {
-            "point": point.name, **point.as_dict(), "grad_accum": 2,
+            "point": point.name,
+            **point.as_dict(),
+            "grad_accum": 2,
             "predicted_gib": predicted_gib(ctx.profile, model, point, device_type=kind),
             **result_figures(result),
-        }  # fmt: skip
+        }
     ctx.evidence["memory"] = list(measured.values())
     ctx.evidence["device"] = device_section(probe, results or _earlier_results(ctx))
     return StageOutcome(outcome="done")
@@ -180,13 +198,23 @@ def _memory_check(ctx: StageContext, point: Point, model: dict, kind: str) -> di
     import gpu_check
 
     p = ctx.profile
-    check = gpu_check.Check(model=p.model, compile=point.compile, micro_batch=point.micro_batch,
-                            grad_accum=2, block_size=p.block_size)  # fmt: skip
+    check = gpu_check.Check(
+        model=p.model,
+        compile=point.compile,
+        micro_batch=point.micro_batch,
+        grad_accum=2,
+        block_size=p.block_size,
+    )
     args = argparse.Namespace(
-        device=p.device, dtype=p.dtype, activation_checkpointing=point.activation_checkpointing,
-        data_dir=str(ctx.work / "data" / "synthetic"), warmup_steps=1, steps=p.check_steps,
-        max_seconds=p.check_max_seconds, timeout=max(1.0, ctx.left_s()),
-    )  # fmt: skip
+        device=p.device,
+        dtype=p.dtype,
+        activation_checkpointing=point.activation_checkpointing,
+        data_dir=str(ctx.work / "data" / "synthetic"),
+        warmup_steps=1,
+        steps=p.check_steps,
+        max_seconds=p.check_max_seconds,
+        timeout=max(1.0, ctx.left_s()),
+    )
     work = ctx.work / "memory" / point.name
     work.mkdir(parents=True, exist_ok=True)
     return gpu_check.run_check(check, args, work)
@@ -208,8 +236,11 @@ def sweep_stage(ctx: StageContext) -> StageOutcome:
     start_doc = ctx.evidence.get("plan", {}).get("start")
     if not start_doc:
         raise ValueError("no starting config in the evidence: run --stage plan first")
-    start = Point(micro_batch=start_doc["micro_batch"], compile=start_doc["compile"],
-                  activation_checkpointing=start_doc["activation_checkpointing"])  # fmt: skip
+    start = Point(
+        micro_batch=start_doc["micro_batch"],
+        compile=start_doc["compile"],
+        activation_checkpointing=start_doc["activation_checkpointing"],
+    )
     max_wall_s = ctx.left_s() - p.grace_s
     if max_wall_s < p.min_sweep_s:
         return StageOutcome(outcome="cut", note=f"{ctx.left_s():.0f} s left: too little to sweep")
@@ -218,23 +249,36 @@ def sweep_stage(ctx: StageContext) -> StageOutcome:
     # own; a race stage's wall budget ends its rounds in time. The deadline is the backstop.
     race_round_s = math.inf if searching else p.race_round_s
     ran = run_until(
-        sweep_argv(p, ctx.work, start, max_wall_s=0.0 if searching else max_wall_s,
-                   extra=ctx.sweep_overrides),
-        cwd=ctx.work, env=child_env(), log_path=ctx.logs / "sweep.log", deadline=ctx.deadline,
-        label="sweep", clock=ctx.clock, grace_s=p.grace_s,
-        stop_when=lambda line: race_stop_reason(line, left_s=ctx.left_s(),
-                                                race_round_s=race_round_s),
-    )  # fmt: skip
-    ctx.evidence["sweep"] = collect_sweep(storage=storage_url(ctx.work), study_name=study_name(p),
-                                          sweep_dir=ctx.sweep_dir)  # fmt: skip
+        sweep_argv(
+            p,
+            ctx.work,
+            start,
+            max_wall_s=0.0 if searching else max_wall_s,
+            extra=ctx.sweep_overrides,
+        ),
+        cwd=ctx.work,
+        env=child_env(),
+        log_path=ctx.logs / "sweep.log",
+        deadline=ctx.deadline,
+        label="sweep",
+        clock=ctx.clock,
+        grace_s=p.grace_s,
+        stop_when=lambda line: race_stop_reason(
+            line, left_s=ctx.left_s(), race_round_s=race_round_s
+        ),
+    )
+    ctx.evidence["sweep"] = collect_sweep(
+        storage=storage_url(ctx.work), study_name=study_name(p), sweep_dir=ctx.sweep_dir
+    )
     if best.is_file():
         return StageOutcome(outcome="done", note=f"verified best.yaml: {best}")
     if ran.cut:
         return StageOutcome(outcome="cut", note="the stage's deadline stopped the sweep")
     if ran.stopped:
         return StageOutcome(outcome="stopped", note=ran.stopped)
-    return StageOutcome(outcome="failed", note=f"the sweep exited {ran.returncode} without "
-                        f"best.yaml; see sweep.log")  # fmt: skip
+    return StageOutcome(
+        outcome="failed", note=f"the sweep exited {ran.returncode} without best.yaml; see sweep.log"
+    )
 
 
 def production_stage(ctx: StageContext) -> StageOutcome:
@@ -243,9 +287,16 @@ def production_stage(ctx: StageContext) -> StageOutcome:
     if not best.is_file():
         raise ValueError(f"no {best}: run --stage sweep again until it says 'done'")
     argv = production_argv(ctx.profile, ctx.work, best)
-    ran = run_until(argv, cwd=ctx.work, env=child_env(), log_path=ctx.logs / "production.log",
-                    deadline=ctx.deadline, label="production run", clock=ctx.clock,
-                    grace_s=ctx.profile.grace_s)  # fmt: skip
+    ran = run_until(
+        argv,
+        cwd=ctx.work,
+        env=child_env(),
+        log_path=ctx.logs / "production.log",
+        deadline=ctx.deadline,
+        label="production run",
+        clock=ctx.clock,
+        grace_s=ctx.profile.grace_s,
+    )
     summary_path = ctx.work / "production" / "train_summary.json"
     figures = {}
     if summary_path.is_file():
@@ -269,8 +320,11 @@ def production_stage(ctx: StageContext) -> StageOutcome:
 
 def _start_point(doc: dict[str, Any]) -> Point:
     """The starting config the plan stage recorded (evidence plan.start)."""
-    return Point(micro_batch=doc["micro_batch"], compile=doc["compile"],
-                 activation_checkpointing=doc["activation_checkpointing"])  # fmt: skip
+    return Point(
+        micro_batch=doc["micro_batch"],
+        compile=doc["compile"],
+        activation_checkpointing=doc["activation_checkpointing"],
+    )
 
 
 def ddp_skip_reason(profile: Profile, device_count: int) -> str:
@@ -315,14 +369,20 @@ def ddp_stage(ctx: StageContext, *, device_count: Callable[[], int] | None = Non
     count = (device_count or cuda_device_count)() if p.device == "cuda" else 0
     skip = ddp_skip_reason(p, count)
     if skip:
-        ctx.evidence["ddp"] = {"outcome": "skipped", "reason": skip, "device_count": count,
-                               "nproc": p.ddp_nproc}  # fmt: skip
+        ctx.evidence["ddp"] = {
+            "outcome": "skipped",
+            "reason": skip,
+            "device_count": count,
+            "nproc": p.ddp_nproc,
+        }
         return StageOutcome(outcome="skipped", note=skip)
     best = ctx.sweep_dir / "best.yaml"
     start_doc = ctx.evidence.get("plan", {}).get("start")
     if not best.is_file() and not start_doc:
-        raise ValueError("no best.yaml and no starting config in the evidence: run --stage plan "
-                         "(and the sweep) first")  # fmt: skip
+        raise ValueError(
+            "no best.yaml and no starting config in the evidence: run --stage plan "
+            "(and the sweep) first"
+        )
     start = _start_point(start_doc) if start_doc else None
     if best.is_file():
         from omegaconf import OmegaConf
@@ -333,13 +393,21 @@ def ddp_stage(ctx: StageContext, *, device_count: Callable[[], int] | None = Non
         assert start is not None
         one = (start.micro_batch, start.grad_accum(p))
     split = ddp_split(*one, world=p.ddp_nproc)
-    argv = ddp_argv(p, ctx.work, best_yaml=best if best.is_file() else None, start=start,
-                    split=split)  # fmt: skip
+    argv = ddp_argv(
+        p, ctx.work, best_yaml=best if best.is_file() else None, start=start, split=split
+    )
     result_path = ctx.work / "ddp" / "trial.json"
     result_path.unlink(missing_ok=True)  # an earlier, failed try's result is not this one's
-    ran = run_until(argv, cwd=ctx.work, env=child_env(), log_path=ctx.logs / "ddp.log",
-                    deadline=ctx.deadline, label="data-parallel trial", clock=ctx.clock,
-                    grace_s=p.grace_s)  # fmt: skip
+    ran = run_until(
+        argv,
+        cwd=ctx.work,
+        env=child_env(),
+        log_path=ctx.logs / "ddp.log",
+        deadline=ctx.deadline,
+        label="data-parallel trial",
+        clock=ctx.clock,
+        grace_s=p.grace_s,
+    )
     from train.core.result import read_result
 
     result = read_result(result_path)

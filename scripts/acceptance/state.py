@@ -125,6 +125,11 @@ def unpack_state(state: Path, *, profile: str) -> Manifest:
             m.name = str(PurePosixPath(*path.parts[1:]))
             members.append(m)
         tar.extractall(work, members=members, filter="data")
-    log.info("state: %d files from %s unpacked to %s (stages done: %s)", len(members), state,
-             work, ", ".join(manifest.stages_done) or "none")  # fmt: skip
+    log.info(
+        "state: %d files from %s unpacked to %s (stages done: %s)",
+        len(members),
+        state,
+        work,
+        ", ".join(manifest.stages_done) or "none",
+    )
     return manifest

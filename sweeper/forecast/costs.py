@@ -52,9 +52,14 @@ class ProcessCosts:
 
 
 GENERIC = ProcessCosts(
-    setup_s=None, compile_cold_s=None, compile_warm_s=None, float8_factor=1.0,
-    float8_cached=True, n_layer=48, source="generic: sized by depth",
-)  # fmt: skip
+    setup_s=None,
+    compile_cold_s=None,
+    compile_warm_s=None,
+    float8_factor=1.0,
+    float8_cached=True,
+    n_layer=48,
+    source="generic: sized by depth",
+)
 
 # Measured by our GPU leases' own trials (result.json: wall_s, warmup_s, compile.cache), by the
 # chip table's key (train/core/chips.py).
@@ -63,8 +68,13 @@ MEASURED: dict[str, ProcessCosts] = {
     # 23.8-30.7 s over 5 processes; cold bf16 compiles 68.2 and 57.5 s, cache hits 5.2 and 5.2 s;
     # float8 tensorwise cold 163.2 s (2.6x), its graph with no AOTAutograd cache entry
     "h200": ProcessCosts(
-        setup_s=26.6, compile_cold_s=62.9, compile_warm_s=5.2, float8_factor=163.2 / 62.9,
-        float8_cached=False, n_layer=48, source="measured on an H200, docs/gpu/2026-11-26-h200",
+        setup_s=26.6,
+        compile_cold_s=62.9,
+        compile_warm_s=5.2,
+        float8_factor=163.2 / 62.9,
+        float8_cached=False,
+        n_layer=48,
+        source="measured on an H200, docs/gpu/2026-11-26-h200",
     ),
 }
 
@@ -83,9 +93,14 @@ def setup_s(costs: ProcessCosts, *, device_type: str, n_layer: int) -> float:
 
 
 def compile_s(
-    costs: ProcessCosts, *, mode: str, n_layer: int, float8: bool, warm: bool = False,
+    costs: ProcessCosts,
+    *,
+    mode: str,
+    n_layer: int,
+    float8: bool,
+    warm: bool = False,
     unit: str = "model",
-) -> float:  # fmt: skip
+) -> float:
     """torch.compile of a graph in `mode` ("none": 0) at `n_layer` layers, the whole model or
     (`unit` block) each block once: its cold compile, or with `warm` its load from the compile
     cache (float8 graphs priced cold where they are not cached)."""
@@ -109,6 +124,8 @@ def compile_s(
 def uncached_note(costs: ProcessCosts, *, float8: bool) -> str:
     """Why a graph is priced cold although it is in the cache ('' where it is not)."""
     if float8 and not costs.float8_cached:
-        return ("float8 graphs got no AOTAutograd cache entry on this device (torchao's float8 "
-                "linears): every process compiles them cold")  # fmt: skip
+        return (
+            "float8 graphs got no AOTAutograd cache entry on this device (torchao's float8 "
+            "linears): every process compiles them cold"
+        )
     return ""

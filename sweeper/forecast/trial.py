@@ -70,9 +70,15 @@ def is_float8(cfg: Mapping[str, Any]) -> bool:
 
 
 def trial_time(
-    cfg: Mapping[str, Any], full_step_s: float, *, device_type: str, device_name: str = "",
-    num_params: int, scale: float = 1.0, warm: bool = False,
-) -> TrialTime:  # fmt: skip
+    cfg: Mapping[str, Any],
+    full_step_s: float,
+    *,
+    device_type: str,
+    device_name: str = "",
+    num_params: int,
+    scale: float = 1.0,
+    warm: bool = False,
+) -> TrialTime:
     """The phases of one trial of `cfg` when a full optimizer step takes `full_step_s`. `scale`
     multiplies the fixed allowances (1 for the expectation, SAFETY for a limit); `warm`: its
     graph is in the compile cache already (an expectation only: a limit allows a cold compile)."""
@@ -84,9 +90,11 @@ def trial_time(
     micro_steps = int(cfg.get("trial.project_micro_steps") or accum)
     short_s = full_step_s * short_step(accum, micro_steps) / accum
     projected = projects(
-        grad_accum=accum, project_micro_steps=micro_steps,
-        above_s=float(cfg.get("trial.project_above_s") or 0.0), full_step_s=full_step_s,
-    )  # fmt: skip
+        grad_accum=accum,
+        project_micro_steps=micro_steps,
+        above_s=float(cfg.get("trial.project_above_s") or 0.0),
+        full_step_s=full_step_s,
+    )
     step_s = short_s if projected else full_step_s
     warmup_steps = int(cfg.get("trial.warmup_steps") or TRIAL_DEFAULTS.warmup_steps)
     max_steps = int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps)
@@ -102,8 +110,9 @@ def trial_time(
     if scale == 1 and target > 0:  # the expectation ends where the interval does; limits do not
         first = first_ci_step(
             ci_min_steps=int(cfg.get("trial.ci_min_steps") or TRIAL_DEFAULTS.ci_min_steps),
-            checkpoint_every=every, max_steps=max_steps,
-        )  # fmt: skip
+            checkpoint_every=every,
+            max_steps=max_steps,
+        )
         # "plan.step_cv": a measured CV the plan passes in (not a trainer key)
         cv = float(cfg.get("plan.step_cv") or ASSUMED_STEP_CV.get(device_type, 0.15))
         n = min(n, steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps))
@@ -111,9 +120,14 @@ def trial_time(
     save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
     costs = costs_for(device_name if device_type == "cuda" else "")
     mode = str(cfg.get("runtime.compile") or "none")
-    expected_compile = compile_s(costs, mode=mode, n_layer=n_layer, float8=is_float8(cfg),
-                                 warm=warm and scale == 1,
-                                 unit=str(cfg.get("runtime.compile_unit") or "model"))  # fmt: skip
+    expected_compile = compile_s(
+        costs,
+        mode=mode,
+        n_layer=n_layer,
+        float8=is_float8(cfg),
+        warm=warm and scale == 1,
+        unit=str(cfg.get("runtime.compile_unit") or "model"),
+    )
     # the limit's allowance: never below the generic one, sized by the whole depth whatever the
     # compile unit (a limit errs long: a block compile that ran long is still a measurement)
     if scale > 1 and mode != "none":

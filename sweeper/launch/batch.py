@@ -51,9 +51,11 @@ def real_trial_s(space: SearchSpace, settings: SweepSettings) -> float:
 
     def expected(extra: dict) -> TrialTime:
         return point_limits(
-            extra, space.ctx, timeout_s=settings.budget.trial_timeout_s,
+            extra,
+            space.ctx,
+            timeout_s=settings.budget.trial_timeout_s,
             stall_timeout_s=settings.budget.stall_timeout_s,
-        ).expected  # fmt: skip
+        ).expected
 
     return expected(dict(REAL_STEP_KEYS)).total_s if expected({}).projected else 0.0
 

@@ -73,8 +73,10 @@ def _handle_error(handler: logging.Handler, record: logging.LogRecord) -> None:
     where = str(getattr(handler, "baseFilename", None) or getattr(handler, "path", "a log file"))
     if where not in _SAID:
         _SAID.add(where)
-        sys.stderr.write(f"[WARNING] disk full: {found[0]} writing {where}; its later lines are "
-                         "not written (the console still shows them)\n")  # fmt: skip
+        sys.stderr.write(
+            f"[WARNING] disk full: {found[0]} writing {where}; its later lines are "
+            "not written (the console still shows them)\n"
+        )
 
 
 def tolerate_full_disks() -> None:

@@ -91,8 +91,13 @@ def wrap_lines(text: str, width: int) -> list[str]:
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip(" "))) + CONTINUATION
-        out += textwrap.wrap(line, width=width, subsequent_indent=indent, break_long_words=False,
-                             break_on_hyphens=False)  # fmt: skip
+        out += textwrap.wrap(
+            line,
+            width=width,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
     return out
 
 
@@ -177,8 +182,10 @@ def add_routes(logging_cfg: Any, log_file: Path) -> None:
             spec = logging_cfg.handlers[name]
             spec["filters"] = [*list(spec.get("filters") or []), "sweep_console"]
             _wrap_formatter(logging_cfg, spec)
-        logging_cfg.handlers["sweep_log"] = {"()": f"{__name__}.SweepLogHandler",
-                                             "path": str(log_file)}  # fmt: skip
+        logging_cfg.handlers["sweep_log"] = {
+            "()": f"{__name__}.SweepLogHandler",
+            "path": str(log_file),
+        }
         for spec in logging_cfg.handlers.values():  # no handler writes a secret
             spec["filters"] = [*list(spec.get("filters") or []), "sweep_secrets"]
         root = logging_cfg.root
@@ -193,8 +200,11 @@ def _wrap_formatter(logging_cfg: Any, handler: Any) -> None:
     if spec is None or "()" in spec or "class" in spec:
         return
     name = f"{handler.formatter}_sweep_console"
-    formatters[name] = {"()": f"{__name__}.ConsoleFormatter", "fmt": spec.get("format"),
-                        "datefmt": spec.get("datefmt")}  # fmt: skip
+    formatters[name] = {
+        "()": f"{__name__}.ConsoleFormatter",
+        "fmt": spec.get("format"),
+        "datefmt": spec.get("datefmt"),
+    }
     handler["formatter"] = name
 
 

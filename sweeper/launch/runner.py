@@ -82,19 +82,20 @@ class TrialOutcome:
 # argv
 
 
-def trial_argv(
-    *, python: str, config_file: Path, job_dir: Path, overrides: list[str]
-) -> list[str]:
+def trial_argv(*, python: str, config_file: Path, job_dir: Path, overrides: list[str]) -> list[str]:
     """The child's command line: the trainer's trial entry point on a pinned config file
     (`--pinned`: no Hydra composition, train/trial/pinned.py), writing into `job_dir`."""
     job_dir = Path(job_dir)
     return [
-        python, "-m", "train.trial",
-        "--pinned", str(config_file),
+        python,
+        "-m",
+        "train.trial",
+        "--pinned",
+        str(config_file),
         f"trial.out={hydra_quote(str(job_dir / RESULT_NAME))}",
         f"trial.progress_file={hydra_quote(str(job_dir / PROGRESS_NAME))}",
         *overrides,
-    ]  # fmt: skip
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +178,10 @@ def _from_result(doc: TrialResult) -> tuple[str, str | None]:
 
 # The kernel's count of out-of-memory kills in this process's memory cgroup, readable without
 # privileges (dmesg is not): cgroup v2's memory.events, v1's memory.oom_control.
-OOM_COUNTERS = (Path("/sys/fs/cgroup/memory.events"),
-                Path("/sys/fs/cgroup/memory/memory.oom_control"))  # fmt: skip
+OOM_COUNTERS = (
+    Path("/sys/fs/cgroup/memory.events"),
+    Path("/sys/fs/cgroup/memory/memory.oom_control"),
+)
 
 
 def oom_kills(counters: tuple[Path, ...] = OOM_COUNTERS) -> int | None:
@@ -194,19 +197,24 @@ def oom_kills(counters: tuple[Path, ...] = OOM_COUNTERS) -> int | None:
     return None
 
 
-def _from_exit(returncode: int, log_path: Path, *, oom_before: int | None = None,
-               oom_after: int | None = None) -> tuple[str, str]:  # fmt: skip
+def _from_exit(
+    returncode: int, log_path: Path, *, oom_before: int | None = None, oom_after: int | None = None
+) -> tuple[str, str]:
     """State and reason for a child that left no result JSON. A SIGKILL is an out-of-memory
     verdict only with evidence (the cgroup's oom_kill count rose while the child ran): "oom"
     excludes larger micro-batches from the search, so a kill from outside (a user, a zygote that
     died, a job scheduler) must not."""
     if returncode == -signal.SIGKILL:
         if oom_before is not None and oom_after is not None and oom_after > oom_before:
-            return "oom", (f"killed by SIGKILL: the kernel killed for memory while it ran "
-                           f"(cgroup oom_kill {oom_before} -> {oom_after})")  # fmt: skip
-        evidence = ("no out-of-memory kill recorded (cgroup oom_kill unchanged)"
-                    if oom_before is not None and oom_after is not None
-                    else "no out-of-memory counter readable here")  # fmt: skip
+            return "oom", (
+                f"killed by SIGKILL: the kernel killed for memory while it ran "
+                f"(cgroup oom_kill {oom_before} -> {oom_after})"
+            )
+        evidence = (
+            "no out-of-memory kill recorded (cgroup oom_kill unchanged)"
+            if oom_before is not None and oom_after is not None
+            else "no out-of-memory counter readable here"
+        )
         return "crash", f"killed by SIGKILL from outside the trial ({evidence})"
     if returncode < 0:
         try:
@@ -258,18 +266,24 @@ def run_child(
     child = _start(argv, env=child_env, cwd=cwd, log_path=log_path)
     try:
         timeout_reason = _watch(
-            child, _ProgressTail(job_dir / PROGRESS_NAME), log_path=log_path, start=start,
-            timeout_s=timeout_s, stall_timeout_s=stall_timeout_s, on_progress=on_progress,
+            child,
+            _ProgressTail(job_dir / PROGRESS_NAME),
+            log_path=log_path,
+            start=start,
+            timeout_s=timeout_s,
+            stall_timeout_s=stall_timeout_s,
+            on_progress=on_progress,
             term_grace_s=term_grace_s,
-        )  # fmt: skip
+        )
     except BaseException:
         stop(child, why="interrupted", grace_s=term_grace_s)
         raise
     finally:
         _reap(child, grace_s=term_grace_s)
     wall_s = time.monotonic() - start
-    return _classify(child, timeout_reason, result_path, log_path, wall_s,
-                     oom=(oom_before, oom_kills()))  # fmt: skip
+    return _classify(
+        child, timeout_reason, result_path, log_path, wall_s, oom=(oom_before, oom_kills())
+    )
 
 
 def _clean_job_dir(job_dir: Path) -> tuple[Path, Path]:
@@ -294,10 +308,16 @@ def _start(argv: list[str], *, env: dict, cwd: Path | None, log_path: Path) -> C
 
 
 def _watch(
-    child: Child, tail: _ProgressTail, *, log_path: Path, start: float, timeout_s: float,
-    stall_timeout_s: float | None, on_progress: Callable[[dict], None] | None,
+    child: Child,
+    tail: _ProgressTail,
+    *,
+    log_path: Path,
+    start: float,
+    timeout_s: float,
+    stall_timeout_s: float | None,
+    on_progress: Callable[[dict], None] | None,
     term_grace_s: float,
-) -> str | None:  # fmt: skip
+) -> str | None:
     """Poll the child until it exits, passing its progress lines to `on_progress`; past the hard
     or the stall limit, stop it and return why (None when it exited by itself)."""
     proc, last_activity, log_size = child.proc, start, 0
@@ -354,9 +374,13 @@ def _reap(child: Child, *, grace_s: float) -> None:
 
 
 def _classify(
-    child: Child, timeout_reason: str | None, result_path: Path, log_path: Path, wall_s: float,
+    child: Child,
+    timeout_reason: str | None,
+    result_path: Path,
+    log_path: Path,
+    wall_s: float,
     oom: tuple[int | None, int | None] = (None, None),
-) -> TrialOutcome:  # fmt: skip
+) -> TrialOutcome:
     returncode = child.proc.returncode
     result, unreadable = _read_result(result_path)
     done = dict(result=result, returncode=returncode, wall_s=wall_s, log_path=log_path)
@@ -365,7 +389,8 @@ def _classify(
             # The measurement finished; only teardown hung (e.g. a worker that never exits).
             state, _ = _from_result(result)
             return TrialOutcome(
-                state=state, reason=f"result written, then the process hung: {timeout_reason}",
+                state=state,
+                reason=f"result written, then the process hung: {timeout_reason}",
                 **done,
             )
         return TrialOutcome(state="timeout", reason=timeout_reason, **done)

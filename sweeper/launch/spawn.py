@@ -242,8 +242,12 @@ def _ensure_zygote(*, python: str, env: dict[str, str], stderr_path: Path) -> Zy
         if _ZYGOTE is not None and not _ZYGOTE.alive:
             dead, _ZYGOTE = _ZYGOTE, None
             if _RESTARTED:
-                log.warning("the trial zygote (pid %d) died again (%s); starting trials with "
-                            "exec from now on", dead.pid, dead.exit_cause())  # fmt: skip
+                log.warning(
+                    "the trial zygote (pid %d) died again (%s); starting trials with "
+                    "exec from now on",
+                    dead.pid,
+                    dead.exit_cause(),
+                )
                 _FAILED = True
             else:
                 _RESTARTED = True
@@ -264,11 +268,21 @@ def _restart(dead: Zygote, *, python: str, env: dict[str, str], stderr_path: Pat
     try:
         fresh = Zygote(python=python, env=env, stderr_path=stderr_path)
     except OSError as exc:
-        log.warning("the trial zygote (pid %d) died (%s) and could not be restarted (%s); "
-                    "starting trials with exec", dead.pid, dead.exit_cause(), exc)  # fmt: skip
+        log.warning(
+            "the trial zygote (pid %d) died (%s) and could not be restarted (%s); "
+            "starting trials with exec",
+            dead.pid,
+            dead.exit_cause(),
+            exc,
+        )
         return None
-    log.warning("the trial zygote (pid %d) died (%s), its running trials recorded as killed; "
-                "restarted it once (pid %d)", dead.pid, dead.exit_cause(), fresh.pid)  # fmt: skip
+    log.warning(
+        "the trial zygote (pid %d) died (%s), its running trials recorded as killed; "
+        "restarted it once (pid %d)",
+        dead.pid,
+        dead.exit_cause(),
+        fresh.pid,
+    )
     return fresh
 
 

@@ -40,12 +40,16 @@ def production_threads() -> int:
     (what `python -m train` with runtime.threads=0 runs at); 0 where it cannot be asked."""
     code = "import torch; print(torch.get_num_threads())"
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=120, check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
         return int(out.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError) as exc:
-        log.warning("could not ask torch for its default thread count (%s): the race runs "
-                    "under the launcher's thread cap", exc)  # fmt: skip
+        log.warning(
+            "could not ask torch for its default thread count (%s): the race runs "
+            "under the launcher's thread cap",
+            exc,
+        )
         return 0
 
 
@@ -59,8 +63,9 @@ def last_value(overrides: list[str], key: str) -> str | None:
     return value
 
 
-def uncapped(overrides: list[str], *, base: dict, launcher: str, threads: int | None = None
-             ) -> list[str]:  # fmt: skip
+def uncapped(
+    overrides: list[str], *, base: dict, launcher: str, threads: int | None = None
+) -> list[str]:
     """`overrides` for a race run: with `runtime.threads=<the production default>` appended where
     the launcher caps its jobs' threads and the config leaves them to torch's default (0) in one
     process. `base`: the sweep's flat base config; `threads`: the production default (asked of

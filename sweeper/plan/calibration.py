@@ -98,8 +98,12 @@ def sweep_record(study: Any) -> SweepRecord | None:
     span = max(ends) - float(started) if started is not None and ends else None
     done = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete]
     guard = max(0.0, min(starts) - max(done)) if done else 0.0
-    return SweepRecord(trial_walls=[float(t.user_attrs["wall_s"]) for t in trials],
-                       race_walls=race_walls, span_s=span, guard_s=guard)  # fmt: skip
+    return SweepRecord(
+        trial_walls=[float(t.user_attrs["wall_s"]) for t in trials],
+        race_walls=race_walls,
+        span_s=span,
+        guard_s=guard,
+    )
 
 
 def _result_wall(path: Path | None) -> float | None:

@@ -57,10 +57,12 @@ class DeviceFacts:
             return ""
         flash = ", ".join(self.flash_attention_impls or ()) or "no FA3/FA4"
         torchao = "installed" if self.torchao else "absent"
-        return (f"plan assumes {self.name}'s machine has torchao {torchao}, {flash} (not this "
-                f"machine's packages); override with "
-                f"hydra.sweeper.plan.software=torchao,fa3 (a comma list of torchao, fa3, fa4, "
-                f"or '')")  # fmt: skip
+        return (
+            f"plan assumes {self.name}'s machine has torchao {torchao}, {flash} (not this "
+            f"machine's packages); override with "
+            f"hydra.sweeper.plan.software=torchao,fa3 (a comma list of torchao, fa3, fa4, "
+            f"or '')"
+        )
 
 
 def known_plan_devices() -> list[str]:
@@ -82,17 +84,25 @@ def plan_device_facts(
         )
     # every device with a known memory and peak (Ampere and newer) computes in bf16
     return DeviceFacts(
-        name=name, device_type="cuda", memory_gib=chip.memory_gib, bf16_supported=True,
-        cpu_count=cpu_count, source="plan device", cuda_capability=chip.capability,
+        name=name,
+        device_type="cuda",
+        memory_gib=chip.memory_gib,
+        bf16_supported=True,
+        cpu_count=cpu_count,
+        source="plan device",
+        cuda_capability=chip.capability,
         flash_attention_impls=tuple(n for n in software if n in FLASH_IMPLS),
         torchao="torchao" in software,
-    )  # fmt: skip
+    )
 
 
 def device_facts(
-    probed: dict | None, *, plan_device: str, cpu_count: int,
+    probed: dict | None,
+    *,
+    plan_device: str,
+    cpu_count: int,
     software: tuple[str, ...] = ("torchao",),
-) -> DeviceFacts:  # fmt: skip
+) -> DeviceFacts:
     """The device a sweep plans for: the probed one (train/proc/probe.py), with a plan device's
     name, memory and assumed software (`software`) in its place when one is named; a plan device
     alone when nothing was probed."""
@@ -112,9 +122,15 @@ def device_facts(
     if not plan_device:
         return facts
     named = plan_device_facts(plan_device, cpu_count=facts.cpu_count, software=software)
-    return replace(facts, name=named.name, memory_gib=named.memory_gib, source="plan device",
-                   cuda_capability=named.cuda_capability, torchao=named.torchao,
-                   flash_attention_impls=named.flash_attention_impls)  # fmt: skip
+    return replace(
+        facts,
+        name=named.name,
+        memory_gib=named.memory_gib,
+        source="plan device",
+        cuda_capability=named.cuda_capability,
+        torchao=named.torchao,
+        flash_attention_impls=named.flash_attention_impls,
+    )
 
 
 def _pair(value: object) -> tuple[int, int] | None:

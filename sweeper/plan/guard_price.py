@@ -30,9 +30,13 @@ def curve_run_keys(
     """The trainer keys of one curve run of `point`: the curve's steps and seed, and a step of at
     most guard.tokens tokens (fewer micro-batches, the same micro-batch)."""
     micro = point.get("batch.micro_batch", ctx.base.get("batch.micro_batch"))
-    split = capped_split(tokens_per_step=ctx.tokens_per_step, micro_batch=int(micro or 1),
-                         block_size=ctx.block_size, world_size=ctx.world_size,
-                         max_tokens=rules.tokens)  # fmt: skip
+    split = capped_split(
+        tokens_per_step=ctx.tokens_per_step,
+        micro_batch=int(micro or 1),
+        block_size=ctx.block_size,
+        world_size=ctx.world_size,
+        max_tokens=rules.tokens,
+    )
     return {**curve_keys(steps=rules.steps, seed=seed), **split}
 
 
@@ -87,12 +91,16 @@ def guard_plan(
         math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
         for p in planned
     ):
-        why = (f"{why}, but none of the {len(planned)} planned trial(s) (the starting config and "
-               f"the prior's points) changes the math: no curve runs")  # fmt: skip
+        why = (
+            f"{why}, but none of the {len(planned)} planned trial(s) (the starting config and "
+            f"the prior's points) changes the math: no curve runs"
+        )
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
     keys = curve_run_keys(reference, ctx, rules, seed=0)
-    limits = {"timeout_s": settings.budget.trial_timeout_s,
-              "stall_timeout_s": settings.budget.stall_timeout_s}  # fmt: skip
+    limits = {
+        "timeout_s": settings.budget.trial_timeout_s,
+        "stall_timeout_s": settings.budget.stall_timeout_s,
+    }
     # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
     seen = {graph_of({**ctx.base, **p}) for p in planned or []}
 
@@ -105,7 +113,7 @@ def guard_plan(
         {**p, **{k: reference[k] for k in SAME_BATCHES if k in reference}}
         for p in planned or []
         if math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
-    ][: settings.verify.top_k]  # fmt: skip
+    ][: settings.verify.top_k]
     if planned is not None:  # each planned contender at its own price (float8 compiles its own)
         contender_s = [curve_s(p) for p in changing]
         runs, all_s = rules.seeds + len(changing), rules.seeds * ref_s + sum(contender_s)
@@ -114,8 +122,11 @@ def guard_plan(
         runs, all_s = rules.seeds + settings.verify.top_k, None
         counted = f"{settings.verify.top_k} contender runs (those that change the math)"
     total = all_s if all_s is not None else runs * ref_s
-    refit = (f" (the starting config does not fit, so its reference runs the same math at "
-             f"{fit.text()})" if fit is not None and fit.changed else "")  # fmt: skip
+    refit = (
+        f" (the starting config does not fit, so its reference runs the same math at {fit.text()})"
+        if fit is not None and fit.changed
+        else ""
+    )
     line = (
         f"numerics guard: {why}: at most {rules.seeds} starting-config runs{refit} (one seed "
         f"each, ~{fmt_secs(ref_s)}) + {counted} of {rules.steps} steps of "

@@ -52,13 +52,24 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
         for value in p.choices:
             params = {**reference, key: value}
             full = {**ctx.base, **space.point(params)}
-            fit = predict(full, device_type=ctx.device_type, bf16_supported=ctx.bf16_supported,
-                          device_gib=ctx.device_memory_gib)  # fmt: skip
-            rows.append(LeverRow(
-                key=key, value=value, peak_gib=fit.peak_gib, fits=fit.fits,
-                compute=recompute_factor(full.get("runtime.activation_checkpointing"), n_layer),
-                refused=check_point(space.point(params), ctx, memory=False) if fit.fits else None,
-            ))  # fmt: skip
+            fit = predict(
+                full,
+                device_type=ctx.device_type,
+                bf16_supported=ctx.bf16_supported,
+                device_gib=ctx.device_memory_gib,
+            )
+            rows.append(
+                LeverRow(
+                    key=key,
+                    value=value,
+                    peak_gib=fit.peak_gib,
+                    fits=fit.fits,
+                    compute=recompute_factor(full.get("runtime.activation_checkpointing"), n_layer),
+                    refused=check_point(space.point(params), ctx, memory=False)
+                    if fit.fits
+                    else None,
+                )
+            )
     return rows
 
 
@@ -70,14 +81,16 @@ def plan_lever_lines(plan: Any) -> list[str]:
         first = plan.prior.points[0].params
         return lever_lines(space, ctx, first, source="the prior's first point")
     if plan.start_runs:
-        reference = baseline_params(space, ctx.base, device_type=ctx.device_type,
-                                    bf16=ctx.bf16_supported)  # fmt: skip
+        reference = baseline_params(
+            space, ctx.base, device_type=ctx.device_type, bf16=ctx.bf16_supported
+        )
         return lever_lines(space, ctx, reference, source="the starting config")
     return []
 
 
-def lever_lines(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any] | None, *,
-                source: str) -> list[str]:  # fmt: skip
+def lever_lines(
+    space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any] | None, *, source: str
+) -> list[str]:
     """The levers' table for plan mode; `source` says what the reference point is."""
     if reference is None:
         return []
@@ -85,9 +98,9 @@ def lever_lines(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any]
     if not rows:
         return []
     full = {**ctx.base, **space.point(reference)}
-    full["runtime.dtype"] = resolve_dtype_name(full.get("runtime.dtype"),
-                                               device_type=ctx.device_type,
-                                               bf16_supported=ctx.bf16_supported)  # fmt: skip
+    full["runtime.dtype"] = resolve_dtype_name(
+        full.get("runtime.dtype"), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
+    )
     at = ", ".join(f"{k.split('.')[-1]}={full.get(k)}" for k in SHOWN if k in full)
     lines = [f"memory levers at {at} ({source}) on {ctx.device_name or ctx.device_type}:"]
     width = max(len(f"{r.key}={r.value}") for r in rows)
@@ -95,6 +108,8 @@ def lever_lines(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any]
         verdict = "fits" if r.fits else "does not fit"
         if r.refused:
             verdict += f" (refused: {r.refused})"
-        lines.append(f"  {f'{r.key}={r.value}':<{width}}  {r.peak_gib:6.1f} GiB  "
-                     f"{r.compute:.2f}x compute  {verdict}")  # fmt: skip
+        lines.append(
+            f"  {f'{r.key}={r.value}':<{width}}  {r.peak_gib:6.1f} GiB  "
+            f"{r.compute:.2f}x compute  {verdict}"
+        )
     return lines

@@ -101,9 +101,11 @@ def build_plan(
     stall_timeout_s, and names for the report)."""
     if found is None:
         found = scan(
-            space, ctx, timeout_s=settings.budget.trial_timeout_s,
+            space,
+            ctx,
+            timeout_s=settings.budget.trial_timeout_s,
             stall_timeout_s=settings.budget.stall_timeout_s,
-        )  # fmt: skip
+        )
     b = ctx.base
     model = _model_facts(ctx)
     n_trials = settings.n_trials
@@ -117,52 +119,83 @@ def build_plan(
     start, start_runs = starting_config_line(space, ctx)
     n_verify = (k + start_runs) * repeats
     verify_s = point_limits(
-        {"trial.project_above_s": 0}, ctx,
+        {"trial.project_above_s": 0},
+        ctx,
         timeout_s=settings.budget.trial_timeout_s,
         stall_timeout_s=settings.budget.stall_timeout_s,
-    ).expected.total_s  # fmt: skip
+    ).expected.total_s
     cap = settings.budget.max_wall_s
     if cap <= 0 and device.device_type == "cpu":
         cap = settings.budget.cpu_max_wall_s
     mean = found.mean_trial_s
     wall = None
-    start_point = baseline_params(space, b, device_type=ctx.device_type,
-                                  bf16=ctx.bf16_supported) if start_runs else None  # fmt: skip
+    start_point = (
+        baseline_params(space, b, device_type=ctx.device_type, bf16=ctx.bf16_supported)
+        if start_runs
+        else None
+    )
     prior = prior_points(space, ctx, start=start_point, enabled=settings.prior)
     walls, budget_line = None, ""
     if mean is not None and n_search is not None:
         walls = wall_model(
-            ctx=ctx, prior=prior if settings.sampler == "tpe" else _no_prior(), start=start_point,
-            n_search=n_search, mean_trial_s=mean,
-            race_entrants=k + start_runs, race_rounds=repeats,
+            ctx=ctx,
+            prior=prior if settings.sampler == "tpe" else _no_prior(),
+            start=start_point,
+            n_search=n_search,
+            mean_trial_s=mean,
+            race_entrants=k + start_runs,
+            race_rounds=repeats,
             cached=str(getattr(settings, "compile_cache", "off")) != "off",
-            limits={"timeout_s": settings.budget.trial_timeout_s,
-                    "stall_timeout_s": settings.budget.stall_timeout_s},
+            limits={
+                "timeout_s": settings.budget.trial_timeout_s,
+                "stall_timeout_s": settings.budget.stall_timeout_s,
+            },
             calibration=calibration,
-        )  # fmt: skip
+        )
         wall = walls.total_s
         verify_s = walls.race[0].each_s if walls.race else verify_s
-    guard = guard_plan({p.key: p.values() for p in space.searched}, ctx, settings,
-                       planned=_planned_points(prior if settings.sampler == "tpe" else None,
-                                               start_point, n_search))  # fmt: skip
+    guard = guard_plan(
+        {p.key: p.values() for p in space.searched},
+        ctx,
+        settings,
+        planned=_planned_points(
+            prior if settings.sampler == "tpe" else None, start_point, n_search
+        ),
+    )
     if wall is not None:
         wall += guard.total_s  # its curve runs, before the race
     if cap > 0 and wall is not None and walls is not None:  # the budget's own rules
         guard_s = calibration.guard_s if calibration else guard.total_s
-        wall, budget_line = budgeted(walls, cap_s=cap, guard_s=guard_s, top_k=k,
-                                     race_entrants=k + start_runs, repeats=repeats)  # fmt: skip
+        wall, budget_line = budgeted(
+            walls,
+            cap_s=cap,
+            guard_s=guard_s,
+            top_k=k,
+            race_entrants=k + start_runs,
+            repeats=repeats,
+        )
     elif cap > 0:
         wall = cap if wall is None else min(wall, cap)
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
     return SweepPlan(
         start=start,
         start_runs=start_runs,
-        device=device, model=model, settings=settings, space=space, scan=found,
-        usable_gib=usable, n_search=n_search, n_verify=n_verify, verify_trial_s=verify_s,
+        device=device,
+        model=model,
+        settings=settings,
+        space=space,
+        scan=found,
+        usable_gib=usable,
+        n_search=n_search,
+        n_verify=n_verify,
+        verify_trial_s=verify_s,
         wall_s=wall,
         wall_cap_s=cap if cap > 0 else None,
-        prior=prior, wall=walls, guard=guard, budget_line=budget_line,
-    )  # fmt: skip
+        prior=prior,
+        wall=walls,
+        guard=guard,
+        budget_line=budget_line,
+    )
 
 
 def _model_facts(ctx: SpaceContext) -> dict[str, Any]:
@@ -170,15 +203,22 @@ def _model_facts(ctx: SpaceContext) -> dict[str, Any]:
     size and the trial's precision target."""
     b = ctx.base
     n_params = gpt2_num_params(
-        n_layer=b["model.n_layer"], n_embd=b["model.n_embd"], vocab_size=b["model.vocab_size"],
-        block_size=b["model.block_size"], bias=bool(b.get("model.bias", True)),
-    )  # fmt: skip
+        n_layer=b["model.n_layer"],
+        n_embd=b["model.n_embd"],
+        vocab_size=b["model.vocab_size"],
+        block_size=b["model.block_size"],
+        bias=bool(b.get("model.bias", True)),
+    )
     return {
         "name": b.get("model.name"),
         "num_params": n_params,
         "flops_per_token": flops_per_token(
-            n_layer=b["model.n_layer"], n_head=b["model.n_head"], n_embd=b["model.n_embd"],
-            seq_len=b["model.block_size"], vocab_size=b["model.vocab_size"], num_params=n_params,
+            n_layer=b["model.n_layer"],
+            n_head=b["model.n_head"],
+            n_embd=b["model.n_embd"],
+            seq_len=b["model.block_size"],
+            vocab_size=b["model.vocab_size"],
+            num_params=n_params,
         ),
         "tokens_per_step": ctx.tokens_per_step,
         "block_size": ctx.block_size,
@@ -207,18 +247,26 @@ def starting_config_line(space: SearchSpace, ctx: SpaceContext) -> tuple[str, bo
     """The composed config as the sweep will treat it: its predicted memory, and whether it is
     measured first (the report's point of comparison) or not, and why; True when it runs."""
     b = ctx.base
-    knobs = (f"micro_batch={b.get('batch.micro_batch')} x grad_accum={b.get('batch.grad_accum')}, "
-             f"dtype={b.get('runtime.dtype')}, compile={b.get('runtime.compile')}, "
-             f"activation_checkpointing={b.get('runtime.activation_checkpointing')}")
+    knobs = (
+        f"micro_batch={b.get('batch.micro_batch')} x grad_accum={b.get('batch.grad_accum')}, "
+        f"dtype={b.get('runtime.dtype')}, compile={b.get('runtime.compile')}, "
+        f"activation_checkpointing={b.get('runtime.activation_checkpointing')}"
+    )
     memory = ""
     if ctx.device_memory_gib:
-        v = predict(b, device_type=ctx.device_type, bf16_supported=ctx.bf16_supported,
-                    device_gib=ctx.device_memory_gib)  # fmt: skip
+        v = predict(
+            b,
+            device_type=ctx.device_type,
+            bf16_supported=ctx.bf16_supported,
+            device_gib=ctx.device_memory_gib,
+        )
         memory = f", predicted {v.peak_gib:.1f} GiB"
     reason = check_point({}, ctx)
     if reason is not None:
         return f"starting config ({knobs}){memory}: NOT RUN ({reason})", False
     if baseline_params(space, b, device_type=ctx.device_type, bf16=ctx.bf16_supported) is None:
-        return (f"starting config ({knobs}){memory}: not run (a searched knob is set to a value "
-                "outside the space), so the report has no starting point to compare with"), False
+        return (
+            f"starting config ({knobs}){memory}: not run (a searched knob is set to a value "
+            "outside the space), so the report has no starting point to compare with"
+        ), False
     return f"starting config ({knobs}){memory}: runs first and is verified beside the winner", True

@@ -105,9 +105,16 @@ def prepare(
     check_trainer_keys(base, list({**s.space, **cli_space}))
     check_micro_batches({**s.space, **cli_space}, base)
     # one run length: planned_steps, else planned_tokens over the config's tokens per step
-    s = replace_in(s, **{"cost.planned_steps": resolve_planned_steps(
-        planned_steps=s.cost.planned_steps, planned_tokens=s.cost.planned_tokens,
-        tokens_per_step=base["batch.tokens_per_step"])})  # fmt: skip
+    s = replace_in(
+        s,
+        **{
+            "cost.planned_steps": resolve_planned_steps(
+                planned_steps=s.cost.planned_steps,
+                planned_tokens=s.cost.planned_tokens,
+                tokens_per_step=base["batch.tokens_per_step"],
+            )
+        },
+    )
     objective = ObjectiveConfig(
         name=s.objective,
         planned_steps=s.cost.planned_steps,
@@ -120,9 +127,12 @@ def prepare(
     # run on other machines (preflight.check_launcher: their device is named)
     probe_here = not (s.plan.device and (s.plan.enabled or not kinds.local(launcher)))
     facts = probe_device() if probe_here else None
-    device = device_facts(facts, plan_device=s.plan.device,
-                          cpu_count=launcher_cpus(config, launcher) or cpus_here(),
-                          software=plan_software(s.plan.software))  # fmt: skip
+    device = device_facts(
+        facts,
+        plan_device=s.plan.device,
+        cpu_count=launcher_cpus(config, launcher) or cpus_here(),
+        software=plan_software(s.plan.software),
+    )
     if device.software_line():
         log.info("%s", device.software_line())
     s = _device_settings(s, device, model=base["model.name"])
@@ -145,8 +155,9 @@ def prepare(
     space = parse_space({**s.space, **cli_space}, ctx)
     space.require_feasible(ctx)
     # the memory model's drops, choices no runnable point has, the trials' limits
-    found = scan(space, ctx, timeout_s=s.budget.trial_timeout_s,
-                 stall_timeout_s=s.budget.stall_timeout_s)  # fmt: skip
+    found = scan(
+        space, ctx, timeout_s=s.budget.trial_timeout_s, stall_timeout_s=s.budget.stall_timeout_s
+    )
     space = drop_dead_values(space, found)
     for line in startup_lines(found, ctx):
         log.info(line)
@@ -158,9 +169,18 @@ def prepare(
         # above (the space, the wall budget) starts no process and leaves no zygote.log.
         sweep_dir.mkdir(parents=True, exist_ok=True)
         prestart_zygote(sweep_dir, compile_cache=cache.setting)
-    return Prepared(settings=s, objective=objective, fixed=fixed, base=base, facts=facts,
-                    device=device, ctx=ctx, space=space, found=found,
-                    gpu_slots=slots)  # fmt: skip
+    return Prepared(
+        settings=s,
+        objective=objective,
+        fixed=fixed,
+        base=base,
+        facts=facts,
+        device=device,
+        ctx=ctx,
+        space=space,
+        found=found,
+        gpu_slots=slots,
+    )
 
 
 def check_wall_budget(s: SweepSettings, found: Scan, *, capped: bool) -> None:
@@ -251,8 +271,10 @@ def gpu_settings(s: SweepSettings) -> SweepSettings:
     if s.gpu.verify_rounds > 0:
         changes["verify.repeats"] = changes["verify.max_rounds"] = s.gpu.verify_rounds
     if changes:
-        log.info("on a GPU: %s (hydra.sweeper.gpu.n_trials, gpu.verify_top_k, gpu.verify_rounds)",
-                 ", ".join(f"{k}={v}" for k, v in changes.items()))  # fmt: skip
+        log.info(
+            "on a GPU: %s (hydra.sweeper.gpu.n_trials, gpu.verify_top_k, gpu.verify_rounds)",
+            ", ".join(f"{k}={v}" for k, v in changes.items()),
+        )
     return replace_in(s, **changes) if changes else s
 
 

@@ -58,8 +58,9 @@ class Prior:
     line: str
 
 
-def prior_points(space: SearchSpace, ctx: SpaceContext, *, start: dict | None = None,
-                 enabled: bool = True) -> Prior:  # fmt: skip
+def prior_points(
+    space: SearchSpace, ctx: SpaceContext, *, start: dict | None = None, enabled: bool = True
+) -> Prior:
     """The prior of `space` on the device of `ctx`; `start` (the starting config's params, if it
     runs) is never repeated."""
     if not enabled:
@@ -136,25 +137,41 @@ def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     if best is None:
         return Prior(points=[], line="prior: none (no point of the space fits without recompute)")
     knobs = _knob_text(best)
-    pick.add(out, best, f"the largest micro-batch that fits without recompute ({knobs}): "
-                        "fewest, largest matmuls and no forward run twice")  # fmt: skip
+    pick.add(
+        out,
+        best,
+        f"the largest micro-batch that fits without recompute ({knobs}): "
+        "fewest, largest matmuls and no forward run twice",
+    )
     up = _one_size_up(pick, best)
     if up is not None:
-        pick.add(out, up, f"one micro-batch size up ({up[MB]}) with the cheapest recompute that "
-                          f"fits ({AC}={up[AC]}, {recompute_factor(up[AC], _layers(ctx)):.2f}x "
-                          "the compute)")  # fmt: skip
+        pick.add(
+            out,
+            up,
+            f"one micro-batch size up ({up[MB]}) with the cheapest recompute that "
+            f"fits ({AC}={up[AC]}, {recompute_factor(up[AC], _layers(ctx)):.2f}x "
+            "the compute)",
+        )
     newer = (getattr(ctx, "cuda_capability", None) or (0, 0))[0] >= 10
     for key, values in LEVERS:
-        for value in (values[::-1] if newer and key == "runtime.attention" else values):
+        for value in values[::-1] if newer and key == "runtime.attention" else values:
             if value in pick.choices(key):
                 lever = pick.largest_fit({**best, key: value})
-                pick.add(out, lever, f"{key}={value} on the largest fit: a new lever of the "
-                                     "compute-bound step" + _refit(best, lever))  # fmt: skip
+                pick.add(
+                    out,
+                    lever,
+                    f"{key}={value} on the largest fit: a new lever of the "
+                    "compute-bound step" + _refit(best, lever),
+                )
                 break
-    return Prior(points=out, line=(
-        f"prior: {len(out)} point(s) from the memory model and the FLOP arithmetic, measured "
-        "before TPE's spread-out design (a compute-bound step: largest matmuls, bf16, compiled, "
-        "fused attention)"))  # fmt: skip
+    return Prior(
+        points=out,
+        line=(
+            f"prior: {len(out)} point(s) from the memory model and the FLOP arithmetic, measured "
+            "before TPE's spread-out design (a compute-bound step: largest matmuls, bf16, "
+            "compiled, fused attention)"
+        ),
+    )
 
 
 def _one_size_up(pick: _Picker, best: dict) -> dict | None:
@@ -163,8 +180,9 @@ def _one_size_up(pick: _Picker, best: dict) -> dict | None:
     if not sizes:
         return None
     layers = _layers(pick.space.ctx)
-    modes = sorted((m for m in pick.choices(AC) if m != "none"),
-                   key=lambda m: recompute_factor(m, layers))  # fmt: skip
+    modes = sorted(
+        (m for m in pick.choices(AC) if m != "none"), key=lambda m: recompute_factor(m, layers)
+    )
     for mode in modes:
         trial = {**best, MB: sizes[0], AC: mode}
         if pick.ok(trial):
@@ -181,17 +199,24 @@ def _cpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     changed = {k: v for k, v in p.items() if pick.template.get(k) != v or pick.start is None}
     changed = {k: v for k, v in changed.items() if k in ("runtime.threads", "data.num_workers")}
     if changed:
-        pick.add(out, p, f"on this CPU ({ctx.cpu_count} cores): "
-                         f"{_knob_text(changed)}: every core to the step, and no DataLoader "
-                         "worker competing with it on a few cores")  # fmt: skip
+        pick.add(
+            out,
+            p,
+            f"on this CPU ({ctx.cpu_count} cores): "
+            f"{_knob_text(changed)}: every core to the step, and no DataLoader "
+            "worker competing with it on a few cores",
+        )
     why = (
         "the FLOP arithmetic does not hold on a CPU (no datasheet peak, bf16 slower than fp32 "
         "without AMX, compile costing more than a short trial gains), so it sets only threads "
         "and workers"
     )
     if not out:
-        return Prior(points=[], line=f"prior: no point on this CPU ({why}; the starting config "
-                                     "already has them, or the space does not search them)")
+        return Prior(
+            points=[],
+            line=f"prior: no point on this CPU ({why}; the starting config "
+            "already has them, or the space does not search them)",
+        )
     return Prior(points=out, line=f"prior: {len(out)} point(s) on this CPU: {why}")
 
 
@@ -207,6 +232,12 @@ def _layers(ctx: SpaceContext) -> int:
 
 def _knob_text(point: dict) -> str:
     short = {MB: "micro_batch", AC: "act_ckpt"}
-    keys = (MB, "runtime.dtype", "runtime.compile", "runtime.attention", "runtime.threads",
-            "data.num_workers")  # fmt: skip
+    keys = (
+        MB,
+        "runtime.dtype",
+        "runtime.compile",
+        "runtime.attention",
+        "runtime.threads",
+        "data.num_workers",
+    )
     return ", ".join(f"{short.get(k, k.split('.')[-1])}={point[k]}" for k in keys if k in point)

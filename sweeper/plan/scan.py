@@ -27,12 +27,21 @@ from train.core.rules import resolve_dtype_name
 # searched key outside these (and outside model.* / trial.*) never changes whether a point runs
 # or how long it takes, so it is counted, not enumerated.
 PLAN_KEYS = (
-    "batch.micro_batch", "batch.grad_accum", "batch.tokens_per_step", "runtime.device",
-    "runtime.compile", "runtime.dtype", "runtime.tf32", "runtime.attention",
-    "runtime.activation_checkpointing", "data.num_workers", "checkpoint.every_steps",
-    "runtime.float8", "runtime.float8_emulate",  # float8's rule reads the dtype and the device
+    "batch.micro_batch",
+    "batch.grad_accum",
+    "batch.tokens_per_step",
+    "runtime.device",
+    "runtime.compile",
+    "runtime.dtype",
+    "runtime.tf32",
+    "runtime.attention",
+    "runtime.activation_checkpointing",
+    "data.num_workers",
+    "checkpoint.every_steps",
+    "runtime.float8",
+    "runtime.float8_emulate",  # float8's rule reads the dtype and the device
     "runtime.loss",  # the memory model reads it (the chunked loss holds no full logits)
-)  # fmt: skip
+)
 # runtime.compile_unit is counted, not enumerated: it never changes whether a point runs, only its
 # expected compile, which the forecast prices lower for a block-compiled model (so the scan's walls
 # and limits, at the base config's unit, err long); enumerating it would double the scan of
@@ -41,9 +50,13 @@ PLAN_PREFIXES = ("model.", "trial.")
 # The knobs a memory estimate depends on (train.core.memory_model.MemoryInputs), as
 # printed.
 MEMORY_KNOBS = (
-    "batch.micro_batch", "runtime.dtype", "runtime.attention",
-    "runtime.activation_checkpointing", "runtime.compile", "runtime.loss",
-)  # fmt: skip
+    "batch.micro_batch",
+    "runtime.dtype",
+    "runtime.attention",
+    "runtime.activation_checkpointing",
+    "runtime.compile",
+    "runtime.loss",
+)
 # The knobs a point's floor, predicted step and trial limits depend on most, as printed.
 CLASS_KNOBS = ("runtime.compile", "runtime.activation_checkpointing")
 ENUMERATE_LIMIT = 100_000  # planned combinations scanned exhaustively; beyond, sampled
@@ -162,9 +175,11 @@ def scan(
             continue
         if same_device and ctx.device_memory_gib is not None:
             verdict = predict(
-                full, device_type=device_type, bf16_supported=ctx.bf16_supported,
+                full,
+                device_type=device_type,
+                bf16_supported=ctx.bf16_supported,
                 device_gib=ctx.device_memory_gib,
-            )  # fmt: skip
+            )
             if not verdict.fits:
                 knobs = _memory_knobs(full, ctx, device_type)
                 key = tuple(knobs.values())
@@ -226,9 +241,12 @@ def _add_to_class(classes: dict, full: dict, limits: TrialLimits, weight: int) -
     c = classes.get(key)
     if c is None:
         c = classes[key] = PointClass(
-            knobs=knobs, floor_s=limits.step.floor_s, step_s=limits.step.predicted_s,
-            timeout_s=limits.timeout_s, stall_timeout_s=limits.stall_timeout_s,
-        )  # fmt: skip
+            knobs=knobs,
+            floor_s=limits.step.floor_s,
+            step_s=limits.step.predicted_s,
+            timeout_s=limits.timeout_s,
+            stall_timeout_s=limits.stall_timeout_s,
+        )
     c.timeout_s = max(c.timeout_s, limits.timeout_s)
     c.step_s = max(c.step_s, limits.step.predicted_s)
     if limits.stall_timeout_s is not None and c.stall_timeout_s is not None:

@@ -139,23 +139,35 @@ def wall_model(
     graphs = _Graphs(cached, ctx.device_name if ctx.device_type == "cuda" else "")
 
     def expected(point: Mapping[str, Any], *, warm: bool = False) -> TrialTime:
-        return point_limits({**point, **extra}, ctx, warm=warm,
-                            **limits).expected  # type: ignore[arg-type]  # fmt: skip
+        return point_limits({**point, **extra}, ctx, warm=warm, **limits).expected  # type: ignore[arg-type]
 
     search: list[PlannedRuns] = []
     first = queued_points(prior, start)
     for label, point in first[:n_search]:
         t = expected(point)
         wall, comp, how = graphs.price({**ctx.base, **point}, t, expected(point, warm=True))
-        search.append(PlannedRuns(label=label, count=1, each_s=wall, compile_s=comp,
-                                  window_steps=t.window_steps, note=how))  # fmt: skip
+        search.append(
+            PlannedRuns(
+                label=label,
+                count=1,
+                each_s=wall,
+                compile_s=comp,
+                window_steps=t.window_steps,
+                note=how,
+            )
+        )
     rest = max(0, n_search - len(first))
     if rest > 0:
-        search.append(PlannedRuns(
-            label="TPE: design, picks, polish (mean of the space)", count=rest,
-            each_s=mean_trial_s, compile_s=0.0, window_steps=0,
-            note="a new graph each: cold compile",
-        ))  # fmt: skip
+        search.append(
+            PlannedRuns(
+                label="TPE: design, picks, polish (mean of the space)",
+                count=rest,
+                each_s=mean_trial_s,
+                compile_s=0.0,
+                window_steps=0,
+                note="a new graph each: cold compile",
+            )
+        )
     known = [point for _, point in first[:n_search]]
     if rest == 0 and known and race_entrants == len(known):
         # every search trial is known and all of them race: each entrant at its own price
@@ -170,12 +182,22 @@ def wall_model(
         t = expected({**point, **REAL_STEPS})
         if point:
             graphs.seen.add(graph_of({**ctx.base, **point}))
-        wall, comp, how = graphs.price({**ctx.base, **point}, t,
-                                       expected({**point, **REAL_STEPS}, warm=True))
-        name = f"race run of the {label} (real full steps)" if label else \
-            "race run (real full steps)"
-        race.append(PlannedRuns(label=name, count=race_rounds, each_s=wall, compile_s=comp,
-                                window_steps=t.window_steps, note=how))  # fmt: skip
+        wall, comp, how = graphs.price(
+            {**ctx.base, **point}, t, expected({**point, **REAL_STEPS}, warm=True)
+        )
+        name = (
+            f"race run of the {label} (real full steps)" if label else "race run (real full steps)"
+        )
+        race.append(
+            PlannedRuns(
+                label=name,
+                count=race_rounds,
+                each_s=wall,
+                compile_s=comp,
+                window_steps=t.window_steps,
+                note=how,
+            )
+        )
     return WallModel(search=search, race=_merged(race))
 
 
@@ -185,8 +207,14 @@ def _merged(runs: list[PlannedRuns]) -> list[PlannedRuns]:
     for r in runs:
         if out and (out[-1].label, out[-1].each_s, out[-1].note) == (r.label, r.each_s, r.note):
             last = out.pop()
-            r = PlannedRuns(label=r.label, count=last.count + r.count, each_s=r.each_s,
-                            compile_s=r.compile_s, window_steps=r.window_steps, note=r.note)
+            r = PlannedRuns(
+                label=r.label,
+                count=last.count + r.count,
+                each_s=r.each_s,
+                compile_s=r.compile_s,
+                window_steps=r.window_steps,
+                note=r.note,
+            )
         out.append(r)
     return out
 
@@ -198,19 +226,36 @@ def _calibrated(c: Calibration, *, n_search: int, race_runs: int) -> WallModel:
     runs = max(float(race_runs), c.race_runs)
     note = f"measured: mean of {c.sweeps} earlier sweep(s) here, {c.between_s:.1f} s between runs"
     return WallModel(
-        search=[PlannedRuns(label="search trial (measured mean)", count=n_search,
-                            each_s=c.trial_s + c.between_s, compile_s=0.0, window_steps=0,
-                            note=note)],
-        race=[PlannedRuns(label=f"race run (measured mean; {c.race_runs:.1f} runs a sweep)",
-                          count=round(runs), each_s=c.race_run_s + c.between_s, compile_s=0.0,
-                          window_steps=0, note=note)],
-        notes=[f"calibrated from {c.sweeps} finished sweep(s) of this model and search on this "
-               "machine (sweeper/plan/calibration.py)"],
-    )  # fmt: skip
+        search=[
+            PlannedRuns(
+                label="search trial (measured mean)",
+                count=n_search,
+                each_s=c.trial_s + c.between_s,
+                compile_s=0.0,
+                window_steps=0,
+                note=note,
+            )
+        ],
+        race=[
+            PlannedRuns(
+                label=f"race run (measured mean; {c.race_runs:.1f} runs a sweep)",
+                count=round(runs),
+                each_s=c.race_run_s + c.between_s,
+                compile_s=0.0,
+                window_steps=0,
+                note=note,
+            )
+        ],
+        notes=[
+            f"calibrated from {c.sweeps} finished sweep(s) of this model and search on this "
+            "machine (sweeper/plan/calibration.py)"
+        ],
+    )
 
 
-def budgeted(model: WallModel, *, cap_s: float, guard_s: float, race_entrants: int,
-             top_k: int, repeats: int) -> tuple[float, str]:  # fmt: skip
+def budgeted(
+    model: WallModel, *, cap_s: float, guard_s: float, race_entrants: int, top_k: int, repeats: int
+) -> tuple[float, str]:
     """The wall of `model` under a wall budget of `cap_s`, as sweeper/study/budget.py runs it, and
     a line saying what fits: a search trial starts only while the time spent and the
     verification reserve (budget.py's verify_reserve, at the median trial) leave room; the
@@ -219,8 +264,9 @@ def budgeted(model: WallModel, *, cap_s: float, guard_s: float, race_entrants: i
     run_s = model.race[0].each_s if model.race else 0.0
     trial_walls = [r.each_s for r in model.search for _ in range(r.count)]
     median = statistics.median(trial_walls) if trial_walls else 0.0
-    reserve = verify_reserve(run_s=max(median, run_s), top_k=top_k, repeats=repeats,
-                             max_wall_s=cap_s)  # fmt: skip
+    reserve = verify_reserve(
+        run_s=max(median, run_s), top_k=top_k, repeats=repeats, max_wall_s=cap_s
+    )
     t, ran = 0.0, 0
     for wall in trial_walls:
         if t + reserve >= cap_s:
@@ -236,8 +282,10 @@ def budgeted(model: WallModel, *, cap_s: float, guard_s: float, race_entrants: i
         while rounds < wanted and t + round_s <= cap_s:
             t, rounds = t + round_s, rounds + 1
     total = t + model.overhead_s
-    line = (f"under the {fmt_secs(cap_s)} wall budget: {ran} search trial(s) "
-            f"({fmt_secs(search_s)}), the guard's runs {fmt_secs(guard_s)}, {rounds} race "
-            f"round(s) of {race_entrants} ({fmt_secs(rounds * round_s)}), "
-            f"{fmt_secs(model.overhead_s)} start and end = {fmt_secs(total)}")
+    line = (
+        f"under the {fmt_secs(cap_s)} wall budget: {ran} search trial(s) "
+        f"({fmt_secs(search_s)}), the guard's runs {fmt_secs(guard_s)}, {rounds} race "
+        f"round(s) of {race_entrants} ({fmt_secs(rounds * round_s)}), "
+        f"{fmt_secs(model.overhead_s)} start and end = {fmt_secs(total)}"
+    )
     return total, line

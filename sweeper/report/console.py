@@ -25,8 +25,12 @@ from sweeper.numbers import fmt_duration, fmt_pct
 from sweeper.report.export import train_command
 
 # Logs and CI have no terminal width: keep the final table readable there too ($COLUMNS, else 160).
-console = Console(highlight=False, soft_wrap=True, emoji=False,
-                  width=None if sys.stdout.isatty() else console_width())  # fmt: skip
+console = Console(
+    highlight=False,
+    soft_wrap=True,
+    emoji=False,
+    width=None if sys.stdout.isatty() else console_width(),
+)
 # The report's lines in full, for the sweep's log file only (sweeper/launch/quiet.py routes it).
 record = logging.getLogger("sweeper.report.record")
 SAME_AS_START = "no knob changed"  # a trial at the starting config's knobs
@@ -86,8 +90,10 @@ def start_lines(start: Mapping[str, Any], *, in_space: bool) -> list[str]:
     """The starting config in full, once before the first trial: each trial line names only the
     knobs that differ from it."""
     where = "" if in_space else " (not a point of the search space: it is not run)"
-    return [f"start{where}: each trial below names only the knobs that differ from it",
-            f"  {full_knobs(start)}"]  # fmt: skip
+    return [
+        f"start{where}: each trial below names only the knobs that differ from it",
+        f"  {full_knobs(start)}",
+    ]
 
 
 def print_start(start: Mapping[str, Any], *, in_space: bool) -> None:
@@ -144,8 +150,9 @@ def trial_line(
     wall, the knobs that differ from `start`, and why it stopped; then the progress line with the
     best value so far and the ETA (`eta`, sweeper/study/eta.py: learned from the walls measured
     so far; a bare `eta_s` otherwise). The log file gets the line with every knob."""
-    shown, kept = trial_text(number=number, state=state, params=params, result=result,
-                             reason=reason, start=start)  # fmt: skip
+    shown, kept = trial_text(
+        number=number, state=state, params=params, result=result, reason=reason, start=start
+    )
     say(shown, kept=kept)
     best_text = "-" if best is None else f"{best:,.1f}"
     eta_text = eta.text() if eta is not None else f"eta {fmt_duration(eta_s)}"
@@ -182,7 +189,8 @@ def float8_note(rows: list[dict]) -> str | None:
         return None
     which = ", ".join(
         f"{i} ({f8['recipe']}{', emulated' if f8.get('emulated') else ''}: "
-        f"{f8['linears_converted']} of {f8['linears_total']} linears)" for i, f8 in ran
+        f"{f8['linears_converted']} of {f8['linears_total']} linears)"
+        for i, f8 in ran
     )
     return (
         f"f8: float8 matmuls ran in rank {which}; their MFU spec is bf16-equivalent (the same "
@@ -205,8 +213,13 @@ def _columns() -> list[str]:
 
 
 def _cells(rank: int, row: dict) -> list[str]:
-    return [rank_text(rank, row), _cell(row, "tokens_per_s"), search_run_text(row),
-            *(_cell(row, key) for key in _METRIC_KEYS[1:]), str(row.get("n", ""))]  # fmt: skip
+    return [
+        rank_text(rank, row),
+        _cell(row, "tokens_per_s"),
+        search_run_text(row),
+        *(_cell(row, key) for key in _METRIC_KEYS[1:]),
+        str(row.get("n", "")),
+    ]
 
 
 def final_table(rows: list[dict], *, title: str = TABLE_TITLE) -> Table:
@@ -227,8 +240,7 @@ def knob_lines(rows: list[dict], *, start: Mapping[str, Any] | None = None) -> l
     the starting config (the start's row when it was verified, else `start`), e.g.
     `  trial 8 (rank 1, winner): micro_batch=32 dtype=bf16`."""
     reference = next((r["params"] for r in rows if r.get("start")), start)
-    lines = ["knobs that differ from the starting config:" if reference is not None
-             else "knobs:"]  # fmt: skip
+    lines = ["knobs that differ from the starting config:" if reference is not None else "knobs:"]
     for i, r in enumerate(rows, 1):
         role = "".join(f", {name}" for name in ("winner", "start") if r.get(name))
         knobs = "the starting config" if r.get("start") else knobs_text(r["params"], reference)
@@ -238,8 +250,9 @@ def knob_lines(rows: list[dict], *, start: Mapping[str, Any] | None = None) -> l
 
 def row_record(rank: int, row: dict) -> str:
     """A verified row whole, for the log file: every number and every knob."""
-    numbers = ", ".join(f"{col} {cell}" for col, cell in
-                        zip(_columns()[1:], _cells(rank, row)[1:], strict=True))  # fmt: skip
+    numbers = ", ".join(
+        f"{col} {cell}" for col, cell in zip(_columns()[1:], _cells(rank, row)[1:], strict=True)
+    )
     return f"verified {rank_text(rank, row)}: trial {row['trial']}, {numbers}; " + full_knobs(
         row["params"]
     )

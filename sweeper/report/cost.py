@@ -99,24 +99,39 @@ def sweep_costs(
     doc: dict[str, Any] = {"start": None, "winner": None}
 
     def price(results: list) -> dict[str, Any]:
-        plan = None if mtbf_h is None else plan_from_results(
-            results, mtbf_h=mtbf_h, planned_every=objective.planned_checkpoint_every,
-            planned_steps=objective.planned_steps)  # fmt: skip
-        at = objective if plan is None else dataclasses.replace(
-            objective, planned_checkpoint_every=plan.every_steps)  # fmt: skip
+        plan = (
+            None
+            if mtbf_h is None
+            else plan_from_results(
+                results,
+                mtbf_h=mtbf_h,
+                planned_every=objective.planned_checkpoint_every,
+                planned_steps=objective.planned_steps,
+            )
+        )
+        at = (
+            objective
+            if plan is None
+            else dataclasses.replace(objective, planned_checkpoint_every=plan.every_steps)
+        )
         return {"objective": at, "usd_per_hour": usd_per_hour, "prices": prices}
 
     winner = verification.winner
     if winner is not None:
-        doc["winner"] = run_cost(winner.results, trial=winner.number,
-                                 basis=_basis(winner.results), **price(winner.results))  # fmt: skip
+        doc["winner"] = run_cost(
+            winner.results,
+            trial=winner.number,
+            basis=_basis(winner.results),
+            **price(winner.results),
+        )
     base = find_baseline(study, baseline)
     if base is not None:
         runs = [r for r in verification.results.get(base.number) or [] if r]
         search = trial_result(base)
         if not runs and search:
-            doc["start"] = run_cost([search], trial=base.number, basis="its search run",
-                                    **price([search]))  # fmt: skip
+            doc["start"] = run_cost(
+                [search], trial=base.number, basis="its search run", **price([search])
+            )
         else:
             doc["start"] = run_cost(runs, trial=base.number, basis=_basis(runs), **price(runs))
     return doc
@@ -131,11 +146,15 @@ def compile_basis(chosen: Mapping[str, Any], runs: list[Mapping[str, Any]]) -> d
     if cache.get("graph_compile_s") is None:
         return {}
     first = cache.get("graph_compile_cache")
-    warm = [float(r["compile_s"]) for r in runs
-            if ((r.get("compile") or {}).get("cache") or {}).get("state") == "hit"
-            and r.get("compile_s") is not None]  # fmt: skip
+    warm = [
+        float(r["compile_s"])
+        for r in runs
+        if ((r.get("compile") or {}).get("cache") or {}).get("state") == "hit"
+        and r.get("compile_s") is not None
+    ]
     return {
-        "compile_cache": "the graph's first compile, cold" if first in ("miss", "off", "partial")
+        "compile_cache": "the graph's first compile, cold"
+        if first in ("miss", "off", "partial")
         else "the graph's first compile, found in the cache",
         "compile_warm_s": statistics.median(warm) if warm else None,
     }

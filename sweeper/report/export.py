@@ -30,8 +30,16 @@ log = logging.getLogger(__name__)
 
 # The trainer's sections in schema order (train/core/config.py: Config).
 TRAINER_SECTIONS = (
-    "model", "data", "batch", "optim", "checkpoint", "runtime", "ddp", "trial", "train",
-)  # fmt: skip
+    "model",
+    "data",
+    "batch",
+    "optim",
+    "checkpoint",
+    "runtime",
+    "ddp",
+    "trial",
+    "train",
+)
 # Top-level keys of a composed config that are not trainer settings and are dropped on export.
 _DROPPED_KEYS = ("defaults", "hydra", "provenance", "pinned_sections")
 # What a best.yaml says it pins, written above the sections so that a file cut short still says
@@ -83,8 +91,7 @@ def best_config_document(
             f"trainer_config has key(s) {unknown} that are not trainer sections "
             f"{list(TRAINER_SECTIONS)}; the trainer schema would reject them"
         )
-    doc: dict[str, Any] = {"defaults": list(DEFAULTS),
-                           "pinned_sections": list(PINNED_SECTIONS)}  # fmt: skip
+    doc: dict[str, Any] = {"defaults": list(DEFAULTS), "pinned_sections": list(PINNED_SECTIONS)}
     for section in TRAINER_SECTIONS:
         doc[section] = _plain(trainer_config[section])
 
@@ -185,8 +192,13 @@ def pin_measured_threads(pinned: dict, results: list[dict]) -> dict[str, Any]:
     becomes the number the verified tokens/s was measured at, so training from best.yaml runs
     as the race did. Unchanged, and said, where no run recorded its threads."""
     rt = pinned["runtime"]
-    seen = sorted({int(r["fingerprint"]["torch_threads"]) for r in results
-                   if r and (r.get("fingerprint") or {}).get("torch_threads")})  # fmt: skip
+    seen = sorted(
+        {
+            int(r["fingerprint"]["torch_threads"])
+            for r in results
+            if r and (r.get("fingerprint") or {}).get("torch_threads")
+        }
+    )
     requested = int(rt.get("threads") or 0)
     if len(seen) != 1:
         return {
@@ -195,14 +207,19 @@ def pin_measured_threads(pinned: dict, results: list[dict]) -> dict[str, Any]:
             + ("no thread count)" if not seen else f"several: {seen})"),
         }
     if seen[0] != requested:
-        log.info("best.yaml pins runtime.threads=%d: the torch threads the race measured with "
-                 "(the trial asked for %d)", seen[0], requested)  # fmt: skip
+        log.info(
+            "best.yaml pins runtime.threads=%d: the torch threads the race measured with "
+            "(the trial asked for %d)",
+            seen[0],
+            requested,
+        )
     rt["threads"] = seen[0]
     # the race set runtime.threads itself where a launcher capped its jobs (launch/threads.py)
     uncapped = requested == 0 and all(
         int(((r.get("config") or {}).get("runtime") or {}).get("threads") or 0) == seen[0]
-        for r in results if r
-    )  # fmt: skip
+        for r in results
+        if r
+    )
     return {
         "threads": seen[0],
         "requested": requested,
@@ -260,12 +277,20 @@ def _pin_production_interval(
     interval chosen from the measured stall (`checkpoint`), else at the planned one."""
     measured = pinned["checkpoint"]["every_steps"]
     if checkpoint is not None:
-        log.info("best.yaml saves every %d steps (%s; the trial saved every %d)",
-                 checkpoint.every_steps, checkpoint.rule, measured)  # fmt: skip
+        log.info(
+            "best.yaml saves every %d steps (%s; the trial saved every %d)",
+            checkpoint.every_steps,
+            checkpoint.rule,
+            measured,
+        )
         pinned["checkpoint"]["every_steps"] = checkpoint.every_steps
     elif planned > 0 and measured != planned:
-        log.info("best.yaml saves every %d steps (hydra.sweeper.cost.planned_checkpoint_every; "
-                 "the trial saved every %d)", planned, measured)
+        log.info(
+            "best.yaml saves every %d steps (hydra.sweeper.cost.planned_checkpoint_every; "
+            "the trial saved every %d)",
+            planned,
+            measured,
+        )
         pinned["checkpoint"]["every_steps"] = planned
 
 
@@ -334,9 +359,10 @@ def export_winner(
     if cost is not None:  # time to train the planned tokens and $ per 1B, start and winner
         doc["provenance"]["cost"] = _plain(cost)
     doc["provenance"]["checkpoint"] = (  # the interval, its saving overhead, work lost
-        checkpoint.as_dict() if checkpoint is not None
+        checkpoint.as_dict()
+        if checkpoint is not None
         else {"every_steps": pinned["checkpoint"]["every_steps"], "rule": "no save measured"}
-    )  # fmt: skip
+    )
     doc["provenance"]["measured_as"] = measured_as  # the conditions the race measured it in
     # what its matmuls ran in, and what its MFU is measured against (train/core/result.py)
     doc["provenance"]["precision"] = precision_record(winner.results, row)

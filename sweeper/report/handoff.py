@@ -48,9 +48,13 @@ def plan_from_results(
     def plan_at(every_of: Any) -> CheckpointPlan:
         save_s = statistics.median(save_stall_s(r, planned_every=every_of(r)) or 0.0 for r in runs)
         return checkpoint_plan(
-            save_s=save_s, step_s=step_s, mtbf_h=mtbf_h, world=world,
-            planned_every=planned_every, planned_steps=planned_steps,
-        )  # fmt: skip
+            save_s=save_s,
+            step_s=step_s,
+            mtbf_h=mtbf_h,
+            world=world,
+            planned_every=planned_every,
+            planned_steps=planned_steps,
+        )
 
     first = plan_at(lambda r: int(r["config"]["checkpoint"]["every_steps"]))
     return plan_at(lambda r: first.every_steps)
@@ -61,11 +65,15 @@ def checkpoint_lines(plan: CheckpointPlan | None, *, every_steps: int) -> list[s
     if plan is not None:
         return [plan_line(plan)]
     if every_steps == 0:
-        return ["checkpoints: best.yaml saves NONE (the trials saved none, so no save was "
-                "measured): set checkpoint.every_steps before a long run, or search with "
-                "checkpoint.every_steps in the space"]  # fmt: skip
-    return [f"checkpoints: best.yaml saves every {every_steps} steps (no save was measured to "
-            f"choose an interval from)"]  # fmt: skip
+        return [
+            "checkpoints: best.yaml saves NONE (the trials saved none, so no save was "
+            "measured): set checkpoint.every_steps before a long run, or search with "
+            "checkpoint.every_steps in the space"
+        ]
+    return [
+        f"checkpoints: best.yaml saves every {every_steps} steps (no save was measured to "
+        f"choose an interval from)"
+    ]
 
 
 def handoff_report(
@@ -97,8 +105,10 @@ def write_handoffs(best_path: Path, doc: Mapping[str, Any], trials: Sequence[Any
         if made.refused is not None:
             lines.append(f"{made.file_name}: refuses to run: {'; '.join(made.lines)}")
             continue
-        lines.append(f"{made.file_name}: what {TARGETS[target].TARGET} cannot express:"
-                     + ("" if made.lines else " nothing"))  # fmt: skip
+        lines.append(
+            f"{made.file_name}: what {TARGETS[target].TARGET} cannot express:"
+            + ("" if made.lines else " nothing")
+        )
         lines += [f"  - {line}" for line in made.lines]
     log.info("wrote %s", ", ".join(TARGETS[t].FILE_NAME for t in TARGETS))
     return lines

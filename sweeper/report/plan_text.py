@@ -29,11 +29,22 @@ def print_plan(prepared: Prepared) -> dict:
     calibration = None
     if p.device.source != "plan device":  # planning for this machine: what it measured before
         storage = p.settings.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
-        calibration = load_calibration(storage, plan_key(
-            model=str(p.base.get("model.name")), search=p.settings.search_name,
-            device=p.device.name))  # fmt: skip
-    plan = build_plan(space=p.space, ctx=p.ctx, device=p.device, settings=p.settings,
-                      found=p.found, calibration=calibration)  # fmt: skip
+        calibration = load_calibration(
+            storage,
+            plan_key(
+                model=str(p.base.get("model.name")),
+                search=p.settings.search_name,
+                device=p.device.name,
+            ),
+        )
+    plan = build_plan(
+        space=p.space,
+        ctx=p.ctx,
+        device=p.device,
+        settings=p.settings,
+        found=p.found,
+        calibration=calibration,
+    )
     console.print(format_plan(plan), markup=False)
     if p.settings.plan.json:
         path = Path(p.settings.plan.json).expanduser()
@@ -60,11 +71,18 @@ def plan_numbers(plan: SweepPlan) -> dict[str, Any]:
         "race_s": w.race_s if w else None,
         "guard_s": g.total_s if g else 0.0,
         "guard_on": bool(g and g.on),
-        "runs": [{"label": r.label, "count": r.count, "each_s": r.each_s,
-                  "compile_s": r.compile_s, "note": r.note}
-                 for r in ([*w.search, *w.race] if w else [])],
+        "runs": [
+            {
+                "label": r.label,
+                "count": r.count,
+                "each_s": r.each_s,
+                "compile_s": r.compile_s,
+                "note": r.note,
+            }
+            for r in ([*w.search, *w.race] if w else [])
+        ],
         "prior": [pt.params for pt in plan.prior.points] if plan.prior else [],
-    }  # fmt: skip
+    }
 
 
 def _values(p: Any) -> str:
@@ -183,9 +201,12 @@ DROPPED_COLUMNS: list[Column] = [
     ("act_ckpt", "<9", _knob("runtime.activation_checkpointing")),
     ("loss", "<7", lambda g: str(g.knobs.get("runtime.loss") or "full")),
     ("points", ">6", lambda g: f"{g.points:,}"),
-    ("attention / compile", "", lambda g: f"{g.knobs['runtime.attention']} / "
-                                          f"{g.knobs['runtime.compile']}"),
-]  # fmt: skip
+    (
+        "attention / compile",
+        "",
+        lambda g: f"{g.knobs['runtime.attention']} / {g.knobs['runtime.compile']}",
+    ),
+]
 CLASS_COLUMNS: list[Column] = [
     ("precision", "<9", _knob("precision")),
     ("compile", "<26", _knob("runtime.compile")),
@@ -195,9 +216,12 @@ CLASS_COLUMNS: list[Column] = [
     ("step", ">8", lambda c: fmt_secs(c.step_s)),
     ("hard limit", ">10", lambda c: fmt_secs(c.timeout_s)),
     ("stall", ">8", lambda c: fmt_secs(c.stall_timeout_s) if c.stall_timeout_s else "off"),
-    ("trial wall (min-max)", "", lambda c: f"{fmt_secs(c.wall_mean_s)} "
-                                           f"({fmt_secs(c.wall_min_s)}-{fmt_secs(c.wall_max_s)})"),
-]  # fmt: skip
+    (
+        "trial wall (min-max)",
+        "",
+        lambda c: f"{fmt_secs(c.wall_mean_s)} ({fmt_secs(c.wall_min_s)}-{fmt_secs(c.wall_max_s)})",
+    ),
+]
 
 
 def _trial_lines(plan: SweepPlan) -> list[str]:
@@ -214,12 +238,18 @@ def _trial_lines(plan: SweepPlan) -> list[str]:
         lines.append("predicted sweep wall: unknown (no runnable point, or no trial limit)")
     else:
         detail = (
-            f"{plan.n_search or 0} x {fmt_secs(mean)} + {plan.n_verify} x "
-            f"{fmt_secs(plan.verify_trial_s)} + {SWEEP_OVERHEAD_S:.0f} s start and end"
-        ) if plan.wall is None else "the components below"
+            (
+                f"{plan.n_search or 0} x {fmt_secs(mean)} + {plan.n_verify} x "
+                f"{fmt_secs(plan.verify_trial_s)} + {SWEEP_OVERHEAD_S:.0f} s start and end"
+            )
+            if plan.wall is None
+            else "the components below"
+        )
         if plan.wall_cap_s is not None and plan.wall_s > plan.wall_cap_s + 1:
-            detail += (f"; the {fmt_secs(plan.wall_cap_s)} wall budget stops the search, and the "
-                       "guard's runs and the race's first round run past it")
+            detail += (
+                f"; the {fmt_secs(plan.wall_cap_s)} wall budget stops the search, and the "
+                "guard's runs and the race's first round run past it"
+            )
         elif plan.wall_cap_s is not None and plan.wall_s >= plan.wall_cap_s - 1:
             detail += f"; capped by the {fmt_secs(plan.wall_cap_s)} wall budget"
         elif plan.wall_cap_s is not None:
@@ -252,20 +282,28 @@ def _wall_lines(plan: SweepPlan) -> list[str]:
     w = plan.wall
     if w is None:
         return []
-    lines = ["predicted wall, component by component (compile once per graph, early stop at "
-             f"trial.target_ci={plan.model.get('target_ci', 0):g}):"]
+    lines = [
+        "predicted wall, component by component (compile once per graph, early stop at "
+        f"trial.target_ci={plan.model.get('target_ci', 0):g}):"
+    ]
     for r in [*w.search, *w.race]:
         steps = f", {r.window_steps} measured steps" if r.window_steps else ""
-        comp = f" (compile {fmt_secs(r.compile_s)}: {r.note})" if r.compile_s else (
-            f" ({r.note})" if r.note else "")
-        lines.append(f"  {r.count:>2} x {fmt_secs(r.each_s):>7} = {fmt_secs(r.total_s):>7}  "
-                     f"{r.label}{steps}{comp}")
+        comp = (
+            f" (compile {fmt_secs(r.compile_s)}: {r.note})"
+            if r.compile_s
+            else (f" ({r.note})" if r.note else "")
+        )
+        lines.append(
+            f"  {r.count:>2} x {fmt_secs(r.each_s):>7} = {fmt_secs(r.total_s):>7}  "
+            f"{r.label}{steps}{comp}"
+        )
     lines.append(f"       {fmt_secs(w.overhead_s):>7}  start and end")
     lines += [f"  ({note})" for note in w.notes]
     if plan.budget_line:
         lines.append(f"  {plan.budget_line}")
-    lines.append(f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}, race "
-                 f"{fmt_secs(w.race_s)}")
+    lines.append(
+        f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}, race {fmt_secs(w.race_s)}"
+    )
     return lines
 
 

@@ -118,8 +118,11 @@ def knob_groups(trials: list[dict]) -> list[tuple[str, list[float], list[float],
         for label in labels:
             done = [tps for k, tps, st, _ in keyed if k == label and st in (None, "complete")]
             pruned = [tps for k, tps, st, _ in keyed if k == label and st == "pruned"]
-            start = [tps for k, tps, st, s in keyed
-                     if k == label and s and st in (None, "complete", "pruned")]  # fmt: skip
+            start = [
+                tps
+                for k, tps, st, s in keyed
+                if k == label and s and st in (None, "complete", "pruned")
+            ]
             groups.append((_group_label(knob, label), done, pruned, start))
     return groups
 
@@ -144,8 +147,14 @@ def row_label(rank: int, row: dict) -> str:
 
 def _below(ax: Any, handles: list[Any], ncol: int) -> None:
     """The legend under the axes, so it never hides a mark."""
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=ncol,
-              fontsize="small", frameon=False)  # fmt: skip
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=ncol,
+        fontsize="small",
+        frameon=False,
+    )
 
 
 def _draw_search(ax: Any, trials: list[dict]) -> None:
@@ -157,8 +166,13 @@ def _draw_search(ax: Any, trials: list[dict]) -> None:
     for y, (_, done, pruned, start_tps) in enumerate(groups):
         jitter = [((i * 0.37) % 1 - 0.5) * 0.4 for i in range(len(done) + len(pruned))]
         ax.scatter(done, [y + j for j in jitter[: len(done)]], s=18, color="#4c72b0")
-        ax.scatter(pruned, [y + j for j in jitter[len(done) :]], s=18, facecolors="none",
-                   edgecolors="#8c8c8c")  # fmt: skip
+        ax.scatter(
+            pruned,
+            [y + j for j in jitter[len(done) :]],
+            s=18,
+            facecolors="none",
+            edgecolors="#8c8c8c",
+        )
         if done:
             ax.plot([statistics.median(done)] * 2, [y - 0.3, y + 0.3], color="black", lw=2)
         for tps in start_tps:  # the starting config's own dot, drawn over as a star
@@ -174,11 +188,29 @@ def _draw_search(ax: Any, trials: list[dict]) -> None:
         Line2D([], [], ls="", marker="o", color="#4c72b0", label="complete search run")
     ]
     if any(g[2] for g in groups):
-        handles.append(Line2D([], [], ls="", marker="o", mfc="none", color="#8c8c8c",
-                              label="pruned (running figure)"))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                ls="",
+                marker="o",
+                mfc="none",
+                color="#8c8c8c",
+                label="pruned (running figure)",
+            )
+        )
     if start:
-        handles.append(Line2D([], [], ls="", marker="*", ms=11, color=START_COLOUR,
-                              label=f"starting config (trial #{start[0]['number']})"))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                ls="",
+                marker="*",
+                ms=11,
+                color=START_COLOUR,
+                label=f"starting config (trial #{start[0]['number']})",
+            )
+        )
     _below(ax, handles, ncol=len(handles))
     if not groups:
         ax.text(0.5, 0.5, "no trial measured tokens/s", ha="center", transform=ax.transAxes)
@@ -189,8 +221,10 @@ def _draw_speed(ax: Any, rows: list[dict], labels: list[str]) -> None:
     from matplotlib.patches import Patch
 
     for y, r in enumerate(rows):
-        bars = [(y - 0.2, r.get("search_tokens_per_s"), SEARCH_STYLE),
-                (y + 0.2, r.get("tokens_per_s"), VERIFIED_STYLE)]  # fmt: skip
+        bars = [
+            (y - 0.2, r.get("search_tokens_per_s"), SEARCH_STYLE),
+            (y + 0.2, r.get("tokens_per_s"), VERIFIED_STYLE),
+        ]
         for pos, value, style in bars:
             if value is None:
                 continue
@@ -200,8 +234,10 @@ def _draw_speed(ax: Any, rows: list[dict], labels: list[str]) -> None:
             ax.axhspan(y - 0.45, y + 0.45, color=START_COLOUR, alpha=0.08, lw=0)
     ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()
-    top = max([v for r in rows for v in (r.get("search_tokens_per_s"), r.get("tokens_per_s")) if v]
-              or [1.0])  # fmt: skip
+    top = max(
+        [v for r in rows for v in (r.get("search_tokens_per_s"), r.get("tokens_per_s")) if v]
+        or [1.0]
+    )
     ax.set_xlim(0, top * 1.15)  # from zero, with room for the value printed at a bar's end
     ax.set_xlabel("tokens/s")
     ax.set_title("verified configs: search run vs verified median")
@@ -209,11 +245,15 @@ def _draw_speed(ax: Any, rows: list[dict], labels: list[str]) -> None:
     projected = any(r.get("search_projected") for r in rows)
     n = sorted({r["n"] for r in rows if r.get("n")})
     runs = "/".join(str(k) for k in n) if n else "?"
-    _below(ax, [
-        Patch(**SEARCH_STYLE, label="search run" + (" (some projected)" if projected else "")),
-        Patch(**VERIFIED_STYLE, label=f"verified median ({runs} real full-step runs)"),
-        Patch(color=START_COLOUR, alpha=0.15, label="starting config"),
-    ], ncol=1)  # fmt: skip
+    _below(
+        ax,
+        [
+            Patch(**SEARCH_STYLE, label="search run" + (" (some projected)" if projected else "")),
+            Patch(**VERIFIED_STYLE, label=f"verified median ({runs} real full-step runs)"),
+            Patch(color=START_COLOUR, alpha=0.15, label="starting config"),
+        ],
+        ncol=1,
+    )
 
 
 def _draw_time(ax: Any, rows: list[dict]) -> None:
@@ -287,18 +327,20 @@ def plot_rows(rows: list[dict], results: dict[int, list[dict]]) -> list[dict]:
                 flops_per_token=res["flops_per_token"],
                 peak_flops=peak,
             )
-        out.append({
-            "trial": r["trial"],
-            "winner": r["winner"],
-            "start": r.get("start", False),
-            "tokens_per_s": r["tokens_per_s"],
-            "n": r.get("n"),
-            "search_tokens_per_s": r.get("search_tokens_per_s"),
-            "search_projected": r.get("search_projected", False),
-            "step_time_s": r["step_time_s"],
-            "time_frac": res["time_frac"],
-            "floor_step_s": floor,
-        })  # fmt: skip
+        out.append(
+            {
+                "trial": r["trial"],
+                "winner": r["winner"],
+                "start": r.get("start", False),
+                "tokens_per_s": r["tokens_per_s"],
+                "n": r.get("n"),
+                "search_tokens_per_s": r.get("search_tokens_per_s"),
+                "search_projected": r.get("search_projected", False),
+                "step_time_s": r["step_time_s"],
+                "time_frac": res["time_frac"],
+                "floor_step_s": floor,
+            }
+        )
     return out
 
 

@@ -73,8 +73,9 @@ def tell_story(
     steps = []
     runs, verified = next_step_evidence(study, verification.results)
     for fix in d.fixes:
-        measured = judge_fix(fix.changes, runs=runs, verified=verified, winner=winner.number,
-                             noise_floor=noise_floor)  # fmt: skip
+        measured = judge_fix(
+            fix.changes, runs=runs, verified=verified, winner=winner.number, noise_floor=noise_floor
+        )
         if measured is None:
             continue  # the winner has it, or it was measured no faster at its settings
         bound = "gain unknown" if fix.expected_gain is None else f"up to {fix.expected_gain:.2f}x"
@@ -98,8 +99,9 @@ START_WON = {
 
 def raced(verification: Verification) -> bool:
     """Whether a race ran: two or more contenders measured in it (a race of one proves nothing)."""
-    measured = [n for n, rs in verification.results.items()
-                if any(r and r.get("tokens_per_s") for r in rs)]  # fmt: skip
+    measured = [
+        n for n, rs in verification.results.items() if any(r and r.get("tokens_per_s") for r in rs)
+    ]
     return len(measured) >= 2
 
 

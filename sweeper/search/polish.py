@@ -29,8 +29,9 @@ def point_key(params: dict[str, Any]) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-def neighbours(searched: tuple[Param, ...], incumbent: dict[str, Any], *,
-               seen: set[tuple]) -> list[dict[str, Any]]:  # fmt: skip
+def neighbours(
+    searched: tuple[Param, ...], incumbent: dict[str, Any], *, seen: set[tuple]
+) -> list[dict[str, Any]]:
     """The incumbent's one-knob neighbours not in `seen` (point_key of every point measured,
     running or queued), nearest first: a step up and a step down along each ordered knob (in
     the space's key order), then the other values of each unordered knob. A continuous float
@@ -63,6 +64,7 @@ def interleave(lists: list[list[Any]], owners: list[Any]) -> list[tuple[Any, Any
     the owner of its list: [[a1, a2], [b1]] -> (a1, A), (b1, B), (a2, A)."""
     out = []
     for i in range(max((len(x) for x in lists), default=0)):
-        out += [(items[i], owner) for items, owner in zip(lists, owners, strict=True)
-                if i < len(items)]  # fmt: skip
+        out += [
+            (items[i], owner) for items, owner in zip(lists, owners, strict=True) if i < len(items)
+        ]
     return out

@@ -109,8 +109,9 @@ class Search:
                         beating.append(trial)
                         self.launched += 1
                         if width == 1:
-                            out = self.ctx.jobs.launch_one(job, slot=slot,
-                                                           name=job_name(trial.number))
+                            out = self.ctx.jobs.launch_one(
+                                job, slot=slot, name=job_name(trial.number)
+                            )
                             self._finish(trial, out, beating, free, slot)
                             continue
                         running[trial.number] = (trial, slot)
@@ -134,14 +135,19 @@ class Search:
             try:
                 out = self.ctx.jobs.launch_one(job, slot=slot, name=job_name(number))
             except Exception as exc:  # the launcher failed: this trial crashed, not the sweep
-                out = {"state": "crash", "reason": f"launcher failed: {exc!r}", "result": None,
-                       "wall_s": None}  # fmt: skip
+                out = {
+                    "state": "crash",
+                    "reason": f"launcher failed: {exc!r}",
+                    "result": None,
+                    "wall_s": None,
+                }
             done.put((number, out))
 
         threading.Thread(target=work, name=f"trial-{number}", daemon=True).start()
 
-    def _finish(self, trial: optuna.Trial, out: dict, beating: list, free: list[int],
-                slot: int) -> None:  # fmt: skip
+    def _finish(
+        self, trial: optuna.Trial, out: dict, beating: list, free: list[int], slot: int
+    ) -> None:
         beating.remove(trial)
         free.append(slot)
         self._tell(trial, out)
@@ -191,8 +197,9 @@ class Search:
             return
         ranked = sorted(
             (t for t in trials if t.state == TrialState.COMPLETE and is_own_outcome(t)),
-            key=lambda t: t.value, reverse=study.direction == StudyDirection.MAXIMIZE,
-        )[:POLISH_PARENTS]  # fmt: skip
+            key=lambda t: t.value,
+            reverse=study.direction == StudyDirection.MAXIMIZE,
+        )[:POLISH_PARENTS]
         seen = {point_key(planned_params(t)) for t in trials}
         lists = [neighbours(self.ctx.space.searched, t.params, seen=seen) for t in ranked]
         queued: list[str] = []
@@ -206,8 +213,11 @@ class Search:
             study.enqueue_trial(point, user_attrs={POLISH_ATTR: parent.number})
             queued.append(f"trial {parent.number} with {self._changed(parent.params, point)}")
         if queued:
-            log.info("polish (%d trial(s) left): the best trials' unmeasured neighbours: %s",
-                     fit, "; ".join(queued))  # fmt: skip
+            log.info(
+                "polish (%d trial(s) left): the best trials' unmeasured neighbours: %s",
+                fit,
+                "; ".join(queued),
+            )
 
     @staticmethod
     def _changed(base: dict, point: dict) -> str:
@@ -265,8 +275,11 @@ class Search:
         trial.set_user_attr("failure_kind", "duplicate")
         trial.set_user_attr("failure_reason", f"same point as trial {twin.number}, running now")
         self.ctx.study.tell(trial, state=TrialState.FAIL)
-        log.info("trial %d re-proposes trial %d's point while it runs: not run twice",
-                 trial.number, twin.number)  # fmt: skip
+        log.info(
+            "trial %d re-proposes trial %d's point while it runs: not run twice",
+            trial.number,
+            twin.number,
+        )
         # Not the exhaustion streak at first (the point is not measured yet); past the tries,
         # with nothing of this worker's running to wait for (another worker runs the twin), it is
         self.twins_running += 1

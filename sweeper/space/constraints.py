@@ -98,10 +98,13 @@ def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContex
         )
     if key == "runtime.float8":  # the device's part of the rule: dtype is checked per point
         return float8_unsupported(
-            str(value or "none"), dtype="bf16", device_type=device_type,
+            str(value or "none"),
+            dtype="bf16",
+            device_type=device_type,
             capability=ctx.cuda_capability,
-            emulate=bool(ctx.base.get("runtime.float8_emulate", False)), torchao=ctx.torchao,
-        )  # fmt: skip
+            emulate=bool(ctx.base.get("runtime.float8_emulate", False)),
+            torchao=ctx.torchao,
+        )
     return None
 
 
@@ -120,9 +123,11 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
     block = point.get("model.block_size", ctx.block_size)
     ints = isinstance(mb, int) and isinstance(accum, int)
     if MICRO_BATCH in full and (not ints or mb * accum * block * ctx.world_size != tokens):
-        return (f"invalid split: batch.micro_batch={mb} x batch.grad_accum={accum} x "
-                f"model.block_size={block} x world={ctx.world_size} != "
-                f"batch.tokens_per_step={tokens}")
+        return (
+            f"invalid split: batch.micro_batch={mb} x batch.grad_accum={accum} x "
+            f"model.block_size={block} x world={ctx.world_size} != "
+            f"batch.tokens_per_step={tokens}"
+        )
     device = str(full.get("runtime.device", "auto"))
     if device.startswith("cuda") and ctx.device_type != "cuda":
         return f"runtime.device={device} but this machine has no CUDA device"
@@ -143,11 +148,14 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
     if reason is not None:
         return reason
     reason = float8_unsupported(
-        str(full.get("runtime.float8") or "none"), dtype=str(full.get("runtime.dtype", "auto")),
-        device_type=device_type, capability=ctx.cuda_capability,
-        emulate=bool(full.get("runtime.float8_emulate", False)), bf16_supported=ctx.bf16_supported,
+        str(full.get("runtime.float8") or "none"),
+        dtype=str(full.get("runtime.dtype", "auto")),
+        device_type=device_type,
+        capability=ctx.cuda_capability,
+        emulate=bool(full.get("runtime.float8_emulate", False)),
+        bf16_supported=ctx.bf16_supported,
         torchao=ctx.torchao,
-    )  # fmt: skip
+    )
     if reason is not None:
         return reason
     workers = full.get(WORKERS)
@@ -156,10 +164,12 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
     every, min_steps = full.get(CHECKPOINT_EVERY), full.get("trial.min_steps")
     if isinstance(every, int) and isinstance(min_steps, int) and every > min_steps:
         # the window may stop at min_steps: a longer interval leaves the save unmeasured
-        return (f"checkpoint.every_steps={every} > trial.min_steps={min_steps}: the measured "
-                f"window may end before the first save; use an interval <= {min_steps} "
-                "(hydra.sweeper.cost.planned_checkpoint_every prices saves at the production "
-                "interval)")
+        return (
+            f"checkpoint.every_steps={every} > trial.min_steps={min_steps}: the measured "
+            f"window may end before the first save; use an interval <= {min_steps} "
+            "(hydra.sweeper.cost.planned_checkpoint_every prices saves at the production "
+            "interval)"
+        )
     if memory and device_type == ctx.device_type:
         return _memory_refusal(full, ctx)
     return None

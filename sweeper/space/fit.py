@@ -53,8 +53,11 @@ def nearest_fit(
     full = {**ctx.base, **point}
     for candidate in _candidates(point, full, ctx, keep_micro_batch=keep_micro_batch):
         if check_point(candidate, ctx) is None:
-            changed = {k: (full.get(k), candidate[k]) for k in (MICRO_BATCH, GRAD_ACCUM, RECOMPUTE)
-                       if k in candidate and full.get(k) != candidate[k]}  # fmt: skip
+            changed = {
+                k: (full.get(k), candidate[k])
+                for k in (MICRO_BATCH, GRAD_ACCUM, RECOMPUTE)
+                if k in candidate and full.get(k) != candidate[k]
+            }
             return Fit(point=candidate, changed=changed, reason=reason)
     return None
 

@@ -68,6 +68,8 @@ CPU_FLOPS = 10e9
 # A GPU missing from train/core/flops.py's peak table: rates below an L4's (T4-class), again
 # erring long: a timeout too generous costs time only when a trial hangs, one too short kills it.
 UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepPrediction:
     """One optimizer step of a config on a device, from arithmetic."""
@@ -113,13 +115,20 @@ def predict_step(
     """FLOPs of one optimizer step and its predicted duration on `device_name`."""
     n_layer, block = int(cfg["model.n_layer"]), int(cfg["model.block_size"])
     n_params = gpt2_num_params(
-        n_layer=n_layer, n_embd=int(cfg["model.n_embd"]), vocab_size=int(cfg["model.vocab_size"]),
-        block_size=block, bias=bool(cfg.get("model.bias", True)),
-    )  # fmt: skip
+        n_layer=n_layer,
+        n_embd=int(cfg["model.n_embd"]),
+        vocab_size=int(cfg["model.vocab_size"]),
+        block_size=block,
+        bias=bool(cfg.get("model.bias", True)),
+    )
     per_token = flops_per_token(
-        n_layer=n_layer, n_head=int(cfg["model.n_head"]), n_embd=int(cfg["model.n_embd"]),
-        seq_len=block, vocab_size=int(cfg["model.vocab_size"]), num_params=n_params,
-    )  # fmt: skip
+        n_layer=n_layer,
+        n_head=int(cfg["model.n_head"]),
+        n_embd=int(cfg["model.n_embd"]),
+        seq_len=block,
+        vocab_size=int(cfg["model.vocab_size"]),
+        num_params=n_params,
+    )
     tokens = int(cfg["batch.tokens_per_step"])
     flops = per_token * tokens
     dtype = resolve_dtype_name(
@@ -146,8 +155,11 @@ def predict_step(
         dtype="tf32" if dtype == "fp32" and tf32 and device_type == "cuda" else dtype,
         peak_flops=peak,
         peak_source=source,
-        floor_s=floor_step_time_s(tokens_per_step=tokens, flops_per_token=per_token,
-                                  peak_flops=peak) if peak else None,
+        floor_s=floor_step_time_s(
+            tokens_per_step=tokens, flops_per_token=per_token, peak_flops=peak
+        )
+        if peak
+        else None,
         predicted_s=flops * slow / (rate * mfu),
         mfu=mfu,
     )
@@ -169,21 +181,36 @@ def trial_limits(
     step = predict_step(
         cfg, device_name=device_name, device_type=device_type, bf16_supported=bf16_supported
     )
-    expected = trial_time(cfg, step.predicted_s, device_type=device_type,
-                          device_name=device_name, num_params=step.num_params, warm=warm)
+    expected = trial_time(
+        cfg,
+        step.predicted_s,
+        device_type=device_type,
+        device_name=device_name,
+        num_params=step.num_params,
+        warm=warm,
+    )
     slow_step_s = SAFETY * step.predicted_s
-    bound = trial_time(cfg, slow_step_s, device_type=device_type, device_name=device_name,
-                       num_params=step.num_params, scale=SAFETY)
+    bound = trial_time(
+        cfg,
+        slow_step_s,
+        device_type=device_type,
+        device_name=device_name,
+        num_params=step.num_params,
+        scale=SAFETY,
+    )
     # A trial that runs faster than predicted may measure full steps where the prediction
     # projected short ones: the window is then bounded by full steps of project_above_s.
     above = float(cfg.get("trial.project_above_s") or 0.0)
     if bound.projected:
-        unprojected = window_steps(
-            above,
-            min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
-            max_steps=int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps),
-            max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
-        ) * above
+        unprojected = (
+            window_steps(
+                above,
+                min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
+                max_steps=int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps),
+                max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
+            )
+            * above
+        )
         bound_total = bound.total_s + max(0.0, unprojected - bound.window_s)
     else:
         bound_total = bound.total_s
@@ -221,7 +248,11 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
 
 
 def point_limits(
-    point: dict[str, Any], ctx: SpaceContext, *, timeout_s: float, stall_timeout_s: float,
+    point: dict[str, Any],
+    ctx: SpaceContext,
+    *,
+    timeout_s: float,
+    stall_timeout_s: float,
     warm: bool = False,
 ) -> TrialLimits:
     """The limits of the trial of `point` (a SearchSpace.point) in the sweep of `ctx`."""

@@ -57,9 +57,7 @@ def math_changes(
 def searched_math_keys(searched: Mapping[str, list[Any] | None]) -> list[str]:
     """The math keys a space searches with more than one value ({key: values or None for a
     range}), in MATH_KEYS order."""
-    return [
-        k for k in MATH_KEYS if k in searched and (searched[k] is None or len(searched[k]) > 1)
-    ]
+    return [k for k in MATH_KEYS if k in searched and (searched[k] is None or len(searched[k]) > 1)]
 
 
 def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:

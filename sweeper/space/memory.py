@@ -26,8 +26,13 @@ MICRO_BATCH, GRAD_ACCUM = "batch.micro_batch", "batch.grad_accum"
 # different. On a CPU everything shares one memory, so every knob counts there.
 HOST_SIDE_PREFIXES = ("data.", "checkpoint.")
 # Keys that only route a trial's reports; never knobs.
-_BOOKKEEPING = ("trial.study_storage", "trial.study_name", "trial.trial_id", "trial.out",
-                "trial.progress_file")
+_BOOKKEEPING = (
+    "trial.study_storage",
+    "trial.study_name",
+    "trial.trial_id",
+    "trial.out",
+    "trial.progress_file",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,9 +126,11 @@ def oom_reason(
     mine = _compared(config, device_type=device_type)
     for oom in ooms:
         theirs = oom.config.get(MICRO_BATCH)
-        if isinstance(theirs, int) and mb >= theirs and _compared(
-            oom.config, device_type=device_type
-        ) == mine:
+        if (
+            isinstance(theirs, int)
+            and mb >= theirs
+            and _compared(oom.config, device_type=device_type) == mine
+        ):
             return (
                 f"trial {oom.trial} ran out of memory at batch.micro_batch={theirs} with the same "
                 f"other knobs; batch.micro_batch={mb} needs at least as much"

@@ -89,19 +89,30 @@ def fail(key: str, spec: Any, problem: str, fix: str) -> ValueError:
 def _split_param(key: str, spec: Any, lo: int, hi: int | None, ctx: SpaceContext) -> Param:
     if key != MICRO_BATCH:
         raise fail(key, spec, "split applies only to batch.micro_batch", "move it there")
-    divisors = [mb for mb, _ in valid_splits(
-        tokens_per_step=ctx.tokens_per_step, block_size=ctx.block_size, world=ctx.world_size
-    )]  # fmt: skip
+    divisors = [
+        mb
+        for mb, _ in valid_splits(
+            tokens_per_step=ctx.tokens_per_step, block_size=ctx.block_size, world=ctx.world_size
+        )
+    ]
     if not divisors:
-        raise fail(key, spec, f"batch.tokens_per_step={ctx.tokens_per_step} is not a multiple of "
-                    f"model.block_size ({ctx.block_size}) x world ({ctx.world_size})",
-                    f"use a multiple of {ctx.block_size * ctx.world_size}")
+        raise fail(
+            key,
+            spec,
+            f"batch.tokens_per_step={ctx.tokens_per_step} is not a multiple of "
+            f"model.block_size ({ctx.block_size}) x world ({ctx.world_size})",
+            f"use a multiple of {ctx.block_size * ctx.world_size}",
+        )
     hi = divisors[-1] if hi is None else hi  # the largest: every sequence in one micro-batch
     kept = tuple(mb for mb in divisors if lo <= mb <= hi)
     if not kept:
-        raise fail(key, spec, f"split has no valid value in [{lo}, {hi}]",
-                    f"valid micro_batch values for tokens_per_step={ctx.tokens_per_step} are "
-                    f"{divisors}; widen min/max")
+        raise fail(
+            key,
+            spec,
+            f"split has no valid value in [{lo}, {hi}]",
+            f"valid micro_batch values for tokens_per_step={ctx.tokens_per_step} are "
+            f"{divisors}; widen min/max",
+        )
     return Param(key=key, kind="categorical", choices=kept, split=True, spec=str(spec))
 
 
@@ -109,8 +120,12 @@ def _parse_split(key: str, spec: Any, ctx: SpaceContext) -> Param:
     if isinstance(spec, dict):
         opts = dict(spec)
         if opts.pop("split", None) is not True:
-            raise fail(key, spec, "a mapping spec must be the batch split",
-                        "write {split: true, min: 1, max: 64}, a choice(...) or a list")
+            raise fail(
+                key,
+                spec,
+                "a mapping spec must be the batch split",
+                "write {split: true, min: 1, max: 64}, a choice(...) or a list",
+            )
     else:
         args = _SPLIT.match(spec).group(1).strip()  # type: ignore[union-attr]
         try:
@@ -120,8 +135,12 @@ def _parse_split(key: str, spec: Any, ctx: SpaceContext) -> Param:
             raise fail(key, spec, "cannot read split's arguments", fix) from None
     unknown = set(opts) - {"min", "max"}
     if unknown or not all(isinstance(v, int) and v >= 1 for v in opts.values()):
-        raise fail(key, spec, f"split takes only positive integers min and max, got {opts}",
-                    "write {split: true, min: 1, max: 64}")
+        raise fail(
+            key,
+            spec,
+            f"split takes only positive integers min and max, got {opts}",
+            "write {split: true, min: 1, max: 64}",
+        )
     return _split_param(key, spec, opts.get("min", 1), opts.get("max"), ctx)
 
 
@@ -135,13 +154,24 @@ def _range_param(key: str, spec: str, sweep: Any) -> Param:
     is_int = all(isinstance(v, int) for v in (start, stop, step))
     values = [start + i * step if is_int else round(start + i * step, 12) for i in range(n)]
     if not values:
-        raise fail(key, spec, "range is empty (its stop is excluded, like Python's range)",
-                    "e.g. range(0,5) gives 0,1,2,3,4")
+        raise fail(
+            key,
+            spec,
+            "range is empty (its stop is excluded, like Python's range)",
+            "e.g. range(0,5) gives 0,1,2,3,4",
+        )
     log_ = "log" in sweep.tags
     if log_ and (not is_int or abs(step) != 1):
         raise fail(key, spec, "a log scale cannot have a step", "use tag(log, int(interval(a,b)))")
-    return Param(key=key, kind="int" if is_int else "float", low=min(values), high=max(values),
-                 step=abs(step), log=log_, spec=spec)
+    return Param(
+        key=key,
+        kind="int" if is_int else "float",
+        low=min(values),
+        high=max(values),
+        step=abs(step),
+        log=log_,
+        spec=spec,
+    )
 
 
 def _parse_string(key: str, spec: str, ctx: SpaceContext) -> Param:
@@ -154,8 +184,12 @@ def _parse_string(key: str, spec: str, ctx: SpaceContext) -> Param:
     except Exception as err:  # Hydra raises OverrideParseException with the grammar's message
         if _CALL.match(spec) or "," in spec:
             detail = str(err).splitlines()[1] if "\n" in str(err) else str(err)
-            raise fail(key, spec, f"not a valid sweep ({detail})",
-                        "see https://hydra.cc/docs/advanced/override_grammar/extended/") from None
+            raise fail(
+                key,
+                spec,
+                f"not a valid sweep ({detail})",
+                "see https://hydra.cc/docs/advanced/override_grammar/extended/",
+            ) from None
         return Param(key=key, kind="fixed", value=spec, spec=spec)
     if isinstance(value, ChoiceSweep):
         if "log" in value.tags:
@@ -170,11 +204,22 @@ def _parse_string(key: str, spec: str, ctx: SpaceContext) -> Param:
             raise fail(key, spec, f"low {low} > high {high}", f"write interval({high},{low})")
         if log_ and low <= 0:
             raise fail(key, spec, "a log scale needs low > 0", "raise the lower bound")
-        return Param(key=key, kind="int" if is_int else "float", low=low, high=high,
-                     step=1 if is_int else None, log=log_, spec=spec)
+        return Param(
+            key=key,
+            kind="int" if is_int else "float",
+            low=low,
+            high=high,
+            step=1 if is_int else None,
+            log=log_,
+            spec=spec,
+        )
     if not isinstance(value, _SCALARS):
-        raise fail(key, spec, f"{type(value).__name__} values are not supported",
-                    "use a scalar, choice(), range(), interval() or a YAML list")
+        raise fail(
+            key,
+            spec,
+            f"{type(value).__name__} values are not supported",
+            "use a scalar, choice(), range(), interval() or a YAML list",
+        )
     # A plain element. YAML already typed it as a string, so keep a string ('3' stays '3'); only
     # Hydra's quotes are taken off.
     return Param(key=key, kind="fixed", value=value if isinstance(value, str) else spec, spec=spec)
@@ -189,8 +234,12 @@ def _choice_param(key: str, spec: Any, items: list[Any]) -> Param:
     items = [c.text if isinstance(c, QuotedString) else c for c in items]
     bad = [c for c in items if not isinstance(c, _SCALARS)]
     if bad:
-        raise fail(key, spec, f"choices must be str/int/float/bool/null, got {bad!r}",
-                    "list scalar values only")
+        raise fail(
+            key,
+            spec,
+            f"choices must be str/int/float/bool/null, got {bad!r}",
+            "list scalar values only",
+        )
     unique = tuple(dict.fromkeys(items))  # keeps order; 1 and True collapse, as in a dict
     return Param(key=key, kind="categorical", choices=unique, spec=str(spec))
 
@@ -212,26 +261,43 @@ def _parse_param(key: str, spec: Any, ctx: SpaceContext) -> Param:
         return _parse_string(key, spec, ctx)
     if isinstance(spec, _SCALARS):
         return Param(key=key, kind="fixed", value=spec, spec=str(spec))
-    raise fail(key, spec, f"unsupported spec type {type(spec).__name__}",
-                "use a sweep string, a list, a scalar or {split: true}")
+    raise fail(
+        key,
+        spec,
+        f"unsupported spec type {type(spec).__name__}",
+        "use a sweep string, a list, a scalar or {split: true}",
+    )
 
 
 def clamp_workers(p: Param, cpus: int) -> Param:
     """Data workers beyond the CPU count only fight the trainer for cores: drop them up front."""
     if p.kind == "int":
         if p.low > cpus:
-            raise fail(p.key, p.spec, f"every value exceeds the {cpus} CPUs here",
-                        f"search values <= {cpus}")
+            raise fail(
+                p.key,
+                p.spec,
+                f"every value exceeds the {cpus} CPUs here",
+                f"search values <= {cpus}",
+            )
         high = p.low + (cpus - p.low) // p.step * p.step
         if high < p.high:
-            log.info("%s: dropped values above the %d CPUs here (high %s -> %s)", p.key, cpus,
-                     p.high, high)
+            log.info(
+                "%s: dropped values above the %d CPUs here (high %s -> %s)",
+                p.key,
+                cpus,
+                p.high,
+                high,
+            )
             return replace(p, high=high)
     elif p.kind == "categorical":
         kept = tuple(c for c in p.choices if not (isinstance(c, int) and c > cpus))
         if not kept:
-            raise fail(p.key, p.spec, f"every choice exceeds the {cpus} CPUs here",
-                        f"choose values <= {cpus}")
+            raise fail(
+                p.key,
+                p.spec,
+                f"every choice exceeds the {cpus} CPUs here",
+                f"choose values <= {cpus}",
+            )
         if len(kept) < len(p.choices):
             dropped = [c for c in p.choices if c not in kept]
             log.info("%s: dropped %s (above the %d CPUs here)", p.key, dropped, cpus)
@@ -280,9 +346,11 @@ def dropped_text(key: str, reasons: Mapping[Any, str | None]) -> str:
 def drop_missing_dirs(p: Param) -> Param:
     """Checkpoint targets this machine lacks (e.g. /dev/shm off Linux) are dropped, not tried."""
     return _keep_choices(
-        p, {c: _unusable_dir(c) for c in p.choices}, problem="no target is writable here",
+        p,
+        {c: _unusable_dir(c) for c in p.choices},
+        problem="no target is writable here",
         fix="list folders that exist (or whose parent exists) on this machine",
-    )  # fmt: skip
+    )
 
 
 def drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
@@ -291,10 +359,11 @@ def drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
     device = str(ctx.base.get("runtime.device", "auto"))
     device_type = "cpu" if device == "cpu" else ctx.device_type
     return _keep_choices(
-        p, {c: unsupported_here(p.key, c, device_type=device_type, ctx=ctx) for c in p.choices},
+        p,
+        {c: unsupported_here(p.key, c, device_type=device_type, ctx=ctx) for c in p.choices},
         problem="no choice runs here",
         fix="search values this device supports, or run the sweep where they exist",
-    )  # fmt: skip
+    )
 
 
 def gpu_memory_lever(key: str, value: Any) -> bool:
@@ -322,6 +391,9 @@ def drop_gpu_levers(p: Param, ctx: SpaceContext) -> Param:
     kept = tuple(c for c in p.choices if not gpu_memory_lever(p.key, c))
     if not kept or len(kept) == len(p.choices):
         return p
-    log.info("%s: %s searched on a GPU only (memory levers; a CPU sweep models no device "
-             "memory)", p.key, [c for c in p.choices if c not in kept])  # fmt: skip
+    log.info(
+        "%s: %s searched on a GPU only (memory levers; a CPU sweep models no device memory)",
+        p.key,
+        [c for c in p.choices if c not in kept],
+    )
     return replace(p, choices=kept)

@@ -67,13 +67,21 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
     # grad_accum follows micro_batch: searching it, or pinning it while micro_batch varies, would
     # change the tokens per step.
     if accum is not None and (accum.kind != "fixed" or (mb is not None and mb.kind != "fixed")):
-        raise fail(GRAD_ACCUM, accum.spec, "batch.grad_accum cannot be searched",
-                    "search batch.micro_batch with split: true and grad_accum follows")
+        raise fail(
+            GRAD_ACCUM,
+            accum.spec,
+            "batch.grad_accum cannot be searched",
+            "search batch.micro_batch with split: true and grad_accum follows",
+        )
     if mb is not None and mb.split:
         for pinned in ("model.block_size", "batch.tokens_per_step"):
             if pinned in by_key:
-                raise fail(pinned, by_key[pinned].spec, "the split is computed for one value",
-                            f"remove {pinned} from the search space (set it in the trainer config)")
+                raise fail(
+                    pinned,
+                    by_key[pinned].spec,
+                    "the split is computed for one value",
+                    f"remove {pinned} from the search space (set it in the trainer config)",
+                )
     return SearchSpace(params=tuple(parsed), ctx=ctx)
 
 
@@ -115,8 +123,9 @@ class SearchSpace:
         missing = [p.key for p in self.searched if p.key not in params]
         unknown = [k for k in params if k not in {p.key for p in self.searched}]
         if missing or unknown:
-            raise ValueError(f"params must hold exactly the searched keys: missing {missing}, "
-                             f"unknown {unknown}")
+            raise ValueError(
+                f"params must hold exactly the searched keys: missing {missing}, unknown {unknown}"
+            )
         explicit = {p.key: params[p.key] if p.kind != "fixed" else p.value for p in self.params}
         out: dict[str, Any] = {}
         for key, value in explicit.items():
@@ -153,8 +162,10 @@ class SearchSpace:
         grid = self.grid()
         size = math.prod(len(v) for v in grid.values())
         if size > limit:
-            raise ValueError(f"search space: the grid has {size} points, more than {limit}; "
-                             "narrow it or use a sampler other than grid")
+            raise ValueError(
+                f"search space: the grid has {size} points, more than {limit}; "
+                "narrow it or use a sampler other than grid"
+            )
         ctx = ctx or self.ctx
         combos = itertools.product(*grid.values())
         points = [dict(zip(grid, combo, strict=True)) for combo in combos]
@@ -191,7 +202,8 @@ class SearchSpace:
     def defaults_distance(self, params: dict[str, Any], base: dict[str, Any]) -> int:
         """How many searched keys differ from the base config (fewer = simpler when results tie)."""
         return sum(
-            1 for p in self.searched
+            1
+            for p in self.searched
             if p.key in params and not _same(params[p.key], base.get(p.key, _MISSING))
         )
 

@@ -78,15 +78,21 @@ def resume_line(study: optuna.Study, settings: SweepSettings) -> str | None:
         return None
     n = settings.n_trials
     if n <= 0:
-        return (f"the study holds {spent} trial(s) and has no trial budget "
-                f"(hydra.sweeper.n_trials=0): it searches on until this run's wall budget ends")
+        return (
+            f"the study holds {spent} trial(s) and has no trial budget "
+            f"(hydra.sweeper.n_trials=0): it searches on until this run's wall budget ends"
+        )
     if spent >= n:
-        return (f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={n} spent: no "
-                f"search, straight to verification; raise hydra.sweeper.n_trials to search more")
-    return (f"the study holds {spent} of its {n} trial(s) (hydra.sweeper.n_trials={n}): it "
-            f"searches up to {n - spent} more before verification (a wall budget ended the last "
-            f"search, or it was stopped); hydra.sweeper.n_trials={spent} goes straight to "
-            f"verification")  # fmt: skip
+        return (
+            f"the study holds {spent} trial(s), its hydra.sweeper.n_trials={n} spent: no "
+            f"search, straight to verification; raise hydra.sweeper.n_trials to search more"
+        )
+    return (
+        f"the study holds {spent} of its {n} trial(s) (hydra.sweeper.n_trials={n}): it "
+        f"searches up to {n - spent} more before verification (a wall budget ended the last "
+        f"search, or it was stopped); hydra.sweeper.n_trials={spent} goes straight to "
+        f"verification"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +119,8 @@ def race_size(study: optuna.Study, top_k: int) -> int:
     best_first = study.direction == optuna.study.StudyDirection.MAXIMIZE
     top = sorted(done, key=lambda t: t.value, reverse=best_first)[:top_k]
     start_outside = any(t.user_attrs.get("baseline") for t in done) and not any(
-        t.user_attrs.get("baseline") for t in top)
+        t.user_attrs.get("baseline") for t in top
+    )
     return len(top) + start_outside
 
 
@@ -169,8 +176,12 @@ class Budget:
         predicted wall when search trials are projected, else 0."""
         s = self.settings
         run_s = max(self.median_trial_s(study) or 0.0, real_trial_s)
-        race = verify_reserve(run_s=run_s, top_k=s.verify.top_k, repeats=s.verify.repeats,
-                              max_wall_s=s.budget.max_wall_s)  # fmt: skip
+        race = verify_reserve(
+            run_s=run_s,
+            top_k=s.verify.top_k,
+            repeats=s.verify.repeats,
+            max_wall_s=s.budget.max_wall_s,
+        )
         guard = self.guard_reserve(study) if self.guard_reserve is not None else 0.0
         if s.budget.max_wall_s > 0:
             guard = min(guard, GUARD_SHARE * s.budget.max_wall_s)
@@ -203,8 +214,9 @@ class Budget:
     def end_line(self, study: optuna.Study, ended: str, *, ran_here: int) -> str:
         """The search's end in one line: the budget that ended it, what it allowed, and what one
         trial took and was predicted to take. `ran_here`: the trials this worker launched."""
-        walls = TrialWalls(median_s=self.median_trial_s(study),
-                           predicted_s=self.predicted_trial_s).text()  # fmt: skip
+        walls = TrialWalls(
+            median_s=self.median_trial_s(study), predicted_s=self.predicted_trial_s
+        ).text()
         if ended == WALL:
             return (
                 f"the wall budget ended the search: hydra.sweeper.{self.wall_setting}="
@@ -240,18 +252,31 @@ class Budget:
         s = self.settings
         trials = study.get_trials(deepcopy=False)
         walls = [t.user_attrs["wall_s"] for t in trials if "wall_s" in t.user_attrs]
-        complete = [t.user_attrs["wall_s"] for t in trials
-                    if "wall_s" in t.user_attrs and t.state == TrialState.COMPLETE]  # fmt: skip
-        left = max(0, s.n_trials - self.spent(study)) if s.n_trials > 0 else (
-            self.trials_that_fit(study, 0.0, left=UNLIMITED))  # fmt: skip
+        complete = [
+            t.user_attrs["wall_s"]
+            for t in trials
+            if "wall_s" in t.user_attrs and t.state == TrialState.COMPLETE
+        ]
+        left = (
+            max(0, s.n_trials - self.spent(study))
+            if s.n_trials > 0
+            else (self.trials_that_fit(study, 0.0, left=UNLIMITED))
+        )
         if left >= UNLIMITED:  # no trial budget and no wall budget: no end to predict
-            return Eta(total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None,
-                       capped=False)  # fmt: skip
-        return estimate(trials_left=left, trial_walls=walls, complete_walls=complete,
-                        contenders=race_size(study, s.verify.top_k), repeats=s.verify.repeats,
-                        max_rounds=s.verify.max_rounds, wall_left_s=self.wall_left_s(),
-                        predicted_trial_s=self.predicted_trial_s,
-                        predicted_run_s=real_trial_s)  # fmt: skip
+            return Eta(
+                total_s=None, trials_left=0, trial_s=None, race_runs=0, run_s=None, capped=False
+            )
+        return estimate(
+            trials_left=left,
+            trial_walls=walls,
+            complete_walls=complete,
+            contenders=race_size(study, s.verify.top_k),
+            repeats=s.verify.repeats,
+            max_rounds=s.verify.max_rounds,
+            wall_left_s=self.wall_left_s(),
+            predicted_trial_s=self.predicted_trial_s,
+            predicted_run_s=real_trial_s,
+        )
 
     def verify_round_fits(
         self, study: optuna.Study, n_runs: int, *, run_s: float | None = None
@@ -271,9 +296,10 @@ class Budget:
         # A duplicate or an excluded point ran nothing; an out-of-memory trial is the search
         # learning where memory ends (larger micro-batches are refused after it), not a fault.
         trials = [
-            t for t in own_outcomes(study)
+            t
+            for t in own_outcomes(study)
             if t.user_attrs.get("failure_kind") not in ("excluded", "oom")
-        ]  # fmt: skip
+        ]
         if len(trials) < s.budget.min_trials_for_failure_rate:
             return False
         failed = sum(1 for t in trials if t.state == TrialState.FAIL)

@@ -79,13 +79,25 @@ def estimate(
         run_s = max(run_s, predicted_run_s * ratio)
     runs = race_runs(contenders=contenders, repeats=repeats, max_rounds=max_rounds)
     if trial_s is None or run_s is None:
-        return Eta(total_s=wall_left_s, trials_left=trials_left, trial_s=trial_s, race_runs=runs,
-                   run_s=run_s, capped=wall_left_s is not None)  # fmt: skip
+        return Eta(
+            total_s=wall_left_s,
+            trials_left=trials_left,
+            trial_s=trial_s,
+            race_runs=runs,
+            run_s=run_s,
+            capped=wall_left_s is not None,
+        )
     total = trials_left * trial_s + runs * run_s
     capped = False
     if wall_left_s is not None:
         floor = min(total, contenders * run_s)  # the race's first round runs whatever the budget
         if max(wall_left_s, floor) < total:
             total, capped = max(wall_left_s, floor), True
-    return Eta(total_s=total, trials_left=trials_left, trial_s=trial_s, race_runs=runs,
-               run_s=run_s, capped=capped)  # fmt: skip
+    return Eta(
+        total_s=total,
+        trials_left=trials_left,
+        trial_s=trial_s,
+        race_runs=runs,
+        run_s=run_s,
+        capped=capped,
+    )

@@ -118,9 +118,13 @@ def claim_export(
             holder = _holder(name, storage)
             if holder is None or owner_alive(holder) is not False:
                 who = holder or "another worker"
-                return Claim(ours=False, line=(
-                    f"worker {who} is verifying study {study.study_name!r}'s completed trials; "
-                    f"it writes the study's best to {best_yaml_of(study, who)}"))  # fmt: skip
+                return Claim(
+                    ours=False,
+                    line=(
+                        f"worker {who} is verifying study {study.study_name!r}'s completed trials; "
+                        f"it writes the study's best to {best_yaml_of(study, who)}"
+                    ),
+                )
             log.warning("the export claim of %s died with its worker; taking it over", holder)
             with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=name, storage=storage)
@@ -137,8 +141,15 @@ def claim_export(
 
 def record_export(study: optuna.Study, *, best_yaml: Path, compared: list[int]) -> None:
     """Say on the study which file holds its best and which trials it compared."""
-    study.set_user_attr(EXPORT_ATTR, {"best_yaml": str(best_yaml), "owner": owner_tag(),
-                                      "compared": compared, "when": time.time()})  # fmt: skip
+    study.set_user_attr(
+        EXPORT_ATTR,
+        {
+            "best_yaml": str(best_yaml),
+            "owner": owner_tag(),
+            "compared": compared,
+            "when": time.time(),
+        },
+    )
 
 
 def _exported(study: optuna.Study, compared: list[int], since: float) -> Claim | None:
@@ -147,9 +158,13 @@ def _exported(study: optuna.Study, compared: list[int], since: float) -> Claim |
     done = study.user_attrs.get(EXPORT_ATTR)
     if not done or done.get("compared") != compared or done.get("when", 0.0) < since:
         return None
-    return Claim(ours=False, line=(
-        f"the best of study {study.study_name!r} ({len(compared)} completed trials) is "
-        f"exported already: {done['best_yaml']}"))  # fmt: skip
+    return Claim(
+        ours=False,
+        line=(
+            f"the best of study {study.study_name!r} ({len(compared)} completed trials) is "
+            f"exported already: {done['best_yaml']}"
+        ),
+    )
 
 
 def _holder(name: str, storage: optuna.storages.BaseStorage) -> str | None:

@@ -179,9 +179,13 @@ class SweepTracker:
         tags = {**tags, **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
         self.experiment_id = self._open_experiment(tags)
         previous = parent_to_resume(
-            self._client, self.experiment_id, study=study, study_name=tags.get("study"),
-            fingerprint=fingerprint, tracking_uri=self.tracking_uri,
-        )  # fmt: skip
+            self._client,
+            self.experiment_id,
+            study=study,
+            study_name=tags.get("study"),
+            fingerprint=fingerprint,
+            tracking_uri=self.tracking_uri,
+        )
         owner = owner_tag()
         if previous is not None:
             # Params are immutable in MLflow, so the first sweep's stay; tags (ours) are updated.
@@ -191,8 +195,11 @@ class SweepTracker:
             self._client.update_run(self.parent_run_id, status="RUNNING")
             tags = {**tags, "resumed": str(count), SWEEP_OWNER_TAG: owner}
             self._log_batch(self.parent_run_id, tags=tags)
-            log.info("MLflow: continuing the stopped sweep's run %s (%s before)",
-                     self.parent_run_id, previous.info.status)  # fmt: skip
+            log.info(
+                "MLflow: continuing the stopped sweep's run %s (%s before)",
+                self.parent_run_id,
+                previous.info.status,
+            )
         else:
             run = self._client.create_run(
                 self.experiment_id, run_name=run_name, tags={"kind": "sweep"}

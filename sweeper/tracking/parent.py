@@ -52,8 +52,12 @@ def newest_parent(client: Any, experiment_id: str, *, study: str, fingerprint: s
     where = f"tags.kind = 'sweep' and tags.study = '{study}'"
     if fingerprint:
         where += f" and tags.{FINGERPRINT_TAG} = '{fingerprint}'"
-    runs = client.search_runs([experiment_id], filter_string=where,
-                              order_by=["attributes.start_time DESC"], max_results=50)  # fmt: skip
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=where,
+        order_by=["attributes.start_time DESC"],
+        max_results=50,
+    )
     return next((r for r in runs if not held(r)), None)
 
 
@@ -80,5 +84,6 @@ def parent_to_resume(
 def record_parent(study: Any, run_id: str, tracking_uri: str) -> None:
     """Write the sweep's parent run into the study, for the sweep that resumes it."""
     if study is not None:
-        study.set_user_attr(PARENT_ATTR, {"run_id": run_id,
-                                          "tracking_uri": mask_secrets(tracking_uri)})  # fmt: skip
+        study.set_user_attr(
+            PARENT_ATTR, {"run_id": run_id, "tracking_uri": mask_secrets(tracking_uri)}
+        )

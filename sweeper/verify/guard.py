@@ -75,8 +75,10 @@ def curve_price_s(
     """One curve run's wall, from the starting config's own trial (its step scaled to the curve
     step's tokens); None without a usable result (the caller takes the trials' median)."""
     tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (guard.tokens)
-    share = curve_run_keys(ref_point, space.ctx, rules, seed=0).get(
-        "batch.tokens_per_step", tokens) / tokens  # fmt: skip
+    share = (
+        curve_run_keys(ref_point, space.ctx, rules, seed=0).get("batch.tokens_per_step", tokens)
+        / tokens
+    )
     return curve_run_s(start_result, steps=rules.steps, step_share=share)
 
 
@@ -97,13 +99,22 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     start = next((t for t in done if t.user_attrs.get("baseline")), None)
     base = dict(space.ctx.base)
     reference = {**base, **(space.point(start.params) if start is not None else {})}
-    changing = sum(1 for t in top if math_changes(reference, {**base, **space.point(t.params)},
-                                                  device_type=space.ctx.device_type))  # fmt: skip
+    changing = sum(
+        1
+        for t in top
+        if math_changes(
+            reference, {**base, **space.point(t.params)}, device_type=space.ctx.device_type
+        )
+    )
     if not changing:
         return 0.0
     walls = [t.user_attrs["wall_s"] for t in done if "wall_s" in t.user_attrs]
-    run_s = curve_price_s(space, rules, space.point(start.params) if start else {},
-                          trial_result(start) if start is not None else None)  # fmt: skip
+    run_s = curve_price_s(
+        space,
+        rules,
+        space.point(start.params) if start else {},
+        trial_result(start) if start is not None else None,
+    )
     if run_s is None:
         run_s = statistics.median(walls) if walls else 0.0
     return (rules.seeds + changing) * run_s
@@ -123,27 +134,38 @@ def guard_entrants(
     ref_point, refit = _reference_point(ctx, baseline)
     reference = {**base, **ref_point}
     device = ctx.space.ctx.device_type
-    changed = {n: math_changes(reference, {**base, **ctx.space.point(c.params)},
-                               device_type=device) for n, c in cands.items()}  # fmt: skip
-    records = {n: {"verdict": "not needed", "why": "the starting config's math"}
-               for n, ch in changed.items() if not ch}  # fmt: skip
+    changed = {
+        n: math_changes(reference, {**base, **ctx.space.point(c.params)}, device_type=device)
+        for n, c in cands.items()
+    }
+    records = {
+        n: {"verdict": "not needed", "why": "the starting config's math"}
+        for n, ch in changed.items()
+        if not ch
+    }
     guarded = {n: ch for n, ch in changed.items() if ch}
     if not guarded:
         log.info("numerics guard %s: no contender changes the math", why)
         ctx.study.set_user_attr(GUARD_ATTR, {"why": why, "candidates": {}})
         return GuardOutcome(passed=cands, records=records)
-    log.info("numerics guard %s: %d contender(s) change the math (%s); training the starting "
-             "config from %d seeds and each of them for %d steps", why, len(guarded),
-             "; ".join(f"trial {n}: {changes_text(ch)}" for n, ch in guarded.items()),
-             rules.seeds, rules.steps)  # fmt: skip
+    log.info(
+        "numerics guard %s: %d contender(s) change the math (%s); training the starting "
+        "config from %d seeds and each of them for %d steps",
+        why,
+        len(guarded),
+        "; ".join(f"trial {n}: {changes_text(ch)}" for n, ch in guarded.items()),
+        rules.seeds,
+        rules.steps,
+    )
     seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
     runs = rules.seeds + len(guarded)
     start_result = trial_result(ctx.study.trials[start]) if start is not None else None
     run_s = curve_price_s(ctx.space, rules, ref_point, start_result)  # None: trials' median
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
-    ref_curves, ref_fail, ref_lrs = _reference_curves(ctx, ref_point, rules, seed0=seed0,
-                                                      start=start)  # fmt: skip
+    ref_curves, ref_fail, ref_lrs = _reference_curves(
+        ctx, ref_point, rules, seed0=seed0, start=start
+    )
     tol, trained = None, None
     if len(ref_curves) >= 2:
         tol = tolerance(ref_curves, k=rules.k, floor=rules.floor, window=window_size(rules.steps))
@@ -152,26 +174,45 @@ def guard_entrants(
         trained = descent(ref_curves, spread=tol.spread, window=tol.window)
     no_reference = _no_reference(ref_fail, trained)
     if no_reference:
-        log.warning("numerics guard: %s; no contender that changes the math is judged",
-                    no_reference)  # fmt: skip
+        log.warning(
+            "numerics guard: %s; no contender that changes the math is judged", no_reference
+        )
     outcome = GuardOutcome(passed={}, records=records)
     summary: dict[str, Any] = {
-        "steps": rules.steps, "seed": seed0, "k": rules.k, "floor": rules.floor,
+        "steps": rules.steps,
+        "seed": seed0,
+        "k": rules.k,
+        "floor": rules.floor,
         "reference_refit": refit,
         "reference_curves": {str(s): c for s, c in ref_curves.items()},
         "reference_lr": ref_lrs,
-        "reference_descent": None if trained is None else {
-            "drop": trained.drop, "seed": trained.seed, "spread": trained.spread,
-            "trains": trained.trains},
-        "tolerance": tol.as_dict() if tol else None, "candidates": {},
-    }  # fmt: skip
+        "reference_descent": None
+        if trained is None
+        else {
+            "drop": trained.drop,
+            "seed": trained.seed,
+            "spread": trained.spread,
+            "trains": trained.trains,
+        },
+        "tolerance": tol.as_dict() if tol else None,
+        "candidates": {},
+    }
     for n, c in cands.items():
         if n not in guarded:
             outcome.passed[n] = c
             continue
-        rec = _guard_one(ctx, n, c, guarded[n], reference=reference, tol=tol,
-                         ref_curve=ref_curves.get(seed0), no_reference=no_reference,
-                         rules=rules, seed0=seed0)  # fmt: skip
+        rec = _guard_one(
+            ctx,
+            n,
+            c,
+            guarded[n],
+            reference=reference,
+            tol=tol,
+            ref_curve=ref_curves.get(seed0),
+            no_reference=no_reference,
+            rules=rules,
+            seed0=seed0,
+        )
         rec.update({k: summary[k] for k in ("steps", "seed", "k", "floor", "reference_refit")})
         rec["tolerance"] = summary["tolerance"]
         outcome.records[n] = rec
@@ -180,9 +221,10 @@ def guard_entrants(
             outcome.passed[n] = c
         outcome.notes.extend(_report_lines(n, rec, seed0=seed0))
     if tol is not None and seed0 in ref_curves:
-        outcome.notes[:0] = [f"numerics guard: {tol.derivation()}",
-                             f"  loss by step, starting config (seed {seed0}): "
-                             f"{curve_text(ref_curves[seed0])}"]  # fmt: skip
+        outcome.notes[:0] = [
+            f"numerics guard: {tol.derivation()}",
+            f"  loss by step, starting config (seed {seed0}): {curve_text(ref_curves[seed0])}",
+        ]
         if no_reference:
             outcome.notes.insert(1, f"numerics guard: {no_reference}")
     if refit:
@@ -209,8 +251,10 @@ def _reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[dict[str
     fit = nearest_fit(point, ctx.space.ctx)
     if fit is None or not fit.changed:
         return point, ""
-    refit = (f"the starting config does not fit ({fit.reason}); its reference runs train the same "
-             f"math at {fit.text()}")  # fmt: skip
+    refit = (
+        f"the starting config does not fit ({fit.reason}); its reference runs train the same "
+        f"math at {fit.text()}"
+    )
     log.info("numerics guard: %s", refit)
     return fit.point, refit
 
@@ -232,25 +276,35 @@ def _contender_point(
 
 
 def _out_of_budget(
-    ctx: SweepContext, cands: dict[int, Candidate], guarded: dict[int, dict],
-    records: dict[int, dict], *, runs: int, why: str,
-) -> GuardOutcome:  # fmt: skip
+    ctx: SweepContext,
+    cands: dict[int, Candidate],
+    guarded: dict[int, dict],
+    records: dict[int, dict],
+    *,
+    runs: int,
+    why: str,
+) -> GuardOutcome:
     """The guard's runs do not fit the wall budget: the contenders that change the math are not
     checked, so they do not race (unchecked math is never exported); the others race."""
     setting = getattr(ctx.budget, "wall_setting", "budget.max_wall_s")
-    reason = (f"the guard's {runs} curve runs do not fit the wall budget "
-              f"(hydra.sweeper.{setting}={ctx.settings.budget.max_wall_s:g} s); raise it, or set "
-              f"hydra.sweeper.guard.mode=off to race unchecked math")  # fmt: skip
-    outcome = GuardOutcome(passed={n: c for n, c in cands.items() if n not in guarded},
-                           records=dict(records))  # fmt: skip
+    reason = (
+        f"the guard's {runs} curve runs do not fit the wall budget "
+        f"(hydra.sweeper.{setting}={ctx.settings.budget.max_wall_s:g} s); raise it, or set "
+        f"hydra.sweeper.guard.mode=off to race unchecked math"
+    )
+    outcome = GuardOutcome(
+        passed={n: c for n, c in cands.items() if n not in guarded}, records=dict(records)
+    )
     for n, ch in guarded.items():
-        outcome.records[n] = {"verdict": NOT_CHECKED, "changes": changes_text(ch),
-                              "reason": reason}  # fmt: skip
+        outcome.records[n] = {"verdict": NOT_CHECKED, "changes": changes_text(ch), "reason": reason}
         outcome.notes.extend(_report_lines(n, outcome.records[n], seed0=0))
-    log.warning("numerics guard %s: %s; trial(s) %s do not race", why, reason,
-                ", ".join(map(str, guarded)))  # fmt: skip
-    ctx.study.set_user_attr(GUARD_ATTR, {"why": why, "candidates": {
-        str(n): r for n, r in outcome.records.items() if n in guarded}})  # fmt: skip
+    log.warning(
+        "numerics guard %s: %s; trial(s) %s do not race", why, reason, ", ".join(map(str, guarded))
+    )
+    ctx.study.set_user_attr(
+        GUARD_ATTR,
+        {"why": why, "candidates": {str(n): r for n, r in outcome.records.items() if n in guarded}},
+    )
     return outcome
 
 
@@ -260,8 +314,12 @@ def _curve_job(
     """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
     keys = curve_run_keys(point, ctx.space.ctx, rules, seed=seed)
     budget = ctx.settings.budget
-    limits = point_limits({**point, **keys}, ctx.space.ctx, timeout_s=budget.trial_timeout_s,
-                          stall_timeout_s=budget.stall_timeout_s)  # fmt: skip
+    limits = point_limits(
+        {**point, **keys},
+        ctx.space.ctx,
+        timeout_s=budget.trial_timeout_s,
+        stall_timeout_s=budget.stall_timeout_s,
+    )
     return [
         *ctx.fixed,  # the curve keys below override any of them: Hydra applies the last
         *(format_override(k, v) for k, v in {**point, **keys}.items()),
@@ -270,9 +328,13 @@ def _curve_job(
 
 
 def _reference_curves(
-    ctx: SweepContext, ref_point: dict[str, Any], rules: GuardConf, *, seed0: int,
+    ctx: SweepContext,
+    ref_point: dict[str, Any],
+    rules: GuardConf,
+    *,
+    seed0: int,
     start: int | None,
-) -> tuple[dict[int, list[float]], str, list[float]]:  # fmt: skip
+) -> tuple[dict[int, list[float]], str, list[float]]:
     """The starting config's curve by seed (the failed runs left out), why runs failed, and the
     lr of each step the curves trained at (the production schedule's first steps)."""
     seeds = [seed0 + i for i in range(rules.seeds)]
@@ -285,24 +347,40 @@ def _reference_curves(
         else:
             curves[seed] = curve
             lrs = lrs or curve_lrs(out.get("result"))
-        log_guard_run(ctx.tracker, number=-1 if start is None else start, role="reference",
-                      seed=seed, out=out, params=ref_point, curves={"guard/loss": curve or []},
-                      tags={})  # fmt: skip
+        log_guard_run(
+            ctx.tracker,
+            number=-1 if start is None else start,
+            role="reference",
+            seed=seed,
+            out=out,
+            params=ref_point,
+            curves={"guard/loss": curve or []},
+            tags={},
+        )
     if failures:
         log.warning("numerics guard: reference run(s) failed: %s", "; ".join(failures))
     return curves, "; ".join(failures), lrs
 
 
 def _guard_one(
-    ctx: SweepContext, n: int, c: Candidate, changes: dict, *, reference: dict[str, Any],
-    tol: Tolerance | None, ref_curve: list[float] | None, no_reference: str, rules: GuardConf,
+    ctx: SweepContext,
+    n: int,
+    c: Candidate,
+    changes: dict,
+    *,
+    reference: dict[str, Any],
+    tol: Tolerance | None,
+    ref_curve: list[float] | None,
+    no_reference: str,
+    rules: GuardConf,
     seed0: int,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Train contender `n` from the reference's first seed on its batches and judge its curve."""
     rec: dict[str, Any] = {"changes": changes_text(changes), "reference_curve": ref_curve}
     if tol is None or ref_curve is None or no_reference:
-        rec.update(verdict=NOT_CHECKED, reason=no_reference or "the reference's first seed "
-                   "has no curve")  # fmt: skip
+        rec.update(
+            verdict=NOT_CHECKED, reason=no_reference or "the reference's first seed has no curve"
+        )
         return rec
     point, refit = _contender_point(ctx, c, reference)
     if refit:
@@ -315,23 +393,45 @@ def _guard_one(
         # a curve that went non-finite is the contender's math failing; anything else (out of
         # memory, a timeout, a killed run) left it unjudged
         kind = ((out.get("result") or {}).get("failure") or {}).get("kind")
-        rec.update(verdict="failed" if kind == "nan" else NOT_CHECKED, curve=None,
-                   reason=f"its curve run did not complete: {out['state']} "
-                   f"({out.get('reason') or 'no loss curve'})")  # fmt: skip
+        rec.update(
+            verdict="failed" if kind == "nan" else NOT_CHECKED,
+            curve=None,
+            reason=f"its curve run did not complete: {out['state']} "
+            f"({out.get('reason') or 'no loss curve'})",
+        )
     else:
         result = check(curve, ref_curve, tol)
-        rec.update(verdict="passed" if result.passed else "failed", curve=curve,
-                   reason=result.reason, divergence=result.divergence.value,
-                   at_step=result.divergence.step)  # fmt: skip
-    log_guard_run(ctx.tracker, number=n, role="candidate", seed=seed0, out=out, params=point,
-                  curves={"guard/loss": curve or [], "guard/reference_loss": ref_curve},
-                  tags={"guard.verdict": rec["verdict"], "guard.reason": rec["reason"],
-                        "guard.changes": rec["changes"]},
-                  metrics={"guard/divergence": rec.get("divergence"),
-                           "guard/tolerance": tol.value})  # fmt: skip
+        rec.update(
+            verdict="passed" if result.passed else "failed",
+            curve=curve,
+            reason=result.reason,
+            divergence=result.divergence.value,
+            at_step=result.divergence.step,
+        )
+    log_guard_run(
+        ctx.tracker,
+        number=n,
+        role="candidate",
+        seed=seed0,
+        out=out,
+        params=point,
+        curves={"guard/loss": curve or [], "guard/reference_loss": ref_curve},
+        tags={
+            "guard.verdict": rec["verdict"],
+            "guard.reason": rec["reason"],
+            "guard.changes": rec["changes"],
+        },
+        metrics={"guard/divergence": rec.get("divergence"), "guard/tolerance": tol.value},
+    )
     level = logging.INFO if rec["verdict"] == "passed" else logging.WARNING
-    log.log(level, "numerics guard: trial %d (%s) %s: %s", n, rec["changes"],
-            rec["verdict"].upper(), rec["reason"])  # fmt: skip
+    log.log(
+        level,
+        "numerics guard: trial %d (%s) %s: %s",
+        n,
+        rec["changes"],
+        rec["verdict"].upper(),
+        rec["reason"],
+    )
     return rec
 
 
@@ -341,11 +441,13 @@ def _report_lines(n: int, rec: dict[str, Any], *, seed0: int) -> list[str]:
     tail = "" if verdict == "passed" else ": not raced, never exported"
     if verdict == NOT_CHECKED:
         return [f"numerics guard: trial {n} ({rec['changes']}) NOT CHECKED{tail}; {rec['reason']}"]
-    lines = [f"numerics guard: trial {n} ({rec['changes']}) {verdict.upper()}{tail}; "
-             f"{rec['reason']}"]  # fmt: skip
+    lines = [
+        f"numerics guard: trial {n} ({rec['changes']}) {verdict.upper()}{tail}; {rec['reason']}"
+    ]
     if rec.get("refit"):
         lines.append(f"  its curve run: {rec['refit']} (no math changed)")
     if rec.get("curve"):
-        lines.append(f"  loss by step, trial {n} (seed {seed0}, same batches): "
-                     f"{curve_text(rec['curve'])}")  # fmt: skip
+        lines.append(
+            f"  loss by step, trial {n} (seed {seed0}, same batches): {curve_text(rec['curve'])}"
+        )
     return lines

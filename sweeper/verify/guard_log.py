@@ -39,10 +39,15 @@ def log_guard_run(
     metrics: Mapping[str, float | None] | None = None,
 ) -> str | None:
     """One curve run as a nested MLflow run with its curves by step; its run id, or None."""
-    run_id = tracker.log_trial(number=number, state=out["state"], reason=out.get("reason"),
-                               params=dict(params), result=out.get("result"),
-                               job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
-                               kind="guard")  # fmt: skip
+    run_id = tracker.log_trial(
+        number=number,
+        state=out["state"],
+        reason=out.get("reason"),
+        params=dict(params),
+        result=out.get("result"),
+        job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
+        kind="guard",
+    )
     client = _client(tracker)
     if not run_id or client is None:
         return run_id
@@ -50,10 +55,16 @@ def log_guard_run(
         from mlflow.entities import Metric, RunTag
 
         now_ms = int(time.time() * 1000)
-        points = [Metric(name, float(v), now_ms, step)
-                  for name, curve in curves.items() for step, v in enumerate(curve or [])]
-        points += [Metric(k, float(v), now_ms, 0) for k, v in (metrics or {}).items()
-                   if isinstance(v, int | float)]  # fmt: skip
+        points = [
+            Metric(name, float(v), now_ms, step)
+            for name, curve in curves.items()
+            for step, v in enumerate(curve or [])
+        ]
+        points += [
+            Metric(k, float(v), now_ms, 0)
+            for k, v in (metrics or {}).items()
+            if isinstance(v, int | float)
+        ]
         name = f"guard-{'ref' if role == 'reference' else f'{number:03d}'}-seed{seed}"
         run_tags = {"mlflow.runName": name, "guard.role": role, "guard.seed": seed, **tags}
         for i in range(0, len(points), 1000):
@@ -75,9 +86,11 @@ def tag_sweep(tracker: Tracker, tol: Tolerance) -> None:
 
         client.log_batch(
             parent,
-            metrics=[Metric("guard/tolerance", tol.value, int(time.time() * 1000), 0),
-                     Metric("guard/seed_spread", tol.spread, int(time.time() * 1000), 0)],
+            metrics=[
+                Metric("guard/tolerance", tol.value, int(time.time() * 1000), 0),
+                Metric("guard/seed_spread", tol.spread, int(time.time() * 1000), 0),
+            ],
             tags=[RunTag("guard.tolerance_derivation", tol.derivation()[:5000])],
-        )  # fmt: skip
+        )
     except Exception as exc:  # by design: tracking trouble never stops a sweep
         log.warning("MLflow: the guard's tolerance was not logged: %s", exc)

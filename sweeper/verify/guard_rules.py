@@ -83,8 +83,9 @@ class Tolerance:
             else f"the floor {self.floor:g} (k {self.k:g} x seed spread {self.spread:.4f} = "
             f"{self.k * self.spread:.4f} is below it)"
         )
-        pairs = "; ".join(f"seeds {a} vs {b}: {d.value:.4f} at {d.steps_text}"
-                          for a, b, d in self.pairs)  # fmt: skip
+        pairs = "; ".join(
+            f"seeds {a} vs {b}: {d.value:.4f} at {d.steps_text}" for a, b, d in self.pairs
+        )
         return (
             f"tolerance {self.value:.4f} nats = {rule}; the seed spread is the largest gap "
             f"between the reference's {self.window}-step mean losses over its "
@@ -115,8 +116,9 @@ def tolerance(
         for a, b in itertools.combinations(sorted(curves), 2)
     )
     spread = max(d.value for _, _, d in pairs)
-    return Tolerance(value=max(k * spread, floor), spread=spread, k=k, floor=floor,
-                     window=window, pairs=pairs)  # fmt: skip
+    return Tolerance(
+        value=max(k * spread, floor), spread=spread, k=k, floor=floor, window=window, pairs=pairs
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,8 +142,10 @@ class Descent:
             fell = "is not finite"
         else:
             fell = f"{'falls' if self.drop >= 0 else 'rises'} {abs(self.drop):.4f} nats"
-        return (f"seed {self.seed}'s loss {fell} from its first {self.window}-step mean to its "
-                f"last, against a seed spread of {self.spread:.4f}")  # fmt: skip
+        return (
+            f"seed {self.seed}'s loss {fell} from its first {self.window}-step mean to its "
+            f"last, against a seed spread of {self.spread:.4f}"
+        )
 
 
 def descent(curves: Mapping[int, Sequence[float]], *, spread: float, window: int) -> Descent:

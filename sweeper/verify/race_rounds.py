@@ -45,8 +45,11 @@ class RaceRecord:
 
 def load_record(ctx: SweepContext, contenders: list[int]) -> RaceRecord:
     """The race stored in the study for these contenders (a resumed sweep), else a fresh one."""
-    record = RaceRecord(contenders=contenders, values={n: [] for n in contenders},
-                        results={n: [] for n in contenders})  # fmt: skip
+    record = RaceRecord(
+        contenders=contenders,
+        values={n: [] for n in contenders},
+        results={n: [] for n in contenders},
+    )
     saved = ctx.study.user_attrs.get(RACE_ATTR) or {}
     if saved.get("contenders") != contenders:
         return record
@@ -74,8 +77,7 @@ def standing(record: RaceRecord, ctx: SweepContext, *, out_of_budget: bool = Fal
     for r in range(1, record.rounds + 1):
         if all(x is None for v in speeds.values() for x in v[:r]):
             continue  # every run so far failed: nothing to judge yet
-        s = judge({n: v[:r] for n, v in speeds.items()}, alive=alive, dropped=dropped,
-                  rules=rules)  # fmt: skip
+        s = judge({n: v[:r] for n, v in speeds.items()}, alive=alive, dropped=dropped, rules=rules)
         alive, dropped = list(s.alive), dict(s.dropped)
         if s.finished:
             return s
@@ -101,19 +103,30 @@ def run_race(cands: dict[int, Candidate], ctx: SweepContext) -> tuple[RaceRecord
             and not ctx.budget.verify_round_fits(ctx.study, len(alive), run_s=record.run_s)
         ):
             if record.rounds < rules.last_round:
-                log.warning("wall budget (%.0f s): the race stops after %d round(s)",
-                            ctx.settings.budget.max_wall_s, record.rounds)  # fmt: skip
+                log.warning(
+                    "wall budget (%.0f s): the race stops after %d round(s)",
+                    ctx.settings.budget.max_wall_s,
+                    record.rounds,
+                )
             if current is None:
                 return record, _nothing(contenders, record.rounds)
             return record, standing(record, ctx, out_of_budget=True)
-        _run_round(record, cands, ctx, order=round_order(alive, seed=seed,
-                                                          round_index=record.rounds))  # fmt: skip
+        _run_round(
+            record, cands, ctx, order=round_order(alive, seed=seed, round_index=record.rounds)
+        )
 
 
 def _nothing(contenders: list[int], rounds: int) -> Standing:
     """Every run failed: no leader (verification reports that nothing was verified)."""
-    return Standing(leader=-1, alive=(), dropped={}, against_leader={}, rounds=rounds,
-                    finished=True, outcome=None)  # fmt: skip
+    return Standing(
+        leader=-1,
+        alive=(),
+        dropped={},
+        against_leader={},
+        rounds=rounds,
+        finished=True,
+        outcome=None,
+    )
 
 
 def _run_round(
@@ -126,8 +139,9 @@ def _run_round(
     # JobLauncher.launch runs them one after another, whatever n_jobs: contenders timed side by
     # side would share the machine and measure each other
     names = [job_name(n, repeat=r + 1) for n in order]  # the folders linked as trial-N-verify-rR
-    outs = dict(zip(order, ctx.jobs.launch([cands[n].overrides for n in order], names=names),
-                    strict=True))  # fmt: skip
+    outs = dict(
+        zip(order, ctx.jobs.launch([cands[n].overrides for n in order], names=names), strict=True)
+    )
     record.run_s = (time.monotonic() - started) / max(1, len(order))
     stored: dict[str, Any] = {}
     for n in record.contenders:
@@ -149,14 +163,14 @@ def _run_round(
                 value = objective_value(result, ctx.objective)
                 cands[n].values.append(value)
             else:
-                log.warning("verification run of trial %d: %s (%s)", n, out["state"],
-                            out.get("reason"))  # fmt: skip
+                log.warning(
+                    "verification run of trial %d: %s (%s)", n, out["state"], out.get("reason")
+                )
             stored[str(n)] = {"value": value, "job_dir": out.get("job_dir")}
         record.values[n].append(value)
         record.results[n].append(result)
     record.stored.append(stored)
-    ctx.study.set_user_attr(RACE_ATTR, {"contenders": record.contenders,
-                                        "rounds": record.stored})  # fmt: skip
+    ctx.study.set_user_attr(RACE_ATTR, {"contenders": record.contenders, "rounds": record.stored})
 
 
 def lead_over_start(

@@ -90,8 +90,9 @@ def judge(
     for n in measured:
         if n == leader:
             continue
-        c = compare(*paired(speeds[n], speeds[leader]), confidence=rules.confidence,
-                    margin=rules.margin)  # fmt: skip
+        c = compare(
+            *paired(speeds[n], speeds[leader]), confidence=rules.confidence, margin=rules.margin
+        )
         if rounds >= rules.repeats and c.decision == SLOWER:
             survivors.remove(n)
             dropped[n] = rounds
@@ -105,9 +106,15 @@ def judge(
         outcome = UNDECIDED
     else:
         outcome = None
-    return Standing(leader=leader, alive=tuple(survivors), dropped=dropped,
-                    against_leader=against, rounds=rounds, finished=outcome is not None,
-                    outcome=outcome)  # fmt: skip
+    return Standing(
+        leader=leader,
+        alive=tuple(survivors),
+        dropped=dropped,
+        against_leader=against,
+        rounds=rounds,
+        finished=outcome is not None,
+        outcome=outcome,
+    )
 
 
 def round_order(contenders: Sequence[int], *, seed: int, round_index: int) -> list[int]:
@@ -131,8 +138,12 @@ def lead(
 
 def inverse(c: Comparison) -> Comparison:
     """The same comparison seen from the other side (leader over contender)."""
-    return dataclasses.replace(c, ratio=1 / c.ratio, low=1 / c.high if c.high else math.inf,
-                               high=1 / c.low if c.low else math.inf)  # fmt: skip
+    return dataclasses.replace(
+        c,
+        ratio=1 / c.ratio,
+        low=1 / c.high if c.high else math.inf,
+        high=1 / c.low if c.low else math.inf,
+    )
 
 
 # An interval wider than this (its upper bound over its lower; a lower bound of ~0 included) says
@@ -151,5 +162,4 @@ def interval_text(c: Comparison) -> str:
     finite = math.isfinite(c.low) and math.isfinite(c.high)
     if not finite or c.high > USELESS_INTERVAL * c.low:
         return f"{c.ratio:.2f}x (no interval: {rounds} disagree too much)"
-    return (f"{c.ratio:.2f}x ({100 * c.confidence:.0f}% CI {c.low:.2f}x-{c.high:.2f}x, "
-            f"{rounds})")  # fmt: skip
+    return f"{c.ratio:.2f}x ({100 * c.confidence:.0f}% CI {c.low:.2f}x-{c.high:.2f}x, {rounds})"

@@ -105,8 +105,10 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
     guard = guard_entrants(ctx, cands, baseline=baseline, start=start)  # math kept, or not raced
     cands = guard.passed
     if not cands:
-        log.error("every contender failed the numerics guard and the starting config was not "
-                  "measured: nothing is exported (see the numerics guard lines above)")
+        log.error(
+            "every contender failed the numerics guard and the starting config was not "
+            "measured: nothing is exported (see the numerics guard lines above)"
+        )
         return Verification(rows=[], results={}, winner=None, notes=guard.notes)
     record, standing = run_race(cands, ctx)
     results = {n: [r for r in record.results[n] if r is not None] for n in cands}
@@ -151,8 +153,12 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
     log.info(
         "verifying %d config%s (%s) in a race of %d to %d rounds: each round runs every survivor "
         "once, in a shuffled order, with real full optimizer steps (never projected)",
-        len(cands), "s" if len(cands) != 1 else "", which, rules.repeats, rules.last_round,
-    )  # fmt: skip
+        len(cands),
+        "s" if len(cands) != 1 else "",
+        which,
+        rules.repeats,
+        rules.last_round,
+    )
     return cands
 
 
@@ -164,8 +170,9 @@ def _say_uncapped(ctx: SweepContext, cands: dict[int, Candidate]) -> None:
         log.info(
             "the race runs one config at a time without %s's thread cap: %s, as the production "
             "run gets (torch's default in a fresh process here)",
-            type(ctx.jobs.launcher).__name__, ", ".join(sorted(lifted)),
-        )  # fmt: skip
+            type(ctx.jobs.launcher).__name__,
+            ", ".join(sorted(lifted)),
+        )
 
 
 def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
@@ -198,8 +205,12 @@ def _judge(
 ) -> tuple[int, Verdict, Comparison | None]:
     """The race's verdict, the winner's trial number, and the winner's paired lead over the
     starting config (added to the verdict's reason)."""
-    verdict = race_verdict(cands, standing, direction=direction(ctx.objective),
-                           noise_floor=ctx.settings.verify.noise_floor)  # fmt: skip
+    verdict = race_verdict(
+        cands,
+        standing,
+        direction=direction(ctx.objective),
+        noise_floor=ctx.settings.verify.noise_floor,
+    )
     number = next(n for n, c in cands.items() if c is verdict.winner)
     lead = lead_over_start(record, ctx, winner=number, start=start)
     if lead is not None:
@@ -239,11 +250,17 @@ def _record_winner(
     run_id = ctx.study.trials[number].user_attrs.get("mlflow_run_id")
     if run_id:
         ctx.tracker.tag_winner(run_id)
-    ctx.study.set_user_attr("verdict", {
-        "winner_trial": number, "reason": verdict.reason, "decisive": verdict.decisive,
-        "outcome": standing.outcome, "rounds": standing.rounds,
-        "lead_over_start": None if lead is None else dataclasses.asdict(lead),
-    })  # fmt: skip
+    ctx.study.set_user_attr(
+        "verdict",
+        {
+            "winner_trial": number,
+            "reason": verdict.reason,
+            "decisive": verdict.decisive,
+            "outcome": standing.outcome,
+            "rounds": standing.rounds,
+            "lead_over_start": None if lead is None else dataclasses.asdict(lead),
+        },
+    )
 
 
 def search_basis(trial: FrozenTrial) -> dict:

@@ -297,5 +297,9 @@ def race_verdict(
         )
     if dropped and standing.outcome != DECIDED:
         why += f" (dropped as slower: {dropped})"
-    return Verdict(winner=winner, ranking=ranked.ranking, decisive=standing.outcome == DECIDED,
-                   reason=why + ".")  # fmt: skip
+    return Verdict(
+        winner=winner,
+        ranking=ranked.ranking,
+        decisive=standing.outcome == DECIDED,
+        reason=why + ".",
+    )

@@ -99,9 +99,10 @@ def graph_knobs(config: Mapping[str, Any]) -> dict[str, Any]:
     """The knobs of `config` (nested or dotted) that change the compiled graph, sorted (a knob at
     its KEY_DEFAULTS value left out)."""
     return {
-        k: v for k, v in sorted(flat(config).items())
+        k: v
+        for k, v in sorted(flat(config).items())
         if changes_graph(k) and not (k in KEY_DEFAULTS and v == KEY_DEFAULTS[k])
-    }  # fmt: skip
+    }
 
 
 def graph_key(config: Mapping[str, Any]) -> str | None:
@@ -171,8 +172,12 @@ def charge_compile(
         graphs = read_record(path)
         known = graphs.get(entry)
         if known is not None:
-            return GraphCompile(compile_s=float(known["compile_s"]), cache=str(known["cache"]),
-                                measured_by=str(known["measured_by"]), first=False)  # fmt: skip
+            return GraphCompile(
+                compile_s=float(known["compile_s"]),
+                cache=str(known["cache"]),
+                measured_by=str(known["measured_by"]),
+                first=False,
+            )
         graphs[entry] = {"compile_s": compile_s, "cache": cache, "measured_by": measured_by}
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps({"version": RECORD_VERSION, "graphs": graphs}, indent=1))

@@ -26,9 +26,11 @@ from train.core.rules import FLOAT8_MIN_CAPABILITY, num_checkpointed_blocks
 # float8 tensorwise end to end on an H100, from the closest public shape to GPT-2 XL (nanochat
 # d26); torchao's and torchtitan's Llama3-8B figures (+25%, +28%) are larger models' wider MLPs.
 FLOAT8_TENSORWISE_EVIDENCE = 1.17
-FLOAT8_EVIDENCE = ("public evidence, not measured here: nanochat d26 (MLP 1664x6656, close to "
-                   "XL's 1600x6400) 1.17x tensorwise, 0.90x rowwise; torchao docs +25% "
-                   "tensorwise / +10% rowwise and torchtitan +28% on Llama3-8B, H100")  # fmt: skip
+FLOAT8_EVIDENCE = (
+    "public evidence, not measured here: nanochat d26 (MLP 1664x6656, close to "
+    "XL's 1600x6400) 1.17x tensorwise, 0.90x rowwise; torchao docs +25% "
+    "tensorwise / +10% rowwise and torchtitan +28% on Llama3-8B, H100"
+)
 # FA3 over FA2's attention kernels on H100 (Shah et al. 2024, "FlashAttention-3"), upper end.
 FA3_ATTENTION_SPEEDUP = 2.0
 FA3_CAPABILITY = (9, 0)  # Hopper only (torch/nn/attention/_fa3.py: "FA3 requires compute 9.0")
@@ -46,8 +48,9 @@ def _shape(cfg: dict[str, Any]) -> tuple[float, float, int, int] | None:
     """(6N, 12LHQT, n_layer, n_embd) per token from the result's model config (N ~ 12 L C^2 +
     V C), or None where the config lacks the shape."""
     m = cfg.get("model") or {}
-    if not all(isinstance(m.get(k), int) for k in ("n_layer", "n_embd", "block_size",
-                                                    "vocab_size")):  # fmt: skip
+    if not all(
+        isinstance(m.get(k), int) for k in ("n_layer", "n_embd", "block_size", "vocab_size")
+    ):
         return None
     n_layer, c = m["n_layer"], m["n_embd"]
     six_n = 6.0 * (12 * n_layer * c * c + m["vocab_size"] * c)
@@ -71,14 +74,26 @@ def recompute_levers(result: dict, compute_share: float) -> list[Lever]:
     recomputed = num_checkpointed_blocks(n_layer, policy) / n_layer
     block_fwd = (2.0 * 12 * n_layer * c * c + attn / 3) * recomputed  # their forward, again
     gain = amdahl(compute_share, (six_n + attn + block_fwd) / (six_n + attn))
-    basis = (f"arithmetic: {policy} recomputes {recomputed:.0%} of the blocks' forward "
-             f"({(six_n + attn + block_fwd) / (six_n + attn):.2f}x the FLOPs); up to this if it "
-             "fits (plan mode's memory model says)")  # fmt: skip
-    fixes = [({"runtime.activation_checkpointing": "none", "runtime.loss": "chunked"}, gain,
-              basis + "; the chunked loss frees the logits' memory")]  # fmt: skip
-    fixes.append(({"runtime.activation_checkpointing": "selective"}, gain,
-                  basis + "; selective keeps the matmul and attention outputs and recomputes "
-                  "only pointwise ops, so nearly all of it"))  # fmt: skip
+    basis = (
+        f"arithmetic: {policy} recomputes {recomputed:.0%} of the blocks' forward "
+        f"({(six_n + attn + block_fwd) / (six_n + attn):.2f}x the FLOPs); up to this if it "
+        "fits (plan mode's memory model says)"
+    )
+    fixes = [
+        (
+            {"runtime.activation_checkpointing": "none", "runtime.loss": "chunked"},
+            gain,
+            basis + "; the chunked loss frees the logits' memory",
+        )
+    ]
+    fixes.append(
+        (
+            {"runtime.activation_checkpointing": "selective"},
+            gain,
+            basis + "; selective keeps the matmul and attention outputs and recomputes "
+            "only pointwise ops, so nearly all of it",
+        )
+    )
     return fixes
 
 
@@ -97,14 +112,24 @@ def precision_levers(result: dict, compute_share: float) -> list[Lever]:
         changes = {"runtime.float8": "tensorwise"}
         if dev.get("dtype") != "bf16":
             changes["runtime.dtype"] = "bf16"  # float8 needs bf16 (train/core/rules.py)
-        fixes.append((changes, FLOAT8_TENSORWISE_EVIDENCE,
-                      FLOAT8_EVIDENCE + "; changes the math: the numerics guard checks it"))
+        fixes.append(
+            (
+                changes,
+                FLOAT8_TENSORWISE_EVIDENCE,
+                FLOAT8_EVIDENCE + "; changes the math: the numerics guard checks it",
+            )
+        )
     shape = _shape(cfg)
     if cap == FA3_CAPABILITY and rt.get("attention") not in ("fa3", "fa4") and shape:
         six_n, attn = shape[:2]
         share = compute_share * attn / (six_n + attn)
-        fixes.append(({"runtime.attention": "fa3"}, amdahl(share, FA3_ATTENTION_SPEEDUP),
-                      f"arithmetic on public evidence: attention is {attn / (six_n + attn):.0%} "
-                      f"of the FLOPs, FA3 up to {FA3_ATTENTION_SPEEDUP:g}x FA2 there (Shah et al. "
-                      "2024, H100); needs the flash_attn_interface package"))  # fmt: skip
+        fixes.append(
+            (
+                {"runtime.attention": "fa3"},
+                amdahl(share, FA3_ATTENTION_SPEEDUP),
+                f"arithmetic on public evidence: attention is {attn / (six_n + attn):.0%} "
+                f"of the FLOPs, FA3 up to {FA3_ATTENTION_SPEEDUP:g}x FA2 there (Shah et al. "
+                "2024, H100); needs the flash_attn_interface package",
+            )
+        )
     return fixes

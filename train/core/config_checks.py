@@ -76,7 +76,10 @@ def check_combinations(
     if unsupported:
         raise ValueError(f"{unsupported}; use bf16 or fp32")
     unsupported = float8_unsupported(
-        rt.float8, dtype=dtype or rt.dtype, device_type=device_type, capability=capability,
+        rt.float8,
+        dtype=dtype or rt.dtype,
+        device_type=device_type,
+        capability=capability,
         emulate=rt.float8_emulate,
     ) or flash_impl_unsupported(rt.attention, device_type=device_type, installed=flash_impls)
     if unsupported:

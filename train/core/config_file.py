@@ -65,19 +65,25 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         doc = OmegaConf.load(io.StringIO(text))
     except YAMLError as exc:
-        raise ValueError(f"{what} is not valid YAML ({_yaml_problem(exc)}): fix that line or "
-                         f"{RESTORE}") from None  # fmt: skip
+        raise ValueError(
+            f"{what} is not valid YAML ({_yaml_problem(exc)}): fix that line or {RESTORE}"
+        ) from None
     except OmegaConfBaseException as exc:  # e.g. a `${` that is no interpolation
-        raise ValueError(f"{what} cannot be parsed ({str(exc).splitlines()[0]}): fix the file or "
-                         f"{RESTORE}") from None  # fmt: skip
+        raise ValueError(
+            f"{what} cannot be parsed ({str(exc).splitlines()[0]}): fix the file or {RESTORE}"
+        ) from None
     if not isinstance(doc, DictConfig):
-        raise ValueError(f"{what} holds a list, not a mapping of config sections (model:, "
-                         f"batch:, ...): {RESTORE}")  # fmt: skip
+        raise ValueError(
+            f"{what} holds a list, not a mapping of config sections (model:, "
+            f"batch:, ...): {RESTORE}"
+        )
     if not doc:
         raise ValueError(f"{what} is empty: {RESTORE}")
     if not set(doc) - {"defaults", PINNED_KEY}:  # e.g. a best.yaml cut before its sections
-        raise ValueError(f"{what} sets no config section (it holds only {', '.join(doc)}): it "
-                         f"was cut short or emptied; {RESTORE}")  # fmt: skip
+        raise ValueError(
+            f"{what} sets no config section (it holds only {', '.join(doc)}): it "
+            f"was cut short or emptied; {RESTORE}"
+        )
     check_trusted_keys(doc, what=what)
     return OmegaConf.to_container(doc, resolve=False)
 
@@ -90,8 +96,9 @@ def check_trusted_keys(doc: Any, *, what: str) -> None:
     unknown = [str(k) for k in doc if k not in (*SECTIONS, "defaults")]
     if unknown:
         near = [difflib.get_close_matches(k, SECTIONS, n=1) for k in unknown]
-        hint = "; ".join(f"did you mean {m[0]!r} for {k!r}?" for k, m in zip(unknown, near,
-                                                                            strict=True) if m)
+        hint = "; ".join(
+            f"did you mean {m[0]!r} for {k!r}?" for k, m in zip(unknown, near, strict=True) if m
+        )
         raise ValueError(
             f"{what}: top-level key(s) {', '.join(unknown)} are not trainer sections "
             f"({', '.join(SECTIONS)}){'; ' + hint if hint else ''}: remove them. Settings of "
@@ -213,12 +220,16 @@ def primary_config_file(args: list[str]) -> tuple[list[str], Path | None]:
     name = named[1] if named else DEFAULT_NAME
     file = folder / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
     if not folder.is_dir():
-        raise ValueError(f"--config-path {folder} is not a folder: give the folder that holds "
-                         f"{file.name} (a sweep's dir, multirun/<date>/<time>)")  # fmt: skip
+        raise ValueError(
+            f"--config-path {folder} is not a folder: give the folder that holds "
+            f"{file.name} (a sweep's dir, multirun/<date>/<time>)"
+        )
     if not file.exists():
         held = sorted(p.name for p in folder.glob("*.yaml"))
-        raise ValueError(f"--config-name {name}: there is no {file} (the folder holds: "
-                         f"{', '.join(held) or 'no .yaml file'})")  # fmt: skip
+        raise ValueError(
+            f"--config-name {name}: there is no {file} (the folder holds: "
+            f"{', '.join(held) or 'no .yaml file'})"
+        )
     return args, file
 
 

@@ -49,8 +49,15 @@ SNAPSHOT_BYTES_PER_S = {"cpu": 5e9, "cuda": 10e9}
 # A compile share below this is considered amortised when sizing a run.
 COMPILE_AMORTISED_FRAC = 0.10
 
-VERDICTS = ("failed", "data-bound", "checkpoint-bound", "comms-bound", "compile-dominated",
-            "host-bound", "compute-bound")
+VERDICTS = (
+    "failed",
+    "data-bound",
+    "checkpoint-bound",
+    "comms-bound",
+    "compile-dominated",
+    "host-bound",
+    "compute-bound",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,15 +73,17 @@ class Fix:
 
 def override_text(changes: dict[str, Any]) -> str:
     """`changes` as the command line writes them: `batch.micro_batch=16 batch.grad_accum=4`."""
-    return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                    for k, v in changes.items())  # fmt: skip
+    return " ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changes.items()
+    )
 
 
 def setting(changes: dict[str, Any], gain: float | None, basis: str, *, note: str = "") -> Fix:
     """A fix that sets `changes`, shown as their overrides (and `note` after them)."""
     text = override_text(changes)
-    return Fix(changes=changes, fix=f"{text} {note}" if note else text, expected_gain=gain,
-               basis=basis)  # fmt: skip
+    return Fix(
+        changes=changes, fix=f"{text} {note}" if note else text, expected_gain=gain, basis=basis
+    )
 
 
 def action(fix: str, gain: float | None, basis: str) -> Fix:
@@ -149,11 +158,18 @@ def _facts(result: dict, planned_steps: int | None) -> _Facts:
     samples = result.get("device_samples") or {}
     sm = samples.get("sm_util_pct", {}).get("mean") if isinstance(samples, dict) else None
     return _Facts(
-        frac=frac, step_s=step_s, micro_batch=mb, grad_accum=ga,
-        compute_per_micro_s=compute_per_micro, device_per_micro_s=device_per_micro,
-        host_per_micro_s=host, efficiency=efficiency, compile_s=compile_s,
+        frac=frac,
+        step_s=step_s,
+        micro_batch=mb,
+        grad_accum=ga,
+        compute_per_micro_s=compute_per_micro,
+        device_per_micro_s=device_per_micro,
+        host_per_micro_s=host,
+        efficiency=efficiency,
+        compile_s=compile_s,
         planned_steps=planned_steps or int(cfg.get("train", {}).get("max_steps", 1000)),
-        device_type=dev_type, sm_util_pct=sm,
+        device_type=dev_type,
+        sm_util_pct=sm,
     )
 
 
@@ -165,11 +181,13 @@ def diagnose(result: dict, *, planned_steps: int | None = None) -> Diagnosis:
             verdict="failed",
             headline=f"no verdict: the trial failed ({failure.get('kind', 'unknown')}) and "
             "measured nothing",
-            evidence={"failure": failure}, fixes=[],
+            evidence={"failure": failure},
+            fixes=[],
         )
     f = _facts(result, planned_steps)
-    share_compile = compile_share(compile_s=f.compile_s, step_s=f.step_s,
-                                  planned_steps=f.planned_steps)
+    share_compile = compile_share(
+        compile_s=f.compile_s, step_s=f.step_s, planned_steps=f.planned_steps
+    )
     evidence = _evidence(result, f, share_compile)
     measured = {
         "data-bound": (f.frac["data_wait"], DATA_BOUND_MIN_FRAC),
@@ -178,23 +196,33 @@ def diagnose(result: dict, *, planned_steps: int | None = None) -> Diagnosis:
     }
     if "comms" in f.frac:  # only multi-process results carry it
         measured["comms-bound"] = (f.frac["comms"], COMMS_BOUND_MIN_FRAC)
-    crossed = sorted((v for v, (s, t) in measured.items() if s >= t),
-                     key=lambda v: measured[v][0], reverse=True)
+    crossed = sorted(
+        (v for v, (s, t) in measured.items() if s >= t), key=lambda v: measured[v][0], reverse=True
+    )
     host, host_why = _host_signal(f)
     if host:
         crossed.append("host-bound")
     verdict = crossed[0] if crossed else "compute-bound"
     rules = {
-        "data-bound": _data_bound, "checkpoint-bound": _checkpoint_bound,
-        "comms-bound": _comms_bound, "compile-dominated": _compile_dominated,
-        "host-bound": _host_bound, "compute-bound": _compute_bound,
+        "data-bound": _data_bound,
+        "checkpoint-bound": _checkpoint_bound,
+        "comms-bound": _comms_bound,
+        "compile-dominated": _compile_dominated,
+        "host-bound": _host_bound,
+        "compute-bound": _compute_bound,
     }
     evidence["host_signal"] = host_why
     headline, fixes = rules[verdict](result, f, share_compile)
     attribution = {k: v * f.step_s for k, v in f.frac.items()}
     attribution.update(warmup_s=result.get("warmup_s"), compile_s=f.compile_s)
-    return Diagnosis(verdict=verdict, headline=headline, evidence=evidence, fixes=fixes,
-                     attribution_s=attribution, secondary=crossed[1:])
+    return Diagnosis(
+        verdict=verdict,
+        headline=headline,
+        evidence=evidence,
+        fixes=fixes,
+        attribution_s=attribution,
+        secondary=crossed[1:],
+    )
 
 
 def _evidence(result: dict, f: _Facts, share_compile: float) -> dict[str, Any]:
@@ -227,8 +255,10 @@ def _host_signal(f: _Facts) -> tuple[bool, str]:
     if f.device_per_micro_s is None:
         return False, "no ceiling or peak to size the math against"
     launch = f.host_per_micro_s >= f.device_per_micro_s
-    why = (f"estimated launch time per micro-step {f.host_per_micro_s * 1e3:.2f} ms vs its math at "
-           f"the ceiling {f.device_per_micro_s * 1e3:.2f} ms")
+    why = (
+        f"estimated launch time per micro-step {f.host_per_micro_s * 1e3:.2f} ms vs its math at "
+        f"the ceiling {f.device_per_micro_s * 1e3:.2f} ms"
+    )
     return launch and slow, why
 
 
@@ -245,19 +275,31 @@ def _data_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     load = wait if workers == 0 else workers * per_batch  # one batch's load time, estimated
     need = max(1, math.ceil(load / busy)) if busy > 0 else workers + 1
     fixes = [
-        setting({"data.num_workers": max(need, workers + 1)}, gain,
-                f"a batch takes ~{load * 1e3:.0f} ms to load vs {busy * 1e3:.0f} ms of work per "
-                f"batch, so ~{need} workers hide it; removing a {share:.0%} wait gives "
-                f"1/(1-{share:.2f})"),
-        Fix(changes={"data.prefetch_factor": 4, "data.pin_memory": True},
-            fix="data.prefetch_factor=4 and data.pin_memory=true (CUDA)", expected_gain=gain,
-            basis="absorbs jitter in load time; bounded by the same removed wait"),
+        setting(
+            {"data.num_workers": max(need, workers + 1)},
+            gain,
+            f"a batch takes ~{load * 1e3:.0f} ms to load vs {busy * 1e3:.0f} ms of work per "
+            f"batch, so ~{need} workers hide it; removing a {share:.0%} wait gives "
+            f"1/(1-{share:.2f})",
+        ),
+        Fix(
+            changes={"data.prefetch_factor": 4, "data.pin_memory": True},
+            fix="data.prefetch_factor=4 and data.pin_memory=true (CUDA)",
+            expected_gain=gain,
+            basis="absorbs jitter in load time; bounded by the same removed wait",
+        ),
         # two formats and a storage move: no single config value
-        action("pre-tokenised memmap (data.format=nanogpt|llmc) on faster storage (local NVMe, "
-               "/dev/shm)", gain, f"shrinks the {load * 1e3:.0f} ms per-batch load itself"),
+        action(
+            "pre-tokenised memmap (data.format=nanogpt|llmc) on faster storage (local NVMe, "
+            "/dev/shm)",
+            gain,
+            f"shrinks the {load * 1e3:.0f} ms per-batch load itself",
+        ),
     ]
-    return (f"data-bound: the step waits for data {share:.0%} of the time; removing the wait "
-            f"gives up to {gain:.2f}x tokens/s"), fixes
+    return (
+        f"data-bound: the step waits for data {share:.0%} of the time; removing the wait "
+        f"gives up to {gain:.2f}x tokens/s"
+    ), fixes
 
 
 def _checkpoint_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
@@ -277,25 +319,44 @@ def _checkpoint_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]
         left = snapshot + max(0.0, stall - snapshot - between)
         recovered = max(0.0, per_step - left / every) / f.step_s
         gain = 1.0 / (1.0 - recovered) if recovered < 1 else math.inf
-        fixes.append(setting({"checkpoint.mode": "async"}, gain,
-                             f"recovers up to {recovered:.0%} of the step: the {share:.0%} "
-                             f"checkpoint share minus the ~{snapshot * 1e3:.0f} ms snapshot copy "
-                             f"({(size or 0) / 1e9:.2f} GB at {copy_rate / 1e9:.0f} GB/s)"))
-    fixes.append(setting({"checkpoint.every_steps": 10 * every}, amdahl(share, 10.0),
-                         f"a tenth as many saves: the {share:.0%} share becomes {share / 10:.1%}"))
+        fixes.append(
+            setting(
+                {"checkpoint.mode": "async"},
+                gain,
+                f"recovers up to {recovered:.0%} of the step: the {share:.0%} "
+                f"checkpoint share minus the ~{snapshot * 1e3:.0f} ms snapshot copy "
+                f"({(size or 0) / 1e9:.2f} GB at {copy_rate / 1e9:.0f} GB/s)",
+            )
+        )
+    fixes.append(
+        setting(
+            {"checkpoint.every_steps": 10 * every},
+            amdahl(share, 10.0),
+            f"a tenth as many saves: the {share:.0%} share becomes {share / 10:.1%}",
+        )
+    )
     rate = f" (measured {size / stall / 1e9:.2f} GB/s)" if size and stall > 0 else ""
-    fixes.append(action("a 2x faster checkpoint.dir target (local NVMe, /dev/shm)",
-                        amdahl(share, 2.0), f"halves the {stall:.2f} s stall per save{rate}"))
-    return (f"checkpoint-bound: saving stalls the step {share:.0%} of the time ({stall:.2f} s per "
-            f"save every {every} step(s), {mode})"), fixes
+    fixes.append(
+        action(
+            "a 2x faster checkpoint.dir target (local NVMe, /dev/shm)",
+            amdahl(share, 2.0),
+            f"halves the {stall:.2f} s stall per save{rate}",
+        )
+    )
+    return (
+        f"checkpoint-bound: saving stalls the step {share:.0%} of the time ({stall:.2f} s per "
+        f"save every {every} step(s), {mode})"
+    ), fixes
 
 
 def _comms_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     share = f.frac["comms"]
     return (f"comms-bound: gradient communication is {share:.0%} of the step"), [
-        action("overlap all-reduce with backward (DDP buckets, bucket_cap_mb) or raise grad_accum",
-               amdahl(share, math.inf),
-               f"hiding the {share:.0%} comms share gives 1/(1-{share:.2f})"),
+        action(
+            "overlap all-reduce with backward (DDP buckets, bucket_cap_mb) or raise grad_accum",
+            amdahl(share, math.inf),
+            f"hiding the {share:.0%} comms share gives 1/(1-{share:.2f})",
+        ),
     ]
 
 
@@ -304,23 +365,39 @@ def _compile_dominated(result: dict, f: _Facts, share: float) -> tuple[str, list
     need = math.ceil(c * (1 - COMPILE_AMORTISED_FRAC) / (COMPILE_AMORTISED_FRAC * f.step_s))
     breakeven = c / (n * f.step_s)
     fixes = [
-        action(f"plan >= {need:,} steps (compile under {COMPILE_AMORTISED_FRAC:.0%} of the run)",
-               None, f"{c:.1f} s of compile over {n:,} steps of {f.step_s:.3g} s is {share:.0%}"),
-        action("rerun with a warm compile cache (same torch, same shapes)", amdahl(share, math.inf),
-               f"the {share:.0%} compile share of wall time, 1/(1-{share:.2f})"),
+        action(
+            f"plan >= {need:,} steps (compile under {COMPILE_AMORTISED_FRAC:.0%} of the run)",
+            None,
+            f"{c:.1f} s of compile over {n:,} steps of {f.step_s:.3g} s is {share:.0%}",
+        ),
+        action(
+            "rerun with a warm compile cache (same torch, same shapes)",
+            amdahl(share, math.inf),
+            f"the {share:.0%} compile share of wall time, 1/(1-{share:.2f})",
+        ),
     ]
     if ((result.get("config") or {}).get("runtime") or {}).get("compile_unit", "model") == "model":
-        fixes.append(setting({"runtime.compile_unit": "block"}, None,
-                             "each transformer block compiled once and reused: a cold compile of "
-                             "a few layers' worth at any depth (docs/bench/compile_unit-2026-11-27"
-                             "-cpu.txt); the step may lose a few %: compare the two trials"))
+        fixes.append(
+            setting(
+                {"runtime.compile_unit": "block"},
+                None,
+                "each transformer block compiled once and reused: a cold compile of "
+                "a few layers' worth at any depth (docs/bench/compile_unit-2026-11-27"
+                "-cpu.txt); the step may lose a few %: compare the two trials",
+            )
+        )
     fixes += [
-        setting({"runtime.compile": "none"}, amdahl(share, math.inf),
-                f"wins only if eager steps are under {1 + breakeven:.2f}x the compiled step "
-                f"(compile_s / (N x step) = {breakeven:.2f}); compare the two trials"),
+        setting(
+            {"runtime.compile": "none"},
+            amdahl(share, math.inf),
+            f"wins only if eager steps are under {1 + breakeven:.2f}x the compiled step "
+            f"(compile_s / (N x step) = {breakeven:.2f}); compare the two trials",
+        ),
     ]
-    return (f"compile-dominated: {c:.1f} s of compile is {share:.0%} of a {n:,}-step run "
-            "(warm-up is excluded from the step numbers)"), fixes
+    return (
+        f"compile-dominated: {c:.1f} s of compile is {share:.0%} of a {n:,}-step run "
+        "(warm-up is excluded from the step numbers)"
+    ), fixes
 
 
 def _host_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
@@ -331,25 +408,47 @@ def _host_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     if k > 1:
         after = fixed / k + (f.device_per_micro_s or 0.0)
         g = amdahl(c, f.compute_per_micro_s / after) if after > 0 else None
-        fixes.append(setting({"batch.micro_batch": f.micro_batch * k, "batch.grad_accum": 1}, g,
-                             f"{k} fewer launches per step amortise ~{fixed * 1e3:.2f} ms of "
-                             "fixed cost per micro-step (memory permitting)"))
+        fixes.append(
+            setting(
+                {"batch.micro_batch": f.micro_batch * k, "batch.grad_accum": 1},
+                g,
+                f"{k} fewer launches per step amortise ~{fixed * 1e3:.2f} ms of "
+                "fixed cost per micro-step (memory permitting)",
+            )
+        )
     if f.device_type == "cuda" and f.device_per_micro_s:
         g = amdahl(c, f.compute_per_micro_s / f.device_per_micro_s)
-        fixes.append(setting({"runtime.compile": "reduce-overhead"}, g,
-                             "replays the step's launches as one graph; bound: math at the ceiling",
-                             note="(CUDA graphs; needs grad_accum=1)"))
+        fixes.append(
+            setting(
+                {"runtime.compile": "reduce-overhead"},
+                g,
+                "replays the step's launches as one graph; bound: math at the ceiling",
+                note="(CUDA graphs; needs grad_accum=1)",
+            )
+        )
     else:
-        fixes.append(setting({"runtime.compile": "default"}, None,
-                             f"fuses ~{EAGER_OPS_PER_BLOCK // COMPILED_OPS_PER_BLOCK}x fewer ops "
-                             "per block; measure, compile time counts"))
+        fixes.append(
+            setting(
+                {"runtime.compile": "default"},
+                None,
+                f"fuses ~{EAGER_OPS_PER_BLOCK // COMPILED_OPS_PER_BLOCK}x fewer ops "
+                "per block; measure, compile time counts",
+            )
+        )
     other = f.frac["other"]
     if other > 0.05:
-        fixes.append(action("fewer host syncs (.item(), prints) per step", amdahl(other, math.inf),
-                            f"the untimed {other:.0%} 'other' share"))
+        fixes.append(
+            action(
+                "fewer host syncs (.item(), prints) per step",
+                amdahl(other, math.inf),
+                f"the untimed {other:.0%} 'other' share",
+            )
+        )
     eff = f"{f.efficiency:.0%}" if f.efficiency is not None else "n/a"
-    return (f"host/launch-bound: per-op overhead outweighs the math ({eff} of the matmul ceiling "
-            "in the compute phase)"), fixes
+    return (
+        f"host/launch-bound: per-op overhead outweighs the math ({eff} of the matmul ceiling "
+        "in the compute phase)"
+    ), fixes
 
 
 def _compute_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
@@ -358,36 +457,63 @@ def _compute_bound(result: dict, f: _Facts, _: float) -> tuple[str, list[Fix]]:
     rt = cfg.get("runtime", {})
     mfu = result.get("mfu") or {}
     headroom = amdahl(c, 1.0 / f.efficiency) if f.efficiency else None
-    basis = (f"compute phase at {f.efficiency:.0%} of the matmul ceiling; reaching it gives "
-             "this bound" if f.efficiency else "no ceiling measured")
+    basis = (
+        f"compute phase at {f.efficiency:.0%} of the matmul ceiling; reaching it gives this bound"
+        if f.efficiency
+        else "no ceiling measured"
+    )
     fixes = []
     if (rt.get("compile") or "none") == "none":
         fixes.append(setting({"runtime.compile": "default"}, headroom, basis))
     dtype = (result.get("device") or {}).get("dtype")
     if dtype == "fp32":
-        fixes.append(setting({"runtime.dtype": "bf16"}, _precision_gain(result, c),
-                             "bf16 over fp32/TF32 datasheet peak ratio on this device"))
+        fixes.append(
+            setting(
+                {"runtime.dtype": "bf16"},
+                _precision_gain(result, c),
+                "bf16 over fp32/TF32 datasheet peak ratio on this device",
+            )
+        )
     if f.grad_accum > 1:
-        fixes.append(setting({"batch.micro_batch": 2 * f.micro_batch,
-                              "batch.grad_accum": max(1, f.grad_accum // 2)}, headroom,
-                             "larger matmuls run nearer the ceiling (memory permitting); " + basis))
+        fixes.append(
+            setting(
+                {
+                    "batch.micro_batch": 2 * f.micro_batch,
+                    "batch.grad_accum": max(1, f.grad_accum // 2),
+                },
+                headroom,
+                "larger matmuls run nearer the ceiling (memory permitting); " + basis,
+            )
+        )
     if result.get("attention_backend") == "math" and f.device_type == "cuda":
         fixes.append(setting({"runtime.attention": "flash"}, headroom, basis))
     compile_mode = rt.get("compile") or "none"
     if compile_mode in ("default", "reduce-overhead"):
-        fixes.append(setting({"runtime.compile": "max-autotune-no-cudagraphs"}, headroom,
-                             "autotuned matmul and fused kernels; " + basis))
+        fixes.append(
+            setting(
+                {"runtime.compile": "max-autotune-no-cudagraphs"},
+                headroom,
+                "autotuned matmul and fused kernels; " + basis,
+            )
+        )
     elif compile_mode != "none":  # already autotuned: what is left is not a knob here
-        fixes.append(action("faster kernels (fused attention, hand-written kernels)", headroom,
-                            f"runtime.compile={compile_mode} already autotunes; " + basis))
+        fixes.append(
+            action(
+                "faster kernels (fused attention, hand-written kernels)",
+                headroom,
+                f"runtime.compile={compile_mode} already autotunes; " + basis,
+            )
+        )
     # the levers of a compute-bound step (issue 22) that apply here: recompute, float8, FA3
     levers = recompute_levers(result, c) + precision_levers(result, c)
     fixes += [setting(changes, gain, why) for changes, gain, why in levers]
     spec = f"{mfu['spec']:.0%} MFU" if mfu.get("spec") is not None else "no spec MFU (no peak)"
     if mfu.get("spec") is not None and result.get("float8"):
         spec += " (bf16-equivalent: float8 matmuls ran)"
-    return (f"compute-bound: forward/backward is {c:.0%} of the step at {spec}"
-            + (f", {f.efficiency:.0%} of the matmul ceiling" if f.efficiency else "")), fixes
+    return (
+        f"compute-bound: forward/backward is {c:.0%} of the step at {spec}"
+        + (f", {f.efficiency:.0%} of the matmul ceiling" if f.efficiency else "")
+    ), fixes
 
 
 def _precision_gain(result: dict, share: float) -> float | None:

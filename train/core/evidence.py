@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# hydra.sweeper.verify.noise_floor's default (sweeper/settings.py): a search run within 1% of the winner's
-# is no faster
+# hydra.sweeper.verify.noise_floor's default (sweeper/settings.py): a search run within 1% of the
+# winner's is no faster
 DEFAULT_NOISE_FLOOR = 0.01
 
 # What the sweep measured of a fix that is still a next step:
@@ -28,8 +28,14 @@ DEFAULT_NOISE_FLOOR = 0.01
 # config at other settings, its verified median; searched_elsewhere: the best complete search
 # run at other settings; pruned_elsewhere: only pruned trials at other settings; not_measured:
 # its value was never tried.
-MeasuredKind = Literal["not_searched", "at_winner", "raced_elsewhere", "searched_elsewhere",
-                       "pruned_elsewhere", "not_measured"]  # fmt: skip
+MeasuredKind = Literal[
+    "not_searched",
+    "at_winner",
+    "raced_elsewhere",
+    "searched_elsewhere",
+    "pruned_elsewhere",
+    "not_measured",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,13 +106,15 @@ def judge_fix(
     if done:
         slowest = min(done, key=lambda r: r.tokens_per_s)
         if not win.tokens_per_s:
-            return Measured(kind="at_winner", trial=slowest.number,
-                            tokens_per_s=slowest.tokens_per_s)  # fmt: skip
+            return Measured(
+                kind="at_winner", trial=slowest.number, tokens_per_s=slowest.tokens_per_s
+            )
         ratio = slowest.tokens_per_s / win.tokens_per_s
         if ratio <= 1 + noise_floor:
             return None
-        return Measured(kind="at_winner", trial=slowest.number, tokens_per_s=slowest.tokens_per_s,
-                        ratio=ratio)  # fmt: skip
+        return Measured(
+            kind="at_winner", trial=slowest.number, tokens_per_s=slowest.tokens_per_s, ratio=ratio
+        )
     return _elsewhere(elsewhere, verified=verified.get(winner), raced=verified)
 
 
@@ -127,8 +135,9 @@ def _elsewhere(
     done = [r for r in runs if r.state == "complete" and r.tokens_per_s]
     if done:
         best = max(done, key=lambda r: r.tokens_per_s)
-        return Measured(kind="searched_elsewhere", trial=best.number,
-                        tokens_per_s=best.tokens_per_s)
+        return Measured(
+            kind="searched_elsewhere", trial=best.number, tokens_per_s=best.tokens_per_s
+        )
     if any(r.state == "pruned" for r in runs):
         return Measured(kind="pruned_elsewhere")
     return Measured(kind="not_measured")
@@ -143,20 +152,28 @@ def _has(params: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
 def evidence_text(m: Measured) -> str:
     """The sentence both the sweep's `next:` lines and explain's fixes say of `m`."""
     if m.kind == "at_winner":
-        text = (f"measured at the winner's other settings: {m.tokens_per_s:,.0f} tokens/s in the "
-                f"search run of trial {m.trial}")  # fmt: skip
+        text = (
+            f"measured at the winner's other settings: {m.tokens_per_s:,.0f} tokens/s in the "
+            f"search run of trial {m.trial}"
+        )
         if m.ratio is not None:
             text += f", {m.ratio:.2f}x the winner's search run"
         return text + "; not verified"
     if m.kind == "raced_elsewhere":
-        return (f"not measured at the winner's settings; at other settings trial {m.trial} "
-                f"verified {m.tokens_per_s:,.0f} tokens/s (median, real full steps)")  # fmt: skip
+        return (
+            f"not measured at the winner's settings; at other settings trial {m.trial} "
+            f"verified {m.tokens_per_s:,.0f} tokens/s (median, real full steps)"
+        )
     if m.kind == "searched_elsewhere":
-        return (f"not measured at the winner's settings; at other settings its best complete "
-                f"search run was {m.tokens_per_s:,.0f} tokens/s (trial {m.trial})")  # fmt: skip
+        return (
+            f"not measured at the winner's settings; at other settings its best complete "
+            f"search run was {m.tokens_per_s:,.0f} tokens/s (trial {m.trial})"
+        )
     if m.kind == "pruned_elsewhere":
-        return ("not measured at the winner's settings; at other settings only in pruned "
-                "trials (stopped early: no full figure)")  # fmt: skip
+        return (
+            "not measured at the winner's settings; at other settings only in pruned "
+            "trials (stopped early: no full figure)"
+        )
     if m.kind == "not_searched":
         return "not searched in this sweep"
     return "not measured in this sweep"
@@ -165,15 +182,21 @@ def evidence_text(m: Measured) -> str:
 def search_runs(trials: Iterable[Any]) -> list[SearchRun]:
     """The study's trials (Optuna FrozenTrials, read duck-typed) as the next steps weigh them."""
     return [
-        SearchRun(number=t.number, params=dict(t.params), state=t.state.name.lower(),
-                  tokens_per_s=(t.user_attrs.get("metrics") or {}).get("tokens_per_s"))
+        SearchRun(
+            number=t.number,
+            params=dict(t.params),
+            state=t.state.name.lower(),
+            tokens_per_s=(t.user_attrs.get("metrics") or {}).get("tokens_per_s"),
+        )
         for t in trials
-    ]  # fmt: skip
+    ]
 
 
 def verified_runs(results: Mapping[int, Sequence[dict | None]]) -> dict[int, list[float]]:
     """Each raced trial's verified tokens/s from its race results (None: a round it did not
     complete); a trial with none is left out."""
-    verified = {n: [r["tokens_per_s"] for r in rs if r and r.get("tokens_per_s")]
-                for n, rs in results.items()}  # fmt: skip
+    verified = {
+        n: [r["tokens_per_s"] for r in rs if r and r.get("tokens_per_s")]
+        for n, rs in results.items()
+    }
     return {n: v for n, v in verified.items() if v}

@@ -127,8 +127,15 @@ class MemoryInputs:
     grad_accum: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "micro_batch",
-                     "grad_accum"):  # fmt: skip
+        for name in (
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "vocab_size",
+            "micro_batch",
+            "grad_accum",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"memory model: {name} must be a positive integer, got {value!r}")
@@ -284,8 +291,11 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     n_ckpt = num_checkpointed_blocks(inp.n_layer, inp.activation_checkpointing)
     n_full = inp.n_layer - n_ckpt
     # what a checkpointed block keeps: its fp32 input, and under selective its matmul outputs
-    kept = selective_saved_bytes_per_token(inp) if is_selective(inp.activation_checkpointing) \
+    kept = (
+        selective_saved_bytes_per_token(inp)
+        if is_selective(inp.activation_checkpointing)
         else 4 * c
+    )
     chunked = inp.loss == "chunked"
     accumulating = inp.grad_accum > 1
 
@@ -321,35 +331,53 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     # autograd's input buffer until the embedding's dense (V, C) one arrives at the very end,
     # when the two are summed into a third before `.grad` takes it: 3 x 4VC at the end.
     head_grad = 4.0 * v * c
-    backward_end = {"weights": weights, "grads": 4.0 * n_params, "optimizer": optimizer,
-                    "loss": logits, "transient": 3 * head_grad}  # fmt: skip
+    backward_end = {
+        "weights": weights,
+        "grads": 4.0 * n_params,
+        "optimizer": optimizer,
+        "loss": logits,
+        "transient": 3 * head_grad,
+    }
     if compiled:
         # one backward graph: what it saved is still alive as the gradients come out (the
         # chunked loss's two gradients too). An earlier form also held a second fp32 set of
         # every gradient here; the H200 measurements at micro-batch 16 and 32 put the peak at
         # the forward's end with no such set, and gpt2-xl mb4 fits without it
         backward_end.update(
-            autocast_copies=copies_bwd, activations=activations,
+            autocast_copies=copies_bwd,
+            activations=activations,
             loss=a * c * tokens + 4.0 * v * c if chunked else logits,
         )
 
     candidates: dict[str, dict[str, float]] = {
         "forward_end": {
-            "weights": weights, "grads": grads, "optimizer": optimizer, "autocast_copies":
-            copies_fwd, "activations": activations, "loss": loss_fwd + old_logits,
+            "weights": weights,
+            "grads": grads,
+            "optimizer": optimizer,
+            "autocast_copies": copies_fwd,
+            "activations": activations,
+            "loss": loss_fwd + old_logits,
         },
         "loss_backward": {
-            "weights": weights, "grads": grads, "optimizer": optimizer,
-            "autocast_copies": copies_bwd, "activations": activations, "loss": loss_bwd,
+            "weights": weights,
+            "grads": grads,
+            "optimizer": optimizer,
+            "autocast_copies": copies_bwd,
+            "activations": activations,
+            "loss": loss_bwd,
         },
         "block_backward": {
-            "weights": weights, "grads": grads + head_grad, "optimizer": optimizer,
-            "autocast_copies": copies_bwd, "activations": blocks, "loss": logits,
+            "weights": weights,
+            "grads": grads + head_grad,
+            "optimizer": optimizer,
+            "autocast_copies": copies_bwd,
+            "activations": blocks,
+            "loss": logits,
             "transient": block_bwd,
         },
         "backward_end": backward_end,
         "optimizer_step": {"weights": weights, "grads": 4.0 * n_params, "optimizer": optimizer},
-    }  # fmt: skip
+    }
     return candidates
 
 

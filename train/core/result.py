@@ -21,7 +21,6 @@ holds the tensor peak measured like the memory model predicts it.
 Part of the torch-free core (train/core/): the sweeper reads results with it.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -37,8 +36,13 @@ Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died
 FailureKind = Literal["invalid_config", "oom", "nan", "disk_full", "timeout", "crash"]
 FAILURE_KINDS: tuple[FailureKind, ...] = (
-    "invalid_config", "oom", "nan", "disk_full", "timeout", "crash",
-)  # fmt: skip
+    "invalid_config",
+    "oom",
+    "nan",
+    "disk_full",
+    "timeout",
+    "crash",
+)
 # A trial's state as the sweeper records it: a measured ending (a pruned trial still reports its
 # values), or the kind of its failure.
 MEASURED_STATES = ("complete", "pruned")

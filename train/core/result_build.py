@@ -120,18 +120,32 @@ def build_result(
         step_time_s=cast(StepTimes, summarize(steps)),
         warmup_s=raw["warmup_s"],
         compile_s=raw["warmup_compile"]["compile_s"],
-        compile=_compile_stats(cfg.runtime.compile, raw, cache_setting=rt.compile_cache,
-                               graph=graph_key(result["config"])),
+        compile=_compile_stats(
+            cfg.runtime.compile,
+            raw,
+            cache_setting=rt.compile_cache,
+            graph=graph_key(result["config"]),
+        ),
         time_frac=_time_fractions(raw, world=world),
         checkpoint_s=raw["checkpoint_s"],
         checkpoint_bytes=raw["checkpoint_bytes"] if raw["checkpoint_s"] else None,
         flops_per_token=session.flops_per_token,
-        mfu=_mfu(tokens_per_s, session.flops_per_token, peak=peak, ceiling=ceiling, world=world,
-                 basis=mfu_basis(dtype=session.dtype, float8=_float8_ran(session))),
+        mfu=_mfu(
+            tokens_per_s,
+            session.flops_per_token,
+            peak=peak,
+            ceiling=ceiling,
+            world=world,
+            basis=mfu_basis(dtype=session.dtype, float8=_float8_ran(session)),
+        ),
         peak_memory_gib=memory.gib if memory else None,
         memory_kind=memory.kind if memory else None,
-        loss={"first": raw["loss_first"], "last": raw["loss_last"], "steps": raw["losses"],
-              "lr": raw["lrs"]},
+        loss={
+            "first": raw["loss_first"],
+            "last": raw["loss_last"],
+            "steps": raw["losses"],
+            "lr": raw["lrs"],
+        },
         device=_device_info(session, device_name, peak=peak, ceiling=ceiling),
         attention_backend=session.attention_backend,
         float8=getattr(session, "float8", None),
@@ -204,9 +218,15 @@ def _compile_stats(
         compiled=mode != "none" and warm["frames_compiled"] > 0,
         enabled=cache_setting != "off",
     )
-    cache = {"state": state, **counts, "setting": cache_setting, "graph": graph,
-             "graph_compile_s": None, "graph_compile_cache": None,
-             "graph_compile_by": None}  # fmt: skip
+    cache = {
+        "state": state,
+        **counts,
+        "setting": cache_setting,
+        "graph": graph,
+        "graph_compile_s": None,
+        "graph_compile_cache": None,
+        "graph_compile_by": None,
+    }
     return {
         "mode": mode,
         "frames_compiled_window": window["frames_compiled"],
@@ -237,11 +257,21 @@ def _mfu(
     the run's dtype's (bf16 for a float8 trial: `basis` says so), never a float8 peak."""
     return {
         "basis": basis,
-        "spec": mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token,
-                    peak_flops=peak.flops * world) if peak else None,
-        "ceiling": mfu(tokens_per_s=tokens_per_s, flops_per_token=flops_per_token,
-                       peak_flops=ceiling.flops * world) if ceiling else None,
-    }  # fmt: skip
+        "spec": mfu(
+            tokens_per_s=tokens_per_s,
+            flops_per_token=flops_per_token,
+            peak_flops=peak.flops * world,
+        )
+        if peak
+        else None,
+        "ceiling": mfu(
+            tokens_per_s=tokens_per_s,
+            flops_per_token=flops_per_token,
+            peak_flops=ceiling.flops * world,
+        )
+        if ceiling
+        else None,
+    }
 
 
 def _device_info(session, device_name: str | None, *, peak, ceiling) -> DeviceInfo:

@@ -161,8 +161,9 @@ def grad_accum_across_ranks(
     made_for, rem = divmod(tokens_per_step, micro_batch * grad_accum * block_size)
     if rem or made_for < 1 or made_for == world:
         return None
-    return grad_accum_for(micro_batch, tokens_per_step=tokens_per_step, block_size=block_size,
-                          world=world)  # fmt: skip
+    return grad_accum_for(
+        micro_batch, tokens_per_step=tokens_per_step, block_size=block_size, world=world
+    )
 
 
 def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool) -> str:
@@ -240,9 +241,10 @@ def installed_flash_impls(listed: list[str] | tuple[str, ...]) -> list[str]:
     those whose package is installed, so activating them can work (asked without importing)."""
     names = [str(name).lower() for name in listed]
     return [
-        n for n in names
+        n
+        for n in names
         if n not in FLASH_IMPL_PACKAGES or importlib.util.find_spec(FLASH_IMPL_PACKAGES[n])
-    ]  # fmt: skip
+    ]
 
 
 def torchao_installed() -> bool:
@@ -340,8 +342,11 @@ def check_compile_cache(value: object, *, field: str = "runtime.compile_cache") 
         # folder others can write into is a folder they can plant code in
         st = os.stat(path)
         if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) or st.st_uid != os.getuid():
-            who = "others can write to it" if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP) else \
-                f"it belongs to uid {st.st_uid}, not this user ({os.getuid()})"
+            who = (
+                "others can write to it"
+                if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP)
+                else f"it belongs to uid {st.st_uid}, not this user ({os.getuid()})"
+            )
             raise ValueError(
                 f"{field}={value!r}: {who} (mode {stat.S_IMODE(st.st_mode):o}), and torch runs the "
                 f"code it finds there; use a folder only you can write (chmod go-w {path}), or "
@@ -361,7 +366,7 @@ def resolve_storage(value: str) -> str:
     where it is unset), anything else as given."""
     if not value.startswith(ENV_REFERENCE):
         return value
-    name = value[len(ENV_REFERENCE):]
+    name = value[len(ENV_REFERENCE) :]
     url = os.environ.get(name, "")
     if not url:
         raise ValueError(
@@ -370,4 +375,3 @@ def resolve_storage(value: str) -> str:
             f"storage URL itself"
         )
     return url
-

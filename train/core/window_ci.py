@@ -63,9 +63,12 @@ def first_ci_step(*, ci_min_steps: int, checkpoint_every: int, max_steps: int) -
 
 
 def ci_reached(
-    times: Sequence[float], *, target_ci: float, first_step: int,
+    times: Sequence[float],
+    *,
+    target_ci: float,
+    first_step: int,
     confidence: float = CONFIDENCE,
-) -> bool:  # fmt: skip
+) -> bool:
     """Whether the window may end now: the interval rule is on (target_ci > 0), `first_step`
     steps are measured, and the mean step time is known to +-target_ci."""
     if target_ci <= 0 or len(times) < first_step:
@@ -74,9 +77,13 @@ def ci_reached(
 
 
 def steps_to_ci(
-    cv: float, *, target_ci: float, first_step: int, max_steps: int,
+    cv: float,
+    *,
+    target_ci: float,
+    first_step: int,
+    max_steps: int,
     confidence: float = CONFIDENCE,
-) -> int:  # fmt: skip
+) -> int:
     """The steps a window runs when its step times have coefficient of variation `cv`: the first
     n >= first_step whose interval t(n-1) x cv / sqrt(n) is within target_ci, else max_steps."""
     if target_ci <= 0:

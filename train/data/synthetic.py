@@ -254,13 +254,17 @@ def missing_data_hint(cfg: DataConfig, root: Path) -> str:
     """What to run for a missing token file. Synthetic tokens are offered only under a folder name
     that says so: a folder named for a real corpus gets that corpus's own preparation script."""
     if root.name == SYNTHETIC_DIR_NAME:
-        return (f"create them with `python scripts/prepare_data.py --out {root}` (synthetic "
-                f"tokens) or point data.dir at your token files")  # fmt: skip
+        return (
+            f"create them with `python scripts/prepare_data.py --out {root}` (synthetic "
+            f"tokens) or point data.dir at your token files"
+        )
     if cfg.format == "llmc":
         real = "llm.c's `python dev/data/fineweb.py` writes GPT-2 shards"
     else:
         real = "nanoGPT's `python data/openwebtext/prepare.py` writes train.bin and val.bin"
     synthetic = f"data/{SYNTHETIC_DIR_NAME}"
-    return (f"prepare real tokens and point data.dir at their folder ({real}), or measure on "
-            f"generated tokens with data=synthetic (made on first use; `python "
-            f"scripts/prepare_data.py --out {synthetic}` writes them by hand)")  # fmt: skip
+    return (
+        f"prepare real tokens and point data.dir at their folder ({real}), or measure on "
+        f"generated tokens with data=synthetic (made on first use; `python "
+        f"scripts/prepare_data.py --out {synthetic}` writes them by hand)"
+    )

@@ -51,8 +51,10 @@ def arithmetic_inputs(args: argparse.Namespace) -> FloorInputs:
         path = MODEL_DIR / f"{args.model}.yaml"
         if not path.exists():
             known = sorted(p.stem for p in MODEL_DIR.glob("*.yaml"))
-            raise ValueError(f"--model {args.model!r} is not a preset in {MODEL_DIR}: use one "
-                             f"of {known} or pass --n-layer/--n-head/--n-embd/--vocab-size")
+            raise ValueError(
+                f"--model {args.model!r} is not a preset in {MODEL_DIR}: use one "
+                f"of {known} or pass --n-layer/--n-head/--n-embd/--vocab-size"
+            )
         shape = yaml.safe_load(path.read_text())
     for key in (*SHAPE_KEYS, "block_size"):
         given = getattr(args, "block" if key == "block_size" else key)
@@ -68,14 +70,23 @@ def arithmetic_inputs(args: argparse.Namespace) -> FloorInputs:
     else:
         ceiling = newest_ceiling(args.device, args.dtype, tf32=args.tf32)
     return FloorInputs(
-        model=name, n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"],
-        vocab_size=shape["vocab_size"], block_size=shape["block_size"],
-        micro_batch=args.micro_batch, grad_accum=args.grad_accum, world_size=args.world_size,
-        device_name=args.device, dtype=args.dtype,
-        peak_flops=peak.flops if peak else None, peak_source=peak.source if peak else None,
+        model=name,
+        n_layer=shape["n_layer"],
+        n_head=shape["n_head"],
+        n_embd=shape["n_embd"],
+        vocab_size=shape["vocab_size"],
+        block_size=shape["block_size"],
+        micro_batch=args.micro_batch,
+        grad_accum=args.grad_accum,
+        world_size=args.world_size,
+        device_name=args.device,
+        dtype=args.dtype,
+        peak_flops=peak.flops if peak else None,
+        peak_source=peak.source if peak else None,
         ceiling_flops=ceiling[0] if ceiling else None,
         ceiling_source=ceiling[1] if ceiling else None,
-        step_time_s=args.step_time_s, target_step_time_s=args.target_step_time_s,
+        step_time_s=args.step_time_s,
+        target_step_time_s=args.target_step_time_s,
     )
 
 
@@ -88,24 +99,41 @@ def result_floor(result: dict, *, target_step_time_s: float | None = None) -> Fl
     per_device = b["micro_batch"] * b["grad_accum"] * m["block_size"]
     tps = result.get("tokens_per_s")
     step_time_s = result["tokens_per_step"] / tps if tps else result["step_time_s"]["p50"]
-    return floor_report(FloorInputs(
-        model=m.get("name", "custom"), n_layer=m["n_layer"], n_head=m["n_head"],
-        n_embd=m["n_embd"], vocab_size=m["vocab_size"], block_size=m["block_size"],
-        micro_batch=b["micro_batch"], grad_accum=b["grad_accum"],
-        world_size=max(1, result["tokens_per_step"] // per_device),
-        device_name=dev.get("name") or dev.get("type") or "unknown", dtype=dev["dtype"],
-        peak_flops=dev.get("peak_flops"), peak_source=dev.get("peak_source"),
-        ceiling_flops=dev.get("ceiling_flops"), ceiling_source=dev.get("ceiling_source"),
-        step_time_s=step_time_s, target_step_time_s=target_step_time_s,
-    ))
+    return floor_report(
+        FloorInputs(
+            model=m.get("name", "custom"),
+            n_layer=m["n_layer"],
+            n_head=m["n_head"],
+            n_embd=m["n_embd"],
+            vocab_size=m["vocab_size"],
+            block_size=m["block_size"],
+            micro_batch=b["micro_batch"],
+            grad_accum=b["grad_accum"],
+            world_size=max(1, result["tokens_per_step"] // per_device),
+            device_name=dev.get("name") or dev.get("type") or "unknown",
+            dtype=dev["dtype"],
+            peak_flops=dev.get("peak_flops"),
+            peak_source=dev.get("peak_source"),
+            ceiling_flops=dev.get("ceiling_flops"),
+            ceiling_source=dev.get("ceiling_source"),
+            step_time_s=step_time_s,
+            target_step_time_s=target_step_time_s,
+        )
+    )
 
 
 def run_fresh_trial(overrides: list[str], out_dir: Path) -> Path:
     """Run `python -m train.trial <overrides>` in a subprocess writing into out_dir; return the
     result path."""
     out = out_dir / "result.json"
-    cmd = [sys.executable, "-m", "train.trial", *overrides, f"trial.out={out}",
-           f"hydra.run.dir={out_dir / 'trial'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "train.trial",
+        *overrides,
+        f"trial.out={out}",
+        f"hydra.run.dir={out_dir / 'trial'}",
+    ]
     log.info("running %s", " ".join(cmd))
     # The child's own summary goes to our stderr so that stdout stays the report (or pure JSON).
     proc = subprocess.run(cmd, check=False, stdout=sys.stderr.fileno())
@@ -133,9 +161,14 @@ def format_diagnosis(d: Diagnosis, result: dict, path: Path) -> str:
     )
     lines.append("where a mean step goes:")
     frac = d.evidence["time_frac"]
-    for key, label in (("compute", "compute (fwd+bwd)"), ("data_wait", "data wait"),
-                       ("optimizer", "optimizer"), ("checkpoint", "checkpoint stall"),
-                       ("comms", "comms"), ("other", "other (host, syncs)")):
+    for key, label in (
+        ("compute", "compute (fwd+bwd)"),
+        ("data_wait", "data wait"),
+        ("optimizer", "optimizer"),
+        ("checkpoint", "checkpoint stall"),
+        ("comms", "comms"),
+        ("other", "other (host, syncs)"),
+    ):
         if key in frac:
             ms = d.attribution_s[key] * 1e3
             lines.append(f"  {label:<20} {ms:9.1f} ms  {100 * frac[key]:5.1f}%")
@@ -162,8 +195,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m train.explain", description=__doc__.splitlines()[0])
     src = p.add_argument_group("measured mode")
     src.add_argument("--result", type=Path, help="a trial result JSON, or a sweep dir to pick from")
-    src.add_argument("--run", nargs=argparse.REMAINDER, metavar="OVERRIDE",
-                     help="run a fresh trial with these Hydra overrides (must come last)")
+    src.add_argument(
+        "--run",
+        nargs=argparse.REMAINDER,
+        metavar="OVERRIDE",
+        help="run a fresh trial with these Hydra overrides (must come last)",
+    )
     src.add_argument("--planned-steps", type=int, help="planned run length for the compile share")
     ar = p.add_argument_group("arithmetic mode")
     ar.add_argument("--model", help=f"preset name in {MODEL_DIR}")
@@ -175,15 +212,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ar.add_argument("--world-size", type=int, default=1)
     ar.add_argument("--device", help='device name, e.g. "NVIDIA H200" (as nvidia-smi names it)')
     ar.add_argument("--dtype", choices=PEAK_DTYPES, default="bf16")
-    ar.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
-                    help="fp32 matmuls on TF32 tensor cores (sets which fp32 peak applies)")
+    ar.add_argument(
+        "--tf32",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fp32 matmuls on TF32 tensor cores (sets which fp32 peak applies)",
+    )
     ar.add_argument("--ceiling-tflops", type=float, help="a measured matmul ceiling, TFLOP/s")
     p.add_argument("--step-time-s", type=float, help="a measured optimizer-step time")
     p.add_argument("--target-step-time-s", type=float, help="the step time you hope for")
-    p.add_argument("--planned-tokens", type=int, default=DEFAULT_PLANNED_TOKENS,
-                   help="tokens of the planned run, for the time to train (default 10B)")
-    p.add_argument("--usd-per-hour", type=float, default=0.0,
-                   help="device price in USD per hour, for $ per 1B tokens (0 = hours only)")
+    p.add_argument(
+        "--planned-tokens",
+        type=int,
+        default=DEFAULT_PLANNED_TOKENS,
+        help="tokens of the planned run, for the time to train (default 10B)",
+    )
+    p.add_argument(
+        "--usd-per-hour",
+        type=float,
+        default=0.0,
+        help="device price in USD per hour, for $ per 1B tokens (0 = hours only)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     args = p.parse_args(argv)
     if args.result is None and args.run is None and (args.micro_batch is None or not args.device):
@@ -197,39 +246,55 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.result is None and args.run is None:
             report = floor_report(arithmetic_inputs(args))
-            out = (json.dumps(_floor_doc(report), indent=2) if args.format == "json"
-                   else "\n".join([format_floor(report), *cost_lines(report, args)]))
+            out = (
+                json.dumps(_floor_doc(report), indent=2)
+                if args.format == "json"
+                else "\n".join([format_floor(report), *cost_lines(report, args)])
+            )
             print(out)
             return 0
         if args.result is not None:
             # JSON mode keeps stdout one JSON document: the choice is said on stderr
-            path = pick_result(args.result, say=print if args.format == "text"
-                               else partial(print, file=sys.stderr))  # fmt: skip
+            path = pick_result(
+                args.result, say=print if args.format == "text" else partial(print, file=sys.stderr)
+            )
         else:  # kept afterwards: the printed result path stays readable
             path = run_fresh_trial(args.run, Path(tempfile.mkdtemp(prefix="explain-")))
         result = load_result(path)
         d = diagnose(result, planned_steps=args.planned_steps)
-        judge, unjudged = (sweep_evidence(args.result, path) if args.result is not None
-                           else (None, ""))  # fmt: skip
+        judge, unjudged = (
+            sweep_evidence(args.result, path) if args.result is not None else (None, "")
+        )
         dropped = 0
         if judge is not None and d.verdict != "failed":
             d, dropped = judged(d, judge)
-        floor = None if d.verdict == "failed" else result_floor(
-            result, target_step_time_s=args.target_step_time_s)
+        floor = (
+            None
+            if d.verdict == "failed"
+            else result_floor(result, target_step_time_s=args.target_step_time_s)
+        )
         if args.format == "json":
-            doc = {"result": str(path), "diagnosis": _diagnosis_doc(d),
-                   "floor": _floor_doc(floor) if floor else None,
-                   "fixes_left_out": dropped, "fixes_unchecked": unjudged or None}
+            doc = {
+                "result": str(path),
+                "diagnosis": _diagnosis_doc(d),
+                "floor": _floor_doc(floor) if floor else None,
+                "fixes_left_out": dropped,
+                "fixes_unchecked": unjudged or None,
+            }
             print(json.dumps(doc, indent=2, default=str))
         else:
             notes = [unjudged] if unjudged else []
             if dropped:
-                notes.append(f"{dropped} fix(es) left out: the sweep measured them no faster "
-                             f"(the race, or a pruned or complete trial at this trial's other "
-                             f"settings)")  # fmt: skip
-            print(format_diagnosis(d, result, path)
-                  + "".join(f"\n  note: {n}" for n in notes)
-                  + ("\n\nthe floor:\n" + format_floor(floor) if floor else ""))
+                notes.append(
+                    f"{dropped} fix(es) left out: the sweep measured them no faster "
+                    f"(the race, or a pruned or complete trial at this trial's other "
+                    f"settings)"
+                )
+            print(
+                format_diagnosis(d, result, path)
+                + "".join(f"\n  note: {n}" for n in notes)
+                + ("\n\nthe floor:\n" + format_floor(floor) if floor else "")
+            )
         return 0 if d.verdict != "failed" else 3
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -245,11 +310,16 @@ def cost_lines(r: FloorReport, args: argparse.Namespace) -> list[str]:
         if step_s is None:
             continue
         t = train_time(planned_steps=steps, step_s=step_s)
-        text = (f"  time to train       {args.planned_tokens:,} tokens: {t.total_h:,.1f} h at the "
-                f"{label} of {step_s:.3g} s ({steps:,} steps; no compile or checkpoint given)")
+        text = (
+            f"  time to train       {args.planned_tokens:,} tokens: {t.total_h:,.1f} h at the "
+            f"{label} of {step_s:.3g} s ({steps:,} steps; no compile or checkpoint given)"
+        )
         if args.usd_per_hour > 0:
-            usd = usd_per_1b_tokens(total_s=t.total_s, planned_tokens=args.planned_tokens,
-                                    usd_per_hour=args.usd_per_hour)
+            usd = usd_per_1b_tokens(
+                total_s=t.total_s,
+                planned_tokens=args.planned_tokens,
+                usd_per_hour=args.usd_per_hour,
+            )
             text += f", ${usd:,.2f} per 1B tokens at ${args.usd_per_hour:,.2f}/h"
         lines.append(text)
     return lines
@@ -263,8 +333,13 @@ def _floor_doc(r: FloorReport) -> dict:
 
 def _diagnosis_doc(d: Diagnosis) -> dict:
     doc = asdict(d)
-    doc["fixes"] = [{"fix": f.fix, "changes": f.changes,
-                     "expected_gain": _jsonable(f.expected_gain), "basis": f.basis}
-                    for f in d.fixes]
+    doc["fixes"] = [
+        {
+            "fix": f.fix,
+            "changes": f.changes,
+            "expected_gain": _jsonable(f.expected_gain),
+            "basis": f.basis,
+        }
+        for f in d.fixes
+    ]
     return doc
-

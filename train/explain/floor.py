@@ -65,8 +65,16 @@ class FloorInputs:
     target_step_time_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "micro_batch",
-                     "grad_accum", "world_size"):
+        for name in (
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "vocab_size",
+            "block_size",
+            "micro_batch",
+            "grad_accum",
+            "world_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -121,8 +129,12 @@ def floor_report(inp: FloorInputs) -> FloorReport:
         n_layer=inp.n_layer, n_embd=inp.n_embd, vocab_size=inp.vocab_size, block_size=inp.block_size
     )
     fpt = flops_per_token(
-        n_layer=inp.n_layer, n_head=inp.n_head, n_embd=inp.n_embd, seq_len=inp.block_size,
-        vocab_size=inp.vocab_size, num_params=n,
+        n_layer=inp.n_layer,
+        n_head=inp.n_head,
+        n_embd=inp.n_embd,
+        seq_len=inp.block_size,
+        vocab_size=inp.vocab_size,
+        num_params=n,
     )
     tokens_dev = inp.micro_batch * inp.grad_accum * inp.block_size
     flops_dev = fpt * tokens_dev
@@ -144,8 +156,13 @@ def floor_report(inp: FloorInputs) -> FloorReport:
         mfu_ceiling = achieved / inp.ceiling_flops if inp.ceiling_flops else None
         # nanoGPT divides grad accumulation by the world size, so fwdbwd_per_iter is per process.
         nano = nanogpt_reported_mfu(
-            n_layer=inp.n_layer, n_head=inp.n_head, n_embd=inp.n_embd, block_size=inp.block_size,
-            num_params=n, fwdbwd_per_iter=inp.micro_batch * inp.grad_accum, dt_s=inp.step_time_s,
+            n_layer=inp.n_layer,
+            n_head=inp.n_head,
+            n_embd=inp.n_embd,
+            block_size=inp.block_size,
+            num_params=n,
+            fwdbwd_per_iter=inp.micro_batch * inp.grad_accum,
+            dt_s=inp.step_time_s,
         )
         nano_ratio = nano / mfu_spec if mfu_spec else None
 
@@ -155,12 +172,22 @@ def floor_report(inp: FloorInputs) -> FloorReport:
         target_possible = target_needed <= 1.0
 
     report = FloorReport(
-        inputs=inp, num_params=n, tokens_per_step_per_device=tokens_dev,
-        tokens_per_step=tokens_dev * inp.world_size, flops_per_token=fpt,
-        flops_per_step_per_device=flops_dev, flops_per_step=flops_dev * inp.world_size,
-        floor_s=floor_s, ceiling_floor_s=ceiling_floor_s, tokens_per_s=tokens_per_s,
-        achieved_flops_per_device=achieved, mfu_spec=mfu_spec, mfu_ceiling=mfu_ceiling,
-        nanogpt_mfu=nano, nanogpt_over_mfu=nano_ratio, target_mfu_needed=target_needed,
+        inputs=inp,
+        num_params=n,
+        tokens_per_step_per_device=tokens_dev,
+        tokens_per_step=tokens_dev * inp.world_size,
+        flops_per_token=fpt,
+        flops_per_step_per_device=flops_dev,
+        flops_per_step=flops_dev * inp.world_size,
+        floor_s=floor_s,
+        ceiling_floor_s=ceiling_floor_s,
+        tokens_per_s=tokens_per_s,
+        achieved_flops_per_device=achieved,
+        mfu_spec=mfu_spec,
+        mfu_ceiling=mfu_ceiling,
+        nanogpt_mfu=nano,
+        nanogpt_over_mfu=nano_ratio,
+        target_mfu_needed=target_needed,
         target_possible=target_possible,
     )
     report.notes.extend(_notes(report))
@@ -173,8 +200,12 @@ def _notes(r: FloorReport) -> list[str]:
         notes.append(
             f"No datasheet peak is known for {inp.device_name!r} in {inp.dtype}: no spec MFU and "
             "no 100%-peak floor (never an A100 number in its place). "
-            + ("The matmul ceiling below stands in for it." if inp.ceiling_flops else
-               "Pass --ceiling-tflops, or run a trial on the device to measure a matmul ceiling.")
+            + (
+                "The matmul ceiling below stands in for it."
+                if inp.ceiling_flops
+                else "Pass --ceiling-tflops, or run a trial on the device to measure a matmul "
+                "ceiling."
+            )
         )
     if r.mfu_spec is not None and r.mfu_spec > 1.0:
         notes.append(
@@ -219,8 +250,12 @@ def float8_below_floor(r: FloorReport) -> bool:
     tensor cores (compute capability >= 8.9, by its name)."""
     chip = chip_for(r.inputs.device_name)
     cap = chip.capability if chip else None
-    return (r.inputs.dtype == "bf16" and r.floor_s is not None and cap is not None
-            and cap >= FLOAT8_MIN_CAPABILITY)  # fmt: skip
+    return (
+        r.inputs.dtype == "bf16"
+        and r.floor_s is not None
+        and cap is not None
+        and cap >= FLOAT8_MIN_CAPABILITY
+    )
 
 
 def _nanogpt_sentence(r: FloorReport) -> str:
@@ -292,8 +327,9 @@ def format_floor(r: FloorReport) -> str:
                 f"({inp.step_time_s / r.floor_s:.2f}x the floor)"
             )
     if inp.target_step_time_s is not None:
-        verdict = {True: "possible", False: f"IMPOSSIBLE in {inp.dtype}",
-                   None: "unknown"}[r.target_possible]  # fmt: skip
+        verdict = {True: "possible", False: f"IMPOSSIBLE in {inp.dtype}", None: "unknown"}[
+            r.target_possible
+        ]
         lines.append(
             f"  target step         {inp.target_step_time_s:g} s: {verdict}"
             + (f" (needs {_pct(r.target_mfu_needed)} MFU)" if r.target_mfu_needed else "")

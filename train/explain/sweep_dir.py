@@ -56,8 +56,13 @@ def exported_runs(best: Path) -> Exported:
     trial = sweep.get("trial")
     runs = [best.parent / str(run) / RUN_RESULT for run in sweep.get("runs") or []]
     verified = metrics.get("tokens_per_s") if metrics.get("trial") == trial else None
-    return Exported(best=best, doc=doc, trial=int(trial) if trial is not None else None,
-                    runs=runs, verified=verified)  # fmt: skip
+    return Exported(
+        best=best,
+        doc=doc,
+        trial=int(trial) if trial is not None else None,
+        runs=runs,
+        verified=verified,
+    )
 
 
 def pick_result(path: Path, *, say: Callable[[str], None] = print) -> Path:
@@ -90,16 +95,23 @@ def pick_result(path: Path, *, say: Callable[[str], None] = print) -> Path:
     if ex.verified is not None and race_runs:
         chosen = _median_run(race_runs)
         folders = ", ".join(p.parent.name for p, _ in race_runs)
-        which = ("its median run" if len(race_runs) % 2 else
-                 f"the lower of its two middle runs, {chosen[1]['tokens_per_s']:,.0f} tokens/s")
-        say(f"exported trial {ex.trial} ({best.name}): verified {ex.verified:,.0f} tokens/s, "
+        which = (
+            "its median run"
+            if len(race_runs) % 2
+            else f"the lower of its two middle runs, {chosen[1]['tokens_per_s']:,.0f} tokens/s"
+        )
+        say(
+            f"exported trial {ex.trial} ({best.name}): verified {ex.verified:,.0f} tokens/s, "
             f"the median of its {len(race_runs)} race run(s) (real full steps; job folder(s) "
             f"{folders}), the figure of the sweep's table; explaining job folder "
-            f"{chosen[0].parent.name}, {which}")  # fmt: skip
+            f"{chosen[0].parent.name}, {which}"
+        )
         return chosen[0]
     if winners:
-        say(f"exported trial {ex.trial} ({best.name}): the median of its {len(winners)} "
-            f"complete run(s), job folder(s) {', '.join(p.parent.name for p, _ in winners)}")
+        say(
+            f"exported trial {ex.trial} ({best.name}): the median of its {len(winners)} "
+            f"complete run(s), job folder(s) {', '.join(p.parent.name for p, _ in winners)}"
+        )
         return _median_run(winners)[0]
     why = (
         "records no trial number"
@@ -152,8 +164,9 @@ def sweep_evidence(path: Path, picked: Path) -> tuple[Judge | None, str]:
         return None, f"the fixes are not checked: trial {ex.trial} is not in the study"
 
     def judge(changes: Mapping[str, Any]) -> str | None:
-        measured = judge_fix(changes, runs=runs, verified=verified, winner=ex.trial,
-                             noise_floor=DEFAULT_NOISE_FLOOR)  # fmt: skip
+        measured = judge_fix(
+            changes, runs=runs, verified=verified, winner=ex.trial, noise_floor=DEFAULT_NOISE_FLOOR
+        )
         return None if measured is None else evidence_text(measured)
 
     return judge, ""

@@ -165,6 +165,10 @@ def _operands(
 
 def _cache_key(*, name: str, dtype: str, size: int | None) -> str:
     return cache_key(
-        name=name, dtype=dtype, tf32=tf32_state().matmul, torch_version=torch.__version__,
-        threads=torch.get_num_threads(), size=size,
-    )  # fmt: skip
+        name=name,
+        dtype=dtype,
+        tf32=tf32_state().matmul,
+        torch_version=torch.__version__,
+        threads=torch.get_num_threads(),
+        size=size,
+    )

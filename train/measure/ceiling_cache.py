@@ -86,11 +86,13 @@ def newest_ceiling(
     prefix = "|".join(_device_part(name=device_name, dtype=dtype)) + "|"
     tf32_part = f"|tf32={tf32}|"
     hits = [
-        v for k, v in entries.items()
-        if k.startswith(prefix) and isinstance(v, dict)
+        v
+        for k, v in entries.items()
+        if k.startswith(prefix)
+        and isinstance(v, dict)
         and isinstance(v.get("flops"), int | float)
         and (dtype != "fp32" or tf32_part in k)
-    ]  # fmt: skip
+    ]
     if not hits:
         return None
     best = max(hits, key=lambda v: v.get("measured_at", 0))

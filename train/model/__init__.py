@@ -1,2 +1,1 @@
-"""The GPT-2 family (nanoGPT's architecture) and its attention kernels. Imports torch.
-"""
+"""The GPT-2 family (nanoGPT's architecture) and its attention kernels. Imports torch."""

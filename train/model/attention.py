@@ -62,9 +62,7 @@ _FUSED_OPS: dict[str, str] = {
 
 def _check_name(name: str) -> None:
     if name not in BACKENDS + FLASH_IMPLS:
-        raise ValueError(
-            f"runtime.attention must be one of {BACKENDS + FLASH_IMPLS}, got {name!r}"
-        )
+        raise ValueError(f"runtime.attention must be one of {BACKENDS + FLASH_IMPLS}, got {name!r}")
 
 
 def listed_flash_impls() -> list[str]:
@@ -124,9 +122,7 @@ def _run_once(
     name: str, *, device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int, int]
 ) -> str:
     """One causal SDPA forward+backward under `name`; returns the backend that ran."""
-    q, k, v = (
-        torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3)
-    )
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     recorder = _OpRecorder()
     with sdpa_context(name):
         with recorder:

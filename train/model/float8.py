@@ -116,9 +116,12 @@ def plan(model: nn.Module, *, recipe: str, emulate: bool) -> Float8Summary:
         if not isinstance(mod, nn.Linear):
             continue
         why = left_out_reason(
-            fqn, out_features=mod.out_features, in_features=mod.in_features,
-            recipe=recipe, emulate=emulate,
-        )  # fmt: skip
+            fqn,
+            out_features=mod.out_features,
+            in_features=mod.in_features,
+            recipe=recipe,
+            emulate=emulate,
+        )
         if why:
             summary.left_out[fqn] = why
         else:
@@ -132,8 +135,11 @@ def convert_to_float8(model: nn.Module, *, recipe: str, emulate: bool) -> Float8
         raise ValueError(f"runtime.float8 must be tensorwise or rowwise here, got {recipe!r}")
     summary = plan(model, recipe=recipe, emulate=emulate)
     if not summary.converted:
-        log.warning("runtime.float8=%s converts no linear of this model: %s", recipe,
-                    "; ".join(f"{k}: {v}" for k, v in summary.left_out.items()))  # fmt: skip
+        log.warning(
+            "runtime.float8=%s converts no linear of this model: %s",
+            recipe,
+            "; ".join(f"{k}: {v}" for k, v in summary.left_out.items()),
+        )
         return summary
     ao = import_torchao()
     config = ao.Float8LinearConfig.from_recipe_name(recipe)
@@ -147,10 +153,13 @@ def convert_to_float8(model: nn.Module, *, recipe: str, emulate: bool) -> Float8
         model, config=config, module_filter_fn=lambda _mod, fqn: fqn in chosen
     )
     log.info(
-        "float8 %s%s: %d linears converted, %d left out (%s)", recipe,
-        " (emulated)" if emulate else "", len(summary.converted), len(summary.left_out),
+        "float8 %s%s: %d linears converted, %d left out (%s)",
+        recipe,
+        " (emulated)" if emulate else "",
+        len(summary.converted),
+        len(summary.left_out),
         ", ".join(sorted(set(summary.left_out.values()))) or "none",
-    )  # fmt: skip
+    )
     return summary
 
 

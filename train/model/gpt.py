@@ -86,8 +86,9 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, C)
 
 
-def run_block(block: nn.Module, x: torch.Tensor, *, recompute: bool, selective: bool
-              ) -> torch.Tensor:  # fmt: skip
+def run_block(
+    block: nn.Module, x: torch.Tensor, *, recompute: bool, selective: bool
+) -> torch.Tensor:
     """block(x); with `recompute`, under activation checkpointing (only its input kept, or with
     `selective` also its matmul and attention outputs; the rest recomputed in backward). Every
     block of a GPT runs through this one function, so compiling it compiles one graph for all."""
@@ -96,9 +97,14 @@ def run_block(block: nn.Module, x: torch.Tensor, *, recompute: bool, selective: 
     return block(x)
 
 
-def run_head(ln_f: nn.Module, weight: torch.Tensor, x: torch.Tensor,
-             targets: torch.Tensor | None, *, loss_mode: str
-             ) -> tuple[torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+def run_head(
+    ln_f: nn.Module,
+    weight: torch.Tensor,
+    x: torch.Tensor,
+    targets: torch.Tensor | None,
+    *,
+    loss_mode: str,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The final LayerNorm, the LM head (its `weight` tied to the token embedding) and, with
     targets, the mean cross-entropy: (logits (B, T, vocab), loss); chunked: (None, loss)."""
     x = ln_f(x)  # (B, T, C)
@@ -195,8 +201,9 @@ class GPT(nn.Module):
             # Checkpointed blocks keep only their input (selective: also their matmul and
             # attention outputs) and recompute the rest in backward.
             x = self.block_fn(block, x, recompute=self._checkpointed(i), selective=self.selective)
-        return self.head_fn(self.transformer.ln_f, self.lm_head.weight, x, targets,
-                            loss_mode=self.loss_mode)  # fmt: skip
+        return self.head_fn(
+            self.transformer.ln_f, self.lm_head.weight, x, targets, loss_mode=self.loss_mode
+        )
 
     def configure_optimizer(
         self,
@@ -233,8 +240,11 @@ class GPT(nn.Module):
         opt = torch.optim.AdamW(groups, lr=lr, betas=betas, fused=use_fused or None)
         log.info(
             "AdamW: %d decayed tensors (%d params), %d not decayed (%d params), fused=%s",
-            len(decay), sum(p.numel() for p in decay),
-            len(no_decay), sum(p.numel() for p in no_decay), use_fused,
+            len(decay),
+            sum(p.numel() for p in decay),
+            len(no_decay),
+            sum(p.numel() for p in no_decay),
+            use_fused,
         )
         return opt, use_fused
 

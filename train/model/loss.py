@@ -32,7 +32,10 @@ IGNORE_INDEX = -1  # targets the loss skips (train/model/gpt.py passes it to bot
 
 
 def full_cross_entropy(
-    x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
     ignore_index: int = IGNORE_INDEX,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits (N, V), mean cross-entropy) of hidden states x (N, C) under head weight (V, C)."""

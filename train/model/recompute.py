@@ -29,12 +29,16 @@ _aten = torch.ops.aten
 SAVED_OPS = frozenset(
     getattr(_aten, name).default
     for name in (
-        "mm", "addmm", "bmm",
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "mm",
+        "addmm",
+        "bmm",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
     )
     if hasattr(_aten, name)
-)  # fmt: skip
+)
 
 
 def selective_policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
@@ -47,8 +51,9 @@ def selective_contexts() -> tuple[Any, Any]:
     return create_selective_checkpoint_contexts(selective_policy)
 
 
-def checkpointed(block: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, *,
-                 selective: bool) -> torch.Tensor:  # fmt: skip
+def checkpointed(
+    block: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, *, selective: bool
+) -> torch.Tensor:
     """block(x) under activation checkpointing: op-level selective, or the whole block."""
     if selective:
         return checkpoint(block, x, use_reentrant=False, context_fn=selective_contexts)

@@ -118,8 +118,9 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     not ours). `identity` is None for checkpoints written before identities were recorded.
     """
     try:
-        payload = torch.load(Path(path).expanduser(), map_location="cpu", mmap=True,
-                             weights_only=True)  # fmt: skip
+        payload = torch.load(
+            Path(path).expanduser(), map_location="cpu", mmap=True, weights_only=True
+        )
         step = payload["step"]
     except Exception as exc:  # zip, unpickler and key errors alike: the file is not usable
         raise CheckpointReadError(f"unreadable checkpoint {path}: {exc}") from exc
@@ -421,9 +422,12 @@ class Checkpointer:
         for step, path in _completed_checkpoints(self.dir):
             (good if verified(path) else bad).append((step, path))
         for _, path in bad:
-            log.warning("checkpoint %s does not verify (torn or not a checkpoint): kept aside, "
-                        "never counted as one of checkpoint.keep=%d", path,
-                        self.cfg.keep)  # fmt: skip
+            log.warning(
+                "checkpoint %s does not verify (torn or not a checkpoint): kept aside, "
+                "never counted as one of checkpoint.keep=%d",
+                path,
+                self.cfg.keep,
+            )
         for _, old in good[: -self.cfg.keep]:
             try:
                 old.unlink(missing_ok=True)

@@ -111,7 +111,9 @@ def build_model(
     rt = cfg.runtime
     torch.manual_seed(rt.seed)
     raw_model = GPT(
-        cfg.model, activation_checkpointing=rt.activation_checkpointing, attention=rt.attention,
+        cfg.model,
+        activation_checkpointing=rt.activation_checkpointing,
+        attention=rt.attention,
         loss=rt.loss,
     ).to(device)
     if rt.float8 != "none":  # after the build, before the optimizer and torch.compile see it
@@ -174,9 +176,12 @@ def build_session(
     dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
     dtype = resolve_dtype(rt.dtype, device)
     check_combinations(
-        cfg, device_type=device.type, dtype=dtype, flash_impls=installed_flash_impls(),
+        cfg,
+        device_type=device.type,
+        dtype=dtype,
+        flash_impls=installed_flash_impls(),
         capability=float8_capability(device, rt.float8),
-    )  # fmt: skip
+    )
     check_data(cfg)
     threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
     dev.set_tf32(rt.tf32)
@@ -265,8 +270,9 @@ def scheduled_lr(cfg: Config, step: int) -> float:
     at the peak lr from step 0 measured the same speed but trained a curve that diverged (gpt2-xl,
     H200, 2026-11-26), which the numerics guard cannot compare against."""
     o = cfg.optim
-    return cosine_lr(step, lr=o.lr, min_lr=o.min_lr, warmup_steps=o.warmup_steps,
-                     max_steps=cfg.train.max_steps)  # fmt: skip
+    return cosine_lr(
+        step, lr=o.lr, min_lr=o.min_lr, warmup_steps=o.warmup_steps, max_steps=cfg.train.max_steps
+    )
 
 
 def make_phase_clock(device: torch.device) -> PhaseClock | EventPhaseClock:

@@ -80,9 +80,10 @@ def root_failure(failures: Mapping[int, int], written: Mapping[int, float]) -> R
     if not failures:
         raise ValueError("no failed rank to choose from")
     killed = sorted(
-        r for r, code in failures.items()
+        r
+        for r, code in failures.items()
         if code < 0 and code != -signal.SIGTERM and r not in written
-    )  # fmt: skip
+    )
     if killed:
         return RankExit(rank=killed[0], exitcode=failures[killed[0]])
     own = (

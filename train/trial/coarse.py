@@ -41,5 +41,8 @@ def plant_coarse_weights(s: Session, bits: int = COARSE_MANTISSA_BITS) -> None:
 
     round_all()
     s.optimizer.register_step_post_hook(round_all)
-    log.warning("trial.fault=coarse_weights: every weight is rounded to %d mantissa bits after "
-                "each optimizer step (a planted precision loss, test only)", bits)  # fmt: skip
+    log.warning(
+        "trial.fault=coarse_weights: every weight is rounded to %d mantissa bits after "
+        "each optimizer step (a planted precision loss, test only)",
+        bits,
+    )

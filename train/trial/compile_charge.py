@@ -35,8 +35,9 @@ def add_compile_charge(result: TrialResult, *, record: str, measured_by: str) ->
             )
             charged, state, by = got.compile_s, got.cache, got.measured_by
         except OSError as exc:  # the charge falls back to this trial's own compile
-            log.warning("compile record %s not usable (%s): charging this trial's compile", record,
-                        exc)  # fmt: skip
+            log.warning(
+                "compile record %s not usable (%s): charging this trial's compile", record, exc
+            )
     cache["graph_compile_s"] = charged
     cache["graph_compile_cache"] = state
     cache["graph_compile_by"] = by

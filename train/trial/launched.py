@@ -75,8 +75,9 @@ def run_launched(cfg: Config, dcfg: DictConfig, *, out: Path) -> TrialResult:
         rank_out(out, rank).unlink(missing_ok=True)
     check_data(cfg)  # made once here, not by every rank at once
     config = pin_for_ranks(dcfg, out)
-    failures = launch(nproc=world, argv=["-m", "train.trial", "--pinned", str(config)],
-                      run_name="trial")  # fmt: skip
+    failures = launch(
+        nproc=world, argv=["-m", "train.trial", "--pinned", str(config)], run_name="trial"
+    )
     if not failures:
         try:
             return load_result(out)
@@ -92,8 +93,12 @@ def run_launched(cfg: Config, dcfg: DictConfig, *, out: Path) -> TrialResult:
         failure = failure_of(root, world=world, out=out, timeout_s=cfg.ddp.timeout_s)
     log.error("data-parallel trial failed: %s", failure["message"].splitlines()[0])
     result = build_result(
-        cfg=cfg, session=None, raw=None, failure=failure, fingerprint={},
+        cfg=cfg,
+        session=None,
+        raw=None,
+        failure=failure,
+        fingerprint={},
         wall_s=time.time() - started,
-    )  # fmt: skip
+    )
     write_result(result, out)
     return result

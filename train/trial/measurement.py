@@ -57,8 +57,9 @@ def make_reporter(cfg: Config) -> Reporter | None:
         return None
     from train.core.pruning import StudyReporter
 
-    return StudyReporter(storage=resolve_storage(t.study_storage), study_name=t.study_name,
-                         trial_id=t.trial_id)  # fmt: skip
+    return StudyReporter(
+        storage=resolve_storage(t.study_storage), study_name=t.study_name, trial_id=t.trial_id
+    )
 
 
 def profile_steps(s: Session, out_dir: Path, *, first_step: int) -> Path:
@@ -109,12 +110,19 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
         with setup.phase("device_peaks"):  # the spec peak, the matmul ceiling (cached per machine)
             name, peak, ceiling = device_peaks(s)
         raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
-        result = measured_result(s, raw, out_dir=out_path.parent, peaks=(name, peak, ceiling),
-                                 fingerprint=fingerprint, started=started)  # fmt: skip
+        result = measured_result(
+            s,
+            raw,
+            out_dir=out_path.parent,
+            peaks=(name, peak, ceiling),
+            fingerprint=fingerprint,
+            started=started,
+        )
         if rank.main:  # another rank's result would only repeat rank 0's
             # the graph's compile as the sweep charges it: the same for every trial of the graph
-            add_compile_charge(result, record=cfg.trial.compile_record,
-                               measured_by=str(out_path.parent))  # fmt: skip
+            add_compile_charge(
+                result, record=cfg.trial.compile_record, measured_by=str(out_path.parent)
+            )
             result["setup"] = setup.record()
             log.info("set-up %s", setup_line(result["setup"]))
             write_result(result, out_path)
@@ -139,9 +147,14 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
 
 
 def measured_result(
-    s: Session, raw: Measurement, *, out_dir: Path, peaks: tuple, fingerprint: dict,
+    s: Session,
+    raw: Measurement,
+    *,
+    out_dir: Path,
+    peaks: tuple,
+    fingerprint: dict,
     started: float,
-) -> TrialResult:  # fmt: skip
+) -> TrialResult:
     """The result of a measured window: the memory step and the profile after it, then the
     result against the device's `peaks` (name, spec peak, matmul ceiling), measuring the ceiling
     again when the cached one is below this trial's own rate."""
@@ -152,13 +165,25 @@ def measured_result(
     memory_report = measure_memory(s, step=partial(untimed_step, s, lr=scheduled_lr(cfg, done)))
     trace = profile_steps(s, out_dir, first_step=done + 1) if cfg.trial.profile else None
     memory = dev.peak_memory_gib(s.device)
-    build = partial(build_result, cfg=cfg, session=s, raw=raw, device_name=name, peak=peak,
-                    memory=memory, memory_report=memory_report, fingerprint=fingerprint,
-                    trace=trace, wall_s=time.time() - started)  # fmt: skip
+    build = partial(
+        build_result,
+        cfg=cfg,
+        session=s,
+        raw=raw,
+        device_name=name,
+        peak=peak,
+        memory=memory,
+        memory_report=memory_report,
+        fingerprint=fingerprint,
+        trace=trace,
+        wall_s=time.time() - started,
+    )
     result = build(ceiling=ceiling)
     if is_stale(ceiling, result["mfu"]["ceiling"]):
-        log.warning("the cached matmul ceiling (%s) is below this trial's own rate: measuring "
-                    "it again", ceiling.source)  # fmt: skip
+        log.warning(
+            "the cached matmul ceiling (%s) is below this trial's own rate: measuring it again",
+            ceiling.source,
+        )
         result = build(ceiling=measure_matmul_ceiling(s.device, s.dtype, refresh=True))
     return result
 
@@ -168,8 +193,9 @@ def failed_result(
 ) -> TrialResult:
     """The result of a trial that raised `exc`, its failure classified (`s`: None when it failed
     before its session was built)."""
-    failure: Failure = classify(exc, during_setup=s is None,
-                                compile_cache=cfg.runtime.compile_cache)  # fmt: skip
+    failure: Failure = classify(
+        exc, during_setup=s is None, compile_cache=cfg.runtime.compile_cache
+    )
     log.error("trial failed (%s): %s", failure["kind"], failure["message"])
     return build_result(
         cfg=cfg,

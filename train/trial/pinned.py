@@ -55,8 +55,11 @@ def load_raw(path: Path, overrides: list[str]) -> DictConfig:
     for key in dropped:
         raw.trial.pop(key)
     if dropped:
-        log.info("%s: its study settings (trial.%s) are not used: a re-run reports to no study",
-                 path.name, ", trial.".join(dropped))  # fmt: skip
+        log.info(
+            "%s: its study settings (trial.%s) are not used: a re-run reports to no study",
+            path.name,
+            ", trial.".join(dropped),
+        )
     apply_overrides(raw, overrides)
     return raw
 

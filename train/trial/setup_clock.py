@@ -56,6 +56,9 @@ class SetupClock:
 
 def setup_line(record: dict[str, float | None]) -> str:
     """'2.4 s: before_trial 1.1, session 0.9, ...' (seconds, in the order spent)."""
-    parts = [f"{k.removesuffix('_s')} {v:.2f}" for k, v in record.items()
-             if k != "total_s" and v is not None]  # fmt: skip
+    parts = [
+        f"{k.removesuffix('_s')} {v:.2f}"
+        for k, v in record.items()
+        if k != "total_s" and v is not None
+    ]
     return f"{record['total_s']:.2f} s: {', '.join(parts)}"

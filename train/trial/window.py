@@ -81,9 +81,11 @@ class _Window:
         if self.projected:
             self.short_times.append(wall_s)
             wall_s, phases = project_step(
-                wall_s, phases, micro_s=micro_batch_times(clock.last_spans),
+                wall_s,
+                phases,
+                micro_s=micro_batch_times(clock.last_spans),
                 grad_accum=self.grad_accum,
-            )  # fmt: skip
+            )
         self.step_times.append(wall_s)
         self.phases.append(phases)
 
@@ -135,8 +137,15 @@ def measure(
     )
     micro = short if projected else accum
     heartbeat.stop()
-    _announce_window(progress, warm, full_estimate_s=full_estimate_s, micro=micro, accum=accum,
-                     above_s=t.project_above_s, projected=projected)  # fmt: skip
+    _announce_window(
+        progress,
+        warm,
+        full_estimate_s=full_estimate_s,
+        micro=micro,
+        accum=accum,
+        above_s=t.project_above_s,
+        projected=projected,
+    )
     dev.reset_peak_memory(s.device)
 
     # -- measured window
@@ -159,8 +168,11 @@ def measure(
         "losses": warm.losses + window.losses,
         "lrs": warm.lrs + window.lrs,
         "pruned": window.pruned,
-        "window_stop": {"by": window.stopped_by, "steps": len(window.step_times),
-                        "ci": relative_half_width(window.step_times)},
+        "window_stop": {
+            "by": window.stopped_by,
+            "steps": len(window.step_times),
+            "ci": relative_half_width(window.step_times),
+        },
         "device_samples": sampler.summary() if sampler is not None else None,
         "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
         "projection": {
@@ -195,9 +207,15 @@ def _warm_up(s: Session, clock: Clock, *, micro_batches: int) -> _WarmUp:
     seconds = time.perf_counter() - warm_start
     after = compile_stats.snapshot()
     return _WarmUp(
-        seconds=seconds, compile=compile_stats.delta(before, after), compile_after=after,
-        first_loss=first_loss, losses=losses, lrs=lrs, last_wall_s=wall_s, last_phases=phases,
-    )  # fmt: skip
+        seconds=seconds,
+        compile=compile_stats.delta(before, after),
+        compile_after=after,
+        first_loss=first_loss,
+        losses=losses,
+        lrs=lrs,
+        last_wall_s=wall_s,
+        last_phases=phases,
+    )
 
 
 def _full_step_estimate(s: Session, warm: _WarmUp, clock: Clock) -> float:
@@ -206,16 +224,24 @@ def _full_step_estimate(s: Session, warm: _WarmUp, clock: Clock) -> float:
     Ranks decide from rank 0's clock: a projected window on one rank and full steps on another
     would wait on each other's all-reduces forever."""
     full_s, _ = project_step(
-        warm.last_wall_s, warm.last_phases, micro_s=micro_batch_times(clock.last_spans),
+        warm.last_wall_s,
+        warm.last_phases,
+        micro_s=micro_batch_times(clock.last_spans),
         grad_accum=s.cfg.batch.grad_accum,
-    )  # fmt: skip
+    )
     return from_main(full_s, s.rank, s.device)
 
 
 def _announce_window(
-    progress: ProgressFile, warm: _WarmUp, *, full_estimate_s: float, micro: int, accum: int,
-    above_s: float, projected: bool,
-) -> None:  # fmt: skip
+    progress: ProgressFile,
+    warm: _WarmUp,
+    *,
+    full_estimate_s: float,
+    micro: int,
+    accum: int,
+    above_s: float,
+    projected: bool,
+) -> None:
     """The warm-up's end in the progress file; the log says when the window will project."""
     progress.write(
         event="warmup_done",
@@ -227,22 +253,33 @@ def _announce_window(
         log.info(
             "a full step (%d micro-batches) would take ~%.1f s > trial.project_above_s=%g: "
             "measuring steps of %d micro-batches and projecting",
-            accum, full_estimate_s, above_s, micro,
-        )  # fmt: skip
+            accum,
+            full_estimate_s,
+            above_s,
+            micro,
+        )
 
 
 def _run_window(
-    s: Session, window: _Window, *, clock: Clock, micro: int, reporter: Reporter | None,
+    s: Session,
+    window: _Window,
+    *,
+    clock: Clock,
+    micro: int,
+    reporter: Reporter | None,
     progress: ProgressFile,
-) -> None:  # fmt: skip
+) -> None:
     """Measured steps until `trial.max_steps`, or `trial.max_seconds` past `trial.min_steps`, or
     the mean step time known to +-`trial.target_ci` (from the first step `first_ci_step` allows),
     or a prune. The step clock covers training only: reporting and the ranks' agreement are not.
     Prune reports carry the measured step index, so trials are compared at equal measured steps
     whichever rule ends each window."""
     t = s.cfg.trial
-    ci_from = first_ci_step(ci_min_steps=t.ci_min_steps, max_steps=t.max_steps,
-                            checkpoint_every=s.cfg.checkpoint.every_steps)  # fmt: skip
+    ci_from = first_ci_step(
+        ci_min_steps=t.ci_min_steps,
+        max_steps=t.max_steps,
+        checkpoint_every=s.cfg.checkpoint.every_steps,
+    )
     window_start = time.perf_counter()
     prev = window_start
     while len(window.step_times) < t.max_steps:
@@ -280,9 +317,13 @@ def _run_window(
             if step < t.max_steps:
                 window.stopped_by = "max_seconds" if timed_out else "target_ci"
             if window.stopped_by == "target_ci":
-                log.info("mean step time known to +-%.1f%% after %d measured steps "
-                         "(trial.target_ci=%g): window ends", 100 * relative_half_width(
-                             window.step_times), step, t.target_ci)  # fmt: skip
+                log.info(
+                    "mean step time known to +-%.1f%% after %d measured steps "
+                    "(trial.target_ci=%g): window ends",
+                    100 * relative_half_width(window.step_times),
+                    step,
+                    t.target_ci,
+                )
             break
         prev += time.perf_counter() - agree_start  # the ranks' agreement is not training
 

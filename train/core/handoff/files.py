@@ -50,8 +50,9 @@ def handoff(
     except HandoffRefused as refused:
         lines = [str(refused), best_expressible(doc, trials, module.check, reachable=reachable)]
         text = REFUSE[target](refused, notes=notes, lines=lines[1:])
-        return Handoff(target=target, file_name=module.FILE_NAME, text=text, lines=lines,
-                       refused=refused)  # fmt: skip
+        return Handoff(
+            target=target, file_name=module.FILE_NAME, text=text, lines=lines, refused=refused
+        )
     winner = ((doc.get("provenance") or {}).get("sweep") or {}).get("trial")
     found = priced(module.gaps(doc, facts), trials, winner=winner, reachable=reachable)
     lines = [g.line() for g in found]

@@ -23,8 +23,14 @@ from train.core.rules import resolve_dtype_name
 
 # Searched knobs that never change a step's speed: a trial that differs from the winner only in
 # these still measures the other knobs at the winner's settings.
-SPEED_NEUTRAL_PREFIXES = ("optim.lr", "optim.min_lr", "optim.warmup_steps", "optim.weight_decay",
-                          "optim.beta", "optim.grad_clip")  # fmt: skip
+SPEED_NEUTRAL_PREFIXES = (
+    "optim.lr",
+    "optim.min_lr",
+    "optim.warmup_steps",
+    "optim.weight_decay",
+    "optim.beta",
+    "optim.grad_clip",
+)
 NOT_MEASURED = "not measured"
 
 
@@ -83,8 +89,9 @@ def facts_of(doc: Mapping[str, Any]) -> Facts:
     measured = str(((doc.get("provenance") or {}).get("fingerprint") or {}).get("device") or "")
     asked = str(runtime.get("device", "auto"))
     device_type = "cuda" if (measured or asked).startswith("cuda") else "cpu"
-    dtype = resolve_dtype_name(runtime.get("dtype", "auto"), device_type=device_type,
-                               bf16_supported=True)  # fmt: skip
+    dtype = resolve_dtype_name(
+        runtime.get("dtype", "auto"), device_type=device_type, bf16_supported=True
+    )
     return Facts(device_type=device_type, dtype=dtype, world=int(runtime.get("nproc", 1)))
 
 
@@ -93,10 +100,15 @@ def check_tokens(doc: Mapping[str, Any], *, target: str, world: int) -> int:
     b, block = doc["batch"], int(doc["model"]["block_size"])
     got = int(b["micro_batch"]) * int(b["grad_accum"]) * block * world
     if got != int(b["tokens_per_step"]):
-        raise HandoffRefused(target, "batch.tokens_per_step", (
-            f"{b['tokens_per_step']} is not micro_batch {b['micro_batch']} x grad_accum "
-            f"{b['grad_accum']} x block_size {block} x world {world} = {got}: the file would "
-            f"train a different batch"))  # fmt: skip
+        raise HandoffRefused(
+            target,
+            "batch.tokens_per_step",
+            (
+                f"{b['tokens_per_step']} is not micro_batch {b['micro_batch']} x grad_accum "
+                f"{b['grad_accum']} x block_size {block} x world {world} = {got}: the file would "
+                f"train a different batch"
+            ),
+        )
     return got
 
 
@@ -115,8 +127,13 @@ def overlay(doc: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def priced(gaps: Sequence[Gap], trials: Iterable[MeasuredTrial] | None, *, winner: int | None,
-           reachable: str = "") -> list[Gap]:  # fmt: skip
+def priced(
+    gaps: Sequence[Gap],
+    trials: Iterable[MeasuredTrial] | None,
+    *,
+    winner: int | None,
+    reachable: str = "",
+) -> list[Gap]:
     """Each gap with its measured worth. `trials` None: the study was not read (`reachable` says
     why)."""
     if trials is None:
@@ -134,10 +151,12 @@ def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> str:
         return f"{NOT_MEASURED} (the sweep did not search {gap.key})"
     others = {k: v for k, v in winner.params.items() if k != gap.key and not _neutral(k)}
     twins = [
-        t for t in trials
-        if t.number != winner.number and t.params.get(gap.key) in gap.instead
+        t
+        for t in trials
+        if t.number != winner.number
+        and t.params.get(gap.key) in gap.instead
         and all(t.params.get(k) == v for k, v in others.items())
-    ]  # fmt: skip
+    ]
     if not twins:
         wanted = " or ".join(_text(v) for v in gap.instead) or "an equivalent"
         return f"{NOT_MEASURED} (no trial ran {gap.key}={wanted} with the winner's other knobs)"
@@ -150,9 +169,13 @@ def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> str:
     )
 
 
-def best_expressible(doc: Mapping[str, Any], trials: Iterable[MeasuredTrial] | None,
-                     check: Callable[[Mapping[str, Any]], object], *,
-                     reachable: str = "") -> str:  # fmt: skip
+def best_expressible(
+    doc: Mapping[str, Any],
+    trials: Iterable[MeasuredTrial] | None,
+    check: Callable[[Mapping[str, Any]], object],
+    *,
+    reachable: str = "",
+) -> str:
     """The fastest measured trial the target can express (its `check` raises HandoffRefused on
     the others), as one line; where the study was not read, that."""
     if trials is None:
@@ -193,8 +216,9 @@ def measured_trials(trials: Iterable[Any]) -> list[MeasuredTrial]:
     for t in trials:
         tps = ((getattr(t, "user_attrs", None) or {}).get("metrics") or {}).get("tokens_per_s")
         if getattr(getattr(t, "state", None), "name", "") == "COMPLETE" and tps:
-            out.append(MeasuredTrial(number=t.number, params=dict(t.params),
-                                     tokens_per_s=float(tps)))  # fmt: skip
+            out.append(
+                MeasuredTrial(number=t.number, params=dict(t.params), tokens_per_s=float(tps))
+            )
     return out
 
 
@@ -208,4 +232,3 @@ def comment_lines(lines: Iterable[str]) -> str:
         safe = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(line))
         out.append(f"# {safe}".rstrip() + "\n")
     return "".join(out)
-

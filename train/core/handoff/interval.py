@@ -98,8 +98,10 @@ def checkpoint_plan(
         raise ValueError(f"step_s must be > 0 seconds, got {step_s!r}")
     check_mtbf_h(mtbf_h)
     if world < 1 or planned_every < 0 or planned_steps < 0:
-        raise ValueError(f"world must be >= 1, planned_every and planned_steps >= 0, got "
-                         f"{world}, {planned_every}, {planned_steps}")  # fmt: skip
+        raise ValueError(
+            f"world must be >= 1, planned_every and planned_steps >= 0, got "
+            f"{world}, {planned_every}, {planned_steps}"
+        )
     job_mtbf_h = mtbf_h / world
     optimum = young_daly_s(save_s=save_s, mtbf_s=job_mtbf_h * SECONDS_PER_HOUR)
     steps, rule = max(1, round(optimum / step_s)), "young-daly"
@@ -107,8 +109,14 @@ def checkpoint_plan(
         steps, rule = planned_every, "planned_checkpoint_every"
     if planned_steps and steps > planned_steps:
         steps, rule = planned_steps, "run length"
-    return CheckpointPlan(every_steps=steps, rule=rule, save_s=save_s, step_s=step_s,
-                          mtbf_h=job_mtbf_h, optimum_s=optimum)  # fmt: skip
+    return CheckpointPlan(
+        every_steps=steps,
+        rule=rule,
+        save_s=save_s,
+        step_s=step_s,
+        mtbf_h=job_mtbf_h,
+        optimum_s=optimum,
+    )
 
 
 def plan_line(plan: CheckpointPlan) -> str:

@@ -40,24 +40,38 @@ def check(doc: Mapping[str, Any]) -> Facts:
     m, facts = doc["model"], facts_of(doc)
     shape = DEPTHS.get(int(m["n_layer"]))
     if shape != (int(m["n_embd"]), int(m["n_head"])):
-        raise HandoffRefused(TARGET, "model.n_layer", (
-            f"{m['n_layer']} (n_embd {m['n_embd']}, n_head {m['n_head']}) is not a GPT-2 shape "
-            f"llm.c builds (-e d6/d12/d24/d36/d48: n_embd 384/768/1024/1280/1600)"))  # fmt: skip
+        raise HandoffRefused(
+            TARGET,
+            "model.n_layer",
+            (
+                f"{m['n_layer']} (n_embd {m['n_embd']}, n_head {m['n_head']}) is not a GPT-2 shape "
+                f"llm.c builds (-e d6/d12/d24/d36/d48: n_embd 384/768/1024/1280/1600)"
+            ),
+        )
     if int(m["vocab_size"]) not in VOCABS:
-        raise HandoffRefused(TARGET, "model.vocab_size", (
-            f"{m['vocab_size']} is not GPT-2's 50257 (padded 50304), the only vocabulary llm.c "
-            f"builds"))  # fmt: skip
+        raise HandoffRefused(
+            TARGET,
+            "model.vocab_size",
+            (
+                f"{m['vocab_size']} is not GPT-2's 50257 (padded 50304), the only vocabulary llm.c "
+                f"builds"
+            ),
+        )
     if int(m["block_size"]) > MAX_SEQ_LEN:
-        raise HandoffRefused(TARGET, "model.block_size", f"{m['block_size']} is more than the "
-                             f"{MAX_SEQ_LEN} positions llm.c's models hold")  # fmt: skip
+        raise HandoffRefused(
+            TARGET,
+            "model.block_size",
+            f"{m['block_size']} is more than the {MAX_SEQ_LEN} positions llm.c's models hold",
+        )
     if not m["bias"] or float(m["dropout"]) != 0.0:
         key = "model.bias" if not m["bias"] else "model.dropout"
         raise HandoffRefused(TARGET, key, "differs from llm.c's GPT-2 (biases on, no dropout)")
     for key, fixed in FIXED.items():
         section, name = key.split(".")
         if float(doc[section][name]) != fixed:
-            raise HandoffRefused(TARGET, key, f"is {doc[section][name]}, and train_gpt2cu "
-                                 f"hard-codes {fixed}")  # fmt: skip
+            raise HandoffRefused(
+                TARGET, key, f"is {doc[section][name]}, and train_gpt2cu hard-codes {fixed}"
+            )
     check_tokens(doc, target=TARGET, world=facts.world)
     return facts
 
@@ -73,23 +87,44 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
 
     if rt["compile"] != "none":
         whole = "" if rt.get("compile_unit", "model") == "model" else " (whole or block by block)"
-        gap("runtime.compile", ("none",), f"llm.c has no torch.compile{whole}: its own CUDA "
-            "kernels run")  # fmt: skip
+        gap(
+            "runtime.compile",
+            ("none",),
+            f"llm.c has no torch.compile{whole}: its own CUDA kernels run",
+        )
     if rt["activation_checkpointing"] == "selective":
-        gap("runtime.activation_checkpointing", ("none",), "llm.c has no op-level policy: its "
-            "-r 2 recomputes GELU and LayerNorm and keeps the other outputs")  # fmt: skip
+        gap(
+            "runtime.activation_checkpointing",
+            ("none",),
+            "llm.c has no op-level policy: its "
+            "-r 2 recomputes GELU and LayerNorm and keeps the other outputs",
+        )
     elif rt["activation_checkpointing"] != "none":
-        gap("runtime.activation_checkpointing", ("none",), "llm.c recomputes GELU and LayerNorm "
-            "(-r 2), not whole blocks")  # fmt: skip
+        gap(
+            "runtime.activation_checkpointing",
+            ("none",),
+            "llm.c recomputes GELU and LayerNorm (-r 2), not whole blocks",
+        )
     if rt.get("loss", "full") != "full":
-        gap("runtime.loss", ("full",), "llm.c's fused classifier holds the whole (B, T, "
-            "vocab) logits in bf16 and writes their gradient in place: no chunked loss")
+        gap(
+            "runtime.loss",
+            ("full",),
+            "llm.c's fused classifier holds the whole (B, T, "
+            "vocab) logits in bf16 and writes their gradient in place: no chunked loss",
+        )
     if rt["attention"] not in ("auto", "cudnn"):
-        gap("runtime.attention", ("auto", "cudnn"), "llm.c runs cuDNN attention (built with "
-            "USE_CUDNN=1) or its own kernel")  # fmt: skip
+        gap(
+            "runtime.attention",
+            ("auto", "cudnn"),
+            "llm.c runs cuDNN attention (built with USE_CUDNN=1) or its own kernel",
+        )
     if rt.get("float8", "none") != "none":
-        gap("runtime.float8", ("none",), "llm.c's train_gpt2cu has no float8 training: its "
-            "matmuls run bf16 on cuBLASLt (about half the float8 rate)")  # fmt: skip
+        gap(
+            "runtime.float8",
+            ("none",),
+            "llm.c's train_gpt2cu has no float8 training: its "
+            "matmuls run bf16 on cuBLASLt (about half the float8 rate)",
+        )
     if int(data["num_workers"]) > 0:
         gap("data.num_workers", (0,), "llm.c's DataLoader reads shards in the training process")
     if not data["pin_memory"]:
@@ -102,15 +137,20 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
         for name in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
             gap(f"ddp.{name}", (), "llm.c reduces gradients with its own NCCL calls, not DDP")
     if facts.device_type != "cuda":
-        gap("runtime.device", (), "train_gpt2cu runs on CUDA only: this speed was measured on a "
-            "CPU and says nothing about a GPU")  # fmt: skip
+        gap(
+            "runtime.device",
+            (),
+            "train_gpt2cu runs on CUDA only: this speed was measured on a "
+            "CPU and says nothing about a GPU",
+        )
     return out
 
 
 def llmc_flags(doc: Mapping[str, Any], facts: Facts) -> list[tuple[str, str]]:
     """train_gpt2cu's flags, in the order llm.c's scripts write them."""
-    m, b, o, t, ckpt, data = (doc[s] for s in ("model", "batch", "optim", "train", "checkpoint",
-                                                "data"))  # fmt: skip
+    m, b, o, t, ckpt, data = (
+        doc[s] for s in ("model", "batch", "optim", "train", "checkpoint", "data")
+    )
     every = int(ckpt["every_steps"])
     recompute = 0 if doc["runtime"]["activation_checkpointing"] == "none" else 2
     flags = [

@@ -82,13 +82,23 @@ def check(doc: Mapping[str, Any]) -> Facts:
     """The winner's facts, once nanoGPT can train it at all with the same science."""
     facts = facts_of(doc)
     if facts.device_type == "cpu" and facts.dtype != "fp32":
-        raise HandoffRefused(TARGET, "runtime.dtype", (
-            f"resolves to {facts.dtype} on a CPU, and nanoGPT's train.py runs a CPU in float32 "
-            f"(no autocast on device 'cpu'): a different precision"))  # fmt: skip
+        raise HandoffRefused(
+            TARGET,
+            "runtime.dtype",
+            (
+                f"resolves to {facts.dtype} on a CPU, and nanoGPT's train.py runs a CPU in float32 "
+                f"(no autocast on device 'cpu'): a different precision"
+            ),
+        )
     if facts.device_type == "cpu" and facts.world > 1:
-        raise HandoffRefused(TARGET, "runtime.nproc", (
-            f"is {facts.world} processes on a CPU, and nanoGPT's DDP puts each rank on "
-            f"cuda:<local_rank>"))  # fmt: skip
+        raise HandoffRefused(
+            TARGET,
+            "runtime.nproc",
+            (
+                f"is {facts.world} processes on a CPU, and nanoGPT's DDP puts each rank on "
+                f"cuda:<local_rank>"
+            ),
+        )
     check_tokens(doc, target=TARGET, world=facts.world)
     return facts
 
@@ -108,38 +118,68 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
         out.append(Gap(key=key, value=doc[section][name], instead=instead, why=why))
 
     if rt["compile"] not in ("none", "default"):
-        gap("runtime.compile", ("default",), "nanoGPT compiles in torch.compile's default mode "
-            "only (compile = True)")  # fmt: skip
+        gap(
+            "runtime.compile",
+            ("default",),
+            "nanoGPT compiles in torch.compile's default mode only (compile = True)",
+        )
     if rt["compile"] != "none" and rt.get("compile_unit", "model") != "model":
-        gap("runtime.compile_unit", ("model",), "nanoGPT compiles the whole model "
+        gap(
+            "runtime.compile_unit",
+            ("model",),
+            "nanoGPT compiles the whole model "
             "(model = torch.compile(model)), not each block once: its cold compile grows with "
-            "the depth")  # fmt: skip
+            "the depth",
+        )
     if rt["activation_checkpointing"] != "none":
-        gap("runtime.activation_checkpointing", ("none",), "nanoGPT has no activation "
-            "checkpointing: it keeps every activation (more memory; it may not fit)")  # fmt: skip
+        gap(
+            "runtime.activation_checkpointing",
+            ("none",),
+            "nanoGPT has no activation "
+            "checkpointing: it keeps every activation (more memory; it may not fit)",
+        )
     if rt.get("loss", "full") != "full":
-        gap("runtime.loss", ("full",), "nanoGPT computes the whole (B, T, vocab) logits and "
-            "their cross-entropy at once (more memory; it may not fit)")  # fmt: skip
+        gap(
+            "runtime.loss",
+            ("full",),
+            "nanoGPT computes the whole (B, T, vocab) logits and "
+            "their cross-entropy at once (more memory; it may not fit)",
+        )
     if rt["attention"] in FLASH_IMPLS:
-        gap("runtime.attention", ("auto",), f"nanoGPT activates no flash implementation "
-            f"({rt['attention'].upper()}): its SDPA runs PyTorch's default kernels")  # fmt: skip
+        gap(
+            "runtime.attention",
+            ("auto",),
+            f"nanoGPT activates no flash implementation "
+            f"({rt['attention'].upper()}): its SDPA runs PyTorch's default kernels",
+        )
     elif rt["attention"] != "auto":
         gap("runtime.attention", ("auto",), "nanoGPT calls SDPA and lets PyTorch pick the kernel")
     if rt.get("float8", "none") != "none":
-        gap("runtime.float8", ("none",), "nanoGPT has no float8 training: its linears run bf16 "
-            "matmuls (about half the float8 rate; the bf16 math the numerics guard compared)")
+        gap(
+            "runtime.float8",
+            ("none",),
+            "nanoGPT has no float8 training: its linears run bf16 "
+            "matmuls (about half the float8 rate; the bf16 math the numerics guard compared)",
+        )
     if cuda and not rt["tf32"]:
         gap("runtime.tf32", (True,), "nanoGPT turns TF32 on for matmuls and cuDNN")
     if rt["seed"] != NANOGPT_SEED:
         gap("runtime.seed", (NANOGPT_SEED,), "nanoGPT seeds 1337 + rank")
     if int(data["num_workers"]) > 0:
-        gap("data.num_workers", (0,), "nanoGPT reads each batch in the training process "
-            "(get_batch), so no workers and no prefetch")  # fmt: skip
+        gap(
+            "data.num_workers",
+            (0,),
+            "nanoGPT reads each batch in the training process "
+            "(get_batch), so no workers and no prefetch",
+        )
     if cuda and not data["pin_memory"]:
         gap("data.pin_memory", (True,), "nanoGPT always pins batches on CUDA")
     if ckpt["mode"] != "sync":
-        gap("checkpoint.mode", ("sync",), "nanoGPT saves with torch.save inside the step "
-            "(synchronous)")  # fmt: skip
+        gap(
+            "checkpoint.mode",
+            ("sync",),
+            "nanoGPT saves with torch.save inside the step (synchronous)",
+        )
     if int(ckpt["keep"]) != 1:
         gap("checkpoint.keep", (1,), "nanoGPT overwrites one ckpt.pt")
     if cuda and str(doc["optim"]["fused"]).lower() == "false":
@@ -150,11 +190,19 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
                 gap(f"ddp.{name}", (default,), f"nanoGPT wraps DDP with its default ({default})")
     every, evals = int(ckpt["every_steps"]), int(doc["train"]["eval_every"])
     if every == 0:
-        gap("checkpoint.every_steps", (), "nanoGPT cannot turn saving off: it still saves when "
-            "the validation loss improves (always_save_checkpoint = False)")  # fmt: skip
+        gap(
+            "checkpoint.every_steps",
+            (),
+            "nanoGPT cannot turn saving off: it still saves when "
+            "the validation loss improves (always_save_checkpoint = False)",
+        )
     elif evals != every:
-        gap("train.eval_every", (every,), f"nanoGPT evaluates at each save (eval_interval = "
-            f"{every}): validation and saving share one interval")  # fmt: skip
+        gap(
+            "train.eval_every",
+            (every,),
+            f"nanoGPT evaluates at each save (eval_interval = "
+            f"{every}): validation and saving share one interval",
+        )
     return out
 
 
@@ -228,9 +276,11 @@ def command_notes(doc: Mapping[str, Any], facts: Facts) -> list[str]:
 def data_notes(doc: Mapping[str, Any]) -> list[str]:
     """What nanoGPT reads from the data folder for the tokens."""
     data = doc["data"]
-    return [f"data: train.py reads {data['dir']}/train.bin and val.bin as headerless uint16 "
-            f"(best.yaml: {data['train_file']}, {data['val_file']}, format {data['format']}); "
-            f"it samples random windows, not this project's seeded order"]  # fmt: skip
+    return [
+        f"data: train.py reads {data['dir']}/train.bin and val.bin as headerless uint16 "
+        f"(best.yaml: {data['train_file']}, {data['val_file']}, format {data['format']}); "
+        f"it samples random windows, not this project's seeded order"
+    ]
 
 
 def vocab_lines(doc: Mapping[str, Any], folder: DataFolder | None) -> tuple[list[str], list[str]]:
@@ -239,30 +289,42 @@ def vocab_lines(doc: Mapping[str, Any], folder: DataFolder | None) -> tuple[list
     `folder` None: the folder was not looked at (it is not on this machine)."""
     vocab, where = int(doc["model"]["vocab_size"]), str(doc["data"]["dir"])
     pkl = f"{where.rstrip('/')}/{META_PKL}"
-    write = (f"python -c \"import pickle, sys; pickle.dump({{'vocab_size': {vocab}}}, "
-             f"open(sys.argv[1], 'wb'))\" {shlex.quote(pkl)}")  # fmt: skip
+    write = (
+        f"python -c \"import pickle, sys; pickle.dump({{'vocab_size': {vocab}}}, "
+        f"open(sys.argv[1], 'wb'))\" {shlex.quote(pkl)}"
+    )
     held = f"{{'vocab_size': {vocab}}}"
     if folder is None:
         if vocab == NANOGPT_VOCAB:
-            return [f"vocab_size {vocab}: train.py builds it where {where} has no {META_PKL} "
-                    f"(one there sets the vocabulary)"], []  # fmt: skip
-        return [f"vocab_size {vocab}: train.py takes it from {pkl}, which must hold {held} "
-                f"(without one it builds {NANOGPT_VOCAB}); the folder is not on this machine to "
-                f"check; to write one: {write}"], []  # fmt: skip
+            return [
+                f"vocab_size {vocab}: train.py builds it where {where} has no {META_PKL} "
+                f"(one there sets the vocabulary)"
+            ], []
+        return [
+            f"vocab_size {vocab}: train.py takes it from {pkl}, which must hold {held} "
+            f"(without one it builds {NANOGPT_VOCAB}); the folder is not on this machine to "
+            f"check; to write one: {write}"
+        ], []
     if not folder.has_meta_pkl:
         if vocab == NANOGPT_VOCAB:
             return [], []
-        return [], [f"model.vocab_size={vocab}: {where} holds no {META_PKL}, so train.py builds a "
-                    f"{NANOGPT_VOCAB:,}-token model (a larger lm_head: a different model and "
-                    f"speed); write one before running: {write}"]  # fmt: skip
+        return [], [
+            f"model.vocab_size={vocab}: {where} holds no {META_PKL}, so train.py builds a "
+            f"{NANOGPT_VOCAB:,}-token model (a larger lm_head: a different model and "
+            f"speed); write one before running: {write}"
+        ]
     if folder.meta_vocab is None:
-        return [f"vocab_size {vocab}: train.py takes it from {pkl} (a pickle, which this tool "
-                f"does not open): it must hold {held}, else: {write}"], []  # fmt: skip
+        return [
+            f"vocab_size {vocab}: train.py takes it from {pkl} (a pickle, which this tool "
+            f"does not open): it must hold {held}, else: {write}"
+        ], []
     if folder.meta_vocab == vocab:
         return [f"vocab_size {vocab}: train.py takes it from {pkl} ({held})"], []
-    return [], [f"model.vocab_size={vocab}: {pkl} says {folder.meta_vocab:,}, so train.py builds a "
-                f"{folder.meta_vocab:,}-token model, not the one the sweep measured; for "
-                f"best.yaml's model rewrite it: {write}"]  # fmt: skip
+    return [], [
+        f"model.vocab_size={vocab}: {pkl} says {folder.meta_vocab:,}, so train.py builds a "
+        f"{folder.meta_vocab:,}-token model, not the one the sweep measured; for "
+        f"best.yaml's model rewrite it: {write}"
+    ]
 
 
 def refusal_file(refused: HandoffRefused, *, notes: list[str], lines: list[str]) -> str:
