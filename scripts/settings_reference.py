@@ -9,7 +9,7 @@ right above it. The trainer's sections are the fields of `train.core.config.Conf
 dataclass of train/core/config.py; the sweeper's settings are the fields of `ThroughputSweeperConf`
 (hydra_plugins/throughput_sweeper/config.py) and of its groups (`verify`, `guard`, ...), which
 `sweeper/settings.py` checks; its old flat names are listed with their new ones. A field without a
-comment gets an empty meaning, which tests/test_settings_reference.py refuses.
+comment gets an empty meaning, which tests/architecture/test_settings_reference.py refuses.
 """
 
 from __future__ import annotations

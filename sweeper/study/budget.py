@@ -4,7 +4,7 @@ failure-rate stop.
 Two limits end a search: `n_trials` finished trials (excluded points and duplicates ran nothing and
 cost none, except in a grid, whose budget is its list of points) and the wall budget `max_wall_s`,
 which includes verification, so the search stops early enough to leave room for it. The clock is
-injectable, so the arithmetic is tested with a fake one (tests/test_budget.py).
+injectable, so the arithmetic is tested with a fake one (tests/sweeper/test_budget.py).
 
 A budget explains itself: one that cannot hold a single predicted trial is refused before the
 study opens (`wall_budget_error`), and the search's end names the budget that ended it, what it

@@ -9,7 +9,7 @@ so it is priced at the complete trials' median wall (pruned trials stop early an
 race look short); where the search trials were projected from short steps, a race run is longer
 than any of them, and its predicted wall is scaled by how far the measured trials were off their
 prediction. Under a wall budget the sweep stops near the budget, but the race's first round always
-runs. Pure: tests/test_eta.py tables it.
+runs. Pure: tests/sweeper/test_eta.py tables it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Predicted peak device memory of one training step: pure arithmetic, no torch.
 
 The sweeper imports this to drop points that cannot fit before any trial runs, so it stays
-torch-free (part of train/core/; tests/test_torch_free.py imports it in a fresh interpreter
+torch-free (part of train/core/; tests/architecture/test_torch_free.py imports it in a fresh interpreter
 and checks that torch stays unloaded).
 
 What is counted is what `torch.cuda.max_memory_allocated` counts: bytes of live tensors, at the
@@ -42,7 +42,7 @@ there and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level m
 eager fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
 (scripts/bench_memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss
 and selective recompute (scripts/bench_levers_memory.py); on an H100 80GB and an H200 to
-within 10% of max_memory_allocated (tests/test_memory_model.py). The chunked loss and selective
+within 10% of max_memory_allocated (tests/train/test_memory_model.py). The chunked loss and selective
 recompute are derived, not calibrated, and have not been measured on a GPU or under torch.compile.
 """
 
@@ -84,7 +84,7 @@ MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias"
 # figure (max_memory_reserved was not recorded); every measured run that fit stays inside it.
 ALLOCATOR_MARGIN = 0.08
 
-# torch.compile, fitted to four max_memory_allocated measurements (tests/test_memory_model.py):
+# torch.compile, fitted to four max_memory_allocated measurements (tests/train/test_memory_model.py):
 # gpt2 mb16 and gpt2-xl mb4 on an H100 (2026-11-23), gpt2-xl mb16 and mb32 on an H200
 # (2026-11-26, 73.55 and 120.53 GiB: 2.93 GiB a micro-batch, nearly eager's 3.2). A block saves 4C
 # (its fp32 input) + this many C-wide tensors in the compute dtype: 15.5, close to eager's 14

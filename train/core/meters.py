@@ -7,7 +7,7 @@ reads their elapsed times after the step's one synchronize, so measuring never a
 inside a step (a sync per phase would serialise launch and execution and make launch-bound configs
 look slower than the production run, which never syncs mid-step). Both are tested with fake
 clocks and a fake event API, and the statistics, pure functions over lists of floats, with tables
-of exact numbers (tests/test_meters.py).
+of exact numbers (tests/train/test_meters.py).
 """
 
 from __future__ import annotations

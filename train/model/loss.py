@@ -18,7 +18,7 @@ chunk's matmuls.
 Under autocast the matmuls run in the autocast dtype and the softmax in fp32, as `full` does.
 Targets equal to `ignore_index` (-1, the model's) count for nothing, as in F.cross_entropy.
 Equal to `full` within 1e-4 (relative) in fp32 for the loss and every gradient
-(tests/test_loss_chunked.py).
+(tests/train/test_loss_chunked.py).
 """
 
 from __future__ import annotations
