@@ -51,7 +51,8 @@ def unwrapped(lines: list[str], *, keep: Callable[[str], bool] = lambda line: Fa
 
 def said(text: str) -> str:
     """A sweep's output as it was said, whatever the console's width: each wrapped line whole.
-    The layout itself is tested in tests/sweeper/test_console.py and tests/integration/test_one_parent.py."""
+    The layout itself is tested in tests/sweeper/test_console.py and
+    tests/integration/test_one_parent.py."""
     return "\n".join(unwrapped(text.splitlines())) + ("\n" if text.endswith("\n") else "")
 
 

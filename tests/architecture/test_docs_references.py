@@ -1,14 +1,14 @@
 """What README.md and the docs site name still exists (issue 35: the docs are checked as the
 README is).
 
-The pages tests/architecture/test_readme_drift.py walks (the README and docs/**/*.md), read without running
-anything: every repository path written as code (`sweeper/verify/race_rules.py`) exists; every
-relative link leads to a file; every `hydra.sweeper.<name>` is a sweeper setting and every trainer
-key set with `=` or written alone as code is a key of the schema; every command a page shows
+The pages tests/architecture/test_readme_drift.py walks (the README and docs/**/*.md), read without
+running anything: every repository path written as code (`sweeper/verify/race_rules.py`) exists;
+every relative link leads to a file; every `hydra.sweeper.<name>` is a sweeper setting and every
+trainer key set with `=` or written alone as code is a key of the schema; every command a page shows
 (`python sweep.py ...`, `python -m train ...`, `python scripts/<name>.py`) parses as the tool would
 parse it, with known keys, config choices that exist and scripts and modules that exist; and a
-settings table's defaults are the schema's. The few deliberate typos of the troubleshooting page
-are named below.
+settings table's defaults are the schema's. The few deliberate typos of the troubleshooting page are
+named below.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from tests.sweep_helpers import REPO
 from tests.architecture.test_readme_drift import DOCS
+from tests.sweep_helpers import REPO
 from train.core import keys
 
 sys.path.insert(0, str(REPO / "scripts"))

@@ -119,7 +119,8 @@ def back_arrows(
     level = _level(layers)
     room = inner[0]
     if room not in level:
-        return [f"{filename}: room {room!r} is in no layer of tests/architecture/test_layers.py; declare it"]
+        where = "tests/architecture/test_layers.py"
+        return [f"{filename}: room {room!r} is in no layer of {where}; declare it"]
     problems = []
     for line, target in _imported_modules(ast.parse(source), module, is_package):
         names = target.split(".")
@@ -211,7 +212,10 @@ LAYERS = (("low",), ("mid", "side"), ("high",))
         (
             "pkg/attic/a.py",
             "",
-            ["pkg/attic/a.py: room 'attic' is in no layer of tests/architecture/test_layers.py; declare it"],
+            [
+                "pkg/attic/a.py: room 'attic' is in no layer of "
+                "tests/architecture/test_layers.py; declare it"
+            ],
         ),
         ("pkg/__init__.py", "from pkg.high import x\n", []),
     ],

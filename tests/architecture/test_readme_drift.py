@@ -238,7 +238,9 @@ def test_every_pasted_command_is_registered():
     assert "README.md" in pages, "README.md has no pasted command output: the parser or it changed"
     assert pages - {"README.md"}, "no docs page has pasted command output: the parser changed"
     unregistered = [f"{block_id(b)}: $ {b.command}" for b in BLOCKS if _kind(b) == "unregistered"]
-    assert not unregistered, f"register these in tests/architecture/test_readme_drift.py: {unregistered}"
+    assert not unregistered, (
+        f"register these in tests/architecture/test_readme_drift.py: {unregistered}"
+    )
 
 
 def _ids(kind: str) -> list[Block]:

@@ -17,8 +17,8 @@ from mlflow.tracking import MlflowClient
 
 from sweeper.study.study import REQUEUED_ATTR
 from sweeper.tracking import PARENT_ATTR, SweepTracker, experiment_name, storage_fingerprint
-from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
 from tests.integration.test_interrupts import OVERRIDES, _a_trial_runs
+from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
 
 
 def _study(tmp_path: Path, name: str = "s", db: str = "optuna.db") -> tuple[optuna.Study, str]:

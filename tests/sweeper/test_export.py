@@ -285,8 +285,8 @@ def test_exported_winner_never_pins_the_shared_checkpoint_folder(
 
 def test_best_yaml_pins_the_threads_the_race_ran_with_and_names_the_winners_runs(tmp_path):
     """Race runs that had 1 torch thread (a launcher's cap, OMP_NUM_THREADS=1, where the race
-    could not ask for the production count: tests/integration/test_race_threads.py): best.yaml pins 1, not the
-    trial's 0 (torch's default), and says so; its runs are the job
+    could not ask for the production count: tests/integration/test_race_threads.py): best.yaml pins
+    1, not the trial's 0 (torch's default), and says so; its runs are the job
     folders of trial 7's search run and race runs, which `train.explain --result` reads."""
     from sweeper.report.export import pin_measured_threads, winner_runs
 

@@ -18,8 +18,8 @@ from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import recompute_factor
 from sweeper.space.params import drop_gpu_levers, gpu_memory_lever, parse_param
 from sweeper.space.space import parse_space
-from tests.train.test_handoff import best_doc, changed
 from tests.sweeper.test_plan import H100, SETTINGS, xl_ctx
+from tests.train.test_handoff import best_doc, changed
 from train.core.chips import chip_for
 from train.core.memory_model import (
     MemoryInputs,

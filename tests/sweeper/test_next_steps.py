@@ -228,8 +228,8 @@ def test_next_step_evidence_reads_a_study_and_the_race() -> None:
     )  # pruned at the winner's settings
 
 
-# One planted result per verdict with fixes (tests/train/test_verdict.py's GPT-2 124M step on an H100),
-# and an XL that recomputes every block in fp32: the recompute, float8 and FA3 levers too.
+# One planted result per verdict with fixes (tests/train/test_verdict.py's GPT-2 124M step on an
+# H100), and an XL that recomputes every block in fp32: the recompute, float8 and FA3 levers too.
 VERDICT_RESULTS = {
     "data-bound": make(time_frac=fracs(compute=0.55, data_wait=0.4, optimizer=0.05)),
     "checkpoint-bound": make(time_frac=fracs(compute=0.45, checkpoint=0.5, optimizer=0.05)),

@@ -1,9 +1,9 @@
 """The torch-free core: the rules and arithmetic the trainer and the sweeper share.
 
-Importing any module here never imports torch (tests/architecture/test_torch_free.py checks each in a fresh
-interpreter), so the sweeper, which must not load a CUDA context into a process that only plans and
-launches, imports from train/ only this package (tests/architecture/test_layers.py). train/'s other rooms are
-the torch side: they build on the core, never the other way round.
+Importing any module here never imports torch (tests/architecture/test_torch_free.py checks each in
+a fresh interpreter), so the sweeper, which must not load a CUDA context into a process that only
+plans and launches, imports from train/ only this package (tests/architecture/test_layers.py).
+train/'s other rooms are the torch side: they build on the core, never the other way round.
 
 What each module holds:
 - `config` the trainer's schema (one dataclass per part), `rules` the rules across its fields on

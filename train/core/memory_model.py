@@ -1,8 +1,8 @@
 """Predicted peak device memory of one training step: pure arithmetic, no torch.
 
 The sweeper imports this to drop points that cannot fit before any trial runs, so it stays
-torch-free (part of train/core/; tests/architecture/test_torch_free.py imports it in a fresh interpreter
-and checks that torch stays unloaded).
+torch-free (part of train/core/; tests/architecture/test_torch_free.py imports it in a fresh
+interpreter and checks that torch stays unloaded).
 
 What is counted is what `torch.cuda.max_memory_allocated` counts: bytes of live tensors, at the
 worst moment of an optimizer step of *our* trainer (train/model/gpt.py, train/run/loop.py
@@ -37,13 +37,13 @@ autocast, 4 fp32):
   micro-batch 4 (H100), 16 and 32 (H200), where memory binds, to within 1.3%; small gpt2
   (micro-batch 16, H100) comes out 10% high, on the safe side.
 
-The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown
-there and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for
-eager fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
-(scripts/bench_memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss
-and selective recompute (scripts/bench_levers_memory.py); on an H100 80GB and an H200 to
-within 10% of max_memory_allocated (tests/train/test_memory_model.py). The chunked loss and selective
-recompute are derived, not calibrated, and have not been measured on a GPU or under torch.compile.
+The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown there
+and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for eager
+fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
+(scripts/bench_memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss and
+selective recompute (scripts/bench_levers_memory.py); on an H100 80GB and an H200 to within 10% of
+max_memory_allocated (tests/train/test_memory_model.py). The chunked loss and selective recompute
+are derived, not calibrated, and have not been measured on a GPU or under torch.compile.
 """
 
 from __future__ import annotations
@@ -84,13 +84,14 @@ MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias"
 # figure (max_memory_reserved was not recorded); every measured run that fit stays inside it.
 ALLOCATOR_MARGIN = 0.08
 
-# torch.compile, fitted to four max_memory_allocated measurements (tests/train/test_memory_model.py):
-# gpt2 mb16 and gpt2-xl mb4 on an H100 (2026-11-23), gpt2-xl mb16 and mb32 on an H200
-# (2026-11-26, 73.55 and 120.53 GiB: 2.93 GiB a micro-batch, nearly eager's 3.2). A block saves 4C
-# (its fp32 input) + this many C-wide tensors in the compute dtype: 15.5, close to eager's 14
-# plus its 8C of fp32 (the earlier 8, fitted at small micro-batches only, put gpt2-xl mb32 at
-# 88.8 GiB: 26% low). In backward the loss holds a bytes per token and vocab entry more than the
-# logits' own: the fused cross-entropy backward keeps no fp32 copy (the fit wants none).
+# torch.compile, fitted to four max_memory_allocated measurements
+# (tests/train/test_memory_model.py): gpt2 mb16 and gpt2-xl mb4 on an H100 (2026-11-23), gpt2-xl
+# mb16 and mb32 on an H200 (2026-11-26, 73.55 and 120.53 GiB: 2.93 GiB a micro-batch, nearly eager's
+# 3.2). A block saves 4C (its fp32 input) + this many C-wide tensors in the compute dtype: 15.5,
+# close to eager's 14 plus its 8C of fp32 (the earlier 8, fitted at small micro-batches only, put
+# gpt2-xl mb32 at 88.8 GiB: 26% low). In backward the loss holds a bytes per token and vocab entry
+# more than the logits' own: the fused cross-entropy backward keeps no fp32 copy (the fit wants
+# none).
 _COMPILED_SAVED_WIDTHS = 15.5
 _COMPILED_LOSS_EXTRA = 0
 # torch.compile with torchao float8 (tensorwise; rowwise assumed the same, unmeasured): the blocks'

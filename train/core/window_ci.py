@@ -10,8 +10,8 @@ t-based confidence interval of the mean step time is within +-target_ci of the m
 
 `steps_to_ci` is the same rule run forward for a step-time coefficient of variation (CV), so plan
 mode predicts the window the trial will run. Pure: no torch, no scipy (the t quantile is the
-Cornish-Fisher expansion, exact forms for 1 and 2 degrees of freedom; tests/train/test_window_ci.py checks
-it against scipy).
+Cornish-Fisher expansion, exact forms for 1 and 2 degrees of freedom; tests/train/test_window_ci.py
+checks it against scipy).
 """
 
 from __future__ import annotations
