@@ -33,13 +33,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench_memory import metered_step  # noqa: E402  (a sibling in scripts/)
 from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
-from train.core.memory_model import predict_memory  # noqa: E402
 from train.core.meters import PhaseClock  # noqa: E402
 from train.data.synthetic import generate  # noqa: E402
-from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
 from train.run.loop import Session, build_session, train_step  # noqa: E402
 
 log = logging.getLogger("bench_levers_memory")
@@ -77,22 +76,7 @@ def build(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> Ses
 
 def measure(model: str, micro_batch: int, loss: str, ac: str, *, tmp: Path) -> dict:
     """One row: build, one warm-up step, one measured step, the prediction."""
-    s = build(model, micro_batch, loss, ac, tmp=tmp)
-    cfg = s.cfg
-    try:
-        train_step(s, lr=cfg.optim.lr, clock=PhaseClock())  # AdamW's state exists from here on
-        meter = PeakMemory(s.device)
-        meter.track(training_tensors(s.raw_model, s.optimizer))
-        started = time.perf_counter()
-        with meter:
-            train_step(s, lr=cfg.optim.lr, clock=PhaseClock())
-        step_s = time.perf_counter() - started
-        estimate = predict_memory(session_inputs(s))
-    finally:
-        s.batches.close()
-        s.checkpointer.close()
-    measured = meter.measured_gib
-    assert measured is not None  # CPU, eager: always measured
+    measured, step_s, estimate = metered_step(build(model, micro_batch, loss, ac, tmp=tmp))
     log.info(
         "%s loss=%s AC=%s: %.1f MiB measured, %.1f predicted (%s), metered step %.1f s",
         model,

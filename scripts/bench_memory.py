@@ -30,11 +30,11 @@ sys.path.insert(0, str(REPO))
 from configs import compose_config  # noqa: E402  (a sibling in scripts/)
 from table import format_table  # noqa: E402  (a sibling in scripts/)
 
-from train.core.memory_model import predict_memory  # noqa: E402
+from train.core.memory_model import MemoryEstimate, predict_memory  # noqa: E402
 from train.core.meters import PhaseClock  # noqa: E402
 from train.data.synthetic import generate  # noqa: E402
 from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
-from train.run.loop import build_session, train_step  # noqa: E402
+from train.run.loop import Session, build_session, train_step  # noqa: E402
 
 log = logging.getLogger("bench_memory")
 
@@ -67,6 +67,28 @@ CASES = (
 )
 
 
+def metered_step(s: Session) -> tuple[float, float, MemoryEstimate]:
+    """One optimizer step (AdamW's state exists from there, as after a trial's warm-up), then one
+    more under the tensor-level counter; closes the session. Returns the measured peak (GiB), the
+    metered step's seconds and the memory model's estimate."""
+    try:
+        lr = s.cfg.optim.lr
+        train_step(s, lr=lr, clock=PhaseClock())  # AdamW's state exists from here on
+        meter = PeakMemory(s.device)
+        meter.track(training_tensors(s.raw_model, s.optimizer))
+        started = time.perf_counter()
+        with meter:
+            train_step(s, lr=lr, clock=PhaseClock())
+        step_s = time.perf_counter() - started
+        estimate = predict_memory(session_inputs(s))
+    finally:
+        s.batches.close()
+        s.checkpointer.close()
+    measured = meter.measured_gib
+    assert measured is not None  # CPU, eager: always measured
+    return measured, step_s, estimate
+
+
 def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list[str]:
     """One table row: build, warm up one step, measure one step, predict."""
     cfg = compose_config(
@@ -84,22 +106,7 @@ def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list
             f"checkpoint.dir={ckpt_dir}",
         ]
     )
-    s = build_session(cfg)
-    try:
-        lr = cfg.optim.lr
-        train_step(s, lr=lr, clock=PhaseClock())  # AdamW's state exists from here on
-        meter = PeakMemory(s.device)
-        meter.track(training_tensors(s.raw_model, s.optimizer))
-        started = time.perf_counter()
-        with meter:
-            train_step(s, lr=lr, clock=PhaseClock())
-        step_s = time.perf_counter() - started
-        estimate = predict_memory(session_inputs(s))
-    finally:
-        s.batches.close()
-        s.checkpointer.close()
-    measured = meter.measured_gib
-    assert measured is not None  # CPU, eager: always measured
+    measured, step_s, estimate = metered_step(build_session(cfg))
     error = estimate.peak_gib / measured - 1
     log.info(
         "%s AC=%s: %.3f GiB predicted (%s), %.3f measured, step %.1f s",

@@ -27,24 +27,25 @@ class Metric:
     unit: str = ""  # tokens/s, s or fraction: how the final table prints it
 
 
+def _verified(
+    path: tuple[str, ...], mlflow: str, row_key: str, column: str, unit: str, **names: str
+) -> Metric:
+    """A number trials are compared by and verified runs summarize: on the Optuna trial as
+    `row_key` and on the parent run as best/<row_key> unless `names` say otherwise."""
+    keys = {"trial_key": row_key, "best": f"best/{row_key}", **names}
+    return Metric(path=path, mlflow=mlflow, row_key=row_key, column=column, unit=unit, **keys)
+
+
 METRICS: tuple[Metric, ...] = (
-    Metric(
-        path=("tokens_per_s",),
-        mlflow="throughput/tokens_per_s",
-        trial_key="tokens_per_s",
-        row_key="tokens_per_s",
-        best="best/tokens_per_s",
-        column="tokens/s",
-        unit="tokens/s",
-    ),
-    Metric(
-        path=("step_time_s", "p50"),
-        mlflow="time/step_s_p50",
+    _verified(("tokens_per_s",), "throughput/tokens_per_s", "tokens_per_s", "tokens/s", "tokens/s"),
+    _verified(
+        ("step_time_s", "p50"),
+        "time/step_s_p50",
+        "step_time_s",
+        "step p50",
+        "s",
         trial_key="step_time_p50_s",
-        row_key="step_time_s",
         best="best/step_s_p50",
-        column="step p50",
-        unit="s",
     ),
     Metric(path=("step_time_s", "p90"), mlflow="time/step_s_p90", unit="s"),
     Metric(
@@ -52,37 +53,15 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(path=("warmup_s",), mlflow="time/warmup_s", trial_key="warmup_s", unit="s"),
     Metric(path=("compile_s",), mlflow="time/compile_s", trial_key="compile_s", unit="s"),
-    Metric(
-        path=("time_frac", "data_wait"),
-        mlflow="time/data_wait_frac",
-        trial_key="data_wait_frac",
-        row_key="data_wait_frac",
-        best="best/data_wait_frac",
-        column="data wait",
-        unit="fraction",
+    _verified(
+        ("time_frac", "data_wait"), "time/data_wait_frac", "data_wait_frac", "data wait", "fraction"
     ),
     Metric(path=("time_frac", "compute"), mlflow="time/compute_frac", unit="fraction"),
     Metric(path=("time_frac", "optimizer"), mlflow="time/optimizer_frac", unit="fraction"),
     Metric(path=("time_frac", "checkpoint"), mlflow="time/checkpoint_frac", unit="fraction"),
     Metric(path=("time_frac", "other"), mlflow="time/other_frac", unit="fraction"),
-    Metric(
-        path=("mfu", "spec"),
-        mlflow="mfu/spec",
-        trial_key="mfu_spec",
-        row_key="mfu_spec",
-        best="best/mfu_spec",
-        column="MFU spec",
-        unit="fraction",
-    ),
-    Metric(
-        path=("mfu", "ceiling"),
-        mlflow="mfu/ceiling",
-        trial_key="mfu_ceiling",
-        row_key="mfu_ceiling",
-        best="best/mfu_ceiling",
-        column="MFU ceiling",
-        unit="fraction",
-    ),
+    _verified(("mfu", "spec"), "mfu/spec", "mfu_spec", "MFU spec", "fraction"),
+    _verified(("mfu", "ceiling"), "mfu/ceiling", "mfu_ceiling", "MFU ceiling", "fraction"),
     Metric(path=("peak_memory_gib",), mlflow="memory/peak_gib", unit="GiB"),
     Metric(path=("loss", "first"), mlflow="loss/first"),
     Metric(path=("loss", "last"), mlflow="loss/last"),

@@ -16,12 +16,15 @@ from sweeper.study.objective import ObjectiveConfig
 from sweeper.tracking import NullTracker
 
 
-def race_context(*, jobs: Any, settings: Any, study: optuna.Study | None = None) -> SweepContext:
+def race_context(
+    *, jobs: Any, settings: Any, study: optuna.Study | None = None, space: Any = None
+) -> SweepContext:
     """A race outside a sweep (scripts/bench_race.py, tests): the given launcher and settings,
-    tokens/s as the objective, no search space or tracking, a fresh in-memory study by default."""
+    tokens/s as the objective, no tracking, a fresh in-memory study by default, and no search
+    space unless a test's search is given one."""
     return SweepContext(
         study=study or optuna.create_study(direction="maximize"),
-        space=SimpleNamespace(point=dict),
+        space=space or SimpleNamespace(point=dict),
         settings=settings,
         budget=Budget(settings),
         tracker=NullTracker(),

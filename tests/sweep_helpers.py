@@ -12,6 +12,12 @@ from pathlib import Path
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
+
+from sweeper.plan.prepare import flatten
+from sweeper.space.constraints import SpaceContext
+from sweeper.study.study import make_storage
+from tests.conftest import compose_dictconfig
 
 REPO = Path(__file__).resolve().parents[1]
 # A trial of the tiny preset measured for a few steps: seconds, not minutes.
@@ -66,6 +72,21 @@ def run_sweep(cwd: Path, *overrides: str, timeout: float = 600) -> subprocess.Co
     return proc
 
 
+def train_best(
+    sweep_dir: Path, cwd: Path, *, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Two steps of the trainer on the sweep's exported best.yaml, as a user runs it."""
+    argv = [sys.executable, "-m", "train", "--config-path", str(sweep_dir), "--config-name", "best"]
+    return subprocess.run(
+        [*argv, "train.max_steps=2", "train.eval_every=0"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def finished_sweep(
     cwd: Path, study: str, *overrides: str
 ) -> tuple[subprocess.CompletedProcess, optuna.Study]:
@@ -73,6 +94,29 @@ def finished_sweep(
     proc = run_sweep(cwd, *overrides, f"hydra.sweeper.study_name={study}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, load_study(cwd, study)
+
+
+def tiny_cpu_context() -> SpaceContext:
+    """The tiny preset on a 2-core CPU, as a sweep's search space sees it."""
+    base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
+    return SpaceContext(
+        tokens_per_step=base["batch.tokens_per_step"],
+        block_size=base["model.block_size"],
+        cpu_count=2,
+        device_type="cpu",
+        base=base,
+    )
+
+
+def seeded_study(tmp_path: Path, seed: int) -> optuna.Study:
+    """A study in tmp_path/optuna.db with a seeded random sampler: optuna's default draws from an
+    unseeded generator, and a test's trials would differ run to run."""
+    storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
+    return optuna.create_study(
+        direction="maximize",
+        storage=storage,
+        sampler=optuna.samplers.RandomSampler(seed=seed),
+    )
 
 
 def load_study(cwd: Path, name: str) -> optuna.Study:

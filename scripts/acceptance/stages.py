@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from acceptance.commands import (
     study_name,
     sweep_argv,
 )
-from acceptance.deadline import run_until
+from acceptance.deadline import Ran, run_until
 from acceptance.evidence import collect_sweep, device_section, production_figures, result_figures
 from acceptance.plan import Point, memory_points, predicted_gib, starting_point
 from acceptance.profiles import Profile
@@ -74,6 +74,20 @@ class StageContext:
     @property
     def sweep_dir(self) -> Path:
         return self.work / "sweep"
+
+    def run_child(self, argv: Sequence[str], *, log_path: Path, label: str, **options: Any) -> Ran:
+        """`argv` in the work folder with the children's environment until it exits or the
+        stage's deadline passes (run_until; `options`: its grace_s and stop_when)."""
+        return run_until(
+            argv,
+            cwd=self.work,
+            env=child_env(),
+            log_path=log_path,
+            deadline=self.deadline,
+            label=label,
+            clock=self.clock,
+            **options,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,15 +170,7 @@ def plan_stage(ctx: StageContext) -> StageOutcome:
     )
     plan_log = ctx.logs / "plan.log"
     argv = sweep_argv(p, ctx.work, start, plan=True, extra=ctx.sweep_overrides)
-    ran = run_until(
-        argv,
-        cwd=ctx.work,
-        env=child_env(),
-        log_path=plan_log,
-        deadline=ctx.deadline,
-        label="sweep plan",
-        clock=ctx.clock,
-    )
+    ran = ctx.run_child(argv, log_path=plan_log, label="sweep plan")
     text = plan_log.read_text().splitlines() if plan_log.is_file() else []
     ctx.evidence["plan"]["text"] = text[-PLAN_TEXT_LINES:]
     ctx.evidence["plan"]["returncode"] = ran.returncode
@@ -248,7 +254,7 @@ def sweep_stage(ctx: StageContext) -> StageOutcome:
     # A search stage ends at the race (the next stage's) and has no wall budget of the sweep's
     # own; a race stage's wall budget ends its rounds in time. The deadline is the backstop.
     race_round_s = math.inf if searching else p.race_round_s
-    ran = run_until(
+    ran = ctx.run_child(
         sweep_argv(
             p,
             ctx.work,
@@ -256,12 +262,8 @@ def sweep_stage(ctx: StageContext) -> StageOutcome:
             max_wall_s=0.0 if searching else max_wall_s,
             extra=ctx.sweep_overrides,
         ),
-        cwd=ctx.work,
-        env=child_env(),
         log_path=ctx.logs / "sweep.log",
-        deadline=ctx.deadline,
         label="sweep",
-        clock=ctx.clock,
         grace_s=p.grace_s,
         stop_when=lambda line: race_stop_reason(
             line, left_s=ctx.left_s(), race_round_s=race_round_s
@@ -287,14 +289,10 @@ def production_stage(ctx: StageContext) -> StageOutcome:
     if not best.is_file():
         raise ValueError(f"no {best}: run --stage sweep again until it says 'done'")
     argv = production_argv(ctx.profile, ctx.work, best)
-    ran = run_until(
+    ran = ctx.run_child(
         argv,
-        cwd=ctx.work,
-        env=child_env(),
         log_path=ctx.logs / "production.log",
-        deadline=ctx.deadline,
         label="production run",
-        clock=ctx.clock,
         grace_s=ctx.profile.grace_s,
     )
     summary_path = ctx.work / "production" / "train_summary.json"
@@ -398,15 +396,8 @@ def ddp_stage(ctx: StageContext, *, device_count: Callable[[], int] | None = Non
     )
     result_path = ctx.work / "ddp" / "trial.json"
     result_path.unlink(missing_ok=True)  # an earlier, failed try's result is not this one's
-    ran = run_until(
-        argv,
-        cwd=ctx.work,
-        env=child_env(),
-        log_path=ctx.logs / "ddp.log",
-        deadline=ctx.deadline,
-        label="data-parallel trial",
-        clock=ctx.clock,
-        grace_s=p.grace_s,
+    ran = ctx.run_child(
+        argv, log_path=ctx.logs / "ddp.log", label="data-parallel trial", grace_s=p.grace_s
     )
     from train.core.result import read_result
 

@@ -67,6 +67,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "evidence",
     ),
     ("config", "compile_cache", "compute_levers"),  # the schema; what reads the rules
+    ("bottleneck_fixes",),  # what to do about each verdict: fixes and their gains
     ("keys", "memory_model", "diagnosis", "handoff", "config_checks"),  # what reads the schema
     ("config_file", "result"),  # best.yaml against the schema; the result schema
     ("result_build",),  # a trial's raw measurements -> its result
@@ -226,32 +227,32 @@ def test_the_checker_names_file_line_and_module(
     assert back_arrows(source, filename=filename, package="pkg", layers=LAYERS) == expected
 
 
-def test_a_planted_back_arrow_in_the_real_sweeper_fails() -> None:
-    """The space may not import the engine: the real space module, with one line planted."""
-    path = REPO / "sweeper" / "space" / "limits.py"
-    plant = "\n\ndef _planted():\n    from sweeper.engine import SweepEngine\n"
-    planted = path.read_text(encoding="utf-8") + plant
+@pytest.mark.parametrize(
+    ("module", "plant", "package", "layers", "problem"),
+    [
+        # the space may not import the engine
+        (
+            "sweeper/space/limits.py",
+            "from sweeper.engine import SweepEngine",
+            "sweeper",
+            SWEEPER_LAYERS,
+            "imports sweeper.engine: engine sits above space (a back arrow)",
+        ),
+        # the core may not lean on train/'s torch side, even lazily: the compile counters' reader
+        (
+            "train/core/result.py",
+            "import train.measure.compile_stats",
+            "train.core",
+            CORE_LAYERS,
+            "imports train.measure.compile_stats: the core imports only the core",
+        ),
+    ],
+)
+def test_a_planted_back_arrow_in_a_real_module_fails(
+    module: str, plant: str, package: str, layers: tuple, problem: str
+) -> None:
+    """A real module with one lazy import planted in it."""
+    planted = (REPO / module).read_text(encoding="utf-8") + f"\n\ndef _planted():\n    {plant}\n"
     line = planted.count("\n")
-    problems = back_arrows(
-        planted, filename="sweeper/space/limits.py", package="sweeper", layers=SWEEPER_LAYERS
-    )
-    assert problems == [
-        f"sweeper/space/limits.py:{line} imports sweeper.engine: engine sits above space "
-        "(a back arrow)"
-    ]
-
-
-def test_a_core_module_importing_the_torch_side_fails() -> None:
-    """The core may not lean on train/'s torch side, even lazily: the real result schema with one
-    planted import of the compile counters' torch reader."""
-    path = REPO / "train" / "core" / "result.py"
-    plant = "\n\ndef _planted():\n    import train.measure.compile_stats\n"
-    planted = path.read_text(encoding="utf-8") + plant
-    line = planted.count("\n")
-    problems = back_arrows(
-        planted, filename="train/core/result.py", package="train.core", layers=CORE_LAYERS
-    )
-    assert problems == [
-        f"train/core/result.py:{line} imports train.measure.compile_stats: "
-        "the core imports only the core"
-    ]
+    problems = back_arrows(planted, filename=module, package=package, layers=layers)
+    assert problems == [f"{module}:{line} {problem}"]

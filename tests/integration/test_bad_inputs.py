@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from sweeper.plan import preflight
+from tests.conftest import run_cli
 from tests.sweep_helpers import REPO, run_sweep
 from train.core import keys
 
@@ -155,15 +156,7 @@ def test_trial_refuses_a_mistyped_key(
 
 
 def _python_m(module: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(module, args, cwd=cwd, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 from sweeper.study.objective import ObjectiveConfig, result_train_time
-from tests.sweep_helpers import finished_sweep, sweep_dirs
+from tests.sweep_helpers import finished_sweep, sweep_dirs, train_best
 
 
 def _results(sweep_dir, jobs):
@@ -68,23 +66,6 @@ def test_trials_sharing_a_graph_compile_it_once_and_are_charged_alike(tmp_path):
     assert f"compile_cache: {folder}" in best and "compile_record: ''" in best
     elsewhere = tmp_path / "elsewhere"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(elsewhere)}
-    train = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "train",
-            "--config-path",
-            str(sweep_dir),
-            "--config-name",
-            "best",
-            "train.max_steps=2",
-            "train.eval_every=0",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    train = train_best(sweep_dir, tmp_path, env=env, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     assert not elsewhere.exists() or not any(elsewhere.rglob("*.py"))

@@ -682,6 +682,11 @@ def test_dry_run_of_the_lease_main_cut_and_whole_then_the_second(tmp_path: Path)
 
     work = tmp_path / "cut"
 
+    def lease(state_from: Path, out: Path, *stage: str) -> subprocess.CompletedProcess:
+        """The dry-run lease command from the state packed in `state_from`, writing to `out`."""
+        state = str(state_from / "state.tar.gz")
+        return _cli("--lease", "--dry-run", *stage, "--state", state, "--out", str(out))
+
     def clock() -> float:  # past the deadline once trial 0 runs
         running = (work / "sweep" / "0" / "trial.log").exists()
         return time.monotonic() + (1e6 if running else 0.0)
@@ -695,41 +700,16 @@ def test_dry_run_of_the_lease_main_cut_and_whole_then_the_second(tmp_path: Path)
     )
     assert optuna.trial.TrialState.RUNNING not in [t.state for t in study.trials]
     shutil.rmtree(work)
-    proc = _cli(
-        "--lease",
-        "--dry-run",
-        "--stage",
-        "production",
-        "--state",
-        str(tmp_path / "o1" / "state.tar.gz"),
-        "--out",
-        str(tmp_path / "o2"),
-    )
+    proc = lease(tmp_path / "o1", tmp_path / "o2", "--stage", "production")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # no best.yaml: run the main again
     assert "stage production (run 1): failed" in proc.stdout and "no " in proc.stdout
 
     # a later lease resumes the cut main command from its state: the same study, to best.yaml
-    proc = _cli(
-        "--lease",
-        "--dry-run",
-        "--state",
-        str(tmp_path / "o1" / "state.tar.gz"),
-        "--out",
-        str(tmp_path / "m"),
-    )
+    proc = lease(tmp_path / "o1", tmp_path / "m")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stage lease (run 2): done" in proc.stdout
     shutil.rmtree(work)  # the second may run on a fresh machine: only the state travels
-    proc = _cli(
-        "--lease",
-        "--dry-run",
-        "--stage",
-        "production",
-        "--state",
-        str(tmp_path / "m" / "state.tar.gz"),
-        "--out",
-        str(tmp_path / "s"),
-    )
+    proc = lease(tmp_path / "m", tmp_path / "s", "--stage", "production")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     evidence = json.loads((tmp_path / "s" / "evidence.json").read_text())
     assert [(s["stage"], s["outcome"]) for s in evidence["stages"]] == [

@@ -12,28 +12,24 @@ from pathlib import Path
 
 import optuna
 import pytest
-from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from sweeper.context import SweepContext
 from sweeper.plan.preflight import check_launcher
-from sweeper.plan.prepare import flatten
 from sweeper.search.search import Search
 from sweeper.settings import settings_from
-from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
-from sweeper.study.budget import Budget
-from sweeper.study.objective import ObjectiveConfig
-from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR, make_storage
-from sweeper.tracking import NullTracker
-from tests.conftest import CONF_DIR, compose_dictconfig
+from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR
+from tests.conftest import CONF_DIR
+from tests.race_helpers import race_context
 from tests.sweep_helpers import (
     finished_sweep,
     interrupt_sweep,
     load_study,
     run_sweep,
+    seeded_study,
     sweep_argv,
     sweep_dirs,
+    tiny_cpu_context,
 )
 
 # ---- the launcher rules (pure) ------------------------------------------------------------------
@@ -104,33 +100,11 @@ def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) 
     settings = settings_from(
         {"sampler": "random", "n_trials": 6, "n_jobs": 2, "mlflow.enabled": False, "seed": 5}
     )
-    base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
-    ctx = SpaceContext(
-        tokens_per_step=base["batch.tokens_per_step"],
-        block_size=base["model.block_size"],
-        cpu_count=2,
-        device_type="cpu",
-        base=base,
-    )
     lrs = ", ".join(f"{k}e-4" for k in range(1, 13))
-    space = parse_space({"optim.lr": f"choice({lrs})"}, ctx)
-    storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
-    study = optuna.create_study(
-        direction="maximize",
-        storage=storage,
-        sampler=optuna.samplers.RandomSampler(seed=settings.seed),
-    )
+    space = parse_space({"optim.lr": f"choice({lrs})"}, tiny_cpu_context())
+    study = seeded_study(tmp_path, settings.seed)
     slots = TimedSlots(first_s=3.0, rest_s=0.2)
-    sweep = SweepContext(
-        study=study,
-        space=space,
-        settings=settings,
-        budget=Budget(settings),
-        tracker=NullTracker(),
-        jobs=slots,
-        fixed=[],
-        objective=ObjectiveConfig(name="tokens_per_s"),
-    )
+    sweep = race_context(jobs=slots, settings=settings, study=study, space=space)
     Search(sweep, storage="unused").run()
 
     assert len(slots.jobs) == 6

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,14 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR
-from tests.sweep_helpers import finished_sweep, load_study, run_sweep, sweep_argv, sweep_dirs
+from tests.sweep_helpers import (
+    finished_sweep,
+    load_study,
+    run_sweep,
+    sweep_argv,
+    sweep_dirs,
+    train_best,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,23 +67,7 @@ def test_smoke_sweep_records_trials_exports_best_and_trains(tmp_path) -> None:
     assert "real full steps" in proc.stdout
 
     # the exported config trains as is
-    train = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "train",
-            "--config-path",
-            str(sweep_dir),
-            "--config-name",
-            "best",
-            "train.max_steps=2",
-            "train.eval_every=0",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    train = train_best(sweep_dir, tmp_path)
     assert train.returncode == 0, train.stderr[-3000:]
     assert "step 2 | loss" in train.stderr + train.stdout
 

@@ -220,24 +220,15 @@ def test_the_trial_line_names_the_trial_and_its_eta(monkeypatch) -> None:
 def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(
     tmp_path, monkeypatch, n, cv, said
 ) -> None:
-    from types import SimpleNamespace
 
     from sweeper.report.export import export_winner
-    from tests.sweeper.test_export import _trainer_config
+    from tests.sweeper.test_export import _trainer_config, decided_winner
 
     monkeypatch.chdir(tmp_path)
     job_dir = tmp_path / "job7"
     job_dir.mkdir()
     OmegaConf.save(OmegaConf.create(_trainer_config()), job_dir / "trial_config.yaml")
-    winner = SimpleNamespace(
-        number=7,
-        trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
-        results=[{"fingerprint": {"torch": "2.13.0"}}],
-        verdict=SimpleNamespace(reason="fastest", decisive=True),
-        outcome="decided",
-        rounds=n,
-        lead_over_start=None,
-    )
+    winner = decided_winner(job_dir, rounds=n)
     row = {"trial": 7, "tokens_per_s": 1000.0, "n": n, "cv": cv, "params": {}}
     path = export_winner(
         winner,

@@ -63,6 +63,19 @@ def _trainer_config() -> dict:
     }
 
 
+def decided_winner(job_dir: Path, *, rounds: int) -> SimpleNamespace:
+    """Trial 7 as a decided race leaves it: its job folder, its torch, `rounds` rounds."""
+    return SimpleNamespace(
+        number=7,
+        trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
+        results=[{"fingerprint": {"torch": "2.13.0"}}],
+        verdict=SimpleNamespace(reason="fastest", decisive=True),
+        outcome="decided",
+        rounds=rounds,
+        lead_over_start=None,
+    )
+
+
 def _doc(**overrides) -> dict:
     kwargs = {
         "trainer_config": _trainer_config(),
@@ -261,15 +274,7 @@ def test_exported_winner_never_pins_the_shared_checkpoint_folder(
         job_dir = tmp_path / study / "job7"
         job_dir.mkdir(parents=True)
         OmegaConf.save(OmegaConf.create(_trainer_config()), job_dir / "trial_config.yaml")
-        winner = SimpleNamespace(
-            number=7,
-            trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
-            results=[{"fingerprint": {"torch": "2.13.0"}}],
-            verdict=SimpleNamespace(reason="fastest", decisive=True),
-            outcome="decided",
-            rounds=3,
-            lead_over_start=None,
-        )
+        winner = decided_winner(job_dir, rounds=3)
         row = {"trial": 7, "tokens_per_s": 1000.0, "n": 3, "cv": 0.01, "params": {}}
         path = export_winner(
             winner,

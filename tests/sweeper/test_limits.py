@@ -15,6 +15,8 @@ from sweeper.space.limits import (
     trial_limits,
     window_steps,
 )
+from tests.model_shapes import GPT2_XL
+from tests.model_shapes import TINY as TINY_SHAPE
 
 H100 = "NVIDIA H100 80GB HBM3"
 TRIAL = {  # conf/sweep.yaml's trial window
@@ -25,11 +27,7 @@ TRIAL = {  # conf/sweep.yaml's trial window
     "trial.report_every": 3,
 }
 XL = {
-    "model.n_layer": 48,
-    "model.n_head": 25,
-    "model.n_embd": 1600,
-    "model.block_size": 1024,
-    "model.vocab_size": 50304,
+    **GPT2_XL,
     "batch.tokens_per_step": 1_048_576,
     "batch.micro_batch": 4,
     "batch.grad_accum": 256,
@@ -40,12 +38,7 @@ XL = {
     **TRIAL,
 }
 TINY = {
-    "model.n_layer": 2,
-    "model.n_head": 2,
-    "model.n_embd": 64,
-    "model.block_size": 64,
-    "model.vocab_size": 4096,
-    "batch.tokens_per_step": 4096,
+    **TINY_SHAPE,
     "batch.micro_batch": 8,
     "batch.grad_accum": 8,
     "runtime.dtype": "auto",

@@ -19,6 +19,8 @@ from sweeper.report.plan_text import format_plan
 from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
+from tests.model_shapes import GPT2_XL
+from tests.model_shapes import TINY as TINY_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -33,11 +35,7 @@ TRIAL = {
 }
 XL = {
     "model.name": "gpt2-xl",
-    "model.n_layer": 48,
-    "model.n_head": 25,
-    "model.n_embd": 1600,
-    "model.block_size": 1024,
-    "model.vocab_size": 50304,
+    **GPT2_XL,
     "model.bias": True,
     "batch.tokens_per_step": 1_048_576,
     "batch.micro_batch": 8,
@@ -54,12 +52,7 @@ XL = {
 TINY = {
     **XL,
     "model.name": "tiny",
-    "model.n_layer": 2,
-    "model.n_head": 2,
-    "model.n_embd": 64,
-    "model.block_size": 64,
-    "model.vocab_size": 4096,
-    "batch.tokens_per_step": 4096,
+    **TINY_SHAPE,
     "batch.grad_accum": 64,
     "runtime.dtype": "auto",
 }
@@ -328,7 +321,9 @@ def test_format_plan_lists_each_dropped_point_with_its_gib() -> None:
 # ---- the real command ---------------------------------------------------------------------------
 
 
-def _plan(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+def _plan(
+    tmp_path: Path, *overrides: str, extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
     argv = [
         sys.executable,
         str(REPO / "sweep.py"),
@@ -339,7 +334,7 @@ def _plan(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
         "hydra.sweeper.plan.enabled=true",
         *overrides,
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -395,19 +390,7 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
         check=True,
     )
     assert probe.stdout.strip() == "None"  # torchao is hidden in that environment
-    argv = [
-        sys.executable,
-        str(REPO / "sweep.py"),
-        "-m",
-        "search=throughput",
-        "model=gpt2-xl",
-        "batch.tokens_per_step=1048576",
-        "hydra.sweeper.plan.enabled=true",
-        *args,
-    ]
-    without = subprocess.run(
-        argv, cwd=tmp_path / "without", env=env, capture_output=True, text=True, timeout=300
-    )
+    without = _plan(tmp_path / "without", *args, extra_env={"PYTHONPATH": path})
     assert with_ao.returncode == without.returncode == 0, without.stderr[-2000:]
     assert _plan_lines(with_ao) == _plan_lines(without)
     text = "\n".join(_plan_lines(with_ao))

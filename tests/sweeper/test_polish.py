@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import optuna
 import pytest
-from omegaconf import OmegaConf
 
-from sweeper.context import SweepContext
-from sweeper.plan.prepare import flatten
 from sweeper.search.polish import interleave, neighbours, point_key
 from sweeper.search.search import Search
 from sweeper.settings import settings_from
-from sweeper.space.constraints import SpaceContext
 from sweeper.space.params import Param
 from sweeper.space.space import parse_space
-from sweeper.study.budget import Budget
-from sweeper.study.objective import ObjectiveConfig
-from sweeper.study.study import DUPLICATE_ATTR, POLISH_ATTR, make_storage
-from sweeper.tracking import NullTracker
-from tests.conftest import compose_dictconfig
+from sweeper.study.study import DUPLICATE_ATTR, POLISH_ATTR
+from tests.race_helpers import race_context
+from tests.sweep_helpers import seeded_study, tiny_cpu_context
 
 MB = Param(key="batch.micro_batch", kind="categorical", choices=(4, 1, 16, 8, 2, 32))
 WORKERS = Param(key="data.num_workers", kind="categorical", choices=(0, 1))
@@ -111,38 +104,17 @@ def test_the_last_trials_climb_from_the_best_to_its_unmeasured_neighbours(tmp_pa
     )
     assert settings_from({"n_trials": 14}).polish == 3  # automatic: a quarter
     assert settings_from({"n_trials": 14, "sampler": "grid"}).polish == 0
-    base = flatten(OmegaConf.to_container(compose_dictconfig(["model=tiny"]), resolve=True))
-    ctx = SpaceContext(
-        tokens_per_step=base["batch.tokens_per_step"],
-        block_size=base["model.block_size"],
-        cpu_count=2,
-        device_type="cpu",
-        base=base,
-    )
     space = parse_space(
-        {"batch.micro_batch": {"split": True, "max": 32}, "data.num_workers": "choice(0, 1)"}, ctx
+        {"batch.micro_batch": {"split": True, "max": 32}, "data.num_workers": "choice(0, 1)"},
+        tiny_cpu_context(),
     )
-    storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval_s=10)
-    # a seeded sampler: optuna's default draws from an unseeded generator, and a random draw that
-    # lands on the top would leave the polish step nothing to find
-    study = optuna.create_study(
-        direction="maximize",
-        storage=storage,
-        sampler=optuna.samplers.RandomSampler(seed=settings.seed),
-    )
+    # a seeded sampler: a random draw that lands on the top would leave the polish step nothing
+    # to find
+    study = seeded_study(tmp_path, settings.seed)
     random_draws = 2  # 7 trials: the enqueued start, 2 drawn, 4 polish
     study.enqueue_trial({"batch.micro_batch": 4, "data.num_workers": 1})
     hill = Hill()
-    sweep = SweepContext(
-        study=study,
-        space=space,
-        settings=settings,
-        budget=Budget(settings),
-        tracker=NullTracker(),
-        jobs=hill,
-        fixed=[],
-        objective=ObjectiveConfig(name="tokens_per_s"),
-    )
+    sweep = race_context(jobs=hill, settings=settings, study=study, space=space)
     Search(sweep, storage="unused").run()
 
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]

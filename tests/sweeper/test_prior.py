@@ -9,6 +9,7 @@ import pytest
 from sweeper.plan.prior import prior_points
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.space import parse_space
+from tests.model_shapes import TINY
 from tests.sweeper.test_plan import XL, xl_ctx
 
 XL_SPACE = {
@@ -104,12 +105,7 @@ def test_the_prior_can_be_turned_off() -> None:
 def cpu_ctx(cpus: int) -> SpaceContext:
     base = {
         **XL,
-        "model.n_layer": 2,
-        "model.n_head": 2,
-        "model.n_embd": 64,
-        "model.block_size": 64,
-        "model.vocab_size": 4096,
-        "batch.tokens_per_step": 4096,
+        **TINY,
         "batch.micro_batch": 8,
         "batch.grad_accum": 8,
         "runtime.dtype": "auto",

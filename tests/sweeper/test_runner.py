@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from sweeper.launch import runner
 from sweeper.launch.children import TERM_GRACE_S, kill_all_children, live_children
 from sweeper.launch.runner import TrialOutcome, run_child, trial_argv
+from tests.model_shapes import TINY
 
 FAKE = Path(__file__).parents[1] / "fake_trial.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -201,14 +202,7 @@ def test_a_job_reads_its_limits_from_its_overrides(settings, expected):
     assert job_limits(OmegaConf.create(settings)) == expected
     # what the sweeper writes, the job reads back
     limits = trial_limits(
-        {
-            "model.n_layer": 2,
-            "model.n_head": 2,
-            "model.n_embd": 64,
-            "model.block_size": 64,
-            "model.vocab_size": 4096,
-            "batch.tokens_per_step": 4096,
-        },
+        TINY,
         device_name="cpu",
         device_type="cpu",
         bf16_supported=False,

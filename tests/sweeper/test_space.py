@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.space import SAMPLE_POINTS, parse_space
+from tests.model_shapes import GPT2_XL
 
 
 def make_ctx(**kw) -> SpaceContext:
@@ -575,11 +576,7 @@ def test_nothing_is_dropped_when_the_device_itself_is_searched():
 # ---- memory rules (sweeper/space/memory.py) ------------------------------------------------------
 
 XL = {
-    "model.n_layer": 48,
-    "model.n_head": 25,
-    "model.n_embd": 1600,
-    "model.block_size": 1024,
-    "model.vocab_size": 50304,
+    **GPT2_XL,
     "batch.tokens_per_step": 1_048_576,
     "batch.micro_batch": 8,
     "batch.grad_accum": 128,

@@ -15,6 +15,7 @@ from train.core.flops import (
     lookup_peak,
     mfu,
     nanogpt_reported_mfu,
+    num_params_of,
 )
 from train.model.gpt import GPT, ModelConfig
 
@@ -95,14 +96,7 @@ def test_num_params_analytic_matches_model(name: str, exclude: bool) -> None:
     cfg = load_preset(name)
     with torch.device("meta"):
         model = GPT(cfg)
-    expected = gpt2_num_params(
-        n_layer=cfg.n_layer,
-        n_embd=cfg.n_embd,
-        vocab_size=cfg.vocab_size,
-        block_size=cfg.block_size,
-        bias=cfg.bias,
-        exclude_position_embedding=exclude,
-    )
+    expected = num_params_of(cfg, exclude_position_embedding=exclude)
     assert model.num_params(exclude_position_embedding=exclude) == expected
 
 

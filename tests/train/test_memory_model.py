@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import PROJECT_DIR
+from tests.model_shapes import GPT2_XL
 from train.core.chips import chip_for
 from train.core.memory_model import (
     ALLOCATOR_MARGIN,
@@ -252,11 +253,7 @@ def test_fits_refuses_a_device_without_memory() -> None:
 
 def test_inputs_from_a_flat_config() -> None:
     cfg = {
-        "model.n_layer": 48,
-        "model.n_head": 25,
-        "model.n_embd": 1600,
-        "model.block_size": 1024,
-        "model.vocab_size": 50304,
+        **GPT2_XL,
         "model.bias": True,
         "batch.tokens_per_step": 65536,
         "batch.micro_batch": 4,

@@ -72,118 +72,98 @@ def _peaks(source: str, *, bf16: float, fp16: float, tf32: float, fp32: float) -
     }
 
 
+_GH200_PEAKS = _peaks(_GH200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12)
+_H200_NVL_PEAKS = _peaks(_H200_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12)
+_H200_PEAKS = _peaks(_H200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12)
+_H100_NVL_PEAKS = _peaks(_H100_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12)
+_H100_PCIE_PEAKS = _peaks(_H100_WP, bf16=756e12, fp16=756e12, tf32=378e12, fp32=51.2e12)
+_H100_SXM_PEAKS = _peaks(_H100_WP, bf16=989.4e12, fp16=989.4e12, tf32=494.7e12, fp32=66.9e12)
+_B200_PEAKS = _peaks(_B200_DS, bf16=4.5e15 / 2, fp16=4.5e15 / 2, tf32=2.2e15 / 2, fp32=75e12)
 _A100_PEAKS = _peaks(_A100, bf16=312e12, fp16=312e12, tf32=156e12, fp32=19.5e12)
+_L4_PEAKS = _peaks(_L4_DS, bf16=242e12 / 2, fp16=242e12 / 2, tf32=120e12 / 2, fp32=30.3e12)
+_A10_PEAKS = _peaks(_A10_DS, bf16=125e12, fp16=125e12, tf32=62.5e12, fp32=31.2e12)
+
+
+def _chip(
+    key: str,
+    pattern: str,
+    capability: tuple[int, int] | None,
+    peaks: Mapping[str, Peak] | None,
+    memory_gib: float | None = None,
+    *names: str,
+) -> Chip:
+    """A table row: key, name pattern, capability, peaks, memory (GiB), torch's names for it."""
+    return Chip(
+        key=key,
+        pattern=pattern,
+        capability=capability,
+        peaks=peaks,
+        memory_gib=memory_gib,
+        names=names,
+    )
+
 
 # First match wins, so the more specific names (NVL, PCIe, GH200, an A100's memory size) come
 # before the generic ones. A10G (AWS) is deliberately absent: NVIDIA publishes no datasheet for it
 # and its tensor throughput differs from the A10. A bare "NVIDIA H100" matches nothing: SXM and
 # PCIe differ by 30%.
 CHIPS: tuple[Chip, ...] = (
-    Chip(
-        key="gh200",
-        pattern=r"\bGH200\b",
-        capability=(9, 0),
-        peaks=_peaks(_GH200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12),
+    _chip("gh200", r"\bGH200\b", (9, 0), _GH200_PEAKS),
+    _chip("h200-nvl", r"\bH200\b.*\bNVL\b", (9, 0), _H200_NVL_PEAKS),
+    # torch printout: total_memory=143156MB (nvidia-smi: 143771MiB)
+    _chip("h200", r"\bH200\b", (9, 0), _H200_PEAKS, 143156 * _MIB, "NVIDIA H200"),
+    # nvidia-smi memory.total 95830MiB (several public nvidia-smi tables)
+    _chip(
+        "h100-nvl", r"\bH100\b.*\bNVL\b", (9, 0), _H100_NVL_PEAKS, 95830 * _MIB, "NVIDIA H100 NVL"
     ),
-    Chip(
-        key="h200-nvl",
-        pattern=r"\bH200\b.*\bNVL\b",
-        capability=(9, 0),
-        peaks=_peaks(_H200_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12),
+    # torch 2.0.1 printout: total_memory=81008MB
+    _chip(
+        "h100-pcie",
+        r"\bH100\b.*(\bPCIe\b|HBM2e)",
+        (9, 0),
+        _H100_PCIE_PEAKS,
+        81008 * _MIB,
+        "NVIDIA H100 PCIe",
     ),
-    Chip(
-        key="h200",
-        pattern=r"\bH200\b",
-        capability=(9, 0),
-        peaks=_peaks(_H200_DS, bf16=1979e12 / 2, fp16=1979e12 / 2, tf32=989e12 / 2, fp32=67e12),
-        # torch printout: total_memory=143156MB (nvidia-smi: 143771MiB)
-        memory_gib=143156 * _MIB,
-        names=("NVIDIA H200",),
+    # torch 2.7 printouts: total_memory=81089MB / 81090MB (MiB) (e.g. the ml-engineering book)
+    _chip(
+        "h100-sxm",
+        r"\bH100\b.*(HBM3|\bSXM)",
+        (9, 0),
+        _H100_SXM_PEAKS,
+        81090 * _MIB,
+        "NVIDIA H100 80GB HBM3",
     ),
-    Chip(
-        key="h100-nvl",
-        pattern=r"\bH100\b.*\bNVL\b",
-        capability=(9, 0),
-        peaks=_peaks(_H100_DS, bf16=1671e12 / 2, fp16=1671e12 / 2, tf32=835e12 / 2, fp32=60e12),
-        # nvidia-smi memory.total 95830MiB (several public nvidia-smi tables)
-        memory_gib=95830 * _MIB,
-        names=("NVIDIA H100 NVL",),
+    # torch printout: total_memory=182642MB
+    _chip("b200", r"\bB200\b", (10, 0), _B200_PEAKS, 182642 * _MIB, "NVIDIA B200"),
+    # CUDA deviceQuery: 42298834944 bytes (bottlerocket-os/bottlerocket#3873)
+    _chip(
+        "a100-sxm4-40gb",
+        r"\bA100\b.*\bSXM4\b.*\b40GB\b",
+        (8, 0),
+        _A100_PEAKS,
+        42298834944 / GIB,
+        "NVIDIA A100-SXM4-40GB",
     ),
-    Chip(
-        key="h100-pcie",
-        pattern=r"\bH100\b.*(\bPCIe\b|HBM2e)",
-        capability=(9, 0),
-        peaks=_peaks(_H100_WP, bf16=756e12, fp16=756e12, tf32=378e12, fp32=51.2e12),
-        # torch 2.0.1 printout: total_memory=81008MB
-        memory_gib=81008 * _MIB,
-        names=("NVIDIA H100 PCIe",),
-    ),
-    Chip(
-        key="h100-sxm",
-        pattern=r"\bH100\b.*(HBM3|\bSXM)",
-        capability=(9, 0),
-        peaks=_peaks(_H100_WP, bf16=989.4e12, fp16=989.4e12, tf32=494.7e12, fp32=66.9e12),
-        # torch 2.7 printouts: total_memory=81089MB / 81090MB (MiB) (e.g. the ml-engineering book)
-        memory_gib=81090 * _MIB,
-        names=("NVIDIA H100 80GB HBM3",),
-    ),
-    Chip(
-        key="b200",
-        pattern=r"\bB200\b",
-        capability=(10, 0),
-        peaks=_peaks(_B200_DS, bf16=4.5e15 / 2, fp16=4.5e15 / 2, tf32=2.2e15 / 2, fp32=75e12),
-        # torch printout: total_memory=182642MB
-        memory_gib=182642 * _MIB,
-        names=("NVIDIA B200",),
-    ),
-    Chip(
-        key="a100-sxm4-40gb",
-        pattern=r"\bA100\b.*\bSXM4\b.*\b40GB\b",
-        capability=(8, 0),
-        peaks=_A100_PEAKS,
-        # CUDA deviceQuery: 42298834944 bytes (bottlerocket-os/bottlerocket#3873)
-        memory_gib=42298834944 / GIB,
-        names=("NVIDIA A100-SXM4-40GB",),
-    ),
-    Chip(
-        key="a100-80gb",
-        pattern=r"\bA100\b.*\b80GB\b",
-        capability=(8, 0),
-        peaks=_A100_PEAKS,
-        # CUDA deviceQuery of an A100 80GB PCIe: 81049 MB (ekondis/mixbench#47); the SXM4 part
-        # has the same 80 GB of HBM2e (nvidia-smi shows 81920MiB for both)
-        memory_gib=81049 * _MIB,
-        names=("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
+    # CUDA deviceQuery of an A100 80GB PCIe: 81049 MB (ekondis/mixbench#47); the SXM4 part has the
+    # same 80 GB of HBM2e (nvidia-smi shows 81920MiB for both)
+    _chip(
+        "a100-80gb",
+        r"\bA100\b.*\b80GB\b",
+        (8, 0),
+        _A100_PEAKS,
+        81049 * _MIB,
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA A100 80GB PCIe",
     ),
     # any other A100 (e.g. A100-PCIE-40GB): the same peaks, its memory not known
-    Chip(key="a100", pattern=r"\bA100\b", capability=(8, 0), peaks=_A100_PEAKS),
+    _chip("a100", r"\bA100\b", (8, 0), _A100_PEAKS),
     # nvidia-smi memory.total (modal-labs/modal-client#2797): L4 23034MiB, A10 23028MiB
-    Chip(
-        key="l4",
-        pattern=r"\bL4\b",
-        capability=(8, 9),
-        peaks=_peaks(_L4_DS, bf16=242e12 / 2, fp16=242e12 / 2, tf32=120e12 / 2, fp32=30.3e12),
-        memory_gib=23034 * _MIB,
-        names=("NVIDIA L4",),
-    ),
-    Chip(
-        key="a10",
-        pattern=r"\bA10\b",
-        capability=(8, 6),
-        peaks=_peaks(_A10_DS, bf16=125e12, fp16=125e12, tf32=62.5e12, fp32=31.2e12),
-        memory_gib=23028 * _MIB,
-        names=("NVIDIA A10",),
-    ),
+    _chip("l4", r"\bL4\b", (8, 9), _L4_PEAKS, 23034 * _MIB, "NVIDIA L4"),
+    _chip("a10", r"\bA10\b", (8, 6), _A10_PEAKS, 23028 * _MIB, "NVIDIA A10"),
     # nvidia-smi memory.total (modal-labs/modal-client#2797, beside the L4's and A10's); memory
     # only: no peak is cited for it, so MFU and plan devices leave it out
-    Chip(
-        key="l40s",
-        pattern=r"\bL40S\b",
-        capability=None,
-        peaks=None,
-        memory_gib=46068 * _MIB,
-        names=("NVIDIA L40S",),
-    ),
+    _chip("l40s", r"\bL40S\b", None, None, 46068 * _MIB, "NVIDIA L40S"),
 )
 
 _MATCHERS = tuple((re.compile(chip.pattern, re.IGNORECASE), chip) for chip in CHIPS)

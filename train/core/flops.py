@@ -14,6 +14,7 @@ FlopCounterMode) counts the full T×T product, so MFU stays comparable with publ
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from train.core.chips import PEAK_DTYPES, Peak, chip_for
 
@@ -71,6 +72,20 @@ def flops_per_token(
         )
     head_dim = n_embd // n_head
     return 6.0 * num_params + 12.0 * n_layer * n_head * head_dim * seq_len
+
+
+def num_params_of(shape: Any, *, exclude_position_embedding: bool = True) -> int:
+    """gpt2_num_params of anything with a GPT-2 model's shape attributes (n_layer, n_embd,
+    vocab_size, block_size, bias): a ModelConfig, the memory model's inputs."""
+    dims = {k: getattr(shape, k) for k in ("n_layer", "n_embd", "vocab_size", "block_size", "bias")}
+    return gpt2_num_params(**dims, exclude_position_embedding=exclude_position_embedding)
+
+
+def flops_per_token_of(shape: Any, *, num_params: int | None = None) -> float:
+    """flops_per_token of anything with a GPT-2 model's shape attributes (n_layer, n_head, n_embd,
+    vocab_size, block_size), trained on full blocks (T = block_size)."""
+    dims = {k: getattr(shape, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size")}
+    return flops_per_token(**dims, seq_len=shape.block_size, num_params=num_params)
 
 
 def mfu_basis(*, dtype: str, float8: str = "none") -> str:

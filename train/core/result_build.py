@@ -255,23 +255,15 @@ def _mfu(
 ) -> Mfu:
     """MFU of the global rate against `world` devices' spec peak and measured ceiling. The peak is
     the run's dtype's (bf16 for a float8 trial: `basis` says so), never a float8 peak."""
-    return {
-        "basis": basis,
-        "spec": mfu(
-            tokens_per_s=tokens_per_s,
-            flops_per_token=flops_per_token,
-            peak_flops=peak.flops * world,
+
+    def against(ref) -> float | None:
+        if not ref:
+            return None
+        return mfu(
+            tokens_per_s=tokens_per_s, flops_per_token=flops_per_token, peak_flops=ref.flops * world
         )
-        if peak
-        else None,
-        "ceiling": mfu(
-            tokens_per_s=tokens_per_s,
-            flops_per_token=flops_per_token,
-            peak_flops=ceiling.flops * world,
-        )
-        if ceiling
-        else None,
-    }
+
+    return {"basis": basis, "spec": against(peak), "ceiling": against(ceiling)}
 
 
 def _device_info(session, device_name: str | None, *, peak, ceiling) -> DeviceInfo:

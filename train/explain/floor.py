@@ -16,7 +16,7 @@ from train.core.chips import chip_for
 from train.core.flops import (
     NANOGPT_PROMISED_FLOPS,
     floor_step_time_s,
-    flops_per_token,
+    flops_per_token_of,
     gpt2_num_params,
     nanogpt_reported_mfu,
 )
@@ -128,14 +128,7 @@ def floor_report(inp: FloorInputs) -> FloorReport:
     n = gpt2_num_params(
         n_layer=inp.n_layer, n_embd=inp.n_embd, vocab_size=inp.vocab_size, block_size=inp.block_size
     )
-    fpt = flops_per_token(
-        n_layer=inp.n_layer,
-        n_head=inp.n_head,
-        n_embd=inp.n_embd,
-        seq_len=inp.block_size,
-        vocab_size=inp.vocab_size,
-        num_params=n,
-    )
+    fpt = flops_per_token_of(inp, num_params=n)
     tokens_dev = inp.micro_batch * inp.grad_accum * inp.block_size
     flops_dev = fpt * tokens_dev
     floor_s = ceiling_floor_s = None

@@ -22,7 +22,7 @@ from train.core.chips import Peak
 from train.core.compile_cache import use_compile_cache
 from train.core.config import Config
 from train.core.config_checks import check_combinations
-from train.core.flops import flops_per_token, lookup_peak
+from train.core.flops import flops_per_token_of, lookup_peak
 from train.core.meters import EventPhaseClock, PhaseClock
 from train.core.rules import resolve_dtype_name
 from train.data.dataset import DevicePrefetcher, make_loader, open_tokens
@@ -228,14 +228,7 @@ def build_session(
         batches=DevicePrefetcher(loader, device),
         attention_backend=backend,
         threads=threads,
-        flops_per_token=flops_per_token(
-            n_layer=mc.n_layer,
-            n_head=mc.n_head,
-            n_embd=mc.n_embd,
-            seq_len=mc.block_size,
-            vocab_size=mc.vocab_size,
-            num_params=raw_model.num_params(),
-        ),
+        flops_per_token=flops_per_token_of(mc, num_params=raw_model.num_params()),
         tokens_per_step=tokens_per_step,
         rank=rank,
         comms=comms,
