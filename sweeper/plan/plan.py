@@ -106,82 +106,43 @@ def build_plan(
             timeout_s=settings.budget.trial_timeout_s,
             stall_timeout_s=settings.budget.stall_timeout_s,
         )
-    b = ctx.base
-    model = _model_facts(ctx)
-    n_trials = settings.n_trials
-    if settings.sampler == "grid":
-        n_search: int | None = min(n_trials, found.kept) if n_trials > 0 else found.kept
-    else:
-        n_search = n_trials if n_trials > 0 else None
+    n_search = _search_trials(settings, found)
     # the top k and the starting config (re-measured beside them unless it is one of them), each
     # with real full steps: a run is sized like the starting config's trial, never projected
     k, repeats = settings.verify.top_k, settings.verify.repeats
     start, start_runs = starting_config_line(space, ctx)
     n_verify = (k + start_runs) * repeats
-    verify_s = point_limits(
-        {"trial.project_above_s": 0},
-        ctx,
-        timeout_s=settings.budget.trial_timeout_s,
-        stall_timeout_s=settings.budget.stall_timeout_s,
-    ).expected.total_s
-    cap = settings.budget.max_wall_s
-    if cap <= 0 and device.device_type == "cpu":
-        cap = settings.budget.cpu_max_wall_s
-    mean = found.mean_trial_s
-    wall = None
+    cap = _wall_cap_s(settings, device)
     start_point = (
-        baseline_params(space, b, device_type=ctx.device_type, bf16=ctx.bf16_supported)
+        baseline_params(space, ctx.base, device_type=ctx.device_type, bf16=ctx.bf16_supported)
         if start_runs
         else None
     )
     prior = prior_points(space, ctx, start=start_point, enabled=settings.prior)
-    walls, budget_line = None, ""
-    if mean is not None and n_search is not None:
-        walls = wall_model(
-            ctx=ctx,
-            prior=prior if settings.sampler == "tpe" else _no_prior(),
-            start=start_point,
-            n_search=n_search,
-            mean_trial_s=mean,
-            race_entrants=k + start_runs,
-            race_rounds=repeats,
-            cached=str(getattr(settings, "compile_cache", "off")) != "off",
-            limits={
-                "timeout_s": settings.budget.trial_timeout_s,
-                "stall_timeout_s": settings.budget.stall_timeout_s,
-            },
-            calibration=calibration,
-        )
-        wall = walls.total_s
-        verify_s = walls.race[0].each_s if walls.race else verify_s
-    guard = guard_plan(
-        {p.key: p.values() for p in space.searched},
+    walls = _sweep_wall(
         ctx,
         settings,
-        planned=_planned_points(
-            prior if settings.sampler == "tpe" else None, start_point, n_search
-        ),
+        prior=prior,
+        start=start_point,
+        n_search=n_search,
+        mean_trial_s=found.mean_trial_s,
+        race_entrants=k + start_runs,
+        calibration=calibration,
     )
-    if wall is not None:
-        wall += guard.total_s  # its curve runs, before the race
-    if cap > 0 and wall is not None and walls is not None:  # the budget's own rules
-        guard_s = calibration.guard_s if calibration else guard.total_s
-        wall, budget_line = budgeted(
-            walls,
-            cap_s=cap,
-            guard_s=guard_s,
-            top_k=k,
-            race_entrants=k + start_runs,
-            repeats=repeats,
-        )
-    elif cap > 0:
-        wall = cap if wall is None else min(wall, cap)
+    if walls is not None and walls.race:
+        verify_s = walls.race[0].each_s
+    else:
+        verify_s = _verify_trial_s(ctx, settings)
+    guard = _guard_runs(space, ctx, settings, prior=prior, start=start_point, n_search=n_search)
+    wall, budget_line = _capped_wall(
+        walls, guard, settings, cap_s=cap, calibration=calibration, race_entrants=k + start_runs
+    )
     usable = device.memory_gib * (1 - ALLOCATOR_MARGIN) if device.memory_gib else None
     return SweepPlan(
         start=start,
         start_runs=start_runs,
         device=device,
-        model=model,
+        model=_model_facts(ctx),
         settings=settings,
         space=space,
         scan=found,
@@ -195,6 +156,111 @@ def build_plan(
         wall=walls,
         guard=guard,
         budget_line=budget_line,
+    )
+
+
+def _search_trials(settings: SweepSettings, found: Scan) -> int | None:
+    """How many search trials run: a grid runs at most every kept point; None where no trial
+    limit is set and the wall budget ends the search."""
+    n_trials = settings.n_trials
+    if settings.sampler == "grid":
+        return min(n_trials, found.kept) if n_trials > 0 else found.kept
+    return n_trials if n_trials > 0 else None
+
+
+def _verify_trial_s(ctx: SpaceContext, settings: SweepSettings) -> float:
+    """One verification run's expected time: the starting config's trial, real full steps."""
+    return point_limits(
+        {"trial.project_above_s": 0},
+        ctx,
+        timeout_s=settings.budget.trial_timeout_s,
+        stall_timeout_s=settings.budget.stall_timeout_s,
+    ).expected.total_s
+
+
+def _wall_cap_s(settings: SweepSettings, device: DeviceFacts) -> float:
+    """The wall budget (0: none); a CPU sweep falls back to its own cap."""
+    cap = settings.budget.max_wall_s
+    if cap <= 0 and device.device_type == "cpu":
+        cap = settings.budget.cpu_max_wall_s
+    return cap
+
+
+def _sweep_wall(
+    ctx: SpaceContext,
+    settings: SweepSettings,
+    *,
+    prior: Prior,
+    start: dict[str, Any] | None,
+    n_search: int | None,
+    mean_trial_s: float | None,
+    race_entrants: int,
+    calibration: Calibration | None,
+) -> WallModel | None:
+    """The predicted wall, component by component; None where the scan has no mean trial or
+    the wall budget, not a trial count, ends the search."""
+    if mean_trial_s is None or n_search is None:
+        return None
+    return wall_model(
+        ctx=ctx,
+        prior=prior if settings.sampler == "tpe" else _no_prior(),
+        start=start,
+        n_search=n_search,
+        mean_trial_s=mean_trial_s,
+        race_entrants=race_entrants,
+        race_rounds=settings.verify.repeats,
+        cached=str(getattr(settings, "compile_cache", "off")) != "off",
+        limits={
+            "timeout_s": settings.budget.trial_timeout_s,
+            "stall_timeout_s": settings.budget.stall_timeout_s,
+        },
+        calibration=calibration,
+    )
+
+
+def _guard_runs(
+    space: SearchSpace,
+    ctx: SpaceContext,
+    settings: SweepSettings,
+    *,
+    prior: Prior,
+    start: dict[str, Any] | None,
+    n_search: int | None,
+) -> GuardPlan:
+    """The numerics guard's curve runs over the searched choices, priced per planned point where
+    the plan knows every point the search runs."""
+    return guard_plan(
+        {p.key: p.values() for p in space.searched},
+        ctx,
+        settings,
+        planned=_planned_points(prior if settings.sampler == "tpe" else None, start, n_search),
+    )
+
+
+def _capped_wall(
+    walls: WallModel | None,
+    guard: GuardPlan,
+    settings: SweepSettings,
+    *,
+    cap_s: float,
+    calibration: Calibration | None,
+    race_entrants: int,
+) -> tuple[float | None, str]:
+    """The predicted wall (the wall model plus the guard's curve runs, before the race) under
+    the wall budget's own rules, and the line saying what fits under it."""
+    if walls is None:
+        return (cap_s if cap_s > 0 else None), ""
+    wall = walls.total_s + guard.total_s
+    if cap_s <= 0:
+        return wall, ""
+    guard_s = calibration.guard_s if calibration else guard.total_s
+    return budgeted(
+        walls,
+        cap_s=cap_s,
+        guard_s=guard_s,
+        top_k=settings.verify.top_k,
+        race_entrants=race_entrants,
+        repeats=settings.verify.repeats,
     )
 
 

@@ -96,25 +96,10 @@ def prepare(
     of this machine."""
     s = settings
     fixed, cli_space = split_arguments(arguments)
-    base_cfg = hydra_context.config_loader.load_sweep_config(
-        master_config=config, sweep_overrides=fixed
-    )
-    trainer = OmegaConf.to_container(base_cfg, resolve=False)
-    trainer.pop("hydra", None)
-    base = flatten(trainer)
+    base = _trainer_base(hydra_context, config, fixed)
     check_trainer_keys(base, list({**s.space, **cli_space}))
     check_micro_batches({**s.space, **cli_space}, base)
-    # one run length: planned_steps, else planned_tokens over the config's tokens per step
-    s = replace_in(
-        s,
-        **{
-            "cost.planned_steps": resolve_planned_steps(
-                planned_steps=s.cost.planned_steps,
-                planned_tokens=s.cost.planned_tokens,
-                tokens_per_step=base["batch.tokens_per_step"],
-            )
-        },
-    )
+    s = _with_run_length(s, base)
     objective = ObjectiveConfig(
         name=s.objective,
         planned_steps=s.cost.planned_steps,
@@ -123,35 +108,11 @@ def prepare(
     # one compile cache for every trial and race run, in their environment from the start
     cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
     fixed = [*fixed, *cache.overrides()]
-    # a plan for a named device needs no probe (and no torch) here, and neither do trials that
-    # run on other machines (preflight.check_launcher: their device is named)
-    probe_here = not (s.plan.device and (s.plan.enabled or not kinds.local(launcher)))
-    facts = probe_device() if probe_here else None
-    device = device_facts(
-        facts,
-        plan_device=s.plan.device,
-        cpu_count=launcher_cpus(config, launcher) or cpus_here(),
-        software=plan_software(s.plan.software),
-    )
-    if device.software_line():
-        log.info("%s", device.software_line())
+    facts, device = _sweep_device(s, config, launcher)
     s = _device_settings(s, device, model=base["model.name"])
     nproc = int(base.get("runtime.nproc") or 1)
     slots = gpu_slots_for(facts, device, n_jobs=s.n_jobs, nproc=nproc, launcher=launcher)
-    ctx = SpaceContext(
-        tokens_per_step=base["batch.tokens_per_step"],
-        block_size=base["model.block_size"],
-        world_size=nproc,
-        cpu_count=device.cpu_count,
-        device_type=device.device_type,
-        bf16_supported=device.bf16_supported,
-        base=base,
-        device_name=device.name,
-        device_memory_gib=device.memory_gib,
-        cuda_capability=device.cuda_capability,
-        flash_attention_impls=device.flash_attention_impls,
-        torchao=device.torchao,
-    )
+    ctx = _space_context(base, device, world_size=nproc)
     space = parse_space({**s.space, **cli_space}, ctx)
     space.require_feasible(ctx)
     # the memory model's drops, choices no runnable point has, the trials' limits
@@ -180,6 +141,68 @@ def prepare(
         space=space,
         found=found,
         gpu_slots=slots,
+    )
+
+
+def _trainer_base(hydra_context: Any, config: DictConfig, fixed: list[str]) -> dict[str, Any]:
+    """The trainer's config under the fixed overrides, flat (dotted keys), without Hydra's own
+    section."""
+    base_cfg = hydra_context.config_loader.load_sweep_config(
+        master_config=config, sweep_overrides=fixed
+    )
+    trainer = OmegaConf.to_container(base_cfg, resolve=False)
+    trainer.pop("hydra", None)
+    return flatten(trainer)
+
+
+def _with_run_length(s: SweepSettings, base: dict[str, Any]) -> SweepSettings:
+    """One run length: planned_steps, else planned_tokens over the config's tokens per step."""
+    return replace_in(
+        s,
+        **{
+            "cost.planned_steps": resolve_planned_steps(
+                planned_steps=s.cost.planned_steps,
+                planned_tokens=s.cost.planned_tokens,
+                tokens_per_step=base["batch.tokens_per_step"],
+            )
+        },
+    )
+
+
+def _sweep_device(
+    s: SweepSettings, config: DictConfig, launcher: str
+) -> tuple[dict | None, DeviceFacts]:
+    """What the device probe said (None where it did not run) and the device the sweep plans for.
+    A plan for a named device needs no probe (and no torch) here, and neither do trials that run
+    on other machines (preflight.check_launcher: their device is named)."""
+    probe_here = not (s.plan.device and (s.plan.enabled or not kinds.local(launcher)))
+    facts = probe_device() if probe_here else None
+    device = device_facts(
+        facts,
+        plan_device=s.plan.device,
+        cpu_count=launcher_cpus(config, launcher) or cpus_here(),
+        software=plan_software(s.plan.software),
+    )
+    if device.software_line():
+        log.info("%s", device.software_line())
+    return facts, device
+
+
+def _space_context(base: dict[str, Any], device: DeviceFacts, *, world_size: int) -> SpaceContext:
+    """What the constraints and the memory model know of a point's surroundings."""
+    return SpaceContext(
+        tokens_per_step=base["batch.tokens_per_step"],
+        block_size=base["model.block_size"],
+        world_size=world_size,
+        cpu_count=device.cpu_count,
+        device_type=device.device_type,
+        bf16_supported=device.bf16_supported,
+        base=base,
+        device_name=device.name,
+        device_memory_gib=device.memory_gib,
+        cuda_capability=device.cuda_capability,
+        flash_attention_impls=device.flash_attention_impls,
+        torchao=device.torchao,
     )
 
 

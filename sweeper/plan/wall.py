@@ -20,7 +20,7 @@ torch, no I/O.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,22 +141,12 @@ def wall_model(
     def expected(point: Mapping[str, Any], *, warm: bool = False) -> TrialTime:
         return point_limits({**point, **extra}, ctx, warm=warm, **limits).expected  # type: ignore[arg-type]
 
-    search: list[PlannedRuns] = []
-    first = queued_points(prior, start)
-    for label, point in first[:n_search]:
-        t = expected(point)
-        wall, comp, how = graphs.price({**ctx.base, **point}, t, expected(point, warm=True))
-        search.append(
-            PlannedRuns(
-                label=label,
-                count=1,
-                each_s=wall,
-                compile_s=comp,
-                window_steps=t.window_steps,
-                note=how,
-            )
-        )
-    rest = max(0, n_search - len(first))
+    known = queued_points(prior, start)[:n_search]
+    search = [
+        _priced_run(label, point, count=1, base=ctx.base, graphs=graphs, expected=expected)
+        for label, point in known
+    ]
+    rest = max(0, n_search - len(known))
     if rest > 0:
         search.append(
             PlannedRuns(
@@ -168,37 +158,68 @@ def wall_model(
                 note="a new graph each: cold compile",
             )
         )
-    known = [point for _, point in first[:n_search]]
-    if rest == 0 and known and race_entrants == len(known):
-        # every search trial is known and all of them race: each entrant at its own price
-        entrants = [(label, point) for label, point in first[:n_search]]
-    else:
-        # a race run is sized like the likeliest contender: the prior's first point, else the
-        # start, for every entrant
-        contender = prior.points[0].params if prior.points else (start or {})
-        entrants = [("", contender)] * race_entrants
     race: list[PlannedRuns] = []
-    for label, point in entrants if race_rounds else []:
-        t = expected({**point, **REAL_STEPS})
+    for label, point in (
+        _race_entrants(known, rest, prior, start, race_entrants) if race_rounds else []
+    ):
         if point:
             graphs.seen.add(graph_of({**ctx.base, **point}))
-        wall, comp, how = graphs.price(
-            {**ctx.base, **point}, t, expected({**point, **REAL_STEPS}, warm=True)
-        )
         name = (
             f"race run of the {label} (real full steps)" if label else "race run (real full steps)"
         )
         race.append(
-            PlannedRuns(
-                label=name,
+            _priced_run(
+                name,
+                point,
                 count=race_rounds,
-                each_s=wall,
-                compile_s=comp,
-                window_steps=t.window_steps,
-                note=how,
+                steps=REAL_STEPS,
+                base=ctx.base,
+                graphs=graphs,
+                expected=expected,
             )
         )
     return WallModel(search=search, race=_merged(race))
+
+
+def _priced_run(
+    label: str,
+    point: Mapping[str, Any],
+    *,
+    count: int,
+    steps: Mapping[str, Any] | None = None,
+    base: Mapping[str, Any],
+    graphs: _Graphs,
+    expected: Callable[..., TrialTime],
+) -> PlannedRuns:
+    """`count` runs of `point` (with `steps`' keys: a race run's real full steps) at its own
+    expected trial, its compile cold or from the cache as `graphs` has seen it."""
+    priced = {**point, **(steps or {})}
+    t = expected(priced)
+    wall, comp, how = graphs.price({**base, **point}, t, expected(priced, warm=True))
+    return PlannedRuns(
+        label=label,
+        count=count,
+        each_s=wall,
+        compile_s=comp,
+        window_steps=t.window_steps,
+        note=how,
+    )
+
+
+def _race_entrants(
+    known: list[tuple[str, dict]],
+    rest: int,
+    prior: Prior,
+    start: dict | None,
+    race_entrants: int,
+) -> list[tuple[str, dict]]:
+    """The race's entrants, labelled: where every search trial is `known` (none `rest`) and all
+    of them race, each at its own price; else `race_entrants` runs sized like the likeliest
+    contender (the prior's first point, else the start)."""
+    if rest == 0 and known and race_entrants == len(known):
+        return list(known)
+    contender = prior.points[0].params if prior.points else (start or {})
+    return [("", contender)] * race_entrants
 
 
 def _merged(runs: list[PlannedRuns]) -> list[PlannedRuns]:

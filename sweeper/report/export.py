@@ -371,12 +371,19 @@ def export_winner(
     doc["provenance"]["numerics_guard"] = _plain(guard or {"verdict": "off"})
     if compared is not None:  # which trials this file's winner was chosen from
         doc["provenance"]["sweep"]["compared"] = _plain(compared)
+    header = _winner_header(row, study_name=study_name, trial=winner.number, best_path=path)
+    return write_best_yaml(path, doc, header=header)
+
+
+def _winner_header(row: Mapping[str, Any], *, study_name: str, trial: int, best_path: Path) -> str:
+    """best.yaml's opening comment: the study and trial it came from, the winner's median and
+    spread, the command that trains with it, and what its float8 matmuls ran in."""
     header = (
-        f"Tuned by the throughput sweep (study {study_name}, trial {winner.number}): "
+        f"Tuned by the throughput sweep (study {study_name}, trial {trial}): "
         f"{row['tokens_per_s']:,.0f} tokens/s median of {row['n']} fresh runs"
         # a spread only where it rests on more than one run (one run has none, not 0.0%)
         + (f", CV {100 * row['cv']:.1f}%" if row["n"] >= 2 and row.get("cv") is not None else "")
-        + f".\nTrain with it: {train_command(path)}"
+        + f".\nTrain with it: {train_command(best_path)}"
     )
     if row.get("float8"):
         f8 = row["float8"]
@@ -384,4 +391,4 @@ def export_winner(
             f"\nfloat8 {f8['recipe']} matmuls ran{' (emulated)' if f8.get('emulated') else ''} in "
             f"{f8['linears_converted']} of {f8['linears_total']} linears: MFU is bf16-equivalent"
         )
-    return write_best_yaml(path, doc, header=header)
+    return header

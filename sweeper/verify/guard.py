@@ -9,7 +9,8 @@ optimizer steps. The tolerance is k x the reference's own seed-to-seed spread, m
 least a floor (sweeper/verify/guard_rules.py). A contender outside it fails the guard: recorded
 in the study (user attr `numerics_guard`) with its reason and both curves, tagged in MLflow, and
 left out of the race, so it can never be exported; the race picks among the rest (the starting
-config always passes). Contenders that change no math key race unguarded.
+config always passes). Contenders that change no math key race unguarded. The curve runs
+themselves are sweeper/verify/guard_runs.py's.
 """
 
 from __future__ import annotations
@@ -23,34 +24,31 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
-from sweeper.plan.guard_price import SAME_BATCHES, curve_run_keys, guard_mode
+from sweeper.plan.guard_price import curve_run_keys, guard_mode
 from sweeper.settings import GuardConf, SweepSettings
-from sweeper.space.fit import nearest_fit
-from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text, math_changes
-from sweeper.space.overrides import format_override
 from sweeper.space.space import SearchSpace
 from sweeper.study.study import trial_result
-from sweeper.verify.guard_log import log_guard_run, tag_sweep
+from sweeper.verify.guard_log import tag_sweep
 from sweeper.verify.guard_rules import (
     Descent,
-    GuardCheck,
     Tolerance,
-    check,
     curve_run_s,
     curve_text,
     descent,
     tolerance,
     window_size,
 )
+from sweeper.verify.guard_runs import (
+    NOT_CHECKED,
+    judge_contender,
+    reference_curves,
+    reference_point,
+)
 from sweeper.verify.winner import Candidate
-from train.core.curve import curve_lrs, loss_curve
 
 log = logging.getLogger(__name__)
 
-# a contender the guard could not judge (no budget, no reference that trained, its run cut): it
-# does not race, as a failed one does not, but nothing says its math is wrong
-NOT_CHECKED = "not checked"
 GUARD_ATTR = "numerics_guard"  # study user attr: the guard's settings, tolerance and verdicts
 DEFAULT_SEED = 1337  # train/core/config.py RuntimeConfig.seed, for a base config that lacks it
 
@@ -130,20 +128,14 @@ def guard_entrants(
     if not on:
         off = {n: {"verdict": "off", "why": why} for n in cands}
         return GuardOutcome(passed=cands, records=off)
-    base = dict(ctx.space.ctx.base)
-    ref_point, refit = _reference_point(ctx, baseline)
-    reference = {**base, **ref_point}
-    device = ctx.space.ctx.device_type
-    changed = {
-        n: math_changes(reference, {**base, **ctx.space.point(c.params)}, device_type=device)
-        for n, c in cands.items()
-    }
+    ref_point, refit = reference_point(ctx, baseline)
+    reference = {**ctx.space.ctx.base, **ref_point}
+    guarded = _math_changes(ctx, cands, reference)
     records = {
         n: {"verdict": "not needed", "why": "the starting config's math"}
-        for n, ch in changed.items()
-        if not ch
+        for n in cands
+        if n not in guarded
     }
-    guarded = {n: ch for n, ch in changed.items() if ch}
     if not guarded:
         log.info("numerics guard %s: no contender changes the math", why)
         ctx.study.set_user_attr(GUARD_ATTR, {"why": why, "candidates": {}})
@@ -163,22 +155,122 @@ def guard_entrants(
     run_s = curve_price_s(ctx.space, rules, ref_point, start_result)  # None: trials' median
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
-    ref_curves, ref_fail, ref_lrs = _reference_curves(
+    return _judge_guarded(
+        ctx,
+        cands,
+        guarded,
+        records,
+        reference=reference,
+        ref_point=ref_point,
+        refit=refit,
+        seed0=seed0,
+        start=start,
+    )
+
+
+def _judge_guarded(
+    ctx: SweepContext,
+    cands: dict[int, Candidate],
+    guarded: dict[int, dict],
+    records: dict[int, dict],
+    *,
+    reference: dict[str, Any],
+    ref_point: dict[str, Any],
+    refit: str,
+    seed0: int,
+    start: int | None,
+) -> GuardOutcome:
+    """Train the reference from its seeds, measure the tolerance, and judge each `guarded`
+    contender against the reference's first seed; the others race unguarded. Records the guard's
+    summary in the study."""
+    rules = ctx.settings.guard
+    ref_curves, ref_fail, ref_lrs = reference_curves(
         ctx, ref_point, rules, seed0=seed0, start=start
     )
-    tol, trained = None, None
-    if len(ref_curves) >= 2:
-        tol = tolerance(ref_curves, k=rules.k, floor=rules.floor, window=window_size(rules.steps))
-        log.info("numerics guard: %s", tol.derivation())
-        tag_sweep(ctx.tracker, tol)
-        trained = descent(ref_curves, spread=tol.spread, window=tol.window)
+    tol, trained = _reference_tolerance(ctx, rules, ref_curves)
     no_reference = _no_reference(ref_fail, trained)
     if no_reference:
         log.warning(
             "numerics guard: %s; no contender that changes the math is judged", no_reference
         )
     outcome = GuardOutcome(passed={}, records=records)
-    summary: dict[str, Any] = {
+    summary = _summary(
+        rules,
+        seed0=seed0,
+        refit=refit,
+        ref_curves=ref_curves,
+        ref_lrs=ref_lrs,
+        tol=tol,
+        trained=trained,
+    )
+    for n, c in cands.items():
+        if n not in guarded:
+            outcome.passed[n] = c
+            continue
+        rec = judge_contender(
+            ctx,
+            n,
+            c,
+            guarded[n],
+            reference=reference,
+            tol=tol,
+            ref_curve=ref_curves.get(seed0),
+            no_reference=no_reference,
+            rules=rules,
+            seed0=seed0,
+        )
+        shared = ("steps", "seed", "k", "floor", "reference_refit", "tolerance")
+        rec.update({k: summary[k] for k in shared})
+        outcome.records[n] = rec
+        summary["candidates"][str(n)] = rec
+        if rec["verdict"] == "passed":
+            outcome.passed[n] = c
+        outcome.notes.extend(_report_lines(n, rec, seed0=seed0))
+    outcome.notes[:0] = _lead_notes(
+        tol, ref_curves.get(seed0), seed0=seed0, no_reference=no_reference, refit=refit
+    )
+    ctx.study.set_user_attr(GUARD_ATTR, summary)
+    return outcome
+
+
+def _math_changes(
+    ctx: SweepContext, cands: dict[int, Candidate], reference: dict[str, Any]
+) -> dict[int, dict]:
+    """{trial: what it changes} of every contender whose math differs from `reference`'s."""
+    base, device = ctx.space.ctx.base, ctx.space.ctx.device_type
+    changed = {
+        n: math_changes(reference, {**base, **ctx.space.point(c.params)}, device_type=device)
+        for n, c in cands.items()
+    }
+    return {n: ch for n, ch in changed.items() if ch}
+
+
+def _reference_tolerance(
+    ctx: SweepContext, rules: GuardConf, ref_curves: dict[int, list[float]]
+) -> tuple[Tolerance | None, Descent | None]:
+    """The tolerance the reference's seeds measure and whether they trained; (None, None) with
+    fewer than two curves."""
+    if len(ref_curves) < 2:
+        return None, None
+    tol = tolerance(ref_curves, k=rules.k, floor=rules.floor, window=window_size(rules.steps))
+    log.info("numerics guard: %s", tol.derivation())
+    tag_sweep(ctx.tracker, tol)
+    return tol, descent(ref_curves, spread=tol.spread, window=tol.window)
+
+
+def _summary(
+    rules: GuardConf,
+    *,
+    seed0: int,
+    refit: str,
+    ref_curves: dict[int, list[float]],
+    ref_lrs: list[float],
+    tol: Tolerance | None,
+    trained: Descent | None,
+) -> dict[str, Any]:
+    """The guard's study record (GUARD_ATTR) before any contender is judged: its settings, the
+    reference's curves, descent and tolerance; each contender's record joins its candidates."""
+    return {
         "steps": rules.steps,
         "seed": seed0,
         "k": rules.k,
@@ -197,40 +289,26 @@ def guard_entrants(
         "tolerance": tol.as_dict() if tol else None,
         "candidates": {},
     }
-    for n, c in cands.items():
-        if n not in guarded:
-            outcome.passed[n] = c
-            continue
-        rec = _guard_one(
-            ctx,
-            n,
-            c,
-            guarded[n],
-            reference=reference,
-            tol=tol,
-            ref_curve=ref_curves.get(seed0),
-            no_reference=no_reference,
-            rules=rules,
-            seed0=seed0,
-        )
-        rec.update({k: summary[k] for k in ("steps", "seed", "k", "floor", "reference_refit")})
-        rec["tolerance"] = summary["tolerance"]
-        outcome.records[n] = rec
-        summary["candidates"][str(n)] = rec
-        if rec["verdict"] == "passed":
-            outcome.passed[n] = c
-        outcome.notes.extend(_report_lines(n, rec, seed0=seed0))
-    if tol is not None and seed0 in ref_curves:
-        outcome.notes[:0] = [
-            f"numerics guard: {tol.derivation()}",
-            f"  loss by step, starting config (seed {seed0}): {curve_text(ref_curves[seed0])}",
-        ]
+
+
+def _lead_notes(
+    tol: Tolerance | None,
+    ref_curve: list[float] | None,
+    *,
+    seed0: int,
+    no_reference: str,
+    refit: str,
+) -> list[str]:
+    """The report's lines before the contenders': the reference's refit, the tolerance, why
+    nothing is judged, and the reference's curve (`ref_curve`: seed `seed0`'s), where there is a
+    tolerance."""
+    lines = [f"numerics guard: {refit}"] if refit else []
+    if tol is not None and ref_curve is not None:
+        lines.append(f"numerics guard: {tol.derivation()}")
         if no_reference:
-            outcome.notes.insert(1, f"numerics guard: {no_reference}")
-    if refit:
-        outcome.notes.insert(0, f"numerics guard: {refit}")
-    ctx.study.set_user_attr(GUARD_ATTR, summary)
-    return outcome
+            lines.append(f"numerics guard: {no_reference}")
+        lines.append(f"  loss by step, starting config (seed {seed0}): {curve_text(ref_curve)}")
+    return lines
 
 
 def _no_reference(ref_fail: str, trained: Descent | None) -> str:
@@ -241,38 +319,6 @@ def _no_reference(ref_fail: str, trained: Descent | None) -> str:
     if not trained.trains:
         return f"the reference did not train ({trained.text()})"
     return ""
-
-
-def _reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[dict[str, Any], str]:
-    """The starting config's point for the reference runs, and what was changed to make it fit
-    ('' when nothing was): where it is predicted not to fit, the nearest point with the same math
-    that does (sweeper/space/fit.py), so its curve runs do not run out of memory."""
-    point = ctx.space.point(baseline) if baseline is not None else {}
-    fit = nearest_fit(point, ctx.space.ctx)
-    if fit is None or not fit.changed:
-        return point, ""
-    refit = (
-        f"the starting config does not fit ({fit.reason}); its reference runs train the same "
-        f"math at {fit.text()}"
-    )
-    log.info("numerics guard: %s", refit)
-    return fit.point, refit
-
-
-def _contender_point(
-    ctx: SweepContext, c: Candidate, reference: dict[str, Any]
-) -> tuple[dict[str, Any], str]:
-    """Contender `c`'s point for its curve run, on the reference's batches (its micro-batch split
-    pinned to the reference's), with the nearest recompute lever that fits where it does not fit
-    at that micro-batch; and what was changed for memory ('' when nothing was)."""
-    point = ctx.space.point(c.params)
-    for key in SAME_BATCHES:  # the reference's batches, whatever split the contender runs
-        if key in reference and point.get(key, reference[key]) != reference[key]:
-            point[key] = reference[key]
-    fit = nearest_fit(point, ctx.space.ctx, keep_micro_batch=True)
-    if fit is None or not fit.changed:
-        return point, ""
-    return fit.point, f"at {fit.text()} to fit the reference's micro-batch"
 
 
 def _out_of_budget(
@@ -306,133 +352,6 @@ def _out_of_budget(
         {"why": why, "candidates": {str(n): r for n, r in outcome.records.items() if n in guarded}},
     )
     return outcome
-
-
-def _curve_job(
-    ctx: SweepContext, point: dict[str, Any], rules: GuardConf, *, seed: int
-) -> list[str]:
-    """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
-    keys = curve_run_keys(point, ctx.space.ctx, rules, seed=seed)
-    budget = ctx.settings.budget
-    limits = point_limits(
-        {**point, **keys},
-        ctx.space.ctx,
-        timeout_s=budget.trial_timeout_s,
-        stall_timeout_s=budget.stall_timeout_s,
-    )
-    return [
-        *ctx.fixed,  # the curve keys below override any of them: Hydra applies the last
-        *(format_override(k, v) for k, v in {**point, **keys}.items()),
-        *limit_overrides(limits),
-    ]
-
-
-def _reference_curves(
-    ctx: SweepContext,
-    ref_point: dict[str, Any],
-    rules: GuardConf,
-    *,
-    seed0: int,
-    start: int | None,
-) -> tuple[dict[int, list[float]], str, list[float]]:
-    """The starting config's curve by seed (the failed runs left out), why runs failed, and the
-    lr of each step the curves trained at (the production schedule's first steps)."""
-    seeds = [seed0 + i for i in range(rules.seeds)]
-    outs = ctx.jobs.launch([_curve_job(ctx, ref_point, rules, seed=s) for s in seeds])
-    curves, failures, lrs = {}, [], []
-    for seed, out in zip(seeds, outs, strict=True):
-        curve = loss_curve(out.get("result"))
-        if curve is None:
-            failures.append(f"seed {seed}: {out['state']} ({out.get('reason') or 'no loss curve'})")
-        else:
-            curves[seed] = curve
-            lrs = lrs or curve_lrs(out.get("result"))
-        log_guard_run(
-            ctx.tracker,
-            number=-1 if start is None else start,
-            role="reference",
-            seed=seed,
-            out=out,
-            params=ref_point,
-            curves={"guard/loss": curve or []},
-            tags={},
-        )
-    if failures:
-        log.warning("numerics guard: reference run(s) failed: %s", "; ".join(failures))
-    return curves, "; ".join(failures), lrs
-
-
-def _guard_one(
-    ctx: SweepContext,
-    n: int,
-    c: Candidate,
-    changes: dict,
-    *,
-    reference: dict[str, Any],
-    tol: Tolerance | None,
-    ref_curve: list[float] | None,
-    no_reference: str,
-    rules: GuardConf,
-    seed0: int,
-) -> dict[str, Any]:
-    """Train contender `n` from the reference's first seed on its batches and judge its curve."""
-    rec: dict[str, Any] = {"changes": changes_text(changes), "reference_curve": ref_curve}
-    if tol is None or ref_curve is None or no_reference:
-        rec.update(
-            verdict=NOT_CHECKED, reason=no_reference or "the reference's first seed has no curve"
-        )
-        return rec
-    point, refit = _contender_point(ctx, c, reference)
-    if refit:
-        rec["refit"] = refit
-    (out,) = ctx.jobs.launch([_curve_job(ctx, point, rules, seed=seed0)])
-    curve = loss_curve(out.get("result"))
-    rec["job_dir"] = out.get("job_dir")
-    result: GuardCheck | None = None
-    if curve is None:
-        # a curve that went non-finite is the contender's math failing; anything else (out of
-        # memory, a timeout, a killed run) left it unjudged
-        kind = ((out.get("result") or {}).get("failure") or {}).get("kind")
-        rec.update(
-            verdict="failed" if kind == "nan" else NOT_CHECKED,
-            curve=None,
-            reason=f"its curve run did not complete: {out['state']} "
-            f"({out.get('reason') or 'no loss curve'})",
-        )
-    else:
-        result = check(curve, ref_curve, tol)
-        rec.update(
-            verdict="passed" if result.passed else "failed",
-            curve=curve,
-            reason=result.reason,
-            divergence=result.divergence.value,
-            at_step=result.divergence.step,
-        )
-    log_guard_run(
-        ctx.tracker,
-        number=n,
-        role="candidate",
-        seed=seed0,
-        out=out,
-        params=point,
-        curves={"guard/loss": curve or [], "guard/reference_loss": ref_curve},
-        tags={
-            "guard.verdict": rec["verdict"],
-            "guard.reason": rec["reason"],
-            "guard.changes": rec["changes"],
-        },
-        metrics={"guard/divergence": rec.get("divergence"), "guard/tolerance": tol.value},
-    )
-    level = logging.INFO if rec["verdict"] == "passed" else logging.WARNING
-    log.log(
-        level,
-        "numerics guard: trial %d (%s) %s: %s",
-        n,
-        rec["changes"],
-        rec["verdict"].upper(),
-        rec["reason"],
-    )
-    return rec
 
 
 def _report_lines(n: int, rec: dict[str, Any], *, seed0: int) -> list[str]:

@@ -459,6 +459,7 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
     from types import SimpleNamespace
 
     import sweeper.verify.guard as guard
+    import sweeper.verify.guard_runs as guard_runs
 
     ctx = _ctx(fits=True)
     launched: list[int] = []
@@ -470,8 +471,8 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
 
     ctx.jobs = SimpleNamespace(launch=launch)
     ctx.tracker = None
-    monkeypatch.setattr(guard, "_curve_job", lambda *a, **k: [])
-    monkeypatch.setattr(guard, "log_guard_run", lambda *a, **k: None)
+    monkeypatch.setattr(guard_runs, "_curve_job", lambda *a, **k: [])
+    monkeypatch.setattr(guard_runs, "log_guard_run", lambda *a, **k: None)
     monkeypatch.setattr(guard, "tag_sweep", lambda *a, **k: None)
     out = guard.guard_entrants(
         ctx, _cands(ctx), baseline={"runtime.dtype": "fp32", "runtime.compile": "none"}, start=0

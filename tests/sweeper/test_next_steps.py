@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 
 from sweeper.report.story import next_step_evidence
 from tests.train.test_verdict import BASE, fracs, make
-from train.core.diagnosis import diagnose, override_text
+from train.core.bottleneck_fixes import override_text
+from train.core.diagnosis import diagnose
 from train.core.evidence import SearchRun, evidence_text, judge_fix
 
 WINNER = {"runtime.dtype": "fp32", "batch.micro_batch": 8, "runtime.compile": "none"}

@@ -16,6 +16,7 @@ What each module holds:
 - `result` the trial's result schema, `curve`, `progress` and `pruning` what a running trial
   reports, `disk_full` a full disk told apart from other failures.
 - `compile_cache` where a run's compile cache lives, `deathsig` a child that dies with its parent.
-- `diagnosis`, `evidence` and `compute_levers`: why a step is slow, from a result's numbers.
+- `diagnosis`, `bottleneck_fixes`, `evidence` and `compute_levers`: why a step is slow, from a
+  result's numbers, and what to do about it.
 - `handoff/`: best.yaml for nanoGPT and llm.c.
 """

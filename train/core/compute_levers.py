@@ -12,7 +12,7 @@ Two kinds of expected gain, labelled as such in each fix's basis:
   throughput in bf16/fp16, forward).
 
 Pure and torch-free: plain result dicts in; out, each lever as (the trainer keys it sets, its
-expected gain, its basis), which train/core/diagnosis.py makes a `Fix`.
+expected gain, its basis), which train/core/bottleneck_fixes.py makes a `Fix`.
 """
 
 from __future__ import annotations

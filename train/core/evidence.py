@@ -2,13 +2,13 @@
 (sweeper/report/story.py) and `python -m train.explain --result <sweep dir>` both apply, so the two
 never disagree about a suggestion.
 
-A suggestion is a diagnosis fix's `changes` (train/core/diagnosis.py): the dotted trainer keys it
-sets, such as {"batch.micro_batch": 16, "batch.grad_accum": 4}; its evidence is the study's search
-trials (`SearchRun`) and each raced trial's verified tokens/s (real full steps). `judge_fix` returns
-None where the sweep measured the value no faster at the winner's other settings (the race, a pruned
-trial, a complete search run), and otherwise what was measured, as a `Measured`; `evidence_text`
-writes the one sentence both callers show. Pure and torch-free: plain values in; the callers read
-the study.
+A suggestion is a diagnosis fix's `changes` (train/core/bottleneck_fixes.py): the dotted trainer
+keys it sets, such as {"batch.micro_batch": 16, "batch.grad_accum": 4}; its evidence is the study's
+search trials (`SearchRun`) and each raced trial's verified tokens/s (real full steps). `judge_fix`
+returns None where the sweep measured the value no faster at the winner's other settings (the race,
+a pruned trial, a complete search run), and otherwise what was measured, as a `Measured`;
+`evidence_text` writes the one sentence both callers show. Pure and torch-free: plain values in; the
+callers read the study.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from train.core.config import ATTENTION_BACKENDS, COMPILE_MODES
-from train.core.flops import gpt2_num_params
+from train.core.flops import num_params_of
 from train.core.rules import (
     FLOAT8_RECIPES,
     check_loss,
@@ -170,14 +170,7 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...], hint: str = "
 
 def num_params(inp: MemoryInputs) -> int:
     """Every parameter tensor's elements (tied embedding once, position embedding included)."""
-    return gpt2_num_params(
-        n_layer=inp.n_layer,
-        n_embd=inp.n_embd,
-        vocab_size=inp.vocab_size,
-        block_size=inp.block_size,
-        bias=inp.bias,
-        exclude_position_embedding=False,
-    )
+    return num_params_of(inp, exclude_position_embedding=False)
 
 
 def block_matmul_params(n_embd: int, *, bias: bool) -> int:
@@ -287,7 +280,6 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     tokens = inp.micro_batch * inp.block_size
     c, v, a = inp.n_embd, inp.vocab_size, DTYPE_BYTES[inp.dtype]
     amp = inp.dtype != "fp32"
-    compiled = inp.compile != "none"
     n_params = num_params(inp)
     n_ckpt = num_checkpointed_blocks(inp.n_layer, inp.activation_checkpointing)
     n_full = inp.n_layer - n_ckpt
@@ -300,16 +292,8 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     chunked = inp.loss == "chunked"
     accumulating = inp.grad_accum > 1
 
-    weights = 4.0 * n_params
-    optimizer = 8.0 * n_params
     grads = 4.0 * n_params if accumulating else 0.0
-    # Autocast's weight copies: all of them are cached until the forward ends; afterwards only the
-    # ones saved for backward live on (checkpointed blocks save none).
-    copy_bytes = _FLOAT8_WEIGHT_BYTES if compiled_float8(inp) else a
-    block_copy = copy_bytes * block_matmul_params(c, bias=inp.bias) if amp else 0.0
-    head_copy = a * v * c if amp and not chunked else 0.0  # the chunked loss casts its own
-    copies_fwd = inp.n_layer * block_copy + head_copy
-    copies_bwd = n_full * block_copy + head_copy
+    block_copy, copies_fwd, copies_bwd = _autocast_copies(inp, n_full=n_full)
 
     per_block = block_saved_bytes_per_token(inp) * tokens
     blocks = n_full * per_block + n_ckpt * kept * tokens
@@ -332,54 +316,68 @@ def peak_candidates(inp: MemoryInputs) -> dict[str, dict[str, float]]:
     # autograd's input buffer until the embedding's dense (V, C) one arrives at the very end,
     # when the two are summed into a third before `.grad` takes it: 3 x 4VC at the end.
     head_grad = 4.0 * v * c
-    backward_end = {
-        "weights": weights,
-        "grads": 4.0 * n_params,
-        "optimizer": optimizer,
-        "loss": logits,
-        "transient": 3 * head_grad,
-    }
-    if compiled:
-        # one backward graph: what it saved is still alive as the gradients come out (the
-        # chunked loss's two gradients too). An earlier form also held a second fp32 set of
-        # every gradient here; the H200 measurements at micro-batch 16 and 32 put the peak at
-        # the forward's end with no such set, and gpt2-xl mb4 fits without it
-        backward_end.update(
-            autocast_copies=copies_bwd,
-            activations=activations,
-            loss=a * c * tokens + 4.0 * v * c if chunked else logits,
-        )
-
-    candidates: dict[str, dict[str, float]] = {
+    # the optimizer step, and the end of backward before it: every gradient out
+    stepping = {"weights": 4.0 * n_params, "grads": 4.0 * n_params, "optimizer": 8.0 * n_params}
+    state = {**stepping, "grads": grads}
+    return {
         "forward_end": {
-            "weights": weights,
-            "grads": grads,
-            "optimizer": optimizer,
+            **state,
             "autocast_copies": copies_fwd,
             "activations": activations,
             "loss": loss_fwd + old_logits,
         },
         "loss_backward": {
-            "weights": weights,
-            "grads": grads,
-            "optimizer": optimizer,
+            **state,
             "autocast_copies": copies_bwd,
             "activations": activations,
             "loss": loss_bwd,
         },
         "block_backward": {
-            "weights": weights,
+            **state,
             "grads": grads + head_grad,
-            "optimizer": optimizer,
             "autocast_copies": copies_bwd,
             "activations": blocks,
             "loss": logits,
             "transient": block_bwd,
         },
-        "backward_end": backward_end,
-        "optimizer_step": {"weights": weights, "grads": 4.0 * n_params, "optimizer": optimizer},
+        "backward_end": _backward_end(
+            inp, stepping, logits=logits, copies=copies_bwd, activations=activations
+        ),
+        "optimizer_step": stepping,
     }
-    return candidates
+
+
+def _autocast_copies(inp: MemoryInputs, *, n_full: int) -> tuple[float, float, float]:
+    """Autocast's weight copies: one block's, and all of them, cached until the forward ends;
+    afterwards only the ones saved for backward live on (checkpointed blocks save none)."""
+    if inp.dtype == "fp32":
+        return 0.0, 0.0, 0.0
+    c, v, a = inp.n_embd, inp.vocab_size, DTYPE_BYTES[inp.dtype]
+    copy_bytes = _FLOAT8_WEIGHT_BYTES if compiled_float8(inp) else a
+    block_copy = copy_bytes * block_matmul_params(c, bias=inp.bias)
+    head_copy = a * v * c if inp.loss != "chunked" else 0.0  # the chunked loss casts its own
+    return block_copy, inp.n_layer * block_copy + head_copy, n_full * block_copy + head_copy
+
+
+def _backward_end(
+    inp: MemoryInputs, stepping: dict, *, logits: float, copies: float, activations: float
+) -> dict[str, float]:
+    """The end of backward: `stepping`'s weights, gradients and optimizer state, the logits still
+    held, and the tied weight's two gradients and their sum (3 x 4VC)."""
+    c, v, a = inp.n_embd, inp.vocab_size, DTYPE_BYTES[inp.dtype]
+    tokens = inp.micro_batch * inp.block_size
+    parts = {**stepping, "loss": logits, "transient": 3 * (4.0 * v * c)}
+    if inp.compile != "none":
+        # one backward graph: what it saved is still alive as the gradients come out (the
+        # chunked loss's two gradients too). An earlier form also held a second fp32 set of
+        # every gradient here; the H200 measurements at micro-batch 16 and 32 put the peak at
+        # the forward's end with no such set, and gpt2-xl mb4 fits without it
+        parts.update(
+            autocast_copies=copies,
+            activations=activations,
+            loss=a * c * tokens + 4.0 * v * c if inp.loss == "chunked" else logits,
+        )
+    return parts
 
 
 def predict_memory(inp: MemoryInputs) -> MemoryEstimate:

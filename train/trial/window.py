@@ -14,6 +14,7 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from train import device as dev
 from train.core.meters import (
@@ -155,6 +156,28 @@ def measure(
         _run_window(s, window, clock=clock, micro=micro, reporter=reporter, progress=progress)
     window_compile = compile_stats.delta(warm.compile_after, compile_stats.snapshot())
     s.checkpointer.wait()
+    return _measurement(
+        warm,
+        window,
+        window_compile=window_compile,
+        device_samples=sampler.summary() if sampler is not None else None,
+        checkpoint_bytes=getattr(s.checkpointer, "bytes_written", None),
+        micro=micro,
+        full_estimate_s=full_estimate_s,
+    )
+
+
+def _measurement(
+    warm: _WarmUp,
+    window: _Window,
+    *,
+    window_compile: dict[str, float | int],
+    device_samples: dict[str, Any] | None,
+    checkpoint_bytes: int | None,
+    micro: int,
+    full_estimate_s: float,
+) -> Measurement:
+    """The raw measurements of the warm-up and the window, as `build_result` reads them."""
     return {
         "step_times": window.step_times,
         "phases": window.phases,
@@ -173,14 +196,14 @@ def measure(
             "steps": len(window.step_times),
             "ci": relative_half_width(window.step_times),
         },
-        "device_samples": sampler.summary() if sampler is not None else None,
-        "checkpoint_bytes": getattr(s.checkpointer, "bytes_written", None),
+        "device_samples": device_samples,
+        "checkpoint_bytes": checkpoint_bytes,
         "projection": {
             "micro_batches_per_step": micro,
-            "grad_accum": accum,
+            "grad_accum": window.grad_accum,
             "short_step_s": summarize(window.short_times),
         }
-        if projected
+        if window.projected
         else None,
         "full_step_estimate_s": full_estimate_s,
     }

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,8 @@ META_PKL = "meta.pkl"  # train.py unpickles os.path.join(data_dir, 'meta.pkl') w
 # train/data/synthetic.py's GENERATOR, whose meta.json is written with the meta.pkl beside it (not
 # imported: train.data loads torch)
 OUR_GENERATOR_PREFIX = "train.data.synthetic."
+# records one gap: gap(key, what nanoGPT runs instead, why)
+_GapSink = Callable[[str, tuple, str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,18 +107,20 @@ def check(doc: Mapping[str, Any]) -> Facts:
 
 def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
     """Every knob of the winner nanoGPT has no setting for, and what it runs instead."""
-    rt, data, ckpt, cuda = (
-        doc["runtime"],
-        doc["data"],
-        doc["checkpoint"],
-        facts.device_type == "cuda",
-    )
     out = []
 
     def gap(key: str, instead: tuple, why: str) -> None:
         section, name = key.split(".")
         out.append(Gap(key=key, value=doc[section][name], instead=instead, why=why))
 
+    _runtime_gaps(doc["runtime"], facts, gap)
+    _loop_gaps(doc, facts, gap)
+    return out
+
+
+def _runtime_gaps(rt: Mapping[str, Any], facts: Facts, gap: _GapSink) -> None:
+    """The runtime knobs nanoGPT has no setting for: compile, memory levers, attention kernel,
+    float8, TF32 and the seed."""
     if rt["compile"] not in ("none", "default"):
         gap(
             "runtime.compile",
@@ -161,10 +165,16 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
             "nanoGPT has no float8 training: its linears run bf16 "
             "matmuls (about half the float8 rate; the bf16 math the numerics guard compared)",
         )
-    if cuda and not rt["tf32"]:
+    if facts.device_type == "cuda" and not rt["tf32"]:
         gap("runtime.tf32", (True,), "nanoGPT turns TF32 on for matmuls and cuDNN")
     if rt["seed"] != NANOGPT_SEED:
         gap("runtime.seed", (NANOGPT_SEED,), "nanoGPT seeds 1337 + rank")
+
+
+def _loop_gaps(doc: Mapping[str, Any], facts: Facts, gap: _GapSink) -> None:
+    """The knobs around the step nanoGPT has no setting for: data loading, checkpointing, the
+    optimizer, DDP and the eval interval."""
+    data, ckpt, cuda = doc["data"], doc["checkpoint"], facts.device_type == "cuda"
     if int(data["num_workers"]) > 0:
         gap(
             "data.num_workers",
@@ -203,7 +213,6 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
             f"nanoGPT evaluates at each save (eval_interval = "
             f"{every}): validation and saving share one interval",
         )
-    return out
 
 
 def nanogpt_file(
