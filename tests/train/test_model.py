@@ -359,3 +359,41 @@ def test_checkpointed_blocks_recompute_on_the_chosen_attention_kernel(attention,
         grads.append(model.transformer.h[0].attn.c_attn.weight.grad.clone())
     # recomputation reproduces the forward: the same gradients as storing the activations
     torch.testing.assert_close(grads[0], grads[1])
+
+
+# ---- built on the meta device, drawn on the real one --------------------------------------------
+
+
+def _meta_built(seed: int, **overrides: object) -> GPT:
+    torch.manual_seed(seed)
+    with torch.device("meta"):
+        model = GPT(ModelConfig(**{**SMALL, **overrides}))
+    model.materialize(torch.device("cpu"))
+    return model
+
+
+def test_a_meta_built_model_has_real_tied_weights_with_gpt2s_init() -> None:
+    model = _meta_built(0, n_embd=64, vocab_size=512)
+    params = dict(model.named_parameters())
+    assert all(p.device.type == "cpu" and torch.isfinite(p).all() for p in params.values())
+    assert model.transformer.wte.weight is model.lm_head.weight  # tied again after to_empty
+    assert model.num_params() == small_model(n_embd=64, vocab_size=512).num_params()
+    # GPT-2's init, not torch's defaults and not to_empty's garbage
+    assert abs(model.lm_head.weight.std().item() - 0.02) < 0.002
+    c_proj = model.transformer.h[0].attn.c_proj.weight
+    assert abs(c_proj.std().item() - 0.02 / math.sqrt(2 * SMALL["n_layer"])) < 0.002
+    assert torch.count_nonzero(model.transformer.ln_f.bias) == 0
+    assert torch.all(model.transformer.ln_f.weight == 1)
+
+
+def test_a_meta_built_model_is_seeded_and_trains() -> None:
+    a, b, c = _meta_built(3), _meta_built(3), _meta_built(4)
+    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters(), strict=True):
+        assert torch.equal(pa, pb), name
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+    idx, targets = batch(a.config)
+    _, loss = a(idx, targets)
+    loss.backward()
+    grad = a.lm_head.weight.grad
+    assert grad is not None and a.transformer.wte.weight.grad is grad  # one tied gradient
+    assert math.isfinite(loss.item()) and abs(loss.item() - math.log(SMALL["vocab_size"])) < 0.5

@@ -152,14 +152,27 @@ class GPT(nn.Module):
         self.head_fn: Callable[..., tuple[torch.Tensor | None, torch.Tensor | None]] = run_head
         # Weight tying (Press & Wolf 2017), as GPT-2: one matrix embeds and un-embeds tokens.
         self.transformer.wte.weight = self.lm_head.weight
+        self.init_weights()
+        log.debug("GPT %s: %.2fM parameters", cfg.name, self.num_params() / 1e6)
 
+    def init_weights(self) -> None:
+        """GPT-2's initialisation, drawn from the RNG of the device the weights are on (a no-op
+        for weights on the meta device: `materialize` draws them on the real one)."""
         self.apply(self._init_weights)
         # GPT-2 paper: scale residual-branch output projections by 1/sqrt(2 * n_layer), since
         # each block adds two of them to the residual stream.
         for pn, p in self.named_parameters():
             if pn.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        log.debug("GPT %s: %.2fM parameters", cfg.name, self.num_params() / 1e6)
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+
+    def materialize(self, device: torch.device) -> None:
+        """Give a model built under `torch.device("meta")` its storage on `device` and initialise it
+        there: no host copy of the weights, no default init that `init_weights` then overwrites,
+        and on a GPU the draws run on the GPU (seed with torch.manual_seed first)."""
+        self.to_empty(device=device)
+        # to_empty gives each module its own new tensor, so the tied matrix is tied again
+        self.transformer.wte.weight = self.lm_head.weight
+        self.init_weights()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -169,6 +182,8 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.LayerNorm):
+            module.reset_parameters()  # ones and zeros (a meta-built model has neither yet)
 
     def num_params(self, *, exclude_position_embedding: bool = True) -> int:
         """Parameter count (tied wte/lm_head counted once); wpe excluded by default as in

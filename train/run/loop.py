@@ -103,19 +103,22 @@ def check_data(cfg: Config) -> None:
 def build_model(
     cfg: Config, device: torch.device
 ) -> tuple[GPT, nn.Module, torch.optim.Optimizer, bool]:
-    """The seeded model on `device`, its AdamW optimizer and, under runtime.compile, the model to
-    call: its compiled wrapper (runtime.compile_unit=model), or the model with its block and head
-    compiled in place (block; train/model/regional.py): (raw model, model to call, optimizer,
-    whether the optimizer is fused). The trainer and the benchmark's plain loop
-    (scripts/bench_trainer.py) build their weights here alike."""
+    """The seeded model (built on the meta device, its weights drawn on `device`), its AdamW
+    optimizer and, under runtime.compile, the model to call: its compiled wrapper
+    (runtime.compile_unit=model), or the model with its block and head compiled in place (block;
+    train/model/regional.py): (raw model, model to call, optimizer, whether the optimizer is
+    fused). The trainer and the benchmark's plain loop (scripts/bench_trainer.py) build their
+    weights here alike."""
     rt = cfg.runtime
     torch.manual_seed(rt.seed)
-    raw_model = GPT(
-        cfg.model,
-        activation_checkpointing=rt.activation_checkpointing,
-        attention=rt.attention,
-        loss=rt.loss,
-    ).to(device)
+    with torch.device("meta"):  # shapes only: the weights are allocated and drawn on `device`
+        raw_model = GPT(
+            cfg.model,
+            activation_checkpointing=rt.activation_checkpointing,
+            attention=rt.attention,
+            loss=rt.loss,
+        )
+    raw_model.materialize(device)
     if rt.float8 != "none":  # after the build, before the optimizer and torch.compile see it
         convert_to_float8(raw_model, recipe=rt.float8, emulate=rt.float8_emulate)
     optimizer, fused = raw_model.configure_optimizer(
