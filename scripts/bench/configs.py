@@ -1,6 +1,4 @@
-"""Compose a trainer config the way `python -m train.trial` does, for the benchmark scripts
-(imported as a sibling: scripts/ is on sys.path when a script runs as `python scripts/<name>.py`,
-and each script puts the repository root there before importing this)."""
+"""Compose a trainer config the way `python -m train.trial` does, for the benchmarks."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """How steady is this machine's clock for fixed work? The floor under any step-time spread.
 
-    python scripts/noise_floor.py [--reps 30] [--rep-seconds 0.25] [--threads 0]
+    python -m scripts.bench.noise_floor [--reps 30] [--rep-seconds 0.25] [--threads 0]
 
 Times the same fixed work (square fp32 matmuls on the CPU) `--reps` times and prints the spread
 (CV = std/mean) of those times. The work never changes, so its spread is the machine's own: other
 tenants of a shared VM, frequency scaling, the scheduler. A trainer's step-time CV cannot be
-expected below this figure on the same machine at the same time; `bench_trainer.py` prints both.
+expected below this figure on the same machine at the same time; `scripts.bench.trainer` prints
+both.
 """
 
 from __future__ import annotations
