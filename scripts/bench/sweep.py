@@ -196,7 +196,6 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workdir_arg(ap)
     ap.add_argument("--search", default="grid", help="search space (conf/search/<name>.yaml)")
@@ -209,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         help="interleaved pairs of re-runs of grid best and winner (0: skip)",
     )
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     if (workdir / "sweeps" / "optuna.db").exists():
         # the sweeps would resume their finished studies and time nothing
