@@ -19,13 +19,12 @@ rounds), no numerics guard and no MLflow. Pass your own after `--`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
 
 from scripts.bench.harness import (
-    add_workdir_arg,
+    bench_parser,
     format_table,
     pair_ratios,
     ratio_summary,
@@ -170,9 +169,7 @@ def report(pairs: list[dict[str, dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=2, help="interleaved (cache, off) pairs")
-    add_workdir_arg(parser)
+    parser = bench_parser(__doc__, pairs=2, arms="cache and off", workdir=True)
     parser.add_argument(
         "--report-only",
         action="store_true",

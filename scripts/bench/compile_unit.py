@@ -32,6 +32,7 @@ from pathlib import Path
 
 from scripts.bench.configs import cpu_trial_overrides
 from scripts.bench.harness import (
+    bench_parser,
     format_table,
     pair_ratios,
     run_child,
@@ -50,8 +51,7 @@ ISA_PROBE = (
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=3)
+    p = bench_parser(__doc__, pairs=3, arms="model and block")
     p.add_argument("--n-layer", type=int, default=24)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=4)

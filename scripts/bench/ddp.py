@@ -11,14 +11,20 @@ the backward), then the median tokens/s ratio (2 processes / 1) with its range.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import tempfile
 from pathlib import Path
 
 from scripts.bench.configs import cpu_trial_overrides
-from scripts.bench.harness import format_table, ratio_summary, run_child, run_pairs, trial_argv
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    ratio_summary,
+    run_child,
+    run_pairs,
+    trial_argv,
+)
 
 log = logging.getLogger("bench_ddp")
 COMPARED_STEPS = 5
@@ -38,13 +44,12 @@ def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, pairs=3, arms="1 process and 2")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--block-size", type=int, default=64, help="the preset's block size")
     parser.add_argument("--micro-batch", type=int, default=8, help="per rank; one process: 2x")
     parser.add_argument("--grad-accum", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="measured steps per trial")
-    parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--warmup-steps", type=int, default=3, help="warm-up steps per trial")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -14,14 +14,13 @@ ratio under 1%. Exits 1 when the goal fails.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import tempfile
 from pathlib import Path
 
 from scripts.bench.configs import compose_config
-from scripts.bench.harness import format_table, pair_ratios, quantile, timed, verdict
+from scripts.bench.harness import bench_parser, format_table, pair_ratios, quantile, timed, verdict
 
 log = logging.getLogger("bench_finite_check")
 GOAL = 0.01  # the check's share of a step that saves
@@ -65,7 +64,7 @@ def measure(overrides: list[str], *, rounds: int, warmup: int) -> tuple[list[flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=40, help="interleaved step/check pairs")
     parser.add_argument("--warmup", type=int, default=3, help="steps before the first pair")
     parser.add_argument("--every", type=int, default=3, help="steps between saves, amortised")

@@ -22,14 +22,14 @@ import tempfile
 from pathlib import Path
 
 from scripts.bench.configs import compose_config
-from scripts.bench.harness import format_table, ratio_summary, shuffled_rounds
+from scripts.bench.harness import bench_parser, format_table, ratio_summary, shuffled_rounds
 from train.trial.measurement import run_trial
 
 VARIANTS = {"bf16": "none", "float8 tensorwise": "tensorwise", "float8 rowwise": "rowwise"}
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--device", default="cpu", help="cpu (float8 emulated) or cuda")
     p.add_argument("--model", default="tiny")
     p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")

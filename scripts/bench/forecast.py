@@ -11,18 +11,17 @@ model's shape (phases, per-graph compile, float8's own cost), not a prediction o
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from scripts.bench.harness import REPO
+from scripts.bench.harness import REPO, bench_parser
 from sweeper.forecast import trial_time
 from sweeper.space.limits import predict_step
 from train.core.compile_graphs import flat
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--run", type=Path, default=REPO / "docs" / "gpu" / "2026-11-26-h200")
     p.add_argument("--device", default="NVIDIA H200")
     args = p.parse_args(argv)

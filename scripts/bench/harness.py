@@ -30,7 +30,7 @@ __all__ = [
     "REPO",
     "Child",
     "Interval",
-    "add_workdir_arg",
+    "bench_parser",
     "format_table",
     "pair_order",
     "pair_ratios",
@@ -140,9 +140,23 @@ def trial_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "train.trial", *args]
 
 
-def add_workdir_arg(parser: argparse.ArgumentParser) -> None:
-    """--workdir: where the runs keep their folders, logs and studies."""
-    parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+def bench_parser(
+    doc: str, *, pairs: int | None = None, arms: str = "", workdir: bool = False
+) -> argparse.ArgumentParser:
+    """A benchmark's parser, described by its docstring's first paragraph; with --pairs (this
+    many interleaved pairs of `arms` by default) and --workdir (where the runs keep their folders,
+    logs and studies) where asked."""
+    run_as = Path(sys.argv[0])  # a benchmark's usage line names the command that runs it
+    prog = (
+        f"python -m scripts.bench.{run_as.stem}" if run_as.parent == Path(__file__).parent else None
+    )
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    if pairs is not None:
+        what = f"interleaved pairs of {arms}" if arms else "interleaved pairs"
+        parser.add_argument("--pairs", type=int, default=pairs, help=what)
+    if workdir:
+        parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    return parser
 
 
 def workdir_of(args: argparse.Namespace, prefix: str) -> Path:

@@ -19,7 +19,6 @@ over the verified figure and over the re-measured race config (ratio and range; 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,7 +31,7 @@ import yaml
 from scripts.bench.harness import (
     REPO,
     Child,
-    add_workdir_arg,
+    bench_parser,
     pair_ratios,
     ratio_summary,
     run_child,
@@ -118,9 +117,7 @@ def explain_line(sweep_dir: Path, trial: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_workdir_arg(ap)
-    ap.add_argument("--pairs", type=int, default=3)
+    ap = bench_parser(__doc__, pairs=3, arms="production and race config", workdir=True)
     ap.add_argument("--steps", type=int, default=100, help="production steps per run")
     ap.add_argument("--trials", type=int, default=4, help="hydra.sweeper.n_trials")
     ap.add_argument(

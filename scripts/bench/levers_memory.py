@@ -19,7 +19,6 @@ within 15% of its measured peak.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import statistics
@@ -28,7 +27,14 @@ import time
 from pathlib import Path
 
 from scripts.bench.configs import compose_config
-from scripts.bench.harness import format_table, pair_ratios, shuffled_rounds, timed, verdict
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    pair_ratios,
+    shuffled_rounds,
+    timed,
+    verdict,
+)
 from scripts.bench.memory import metered_step
 from train.core.meters import PhaseClock
 from train.data.synthetic import generate
@@ -176,7 +182,7 @@ def time_rounds(model: str, micro_batch: int, rounds: int, *, tmp: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--model", default="small-cpu", choices=("tiny", "small-cpu"))
     parser.add_argument("--micro-batch", type=int, default=16)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")

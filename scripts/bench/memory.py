@@ -14,7 +14,6 @@ a table and exits 1 if any row is off by more than the tolerance (15%, the issue
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import tempfile
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.bench.configs import compose_config
-from scripts.bench.harness import format_table, timed, verdict
+from scripts.bench.harness import bench_parser, format_table, timed, verdict
 from train.core.memory_model import MemoryEstimate, predict_memory
 from train.core.meters import PhaseClock
 from train.data.synthetic import generate
@@ -125,7 +124,7 @@ def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
     names = [c.name for c in CASES]
     parser.add_argument(

@@ -11,7 +11,6 @@ both.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import sys
@@ -19,6 +18,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+
+from scripts.bench.harness import bench_parser
 
 log = logging.getLogger("noise_floor")
 
@@ -70,7 +71,7 @@ def measure_floor(*, reps: int = 30, rep_seconds: float = 0.25, threads: int = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--reps", type=int, default=30, help="timed repetitions")
     p.add_argument("--rep-seconds", type=float, default=0.25, help="target seconds per repetition")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")

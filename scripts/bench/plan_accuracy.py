@@ -14,11 +14,10 @@ Exit code 1 when a calibrated run misses it.
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
-from scripts.bench.harness import Child, add_workdir_arg, run_child, sweep_argv, verdict, workdir_of
+from scripts.bench.harness import Child, bench_parser, run_child, sweep_argv, verdict, workdir_of
 
 WALL = re.compile(r"predicted sweep wall: ((?:\d+h)?(?:\d+m)?(?:\d+s)?|[\d.]+ s)")
 
@@ -36,9 +35,8 @@ def sweep(workdir: Path, *overrides: str) -> Child:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser(__doc__, workdir=True)
     ap.add_argument("--runs", type=int, default=3, help="runs after the first")
-    add_workdir_arg(ap)
     ap.add_argument("--goal", type=float, default=0.25, help="|error| goal of calibrated runs")
     ap.add_argument(
         "--first",

@@ -22,7 +22,14 @@ import time
 from pathlib import Path
 
 from scripts.bench.configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of
-from scripts.bench.harness import pair_ratios, ratio_summary, run_pairs, timed, verdict
+from scripts.bench.harness import (
+    bench_parser,
+    pair_ratios,
+    ratio_summary,
+    run_pairs,
+    timed,
+    verdict,
+)
 from train.trial.measurement import run_trial
 
 log = logging.getLogger("bench_projection")
@@ -52,10 +59,9 @@ def run(args: argparse.Namespace, tmp: Path, *, projected: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__, pairs=3, arms="projected and real")
     add_cpu_trial_args(p, model="small-cpu", grad_accum=32, warmup_steps=1, steps=6)
     p.add_argument("--micro-steps", type=int, default=4, help="micro-batches per projected step")
-    p.add_argument("--pairs", type=int, default=3, help="interleaved projected/real pairs")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import optuna
 
 from scripts.bench.configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of
-from scripts.bench.harness import verdict
+from scripts.bench.harness import bench_parser, verdict
 from sweeper.settings import settings_from
 from sweeper.verify.race_rounds import run_race
 from sweeper.verify.race_rules import DECIDED, TIED
@@ -91,7 +91,7 @@ def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     add_cpu_trial_args(p, model="tiny", grad_accum=4, warmup_steps=2, steps=12)
     p.add_argument("--gaps", type=float, nargs="+", default=[0.05, 0.10])
     p.add_argument("--races", type=int, default=10, help="races per gap")

@@ -18,7 +18,6 @@ Exit code 1 when any goal prints FAIL.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import statistics
@@ -29,7 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from scripts.bench.harness import (
-    add_workdir_arg,
+    bench_parser,
     pair_ratios,
     paired_interval,
     run_child,
@@ -196,8 +195,7 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_workdir_arg(ap)
+    ap = bench_parser(__doc__, workdir=True)
     ap.add_argument("--search", default="grid", help="search space (conf/search/<name>.yaml)")
     ap.add_argument("--tpe-trials", type=int, default=8)
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for both sweeps")

@@ -30,7 +30,15 @@ from pathlib import Path
 import torch
 
 from scripts.bench.configs import compose_config
-from scripts.bench.harness import REPO, format_table, run_pairs, spread, timed, verdict
+from scripts.bench.harness import (
+    REPO,
+    bench_parser,
+    format_table,
+    run_pairs,
+    spread,
+    timed,
+    verdict,
+)
 from scripts.bench.noise_floor import Floor, measure_floor
 from train import device as dev
 from train.core.config import Config
@@ -356,7 +364,7 @@ def _slug(label: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--quick", action="store_true", help="smoke mode: eager fp32, few steps, 1 pair")
     p.add_argument("--steps", type=int, help="measured steps per trial (default 40; quick 4)")
     p.add_argument("--max-seconds", type=float, default=30.0, help="time budget per trial")

@@ -17,7 +17,6 @@ median ratio (2 slots / 1 slot) with its range:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 from pathlib import Path
@@ -26,7 +25,7 @@ import optuna
 from optuna.trial import TrialState
 
 from scripts.bench.harness import (
-    add_workdir_arg,
+    bench_parser,
     format_table,
     pair_ratios,
     ratio_summary,
@@ -97,9 +96,7 @@ def ratio_line(label: str, pairs: list[dict[int, dict]], key: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=2, help="interleaved 1-slot/2-slot pairs")
-    add_workdir_arg(parser)
+    parser = bench_parser(__doc__, pairs=2, arms="1 slot and 2 slots", workdir=True)
     parser.add_argument(
         "--one-thread",
         action="store_true",

@@ -135,5 +135,18 @@ def test_timed_and_run_child_measure_what_they_ran(tmp_path) -> None:
     assert h.trial_argv("model=tiny")[1:] == ["-m", "train.trial", "model=tiny"]
 
 
+def test_the_parser_adds_pairs_and_a_workdir_where_asked(tmp_path) -> None:
+    both = h.bench_parser("Title line.\n\nMore.", pairs=3, arms="a and b", workdir=True)
+    assert both.description == "Title line."
+    args = both.parse_args([])
+    assert (args.pairs, args.workdir) == (3, None)
+    assert both.parse_args(["--pairs", "5", "--workdir", str(tmp_path)]).workdir == tmp_path
+    assert "interleaved pairs of a and b" in both.format_help()
+    bare = h.bench_parser("Title.").parse_args([])
+    assert not hasattr(bare, "pairs") and not hasattr(bare, "workdir")
+    made = h.workdir_of(both.parse_args(["--workdir", str(tmp_path / "new")]), "unused-")
+    assert made == tmp_path / "new" and made.is_dir()
+
+
 def test_verdict_words() -> None:
     assert (h.verdict(True), h.verdict(False)) == ("PASS", "FAIL")
