@@ -9,8 +9,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from train.core.config import Config
+from train.core.paths import PROJECT_DIR
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = PROJECT_DIR / "conf"
 
 
 def compose_config(overrides: list[str]) -> Config:

@@ -40,3 +40,11 @@ def test_a_benchmark_runs_as_a_module_from_the_repo_root() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage: python -m scripts.bench.forecast [-h]"), proc.stdout
+
+
+def test_the_benchmarks_compose_configs_from_the_repositorys_conf() -> None:
+    from scripts.bench.configs import CONF_DIR, compose_config
+
+    assert CONF_DIR == PROJECT_DIR / "conf"
+    cfg = compose_config(["model=tiny", "runtime.device=cpu"])
+    assert (cfg.model.name, cfg.runtime.device) == ("tiny", "cpu")
