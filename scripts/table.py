@@ -1,5 +1,5 @@
-"""The plain text table the benchmark scripts print (imported as a sibling: scripts/ is on sys.path
-when a script runs as `python scripts/<name>.py`)."""
+"""The plain text table the benchmarks (through scripts/bench/harness.py), gpu_check and code_shape
+print (imported as the sibling `table` by a script run as `python scripts/<name>.py`)."""
 
 from __future__ import annotations
 

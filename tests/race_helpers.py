@@ -1,4 +1,4 @@
-"""A race outside a sweep, for tests and scripts/bench_race.py: the sweep context a race needs,
+"""A race outside a sweep, for tests and scripts/bench/race.py: the sweep context a race needs,
 built from a launcher and settings alone. Kept out of sweeper/ so that production code holds no
 fixtures; scripts import it from here (the repository root is on their sys.path).
 """
@@ -19,7 +19,7 @@ from sweeper.tracking import NullTracker
 def race_context(
     *, jobs: Any, settings: Any, study: optuna.Study | None = None, space: Any = None
 ) -> SweepContext:
-    """A race outside a sweep (scripts/bench_race.py, tests): the given launcher and settings,
+    """A race outside a sweep (scripts/bench/race.py, tests): the given launcher and settings,
     tokens/s as the objective, no tracking, a fresh in-memory study by default, and no search
     space unless a test's search is given one."""
     return SweepContext(

@@ -29,7 +29,7 @@ AUTOTUNE_FACTOR = 3.0
 # runtime.compile_unit=block compiles one block's graph, which every block reuses, and the head's
 # (train/model/regional.py): its compile is priced as a whole-model compile of this many layers,
 # whatever the depth. Measured on this 2-core CPU, docs/bench/compile_unit-2026-11-27-cpu.txt
-# (scripts/bench_compile_unit.py, 2026-11-27: tiny at 24 layers, every compile cold, medians of 3
+# (scripts/bench/compile_unit.py, 2026-11-27: tiny at 24 layers, every compile cold, medians of 3
 # interleaved pairs: whole model 31.8 s, block 12.1 s, so 24 x 12.1 / 31.8 = 9.1 layers). On a
 # GPU it is projected, not measured: the same 9.1 layers' worth assumed.
 BLOCK_UNIT_LAYERS = 24 * 12.1 / 31.8

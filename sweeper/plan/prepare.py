@@ -264,7 +264,7 @@ def gpu_slots_for(
     a CPU, for a plan without a probe, or under a remote launcher (Slurm gives each task its
     GPUs)."""
     if device.device_type != "cuda" and n_jobs > 1 and kinds.local(launcher):
-        # scripts/bench_workers.py on 2 cores: two trials of 2 torch threads each ran their steps
+        # scripts/bench/workers.py on 2 cores: two trials of 2 torch threads each ran their steps
         # up to 37x slower side by side (spinning thread pools); one thread each, 0.98x
         log.warning(
             "hydra.sweeper.n_jobs=%d on a CPU: the trials share this machine's %d cores and "

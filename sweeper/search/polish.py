@@ -1,7 +1,7 @@
 """The search's last trials: the incumbent's one-knob neighbours that no trial has measured.
 
 With a handful of trials over a few dozen points, a model-based sampler often measures points
-around the best one without the best itself: in scripts/bench_sweep.py, 8 TPE trials over the
+around the best one without the best itself: in scripts/bench/sweep.py, 8 TPE trials over the
 24-point grid space missed micro-batch 16 at the winner's other settings in 2 of 3 runs, though
 they measured micro-batch 8 and 32 there. So the last `hydra.sweeper.budget.polish_trials` of the
 budget go to a local step: the neighbours of the best few trials (one knob moved one step along an

@@ -1,18 +1,14 @@
-"""scripts/bench_levers_memory.py: a cut-down run (tiny, micro-batch 4) measures all six rows and
+"""scripts/bench/levers_memory.py: a cut-down run (tiny, micro-batch 4) measures all six rows and
 passes its bounds; the bounds themselves, on made-up rows."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_scripts import run_script, table_rows
-from train.core.paths import PROJECT_DIR
-
-sys.path.insert(0, str(PROJECT_DIR / "scripts"))
-import bench_levers_memory as bench  # scripts/ is not a package
+from scripts.bench import levers_memory as bench
+from tests.integration.test_scripts import run_bench, table_rows
 
 
 def rows(peaks: dict, *, off: float = 0.0) -> list[dict]:
@@ -58,8 +54,8 @@ def test_the_bounds(change, off, match) -> None:
 
 
 def test_a_cut_down_run_measures_six_rows_and_passes(tmp_path: Path) -> None:
-    proc = run_script(
-        "bench_levers_memory",
+    proc = run_bench(
+        "levers_memory",
         ["--model", "tiny", "--micro-batch", "4"],
         tmp_path=tmp_path,
         timeout=600,

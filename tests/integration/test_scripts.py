@@ -1,6 +1,8 @@
-"""The benchmark scripts run end to end in their small modes and print parseable, measured figures.
+"""The benchmarks and the GPU check run end to end in their small modes and print parseable,
+measured figures.
 
-Each runs as a real `python scripts/<name>.py` process from the repo root, as a user runs it.
+Each runs as a real process from the repo root, as a user runs it: a benchmark as
+`python -m scripts.bench.<name>`, the GPU check as `python scripts/gpu_check.py`.
 """
 
 from __future__ import annotations
@@ -19,11 +21,21 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def run_script(name: str, args: list[str], *, tmp_path: Path, timeout: float = 900):
+    """`python scripts/<name>.py <args>` from the repo root."""
+    return _run([f"scripts/{name}.py", *args], tmp_path=tmp_path, timeout=timeout)
+
+
+def run_bench(name: str, args: list[str], *, tmp_path: Path, timeout: float = 900):
+    """`python -m scripts.bench.<name> <args>` from the repo root."""
+    return _run(["-m", f"scripts.bench.{name}", *args], tmp_path=tmp_path, timeout=timeout)
+
+
+def _run(argv: list[str], *, tmp_path: Path, timeout: float):
     # A private matmul-ceiling cache: measured fresh, never read from (or left in) the user's own;
-    # what a script keeps in a temporary folder (bench_ddp, bench_workers) stays in tmp_path.
+    # what a benchmark keeps in a temporary folder (ddp, workers) stays in tmp_path.
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     return subprocess.run(
-        [sys.executable, f"scripts/{name}.py", *args],
+        [sys.executable, *argv],
         cwd=PROJECT_DIR,
         env=env,
         capture_output=True,
@@ -50,8 +62,8 @@ def number(cell: str) -> float:
 
 
 def test_bench_trainer_quick(synthetic_dir: Path, tmp_path: Path) -> None:
-    proc = run_script(
-        "bench_trainer",
+    proc = run_bench(
+        "trainer",
         [
             "--quick",
             f"--data-dir={synthetic_dir}",
@@ -109,7 +121,7 @@ def assert_exit_code_tells_verdicts(proc: subprocess.CompletedProcess, verdicts:
 
 
 def test_noise_floor_prints_a_measured_spread(tmp_path: Path) -> None:
-    proc = run_script(
+    proc = run_bench(
         "noise_floor", ["--reps=5", "--rep-seconds=0.02", "--threads=1"], tmp_path=tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -121,9 +133,7 @@ def test_noise_floor_prints_a_measured_spread(tmp_path: Path) -> None:
 def test_bench_race_prints_the_count_of_each_verdict(tmp_path: Path) -> None:
     """One race of a config against itself plus a planted 30% data latency, on real trials: the
     summary counts one race and its rounds; the planted-slower config is never declared faster."""
-    proc = run_script(
-        "bench_race", ["--gaps", "0.3", "--races", "1", "--steps", "4"], tmp_path=tmp_path
-    )
+    proc = run_bench("race", ["--gaps", "0.3", "--races", "1", "--steps", "4"], tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert re.search(r"step p50 \d+\.\d ms \(median of 3 trials\)", proc.stdout)
     m = re.search(
@@ -138,8 +148,8 @@ def test_bench_race_prints_the_count_of_each_verdict(tmp_path: Path) -> None:
 
 
 def test_bench_trainer_rejects_a_split_that_does_not_divide(tmp_path: Path) -> None:
-    proc = run_script(
-        "bench_trainer", ["--quick", "--tokens-per-step=1000"], tmp_path=tmp_path, timeout=120
+    proc = run_bench(
+        "trainer", ["--quick", "--tokens-per-step=1000"], tmp_path=tmp_path, timeout=120
     )
     assert proc.returncode != 0
     assert "--tokens-per-step must be a multiple of micro_batch x 64" in proc.stderr
@@ -191,7 +201,7 @@ def test_gpu_check_prints_a_failed_trial_as_a_row(synthetic_dir: Path, tmp_path:
 
 
 def test_bench_memory_one_model(tmp_path: Path) -> None:
-    proc = run_script("bench_memory", ["--models", "tiny"], tmp_path=tmp_path, timeout=300)
+    proc = run_bench("memory", ["--models", "tiny"], tmp_path=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = table_rows(proc.stdout, "tiny")
     assert [r[:3] for r in rows] == [["tiny", "none", "8"], ["tiny", "every", "8"]]
@@ -199,13 +209,13 @@ def test_bench_memory_one_model(tmp_path: Path) -> None:
         assert number(predicted) > 0 and number(measured) > 0 and peak_at
         assert abs(number(error)) <= 0.15
     assert re.search(r"Worst error \d+\.\d% \(bar 15%\): PASS", proc.stdout), proc.stdout
-    proc = run_script("bench_memory", ["--models", "tiny,huge"], tmp_path=tmp_path, timeout=120)
+    proc = run_bench("memory", ["--models", "tiny,huge"], tmp_path=tmp_path, timeout=120)
     assert proc.returncode == 2 and "--models: unknown ['huge']" in proc.stderr
 
 
 def test_bench_projection_one_pair(tmp_path: Path) -> None:
-    proc = run_script(
-        "bench_projection",
+    proc = run_bench(
+        "projection",
         [
             "--model",
             "tiny",
@@ -236,8 +246,8 @@ def test_bench_projection_one_pair(tmp_path: Path) -> None:
 
 
 def test_bench_ddp_one_pair(tmp_path: Path) -> None:
-    proc = run_script(
-        "bench_ddp",
+    proc = run_bench(
+        "ddp",
         [
             "--micro-batch",
             "2",
@@ -279,8 +289,8 @@ SMALL_TRIALS = [
 
 @pytest.mark.slow
 def test_bench_workers_one_pair_of_one_point(tmp_path: Path) -> None:
-    proc = run_script(
-        "bench_workers",
+    proc = run_bench(
+        "workers",
         ["--pairs", "1", "--space", "{batch.micro_batch: 'choice(8)'}", "--extra", *SMALL_TRIALS],
         tmp_path=tmp_path,
         timeout=600,
@@ -298,15 +308,15 @@ def test_bench_workers_one_pair_of_one_point(tmp_path: Path) -> None:
         "median tokens/s, 2 / 1",
     ):
         assert re.search(
-            rf"{re.escape(label)} +[\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)", proc.stdout
+            rf"{re.escape(label)} +median [\d.]+x \(range [\d.]+-[\d.]+, 1 pairs\)", proc.stdout
         ), label
 
 
 @pytest.mark.slow
 def test_bench_sweep_on_the_smoke_space(tmp_path: Path) -> None:
     workdir = tmp_path / "bench"
-    proc = run_script(
-        "bench_sweep",
+    proc = run_bench(
+        "sweep",
         [
             "--workdir",
             str(workdir),
@@ -336,7 +346,7 @@ def test_bench_sweep_on_the_smoke_space(tmp_path: Path) -> None:
 
 
 def test_bench_forecast_prints_each_h200_trial_beside_its_forecast(tmp_path: Path) -> None:
-    proc = run_script("bench_forecast", [], tmp_path=tmp_path, timeout=120)
+    proc = run_bench("forecast", [], tmp_path=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = re.findall(r"(\S+\.json)\s+forecast\s+([\d.]+) s\s+measured\s+([\d.]+) s", proc.stdout)
     assert len(rows) == 5, proc.stdout  # 4 sweep trials and the float8 trial

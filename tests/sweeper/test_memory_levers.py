@@ -5,7 +5,6 @@ loss and selective recompute (and one measured CPU step), the recompute factor, 
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
 
@@ -141,12 +140,9 @@ def test_the_config_reads_the_loss_and_refuses_an_unknown_one() -> None:
 
 def test_a_measured_cpu_step_matches_the_model(tmp_path) -> None:
     """tiny at vocab 50304, fp32, micro-batch 4: the chunked loss with selective recompute,
-    measured by train/measure/memory_meter.py (scripts/bench_levers_memory.py does the grid)."""
-    from train.core.paths import PROJECT_DIR
+    measured by train/measure/memory_meter.py (scripts/bench/levers_memory.py does the grid)."""
+    from scripts.bench import levers_memory as bench
     from train.data.synthetic import generate
-
-    sys.path.insert(0, str(PROJECT_DIR / "scripts"))
-    import bench_levers_memory as bench  # scripts/ is not a package
 
     generate(tmp_path / "synthetic", num_tokens=50_000)
     row = bench.measure("tiny", 4, "chunked", "selective", tmp=tmp_path)

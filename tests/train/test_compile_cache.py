@@ -284,16 +284,10 @@ def test_the_zygote_forks_the_trials_of_its_cache_and_only_those(tmp_path):
     assert not zygote.accepts(argv, child_environment(trial_env(str(tmp_path / "other"))))
 
 
-def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
-    """scripts/bench_compile_cache.py's figures from planted job results: compiled runs, their
+def test_bench_tallies_compiles_and_reports_each_arm():
+    """scripts/bench/compile_cache.py's figures from planted job results: compiled runs, their
     compile seconds, hits and misses, per arm and per pair."""
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))
-    path = REPO / "scripts" / "bench_compile_cache.py"
-    spec = importlib.util.spec_from_file_location("bench_compile_cache", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from scripts.bench import compile_cache as bench
 
     def job(state: str | None, compile_s: float, hits: int = 0, misses: int = 0) -> dict:
         if state is None:
@@ -310,9 +304,12 @@ def test_bench_tallies_compiles_and_reports_each_arm(monkeypatch):
         2,
     )
     assert cached["states"] == {"hit": 1, "miss": 1} and off["states"] == {"off": 2}
-    text = bench.report([("auto", cached), ("off", off), ("auto", cached), ("off", off)])
-    assert "cache/off per pair: total compile s x0.55 [0.55-0.55]" in text
-    assert "sweep wall x0.67 [0.67-0.67]" in text
+    text = bench.report([{"auto": cached, "off": off}, {"off": off, "auto": cached}])
+    assert "cache/off per pair: total compile s median 0.55x (range 0.55-0.55, 2 pairs)" in text
+    assert "sweep wall median 0.67x (range 0.67-0.67, 2 pairs)" in text
+    # one row per run, each pair's arms in the same order whatever order they ran in
+    rows = [ln.split("|")[1].strip() for ln in text.splitlines() if ln.startswith("| ")]
+    assert rows == ["compile_cache", "auto", "off", "auto", "off"]
 
 
 def test_a_failure_inside_a_cache_file_names_the_file_and_how_to_clear_it(tmp_path) -> None:

@@ -351,13 +351,14 @@ def test_the_unit_is_searched_beside_compile(search) -> None:
 
 @pytest.mark.slow
 def test_the_benchmark_prints_measured_pairs(tmp_path: Path) -> None:
-    """scripts/bench_compile_unit.py in its smallest mode: one pair of cold trials, each unit's
+    """scripts/bench/compile_unit.py in its smallest mode: one pair of cold trials, each unit's
     row with its compile and step, no recompile, and the ratios."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
         [
             sys.executable,
-            "scripts/bench_compile_unit.py",
+            "-m",
+            "scripts.bench.compile_unit",
             "--pairs",
             "1",
             "--n-layer",

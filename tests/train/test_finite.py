@@ -146,7 +146,7 @@ def test_a_step_with_a_non_finite_state_writes_nothing_and_keeps_the_good_files(
 
 
 def test_bench_finite_check_prints_the_measured_ratio() -> None:
-    """scripts/bench_finite_check.py in a small mode: a measured ratio, and exit 0 only on PASS."""
+    """scripts/bench/finite_check.py in a small mode: a measured ratio, and exit 0 only on PASS."""
     import re
     import subprocess
     import sys
@@ -154,7 +154,8 @@ def test_bench_finite_check_prints_the_measured_ratio() -> None:
     repo = Path(__file__).resolve().parents[2]
     argv = [
         sys.executable,
-        "scripts/bench_finite_check.py",
+        "-m",
+        "scripts.bench.finite_check",
         "--rounds",
         "3",
         "--warmup",

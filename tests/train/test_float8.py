@@ -449,14 +449,14 @@ def test_a_float8_trials_verdict_says_its_mfu_is_bf16_equivalent() -> None:
 
 
 def test_bench_float8_runs_and_prints_measured_rows(tmp_path: Path) -> None:
-    """scripts/bench_float8.py in its small mode: real trials, one row per variant, PASS."""
+    """scripts/bench/float8.py in its small mode: real trials, one row per variant, PASS."""
     import subprocess
     import sys
 
     from tests.conftest import PROJECT_DIR
 
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_float8.py", "--steps", "3"],
+        [sys.executable, "-m", "scripts.bench.float8", "--steps", "3"],
         cwd=PROJECT_DIR,
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 """The memory model (train/core/memory_model.py): real measurements, its structure, its helpers.
 
 The H100 table is the model's GPU calibration and check; the CPU test measures a real training
-step of the tiny preset with train/measure/memory_meter.py (scripts/bench_memory.py does the larger
+step of the tiny preset with train/measure/memory_meter.py (scripts/bench/memory.py does the larger
 ones).
 """
 

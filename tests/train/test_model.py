@@ -388,7 +388,7 @@ def test_a_meta_built_model_has_real_tied_weights_with_gpt2s_init() -> None:
 
 def test_a_meta_built_model_is_seeded_and_trains() -> None:
     a, b, c = _meta_built(3), _meta_built(3), _meta_built(4)
-    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters(), strict=True):
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb), name
     assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
     idx, targets = batch(a.config)

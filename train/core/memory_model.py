@@ -40,8 +40,8 @@ autocast, 4 fp32):
 The peak is the largest of the candidate moments (`peak_candidates`); `parts` is the breakdown there
 and `phase` its name. Checked: on CPU to within 1.1% of the tensor-level measurement for eager
 fp32/bf16, fused/math attention, checkpointing none/every/every_k, grad_accum 1 or more
-(scripts/bench_memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss and
-selective recompute (scripts/bench_levers_memory.py); on an H100 80GB and an H200 to within 10% of
+(scripts/bench/memory.py, train/measure/memory_meter.py), and within 0.3% for the chunked loss and
+selective recompute (scripts/bench/levers_memory.py); on an H100 80GB and an H200 to within 10% of
 max_memory_allocated (tests/train/test_memory_model.py). The chunked loss and selective recompute
 are derived, not calibrated, and have not been measured on a GPU or under torch.compile.
 """

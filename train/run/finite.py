@@ -11,7 +11,7 @@ norm: NaN and inf propagate into it; ~10x faster on a CPU than the infinity norm
 norm is not finite is then looked at element by element, since squares of huge but finite values
 can overflow the norm. A save already waits for the device (it reads the state), so ordinary steps
 gain no sync;
-scripts/bench_finite_check.py measures what the check costs against a step.
+scripts/bench/finite_check.py measures what the check costs against a step.
 """
 
 from __future__ import annotations

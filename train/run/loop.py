@@ -107,7 +107,7 @@ def build_model(
     optimizer and, under runtime.compile, the model to call: its compiled wrapper
     (runtime.compile_unit=model), or the model with its block and head compiled in place (block;
     train/model/regional.py): (raw model, model to call, optimizer, whether the optimizer is
-    fused). The trainer and the benchmark's plain loop (scripts/bench_trainer.py) build their
+    fused). The trainer and the benchmark's plain loop (scripts/bench/trainer.py) build their
     weights here alike."""
     rt = cfg.runtime
     torch.manual_seed(rt.seed)

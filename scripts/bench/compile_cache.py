@@ -1,14 +1,15 @@
 """What does the sweep-wide compile cache save? The default CPU sweep with it, against `off`.
 
-    python scripts/bench_compile_cache.py [--pairs 2] [--workdir DIR] [-- sweep overrides ...]
+    python -m scripts.bench.compile_cache [--pairs 2] [--workdir DIR] [-- sweep overrides ...]
 
-Runs `python sweep.py -m search=throughput` in interleaved pairs (cache, off, cache, off, ...),
-each in a fresh work dir so every `auto` cache starts empty (beside that dir's sweeps/optuna.db)
-and no run inherits another's graphs. Both arms get the same sampler seed, so their first points
-(the design and any prior) are the same. From every run's job folders (search trials and race
-runs alike) it prints: the runs that compiled, the total compile seconds torch spent in them, the
-Inductor FX-graph cache hits and misses and the cache states, and the sweep's wall; then each
-figure's median and range per arm, and the per-pair ratio cache/off. Measured numbers only.
+Runs `python sweep.py -m search=throughput` in interleaved pairs (cache then off, off then
+cache, ...), each in a fresh work dir so every `auto` cache starts empty (beside that dir's
+sweeps/optuna.db) and no run inherits another's graphs. Both arms get the same sampler seed, so
+their first points (the design and any prior) are the same. From every run's job folders (search
+trials and race runs alike) it prints: the runs that compiled, the total compile seconds torch
+spent in them, the Inductor FX-graph cache hits and misses and the cache states, and the sweep's
+wall; then each figure's median and range per arm, and the per-pair ratio cache/off. Measured
+numbers only.
 
 The default overrides (`DEFAULT_OVERRIDES`) bound each sweep so a pair fits in minutes: a trial
 count in place of the CPU wall cap (a wall cap would let the faster arm run more trials, and the
@@ -18,20 +19,21 @@ rounds), no numerics guard and no MLflow. Pass your own after `--`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from table import format_table  # noqa: E402
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    pair_ratios,
+    ratio_summary,
+    run_child,
+    run_pairs,
+    spread,
+    sweep_argv,
+    workdir_of,
+)
 
 log = logging.getLogger("bench_compile_cache")
 ARMS = ("auto", "off")  # hydra.sweeper.compile_cache of each arm
@@ -51,22 +53,14 @@ DEFAULT_OVERRIDES = (
 
 def run_sweep(workdir: Path, arm: str, overrides: list[str]) -> float:
     """One sweep in `workdir` with hydra.sweeper.compile_cache=`arm`; its wall seconds."""
-    argv = [
-        sys.executable,
-        str(REPO / "sweep.py"),
-        "-m",
-        *overrides,
-        f"hydra.sweeper.compile_cache={arm}",
-    ]
+    argv = sweep_argv(*overrides, f"hydra.sweeper.compile_cache={arm}")
     log.info("running in %s: %s", workdir, " ".join(argv[2:]))
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
-    wall = time.monotonic() - start
-    (workdir / "sweep.out").write_text(proc.stdout + proc.stderr)
-    (workdir / WALL_NAME).write_text(f"{wall}\n")
-    if proc.returncode != 0:
-        raise SystemExit(f"sweep failed ({proc.returncode}); see {workdir / 'sweep.out'}")
-    return wall
+    child = run_child(argv, cwd=workdir)
+    (workdir / "sweep.out").write_text(child.output)
+    (workdir / WALL_NAME).write_text(f"{child.wall_s}\n")
+    if child.proc.returncode != 0:
+        raise SystemExit(f"sweep failed ({child.proc.returncode}); see {workdir / 'sweep.out'}")
+    return child.wall_s
 
 
 def job_results(workdir: Path) -> list[dict]:
@@ -106,24 +100,21 @@ def tally(results: list[dict], wall_s: float) -> dict:
     }
 
 
-def finished_runs(root: Path) -> list[tuple[str, dict]]:
+def finished_pairs(root: Path) -> list[dict[str, dict]]:
     """The complete pairs already in `root` (pair<N>-<arm> work dirs with their wall), in order."""
-    runs = []
+    pairs = []
     for pair in range(len(list(root.glob("pair*-auto")))):
-        dirs = [root / f"pair{pair}-{arm}" for arm in ARMS]
-        if not all((d / WALL_NAME).exists() for d in dirs):
+        dirs = {arm: root / f"pair{pair}-{arm}" for arm in ARMS}
+        if not all((d / WALL_NAME).exists() for d in dirs.values()):
             break
-        for arm, d in zip(ARMS, dirs, strict=True):
-            runs.append((arm, tally(job_results(d), float((d / WALL_NAME).read_text()))))
-    return runs
+        pairs.append(
+            {a: tally(job_results(d), float((d / WALL_NAME).read_text())) for a, d in dirs.items()}
+        )
+    return pairs
 
 
-def spread(values: list[float], digits: int = 1) -> str:
-    m, lo, hi = statistics.median(values), min(values), max(values)
-    return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
-
-
-def report(runs: list[tuple[str, dict]]) -> str:
+def report(pairs: list[dict[str, dict]]) -> str:
+    """One row per run (each pair's arms in ARMS order), each arm's spread, the pair ratios."""
     rows = [
         [
             arm,
@@ -136,7 +127,8 @@ def report(runs: list[tuple[str, dict]]) -> str:
             " ".join(f"{k}={v}" for k, v in sorted(t["states"].items())) or "-",
             f"{t['wall_s']:.1f}",
         ]
-        for arm, t in runs
+        for pair in pairs
+        for arm, t in ((a, pair[a]) for a in ARMS)
     ]
     head = [
         "compile_cache",
@@ -151,19 +143,24 @@ def report(runs: list[tuple[str, dict]]) -> str:
     ]
     lines = [format_table(head, rows), ""]
     for arm in ARMS:
-        mine = [t for a, t in runs if a == arm]
+        mine = [pair[arm] for pair in pairs]
         lines.append(
-            f"{arm:>5}: total compile s {spread([t['compile_s'] for t in mine])}, sweep wall s "
-            f"{spread([t['wall_s'] for t in mine])}, compiled runs "
-            f"{spread([float(t['compiled']) for t in mine])} (median [min-max] of {len(mine)})"
+            f"{arm:>5}: total compile s {spread([t['compile_s'] for t in mine], '{:.1f}')}, "
+            f"sweep wall s {spread([t['wall_s'] for t in mine], '{:.1f}')}, compiled runs "
+            f"{spread([float(t['compiled']) for t in mine], '{:.1f}')} "
+            f"(median (min-max) of {len(mine)})"
         )
-    pairs = list(zip(runs[0::2], runs[1::2], strict=False))
-    compile_ratios = [c["compile_s"] / o["compile_s"] for (_, c), (_, o) in pairs if o["compile_s"]]
-    wall_ratios = [c["wall_s"] / o["wall_s"] for (_, c), (_, o) in pairs]
-    if compile_ratios:
-        lines.append(f"cache/off per pair: total compile s x{spread(compile_ratios, 2)}")
-    lines.append(f"cache/off per pair: sweep wall x{spread(wall_ratios, 2)}")
-    if not any(t["compiled"] for _, t in runs):
+    compiled = [p for p in pairs if p["off"]["compile_s"]]
+    if compiled:
+        compile_ratios = pair_ratios(
+            [p["auto"]["compile_s"] for p in compiled], [p["off"]["compile_s"] for p in compiled]
+        )
+        lines.append(f"cache/off per pair: total compile s {ratio_summary(compile_ratios)}")
+    wall_ratios = pair_ratios(
+        [p["auto"]["wall_s"] for p in pairs], [p["off"]["wall_s"] for p in pairs]
+    )
+    lines.append(f"cache/off per pair: sweep wall {ratio_summary(wall_ratios)}")
+    if not any(t["compiled"] for p in pairs for t in p.values()):
         lines.append(
             "no run compiled: the sweeps chose runtime.compile=none throughout, and the "
             "cache had nothing to save"
@@ -172,9 +169,7 @@ def report(runs: list[tuple[str, dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=2, help="interleaved (cache, off) pairs")
-    parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser = bench_parser(__doc__, pairs=2, arms="cache and off", workdir=True)
     parser.add_argument(
         "--report-only",
         action="store_true",
@@ -187,21 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         if args.workdir is None:
             parser.error("--report-only needs --workdir")
-        print(report(finished_runs(args.workdir)))
+        print(report(finished_pairs(args.workdir)))
         return 0
-    root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-compile-cache-"))
-    runs: list[tuple[str, dict]] = []
-    for pair in range(args.pairs):
-        for arm in ARMS:
-            workdir = root / f"pair{pair}-{arm}"
-            workdir.mkdir(parents=True, exist_ok=False)
-            wall = run_sweep(workdir, arm, overrides)
-            runs.append((arm, tally(job_results(workdir), wall)))
-            log.info("pair %d %s: %s", pair, arm, runs[-1][1])
+    root = workdir_of(args, "bench-compile-cache-")
+
+    def run(arm: str, pair: int) -> dict:
+        workdir = root / f"pair{pair}-{arm}"
+        workdir.mkdir(parents=True, exist_ok=False)
+        wall_s = run_sweep(workdir, arm, overrides)
+        figures = tally(job_results(workdir), wall_s)
+        log.info("pair %d %s: %s", pair, arm, figures)
+        return figures
+
+    pairs = run_pairs(ARMS, args.pairs, run)
     print(f"sweep overrides: {' '.join(overrides)}")
-    print(report(runs))
+    print(report(pairs))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Check the trial's projected steps against real full steps on this CPU.
 
-    python scripts/bench_projection.py               # small-cpu, grad_accum 32, 3 interleaved pairs
-    python scripts/bench_projection.py --pairs 5 --grad-accum 64
+    python -m scripts.bench.projection               # small-cpu, grad_accum 32, 3 interleaved pairs
+    python -m scripts.bench.projection --pairs 5 --grad-accum 64
 
 A long optimizer step (large grad_accum) is measured as short steps of a few micro-batches and
 projected to the full step (train/core/meters.py project_step). Here the same configuration runs
@@ -17,18 +17,20 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# allow `python scripts/bench_projection.py` from the repo root without installing the package
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402  (a sibling in scripts/)
-
-from train.trial.measurement import run_trial  # noqa: E402
+from scripts.bench.configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of
+from scripts.bench.harness import (
+    bench_parser,
+    pair_ratios,
+    ratio_summary,
+    run_pairs,
+    timed,
+    verdict,
+)
+from train.trial.measurement import run_trial
 
 log = logging.getLogger("bench_projection")
 ERROR_GOAL = 0.05  # |projected / real - 1| of the step-time medians
@@ -47,51 +49,48 @@ def trial_config(args: argparse.Namespace, tmp: Path, *, projected: bool):
 
 def run(args: argparse.Namespace, tmp: Path, *, projected: bool) -> dict:
     cfg = trial_config(args, tmp, projected=projected)
-    started = time.perf_counter()
-    result = run_trial(cfg, out_path=tmp / f"{'p' if projected else 'f'}-{time.time_ns()}.json")
+    out_path = tmp / f"{'p' if projected else 'f'}-{time.time_ns()}.json"
+    result, wall_s = timed(lambda: run_trial(cfg, out_path=out_path))
     if result["status"] != "complete":
         raise SystemExit(f"trial failed: {result['failure']}")
     assert (result["projection"] is not None) == projected
-    result["process_wall_s"] = time.perf_counter() - started
+    result["process_wall_s"] = wall_s
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__, pairs=3, arms="projected and real")
     add_cpu_trial_args(p, model="small-cpu", grad_accum=32, warmup_steps=1, steps=6)
     p.add_argument("--micro-steps", type=int, default=4, help="micro-batches per projected step")
-    p.add_argument("--pairs", type=int, default=3, help="interleaved projected/real pairs")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
 
-    rows = []
+    def show(i: int, got: dict[bool, dict]) -> None:
+        proj, real = got[True], got[False]
+        print(
+            f"pair {i + 1}: projected {proj['step_time_s']['p50']:.4f} s (from short steps of "
+            f"{proj['projection']['short_step_s']['p50']:.4f} s) | real "
+            f"{real['step_time_s']['p50']:.4f} s | error "
+            f"{proj['step_time_s']['p50'] / real['step_time_s']['p50'] - 1:+.2%} | wall "
+            f"{proj['process_wall_s']:.1f} s vs {real['process_wall_s']:.1f} s",
+            flush=True,
+        )
+
     with tempfile.TemporaryDirectory(prefix="bench-projection-") as tmp_name:
         tmp = Path(tmp_name)
-        for i in range(args.pairs):
-            order = (True, False) if i % 2 == 0 else (False, True)
-            got = {projected: run(args, tmp, projected=projected) for projected in order}
-            proj, real = got[True], got[False]
-            rows.append(
-                {
-                    "projected_s": proj["step_time_s"]["p50"],
-                    "real_s": real["step_time_s"]["p50"],
-                    "short_s": proj["projection"]["short_step_s"]["p50"],
-                    "proj_wall_s": proj["process_wall_s"],
-                    "real_wall_s": real["process_wall_s"],
-                }
-            )
-            r = rows[-1]
-            print(
-                f"pair {i + 1}: projected {r['projected_s']:.4f} s (from short steps of "
-                f"{r['short_s']:.4f} s) | real {r['real_s']:.4f} s | error "
-                f"{r['projected_s'] / r['real_s'] - 1:+.2%} | wall {r['proj_wall_s']:.1f} s vs "
-                f"{r['real_wall_s']:.1f} s",
-                flush=True,
-            )
-    errors = [r["projected_s"] / r["real_s"] - 1 for r in rows]
-    walls = [r["real_wall_s"] / r["proj_wall_s"] for r in rows]
-    proj_med = statistics.median(r["projected_s"] for r in rows)
-    real_med = statistics.median(r["real_s"] for r in rows)
+        pairs = run_pairs(
+            (True, False),
+            args.pairs,
+            lambda projected, _: run(args, tmp, projected=projected),
+            after_pair=show,
+        )
+    projected = [p[True]["step_time_s"]["p50"] for p in pairs]
+    real = [p[False]["step_time_s"]["p50"] for p in pairs]
+    errors = [r - 1 for r in pair_ratios(projected, real)]
+    walls = pair_ratios(
+        [p[False]["process_wall_s"] for p in pairs], [p[True]["process_wall_s"] for p in pairs]
+    )
+    proj_med, real_med = statistics.median(projected), statistics.median(real)
     error = proj_med / real_med - 1
     wall = statistics.median(walls)
     print(
@@ -101,11 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"projected step p50 (median of trials) {proj_med:.4f} s vs real {real_med:.4f} s: "
         f"error {error:+.2%} (pairs {min(errors):+.2%} .. {max(errors):+.2%}); goal within "
-        f"{ERROR_GOAL:.0%}: {'PASS' if abs(error) <= ERROR_GOAL else 'FAIL'}"
+        f"{ERROR_GOAL:.0%}: {verdict(abs(error) <= ERROR_GOAL)}"
     )
     print(
-        f"trial wall real / projected: {wall:.2f}x (pairs {min(walls):.2f} .. {max(walls):.2f}); "
-        f"goal >= {WALL_GOAL:.0f}x: {'PASS' if wall >= WALL_GOAL else 'FAIL'}"
+        f"trial wall real / projected: {ratio_summary(walls)}; "
+        f"goal >= {WALL_GOAL:.0f}x: {verdict(wall >= WALL_GOAL)}"
     )
     return 0 if abs(error) <= ERROR_GOAL and wall >= WALL_GOAL else 1
 

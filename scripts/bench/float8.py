@@ -1,7 +1,7 @@
 """float8 against bf16, measured with real bounded trials (`train.trial.measurement.run_trial`).
 
-    python scripts/bench_float8.py                          # CPU: emulated float8 on tiny
-    python scripts/bench_float8.py --device cuda --model gpt2-xl --tokens-per-step 65536 \
+    python -m scripts.bench.float8                          # CPU: emulated float8 on tiny
+    python -m scripts.bench.float8 --device cuda --model gpt2-xl --tokens-per-step 65536 \
         --micro-batch 16 --rounds 3 --compile default          # a GPU with cc >= 8.9
 
 Each round runs bf16, float8 tensorwise and float8 rowwise once, in a shuffled order (drift
@@ -17,25 +17,19 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import random
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from configs import compose_config  # noqa: E402  (a sibling in scripts/)
-from table import format_table  # noqa: E402
-
-from train.trial.measurement import run_trial  # noqa: E402
+from scripts.bench.configs import compose_config
+from scripts.bench.harness import bench_parser, format_table, ratio_summary, shuffled_rounds
+from train.trial.measurement import run_trial
 
 VARIANTS = {"bf16": "none", "float8 tensorwise": "tensorwise", "float8 rowwise": "rowwise"}
 
 
-def _args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = bench_parser(__doc__)
     p.add_argument("--device", default="cpu", help="cpu (float8 emulated) or cuda")
     p.add_argument("--model", default="tiny")
     p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")
@@ -45,7 +39,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--compile", default="none")
     p.add_argument("--lr", type=float, default=5e-3)
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def _overrides(a: argparse.Namespace, tmp: Path, float8: str) -> list[str]:
@@ -72,14 +66,12 @@ def _overrides(a: argparse.Namespace, tmp: Path, float8: str) -> list[str]:
     ]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    a = _args(argv)
     logging.basicConfig(level=logging.WARNING)
-    a = _args()
     rows, ratios, ok = [], {name: [] for name in VARIANTS if name != "bf16"}, True
     with tempfile.TemporaryDirectory(prefix="bench_float8_") as tmp:
-        for rnd in range(1, a.rounds + 1):
-            order = list(VARIANTS)
-            random.Random(rnd).shuffle(order)
+        for rnd, order in enumerate(shuffled_rounds(list(VARIANTS), a.rounds, seed=0), start=1):
             tps = {}
             for name in order:
                 cfg = compose_config(_overrides(a, Path(tmp), VARIANTS[name]))
@@ -120,8 +112,7 @@ def main() -> int:
     for name, xs in ratios.items():
         if xs:
             print(
-                f"{name} / bf16 tokens/s: median {statistics.median(xs):.3f}x "
-                f"(range {min(xs):.3f}-{max(xs):.3f}, {len(xs)} rounds)"
+                f"{name} / bf16 tokens/s: {ratio_summary(xs, '{:.3f}', unit='rounds')}"
                 + (" -- emulated: plumbing only, no speed claim" if a.device == "cpu" else "")
             )
     print("PASS" if ok else "FAIL: a float8 trial failed, or its loss did not stay finite and fall")

@@ -1,7 +1,7 @@
 """One trial slot or two? The same sweep budget run with `hydra.sweeper.n_jobs=1` and `=2`.
 
-    python scripts/bench_workers.py [--pairs 2] [--workdir DIR]
-    python scripts/bench_workers.py --pairs 1 --space "{batch.micro_batch: 'choice(4, 8)'}" \
+    python -m scripts.bench.workers [--pairs 2] [--workdir DIR]
+    python -m scripts.bench.workers --pairs 1 --space "{batch.micro_batch: 'choice(4, 8)'}" \
         --extra trial.max_steps=4 trial.min_steps=2      # a smoke run: 2 points, short trials
 
 Both sweeps use Hydra's joblib launcher (so each trial starts the same way) and the same grid of
@@ -17,21 +17,23 @@ median ratio (2 slots / 1 slot) with its range:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import optuna
+from optuna.trial import TrialState
 
-import optuna  # noqa: E402
-from optuna.trial import TrialState  # noqa: E402
-from table import format_table  # noqa: E402
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    pair_ratios,
+    ratio_summary,
+    run_child,
+    run_pairs,
+    sweep_argv,
+    workdir_of,
+)
 
 log = logging.getLogger("bench_workers")
 
@@ -61,48 +63,40 @@ SWEEP = (
 
 def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
     """One sweep with `n_jobs` trial slots; its wall, search span, trial walls and speeds."""
-    argv = [
-        sys.executable,
-        str(REPO / "sweep.py"),
-        "-m",
+    argv = sweep_argv(
         *SWEEP,
         *space,
         f"hydra.sweeper.n_jobs={n_jobs}",
         f"hydra.launcher.n_jobs={n_jobs}",
         f"hydra.sweeper.study_name={name}",
         f"hydra.sweep.dir={workdir / name}",
-    ]
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
-    wall = time.monotonic() - start
-    (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"sweep {name} failed (exit {proc.returncode}); see {workdir}/{name}.log")
+    )
+    child = run_child(argv, cwd=workdir)
+    (workdir / f"{name}.log").write_text(child.output)
+    if child.proc.returncode != 0:
+        raise SystemExit(
+            f"sweep {name} failed (exit {child.proc.returncode}); see {workdir}/{name}.log"
+        )
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps/optuna.db'}")
     trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
     span = max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)
     return {
         "n_jobs": n_jobs,
         "trials": len(trials),
-        "wall_s": wall,
+        "wall_s": child.wall_s,
         "search_s": span.total_seconds(),
         "trial_s": sum(t.user_attrs["wall_s"] for t in trials),
         "tokens_per_s": statistics.median(t.value for t in trials),
     }
 
 
-def ratio_line(label: str, pairs: list[tuple[dict, dict]], key: str) -> str:
-    ratios = [two[key] / one[key] for one, two in pairs]
-    return (
-        f"{label:<28} {statistics.median(ratios):.2f}x "
-        f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)"
-    )
+def ratio_line(label: str, pairs: list[dict[int, dict]], key: str) -> str:
+    ratios = pair_ratios([p[2][key] for p in pairs], [p[1][key] for p in pairs])
+    return f"{label:<28} {ratio_summary(ratios)}"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=2, help="interleaved 1-slot/2-slot pairs")
-    parser.add_argument("--workdir", type=Path, default=None, help="default: a temp dir")
+    parser = bench_parser(__doc__, pairs=2, arms="1 slot and 2 slots", workdir=True)
     parser.add_argument(
         "--one-thread",
         action="store_true",
@@ -120,27 +114,24 @@ def main(argv: list[str] | None = None) -> None:
         space = ONE_THREAD if args.one_thread else (SPACE,)
     space += tuple(args.extra)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_workers_"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    pairs: list[tuple[dict, dict]] = []
-    for p in range(args.pairs):
-        order = (1, 2) if p % 2 == 0 else (2, 1)  # alternate which goes first
-        runs = {}
-        for n_jobs in order:
-            runs[n_jobs] = run(workdir, f"pair{p}-jobs{n_jobs}", n_jobs, space)
-            r = runs[n_jobs]
-            log.info(
-                "pair %d, %d slot(s): %d trials, sweep %.1f s, search %.1f s, trials %.1f s, "
-                "median %.0f tokens/s",
-                p,
-                n_jobs,
-                r["trials"],
-                r["wall_s"],
-                r["search_s"],
-                r["trial_s"],
-                r["tokens_per_s"],
-            )
-        pairs.append((runs[1], runs[2]))
+    workdir = workdir_of(args, "bench_workers_")
+
+    def one(n_jobs: int, p: int) -> dict:
+        r = run(workdir, f"pair{p}-jobs{n_jobs}", n_jobs, space)
+        log.info(
+            "pair %d, %d slot(s): %d trials, sweep %.1f s, search %.1f s, trials %.1f s, "
+            "median %.0f tokens/s",
+            p,
+            n_jobs,
+            r["trials"],
+            r["wall_s"],
+            r["search_s"],
+            r["trial_s"],
+            r["tokens_per_s"],
+        )
+        return r
+
+    pairs = run_pairs((1, 2), args.pairs, one)
     rows = [
         [
             str(p),
@@ -152,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['tokens_per_s']:.0f}",
         ]
         for p, pair in enumerate(pairs)
-        for r in pair
+        for r in (pair[1], pair[2])
     ]
     print(
         format_table(

@@ -1,6 +1,6 @@
 """A data-parallel trial against one process at the same global batch and seed, on this CPU.
 
-    python scripts/bench_ddp.py [--model tiny] [--steps 8] [--pairs 3] [--warmup-steps 3]
+    python -m scripts.bench.ddp [--model tiny] [--steps 8] [--pairs 3] [--warmup-steps 3]
 
 Runs `python -m train.trial` as one process (micro-batch 2m) and as `runtime.nproc=2` gloo DDP
 ranks (micro-batch m each: the same global batch), fp32, in interleaved pairs. Prints each pair's
@@ -11,20 +11,20 @@ the backward), then the median tokens/s ratio (2 processes / 1) with its range.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from configs import cpu_trial_overrides  # noqa: E402
-from table import format_table  # noqa: E402
+from scripts.bench.configs import cpu_trial_overrides
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    ratio_summary,
+    run_child,
+    run_pairs,
+    trial_argv,
+)
 
 log = logging.getLogger("bench_ddp")
 COMPARED_STEPS = 5
@@ -33,17 +33,10 @@ COMPARED_STEPS = 5
 def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
     """One `python -m train.trial` run; its result JSON."""
     out = tmp / name
-    argv = [
-        sys.executable,
-        "-m",
-        "train.trial",
-        *overrides,
-        f"hydra.run.dir={out}",
-        "runtime.dtype=fp32",
-        "trial.project_above_s=0",
-    ]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
-    (tmp / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    argv = trial_argv(
+        *overrides, f"hydra.run.dir={out}", "runtime.dtype=fp32", "trial.project_above_s=0"
+    )
+    (tmp / f"{name}.log").write_text(run_child(argv).output)
     result = json.loads((out / "trial.json").read_text())
     if result["status"] != "complete":
         raise SystemExit(f"trial {name} {result['status']}: {result['failure']}; see {tmp}")
@@ -51,13 +44,12 @@ def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, pairs=3, arms="1 process and 2")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--block-size", type=int, default=64, help="the preset's block size")
     parser.add_argument("--micro-batch", type=int, default=8, help="per rank; one process: 2x")
     parser.add_argument("--grad-accum", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8, help="measured steps per trial")
-    parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--warmup-steps", type=int, default=3, help="warm-up steps per trial")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -76,12 +68,12 @@ def main(argv: list[str] | None = None) -> None:
         tokens = 2 * args.micro_batch * args.grad_accum * args.block_size  # the global figure
         return [*base, f"batch.tokens_per_step={tokens}", *extra]
 
+    def run(nproc: int, p: int) -> dict:
+        mb = args.micro_batch * (2 // nproc)
+        return trial(tmp, f"p{p}-n{nproc}", overrides(mb, f"runtime.nproc={nproc}"))
+
     rows, ratios = [], []
-    for p in range(args.pairs):
-        runs = {}
-        for nproc in (1, 2) if p % 2 == 0 else (2, 1):  # alternate which goes first
-            mb = args.micro_batch * (2 // nproc)
-            runs[nproc] = trial(tmp, f"p{p}-n{nproc}", overrides(mb, f"runtime.nproc={nproc}"))
+    for p, runs in enumerate(run_pairs((1, 2), args.pairs, run)):
         one, two = runs[1], runs[2]
         a, b = one["loss"]["steps"][:COMPARED_STEPS], two["loss"]["steps"][:COMPARED_STEPS]
         diff = max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True))
@@ -112,10 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             rows,
         )
     )
-    print(
-        f"tokens/s, 2 processes / 1: median {statistics.median(ratios):.2f}x "
-        f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs)"
-    )
+    print(f"tokens/s, 2 processes / 1: {ratio_summary(ratios)}")
     print(f"results and logs: {tmp}")
 
 

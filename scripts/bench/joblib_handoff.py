@@ -1,6 +1,6 @@
 """Does training from best.yaml run at the race's verified speed under a parallel launcher?
 
-    python scripts/bench_joblib_handoff.py [--workdir DIR] [--pairs 3] [--steps 100] [--trials 4]
+    python -m scripts.bench.joblib_handoff [--workdir DIR] [--pairs 3] [--steps 100] [--trials 4]
                                            [--reuse-sweep]
 
 Issue 24, must-show 3. Runs a small sweep under `hydra/launcher=joblib hydra.sweeper.n_jobs=2` on
@@ -19,19 +19,29 @@ over the verified figure and over the re-measured race config (ratio and range; 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from scripts.bench.harness import (
+    REPO,
+    Child,
+    bench_parser,
+    pair_ratios,
+    ratio_summary,
+    run_child,
+    run_pairs,
+    sweep_argv,
+    trial_argv,
+    verdict,
+    workdir_of,
+)
+
 # three race rounds: the verified figure is a median of 3 runs, not one 20-step draw of a machine
 # whose fixed work varies by 12-23% from run to run
 SWEEP_OVERRIDES = [
@@ -42,32 +52,25 @@ SWEEP_OVERRIDES = [
 ]
 
 
-def run(argv: list[str], *, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        said = (proc.stdout + proc.stderr)[-3000:]
-        sys.exit(f"{' '.join(argv)} exited {proc.returncode}:\n{said}")
-    return proc
+def run(argv: list[str], *, cwd: Path = REPO, timeout: float = 900) -> Child:
+    child = run_child(argv, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=timeout)
+    if child.proc.returncode != 0:
+        sys.exit(f"{' '.join(argv)} exited {child.proc.returncode}:\n{child.output[-3000:]}")
+    return child
 
 
 def sweep(work: Path, trials: int) -> Path:
     """The sweep's folder (with best.yaml) under `work`."""
     sweep_dir = work / "sweep"
-    argv = [
-        sys.executable,
-        str(REPO / "sweep.py"),
-        "-m",
+    argv = sweep_argv(
         *SWEEP_OVERRIDES,
         f"hydra.sweeper.n_trials={trials}",
         f"hydra.sweep.dir={sweep_dir}",
         f"hydra.sweeper.storage=sqlite:///{work / 'optuna.db'}",
         f"hydra.sweeper.study_name=handoff-{int(time.time())}",
-    ]
+    )
     print("$ python sweep.py -m " + " ".join(argv[3:]), flush=True)
-    started = time.monotonic()
-    run(argv, cwd=work)
-    print(f"sweep: {time.monotonic() - started:.0f} s", flush=True)
+    print(f"sweep: {run(argv, cwd=work).wall_s:.0f} s", flush=True)
     return sweep_dir
 
 
@@ -87,7 +90,7 @@ def production_tokens_per_s(sweep_dir: Path, out: Path, steps: int) -> float:
         f"checkpoint.dir={out / 'ck'}",
         f"hydra.run.dir={out}",
     ]
-    run(argv, cwd=REPO)
+    run(argv)
     history = json.loads((out / "train_summary.json").read_text())["history"]
     per_step = [h["tokens_per_s"] for h in history if "tokens_per_s" in h][1:]  # first: warm-up
     # tokens over the steps' total time, as a trial's tokens_per_s is (the steps hold equal tokens)
@@ -96,39 +99,25 @@ def production_tokens_per_s(sweep_dir: Path, out: Path, steps: int) -> float:
 
 def race_config_tokens_per_s(trial_config: Path, out: Path) -> float:
     out.mkdir(parents=True, exist_ok=True)
-    run(
-        [
-            sys.executable,
-            "-m",
-            "train.trial",
-            "--pinned",
-            str(trial_config),
-            f"trial.out={out / 'trial.json'}",
-        ],
-        cwd=REPO,
-    )
+    run(trial_argv("--pinned", str(trial_config), f"trial.out={out / 'trial.json'}"))
     return json.loads((out / "trial.json").read_text())["tokens_per_s"]
 
 
 def ratio_line(name: str, ratios: list[float]) -> str:
-    med = statistics.median(ratios)
-    verdict = "PASS" if abs(med - 1) <= 0.10 else "FAIL"
+    ok = abs(statistics.median(ratios) - 1) <= 0.10
     return (
-        f"production / {name}: {med:.3f} (median of {len(ratios)}, range "
-        f"{min(ratios):.3f}-{max(ratios):.3f}); target within 10%: {verdict}"
+        f"production / {name}: {ratio_summary(ratios, '{:.3f}')}; target within 10%: {verdict(ok)}"
     )
 
 
 def explain_line(sweep_dir: Path, trial: int) -> str:
-    proc = run([sys.executable, "-m", "train.explain", "--result", str(sweep_dir)], cwd=REPO)
-    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if f"trial {trial}" in ln]
-    return lines[0] if lines else f"(no line names trial {trial}:)\n{proc.stdout[-1500:]}"
+    child = run([sys.executable, "-m", "train.explain", "--result", str(sweep_dir)])
+    lines = [ln for ln in child.output.splitlines() if f"trial {trial}" in ln]
+    return lines[0] if lines else f"(no line names trial {trial}:)\n{child.proc.stdout[-1500:]}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temporary folder")
-    ap.add_argument("--pairs", type=int, default=3)
+def main(argv: list[str] | None = None) -> None:
+    ap = bench_parser(__doc__, pairs=3, arms="production and race config", workdir=True)
     ap.add_argument("--steps", type=int, default=100, help="production steps per run")
     ap.add_argument("--trials", type=int, default=4, help="hydra.sweeper.n_trials")
     ap.add_argument(
@@ -136,9 +125,8 @@ def main() -> None:
         action="store_true",
         help="measure the sweep already in --workdir (its best.yaml) again",
     )
-    args = ap.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="handoff-"))
-    work.mkdir(parents=True, exist_ok=True)
+    args = ap.parse_args(argv)
+    work = workdir_of(args, "handoff-")
     print(f"work dir: {work}; CPUs here: {len(os.sched_getaffinity(0))}", flush=True)
     sweep_dir = work / "sweep"
     if args.reuse_sweep and (sweep_dir / "best.yaml").is_file():
@@ -159,24 +147,22 @@ def main() -> None:
         f"{json.dumps(prov.get('measured_as'))}"
     )
     race_config = sweep_dir / race_runs[-1] / "trial_config.yaml"
-    rows = []
-    for i in range(args.pairs):
-        order = ["production", "race config"] if i % 2 == 0 else ["race config", "production"]
-        got = {}
-        for which in order:
-            out = work / f"pair{i}-{which.replace(' ', '-')}"
-            got[which] = (
-                production_tokens_per_s(sweep_dir, out, args.steps)
-                if which == "production"
-                else race_config_tokens_per_s(race_config, out)
-            )
-        rows.append(got)
+
+    def one(which: str, i: int) -> float:
+        out = work / f"pair{i}-{which.replace(' ', '-')}"
+        if which == "production":
+            return production_tokens_per_s(sweep_dir, out, args.steps)
+        return race_config_tokens_per_s(race_config, out)
+
+    def show(i: int, got: dict[str, float]) -> None:
         print(
-            f"pair {i} ({' then '.join(order)}): production {got['production']:,.0f} tokens/s, "
+            f"pair {i} ({' then '.join(got)}): production {got['production']:,.0f} tokens/s, "
             f"race config {got['race config']:,.0f} tokens/s, "
             f"ratio {got['production'] / got['race config']:.3f}",
             flush=True,
         )
+
+    rows = run_pairs(("production", "race config"), args.pairs, one, after_pair=show)
     prod = [r["production"] for r in rows]
     print(
         f"production median {statistics.median(prod):,.0f} tokens/s "
@@ -186,7 +172,7 @@ def main() -> None:
     print(
         ratio_line(
             "the race config re-measured (paired)",
-            [r["production"] / r["race config"] for r in rows],
+            pair_ratios([r["production"] for r in rows], [r["race config"] for r in rows]),
         )
     )
     print(f"explain --result names: {explain_line(sweep_dir, trial)}")

@@ -1,6 +1,6 @@
 """How good and how cheap is the TPE + pruning sweep? Compared with the full grid on one space.
 
-    python scripts/bench_sweep.py [--workdir DIR] [--tpe-trials 8] [--search grid]
+    python -m scripts.bench.sweep [--workdir DIR] [--tpe-trials 8] [--search grid]
 
 Runs `sweep.py -m search=<space>` twice in one work dir: once as the full grid (every feasible
 point, no pruning), once with TPE + the median pruner and a smaller trial budget. Prints, from the
@@ -18,25 +18,27 @@ Exit code 1 when any goal prints FAIL.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import optuna
+from optuna.trial import TrialState
 
-import optuna  # noqa: E402
-from optuna.trial import TrialState  # noqa: E402
-
-from sweeper.verify.race_rules import paired  # noqa: E402
-from sweeper.verify.race_stats import compare  # noqa: E402
-from train.core.result import TrialResult, read_result  # noqa: E402
+from scripts.bench.harness import (
+    bench_parser,
+    pair_ratios,
+    paired_interval,
+    run_child,
+    run_pairs,
+    sweep_argv,
+    trial_argv,
+    verdict,
+)
+from sweeper.verify.race_rules import paired
+from train.core.result import TrialResult, read_result
 
 log = logging.getLogger("bench_sweep")
 GOALS = {"gap": 0.03, "trial_time_frac": 0.30, "overhead_frac": 0.10}
@@ -44,23 +46,15 @@ GOALS = {"gap": 0.03, "trial_time_frac": 0.30, "overhead_frac": 0.10}
 
 def run_sweep(workdir: Path, study: str, *overrides: str) -> float:
     """Run one sweep to completion; returns its wall time in seconds."""
-    argv = [
-        sys.executable,
-        str(REPO / "sweep.py"),
-        "-m",
-        f"hydra.sweeper.study_name={study}",
-        *overrides,
-    ]
+    argv = sweep_argv(f"hydra.sweeper.study_name={study}", *overrides)
     log.info("running: %s", " ".join(argv[1:]))
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
-    wall = time.monotonic() - start
-    (workdir / f"{study}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
+    child = run_child(argv, cwd=workdir)
+    (workdir / f"{study}.log").write_text(child.output)
+    if child.proc.returncode != 0:
         raise SystemExit(
-            f"sweep {study} failed (exit {proc.returncode}); see {workdir}/{study}.log"
+            f"sweep {study} failed (exit {child.proc.returncode}); see {workdir}/{study}.log"
         )
-    return wall
+    return child.wall_s
 
 
 def load(workdir: Path, study: str) -> optuna.Study:
@@ -154,32 +148,28 @@ def remeasure(
     """Re-run each named config (its pinned trial_config.yaml) once per pair, in fresh processes,
     the order alternating A B, B A, ... so drift hits both sides alike; returns tokens/s per name
     and pair (None where a run failed)."""
-    out: dict[str, list[float | None]] = {name: [] for name in job_dirs}
-    names = list(job_dirs)
-    for i in range(pairs):
-        for name in names if i % 2 == 0 else names[::-1]:
-            res = workdir / "remeasure" / f"{name}-{i}.json"
-            argv = [
-                sys.executable,
-                "-m",
-                "train.trial",
-                "--config-path",
-                str(job_dirs[name]),
-                "--config-name",
-                "trial_config",
-                f"hydra.run.dir={workdir / 'remeasure' / f'{name}-{i}'}",
-                f"trial.out={res}",
-                "trial.study_storage=",
-                "trial.progress_file=",
-            ]
-            subprocess.run(argv, cwd=REPO, capture_output=True, check=False)
-            result = read_result(res)
-            if result is not None and result["status"] == "complete":
-                out[name].append(result["tokens_per_s"])
-            else:
-                out[name].append(None)
-                log.warning("re-measuring %s (run %d) failed; see %s", name, i, res.parent)
-    return out
+
+    def run(name: str, i: int) -> float | None:
+        res = workdir / "remeasure" / f"{name}-{i}.json"
+        argv = trial_argv(
+            "--config-path",
+            str(job_dirs[name]),
+            "--config-name",
+            "trial_config",
+            f"hydra.run.dir={workdir / 'remeasure' / f'{name}-{i}'}",
+            f"trial.out={res}",
+            "trial.study_storage=",
+            "trial.progress_file=",
+        )
+        run_child(argv)
+        result = read_result(res)
+        if result is not None and result["status"] == "complete":
+            return result["tokens_per_s"]
+        log.warning("re-measuring %s (run %d) failed; see %s", name, i, res.parent)
+        return None
+
+    done = run_pairs(list(job_dirs), pairs, run)
+    return {name: [p[name] for p in done] for name in job_dirs}
 
 
 def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
@@ -189,12 +179,12 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
     w, g = paired(again["winner"], again["grid-best"])
     out: dict = {"pairs": len(w)}
     if len(w) >= 2:
-        c = compare(w, g, confidence=0.95, margin=GOALS["gap"])
+        c = paired_interval(w, g, confidence=0.95)
         out |= {
             "gap": 1.0 - c.ratio,
             "gap_low": 1.0 - c.high,
             "gap_high": 1.0 - c.low,
-            "ratios": [x / y for x, y in zip(w, g, strict=True)],
+            "ratios": pair_ratios(w, g),
             "median_gap": 1.0 - statistics.median(w) / statistics.median(g),
             "cv": {
                 k: statistics.stdev(v) / statistics.fmean(v)
@@ -205,9 +195,7 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    ap = bench_parser(__doc__, workdir=True)
     ap.add_argument("--search", default="grid", help="search space (conf/search/<name>.yaml)")
     ap.add_argument("--tpe-trials", type=int, default=8)
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for both sweeps")
@@ -218,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         help="interleaved pairs of re-runs of grid best and winner (0: skip)",
     )
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     if (workdir / "sweeps" / "optuna.db").exists():
         # the sweeps would resume their finished studies and time nothing
@@ -273,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     missed: list[str] = []  # the goals that print FAIL
     for name, value, goal in rows:
-        verdict = "" if goal is None else ("PASS" if value <= goal else "FAIL")
-        if verdict == "FAIL":
+        said = "" if goal is None else verdict(value <= goal)
+        if said == "FAIL":
             missed.append(name.strip())
         goal_text = "" if goal is None else f"goal <= {100 * goal:.0f}%"
-        print(f"{name:<42} {100 * value:6.1f}%  {goal_text:<14} {verdict}")
+        print(f"{name:<42} {100 * value:6.1f}%  {goal_text:<14} {said}")
     print(
         f"sweep wall {r['sweep_wall_s']:.0f} s, of which warm-up + measured steps "
         f"{r['measured_work_s']:.0f} s; median trial process {r['median_trial_wall_s']:.1f} s "
@@ -309,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"(95% CI {100 * gap['gap_low']:.1f}% to {100 * gap['gap_high']:.1f}%; "
                 f"gap of the medians {100 * gap['median_gap']:.1f}%, "
                 f"CV winner {100 * gap['cv']['winner']:.1f}%, grid best "
-                f"{100 * gap['cv']['grid-best']:.1f}%)  goal <= 3%  {'PASS' if ok else 'FAIL'}"
+                f"{100 * gap['cv']['grid-best']:.1f}%)  goal <= 3%  {verdict(ok)}"
             )
         else:
             print(

@@ -1,6 +1,6 @@
 """Cold compile and step time of runtime.compile_unit=model against block, on a deep narrow model.
 
-    python scripts/bench_compile_unit.py [--pairs 3] [--n-layer 24] [--steps 20] [--compile default]
+    python -m scripts.bench.compile_unit [--pairs 3] [--n-layer 24] [--steps 20] [--compile default]
 
 Each run is one `python -m train.trial` in a fresh process with runtime.compile_cache=off (a
 private, empty cache folder; Inductor's FX-graph and AOTAutograd caches off), so every compile is
@@ -26,19 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from configs import cpu_trial_overrides  # noqa: E402  (a sibling in scripts/)
-from table import format_table  # noqa: E402
-
-from train.core.compile_cache import cache_env  # noqa: E402
+from scripts.bench.configs import cpu_trial_overrides
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    pair_ratios,
+    run_child,
+    run_pairs,
+    spread,
+    trial_argv,
+)
+from train.core.compile_cache import cache_env
 
 UNITS = ("model", "block")
 RECOMPILE_MARK = "Recompiling function"  # torch/_dynamo's recompiles log line
@@ -48,9 +50,8 @@ ISA_PROBE = (
 )
 
 
-def _args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=3)
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = bench_parser(__doc__, pairs=3, arms="model and block")
     p.add_argument("--n-layer", type=int, default=24)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=4)
@@ -60,7 +61,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--activation-checkpointing", default="none")
     p.add_argument("--threads", type=int, default=0, help="runtime.threads (0: torch's default)")
     p.add_argument("--out", type=Path, help="also write the output to this file")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
@@ -87,52 +88,48 @@ def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
         f"hydra.run.dir={tmp / tag}",
     ]
     env = {**os.environ, **cache_env("off"), "TORCH_LOGS": "recompiles"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "train.trial", *overrides],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0 or not out.exists():
-        raise SystemExit(f"{tag}: trial failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    child = run_child(trial_argv(*overrides), env=env)
+    if child.proc.returncode != 0 or not out.exists():
+        raise SystemExit(
+            f"{tag}: trial failed ({child.proc.returncode}):\n{child.proc.stderr[-3000:]}"
+        )
     result = json.loads(out.read_text())
     if result["status"] != "complete":
         raise SystemExit(f"{tag}: trial {result['status']}: {result['failure']}")
-    result["recompiles"] = (proc.stdout + proc.stderr).count(RECOMPILE_MARK)
+    result["recompiles"] = child.output.count(RECOMPILE_MARK)
     return result
 
 
 def isa_probe_s(folder: Path) -> float:
     """Inductor's CPU ISA probe alone, in a fresh process with the empty cache folder `folder`."""
-    env = {**os.environ, **cache_env(str(folder))}
-    proc = subprocess.run(
-        [sys.executable, "-c", ISA_PROBE], env=env, capture_output=True, text=True, check=True
+    child = run_child(
+        [sys.executable, "-c", ISA_PROBE], env={**os.environ, **cache_env(str(folder))}
     )
-    return float(proc.stdout.split()[-1])
-
-
-def spread(xs: list[float], fmt: str) -> str:
-    return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+    child.proc.check_returncode()
+    return float(child.proc.stdout.split()[-1])
 
 
 def measure(a: argparse.Namespace, tmp: Path) -> tuple[dict[str, list[dict]], list[float]]:
     """The interleaved pairs: each unit's results in pair order, and each pair's ISA probe."""
-    runs: dict[str, list[dict]] = {u: [] for u in UNITS}
-    probes = []
-    for pair in range(1, a.pairs + 1):
-        for unit in UNITS if pair % 2 else UNITS[::-1]:
-            r = run_one(a, tmp, unit, f"{pair}-{unit}")
-            runs[unit].append(r)
-            print(
-                f"pair {pair} {unit}: compile {r['compile_s']:.1f} s, step p50 "
-                f"{r['step_time_s']['p50'] * 1e3:.1f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
-        probes.append(isa_probe_s(tmp / f"isa-{pair}"))
-    return runs, probes
+    probes: list[float] = []
+
+    def run(unit: str, i: int) -> dict:
+        r = run_one(a, tmp, unit, f"{i + 1}-{unit}")
+        print(
+            f"pair {i + 1} {unit}: compile {r['compile_s']:.1f} s, step p50 "
+            f"{r['step_time_s']['p50'] * 1e3:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+        return r
+
+    pairs = run_pairs(
+        UNITS,
+        a.pairs,
+        run,
+        after_pair=lambda i, _: probes.append(isa_probe_s(tmp / f"isa-{i + 1}")),
+    )
+    return {u: [p[u] for p in pairs] for u in UNITS}, probes
 
 
 def report(
@@ -159,7 +156,7 @@ def report(
     step_ms = {u: [r["step_time_s"]["p50"] * 1e3 for r in runs[u]] for u in UNITS}
 
     def ratio(xs: dict[str, list[float]], num: str, den: str) -> list[float]:
-        return [n / d for n, d in zip(xs[num], xs[den], strict=True)]
+        return pair_ratios(xs[num], xs[den])
 
     first = runs["model"][0]
     return "\n".join(
@@ -206,8 +203,8 @@ def report(
     )
 
 
-def main() -> int:
-    a = _args()
+def main(argv: list[str] | None = None) -> int:
+    a = _args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_compile_unit_") as tmp:
         runs, probes = measure(a, Path(tmp))

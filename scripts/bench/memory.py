@@ -1,8 +1,8 @@
 """Check the memory model against the trainer's real tensor peak on this CPU.
 
-    python scripts/bench_memory.py             # 3 models x activation checkpointing none/every
-    python scripts/bench_memory.py --tolerance 0.10
-    python scripts/bench_memory.py --models tiny   # a smoke run: 2 rows, seconds
+    python -m scripts.bench.memory             # 3 models x activation checkpointing none/every
+    python -m scripts.bench.memory --tolerance 0.10
+    python -m scripts.bench.memory --models tiny   # a smoke run: 2 rows, seconds
 
 For each of `tiny`, `small-cpu` and a 12-layer 768-wide model at block 256 (vocab 50304), fp32,
 with activation checkpointing off and on every block: build the real Session (the trial's
@@ -14,27 +14,20 @@ a table and exits 1 if any row is off by more than the tolerance (15%, the issue
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# allow `python scripts/bench_memory.py` from the repo root without installing the package
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from configs import compose_config  # noqa: E402  (a sibling in scripts/)
-from table import format_table  # noqa: E402  (a sibling in scripts/)
-
-from train.core.memory_model import MemoryEstimate, predict_memory  # noqa: E402
-from train.core.meters import PhaseClock  # noqa: E402
-from train.data.synthetic import generate  # noqa: E402
-from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors  # noqa: E402
-from train.run.loop import Session, build_session, train_step  # noqa: E402
+from scripts.bench.configs import compose_config
+from scripts.bench.harness import bench_parser, format_table, timed, verdict
+from train.core.memory_model import MemoryEstimate, predict_memory
+from train.core.meters import PhaseClock
+from train.data.synthetic import generate
+from train.measure.memory_meter import PeakMemory, session_inputs, training_tensors
+from train.run.loop import Session, build_session, train_step
 
 log = logging.getLogger("bench_memory")
 
@@ -76,10 +69,12 @@ def metered_step(s: Session) -> tuple[float, float, MemoryEstimate]:
         train_step(s, lr=lr, clock=PhaseClock())  # AdamW's state exists from here on
         meter = PeakMemory(s.device)
         meter.track(training_tensors(s.raw_model, s.optimizer))
-        started = time.perf_counter()
-        with meter:
-            train_step(s, lr=lr, clock=PhaseClock())
-        step_s = time.perf_counter() - started
+
+        def metered() -> None:
+            with meter:
+                train_step(s, lr=lr, clock=PhaseClock())
+
+        _, step_s = timed(metered)
         estimate = predict_memory(session_inputs(s))
     finally:
         s.batches.close()
@@ -129,7 +124,7 @@ def measure_case(case: Case, ac: str, *, data_dir: Path, ckpt_dir: Path) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
     names = [c.name for c in CASES]
     parser.add_argument(
@@ -161,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fp32, CPU, grad_accum {GRAD_ACCUM}; measured: tensor storages under a dispatch-mode "
         f"counter over one optimizer step after one warm-up step. Worst error "
-        f"{100 * worst:.1f}% (bar {100 * args.tolerance:.0f}%): {'PASS' if ok else 'FAIL'} "
+        f"{100 * worst:.1f}% (bar {100 * args.tolerance:.0f}%): {verdict(ok)} "
         f"({time.perf_counter() - started:.0f} s)"
     )
     return 0 if ok else 1

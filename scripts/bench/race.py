@@ -1,7 +1,7 @@
 """Race two configurations whose true gap is planted, many times, and count the verdicts.
 
-    python scripts/bench_race.py                       # gaps 5% and 10%, 10 races each
-    python scripts/bench_race.py --gaps 0.10 --races 3
+    python -m scripts.bench.race                       # gaps 5% and 10%, 10 races each
+    python -m scripts.bench.race --gaps 0.10 --races 3
 
 The slower configuration is the faster one plus `data.inject_latency_s` (with `data.num_workers=0`,
 so nothing hides it) sized to the planted share of the faster one's measured step: each micro-batch
@@ -22,24 +22,20 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# allow `python scripts/bench_race.py` from the repo root without installing the package
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import optuna
 
-import optuna  # noqa: E402
-from configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402  (a sibling in scripts/)
-
-from sweeper.settings import settings_from  # noqa: E402
-from sweeper.verify.race_rounds import run_race  # noqa: E402
-from sweeper.verify.race_rules import DECIDED, TIED  # noqa: E402
-from sweeper.verify.winner import Candidate  # noqa: E402
-from tests.race_helpers import race_context  # noqa: E402
-from train.trial.measurement import run_trial  # noqa: E402
+from scripts.bench.configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of
+from scripts.bench.harness import bench_parser, verdict
+from sweeper.settings import settings_from
+from sweeper.verify.race_rounds import run_race
+from sweeper.verify.race_rules import DECIDED, TIED
+from sweeper.verify.winner import Candidate
+from tests.race_helpers import race_context
+from train.trial.measurement import run_trial
 
 log = logging.getLogger("bench_race")
 FAST, SLOW = 0, 1  # contender numbers
@@ -95,7 +91,7 @@ def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     add_cpu_trial_args(p, model="tiny", grad_accum=4, warmup_steps=2, steps=12)
     p.add_argument("--gaps", type=float, nargs="+", default=[0.05, 0.10])
     p.add_argument("--races", type=int, default=10, help="races per gap")
@@ -129,17 +125,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"  gap {gap:.0%} race {i + 1}: {outcome} after {n} rounds -> {key}", flush=True
                 )
             goal = GOALS.get(round(gap, 2))
-            verdict = ""
+            said = ""
             if goal is not None and args.races == 10:
                 ok = tally["slower"] <= goal
                 failed |= not ok
-                verdict = f"; goal slower <= {goal} of 10: {'PASS' if ok else 'FAIL'}"
+                said = f"; goal slower <= {goal} of 10: {verdict(ok)}"
             print(
                 f"planted gap {gap:.0%} ({latency * 1e3:.2f} ms per micro-batch), {args.races} "
                 f"races: faster declared {tally['faster']}, equivalent {tally['equivalent']}, "
                 f"not significant {tally['not significant']}, slower declared {tally['slower']}; "
                 f"median rounds {statistics.median(rounds):g} (min {min(rounds)}, max "
-                f"{max(rounds)}); {time.perf_counter() - started:.0f} s{verdict}",
+                f"{max(rounds)}); {time.perf_counter() - started:.0f} s{said}",
                 flush=True,
             )
     return 1 if failed else 0

@@ -1,6 +1,6 @@
 """What the finite check before each checkpoint save costs, against the step it guards.
 
-    python scripts/bench_finite_check.py [--rounds 40] [--every 3] [overrides ...]
+    python -m scripts.bench.finite_check [--rounds 40] [--every 3] [overrides ...]
 
 Builds the default CPU trial's session (conf/train.yaml: the tiny preset, 4096 tokens a step as
 8 x 8 micro-batches, eager; overrides as in `python -m train.trial`) and, after warm-up steps,
@@ -14,27 +14,16 @@ ratio under 1%. Exits 1 when the goal fails.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from configs import compose_config  # noqa: E402
-from table import format_table  # noqa: E402
+from scripts.bench.configs import compose_config
+from scripts.bench.harness import bench_parser, format_table, pair_ratios, quantile, timed, verdict
 
 log = logging.getLogger("bench_finite_check")
 GOAL = 0.01  # the check's share of a step that saves
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def measure(overrides: list[str], *, rounds: int, warmup: int) -> tuple[list[float], list[float]]:
@@ -53,25 +42,29 @@ def measure(overrides: list[str], *, rounds: int, warmup: int) -> tuple[list[flo
     steps: list[float] = []
     checks: list[float] = []
     try:
-        for i in range(warmup + rounds):
-            t0 = time.perf_counter()
+
+        def step() -> float:
             loss = train_step(s, lr=s.cfg.optim.lr, clock=clock)
             finish_step(s, clock)
-            t1 = time.perf_counter()
-            check_state_finite(
-                step=i + 1, loss=loss, model=s.raw_model, optimizer=s.optimizer, last_good=None
+            return loss
+
+        for i in range(warmup + rounds):
+            loss, step_s = timed(step)
+            _, check_s = timed(
+                lambda i=i, loss=loss: check_state_finite(
+                    step=i + 1, loss=loss, model=s.raw_model, optimizer=s.optimizer, last_good=None
+                )
             )
-            t2 = time.perf_counter()
             if i >= warmup:
-                steps.append(t1 - t0)
-                checks.append(t2 - t1)
+                steps.append(step_s)
+                checks.append(check_s)
     finally:
         close_session(s)
     return steps, checks
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=40, help="interleaved step/check pairs")
     parser.add_argument("--warmup", type=int, default=3, help="steps before the first pair")
     parser.add_argument("--every", type=int, default=3, help="steps between saves, amortised")
@@ -84,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     data = tmp / "data" / "synthetic"  # the embedded default, generated there
     base = [f"data.dir={data}", f"checkpoint.dir={tmp / 'ckpt'}", "runtime.device=cpu"]
     steps, checks = measure([*base, *args.overrides], rounds=args.rounds, warmup=args.warmup)
-    ratios = [c / s for s, c in zip(steps, checks, strict=True)]
+    ratios = pair_ratios(checks, steps)
     ratio = statistics.median(ratios)
     rows = [
         [
@@ -110,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(f"{args.rounds} interleaved rounds, overrides: {' '.join(args.overrides) or '(default)'}")
     print(format_table(["what", "median", "p10-p90"], rows))
-    verdict = "PASS" if ratio < GOAL else "FAIL"
-    print(f"goal: the check under {GOAL:.0%} of a step that saves: {ratio:.3%} {verdict}")
-    return 0 if verdict == "PASS" else 1
+    said = verdict(ratio < GOAL)
+    print(f"goal: the check under {GOAL:.0%} of a step that saves: {ratio:.3%} {said}")
+    return 0 if ratio < GOAL else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark the trainer on this machine's CPU and check its measurement goals.
 
-    python scripts/bench_trainer.py            # full: 6 trials + 3 overhead pairs (~10-20 min)
-    python scripts/bench_trainer.py --quick    # smoke: eager fp32 only, a few steps, one pair
+    python -m scripts.bench.trainer            # full: 6 trials + 3 overhead pairs (~10-20 min)
+    python -m scripts.bench.trainer --quick    # smoke: eager fp32 only, a few steps, one pair
 
 Every figure printed is measured now, never a constant:
 - tokens/s, step-time p50 and spread (CV = std/mean), data-wait share and MFU against the measured
@@ -17,31 +17,35 @@ after warm-up; trial tokens/s >= 0.98x the plain loop. Exit code 1 when a goal i
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# allow `python scripts/bench_trainer.py` from the repo root without installing the package
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-from configs import compose_config  # noqa: E402  (a sibling in scripts/)
-from noise_floor import Floor, measure_floor  # noqa: E402  (scripts/ is on sys.path when run)
-from table import format_table  # noqa: E402  (a sibling in scripts/)
-
-from train import device as dev  # noqa: E402
-from train.core.config import Config  # noqa: E402
-from train.core.result import TrialResult  # noqa: E402
-from train.data.dataset import make_loader  # noqa: E402
-from train.run.loop import build_model, check_data, resolve_dtype, scheduled_lr  # noqa: E402
-from train.trial.measurement import run_trial  # noqa: E402
+from scripts.bench.configs import compose_config
+from scripts.bench.harness import (
+    REPO,
+    bench_parser,
+    format_table,
+    run_pairs,
+    spread,
+    timed,
+    verdict,
+)
+from scripts.bench.noise_floor import Floor, measure_floor
+from train import device as dev
+from train.core.config import Config
+from train.core.result import TrialResult
+from train.data.dataset import make_loader
+from train.run.loop import build_model, check_data, resolve_dtype, scheduled_lr
+from train.trial.measurement import run_trial
 
 log = logging.getLogger("bench_trainer")
 
@@ -169,11 +173,14 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
         if i == 0:
             loss_first = loss
     dev.sync(device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        last = step(batches, accum)
-    dev.sync(device)
-    elapsed = time.perf_counter() - t0
+
+    def window(it: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        for _ in range(steps):
+            last = step(it, accum)
+        dev.sync(device)
+        return last
+
+    last, elapsed = timed(functools.partial(window, batches))
     tokens = cfg.batch.tokens_per_step * steps
     del batches, loader  # stop the loader's worker processes before the next run
     gc.collect()
@@ -200,19 +207,19 @@ def measure_overhead(
         "trial.max_seconds=1e9",
     ]
     cfg = compose_config([*fixed, *HEADLINE.overrides()])
+
+    def run(side: str, i: int) -> TrialResult | PlainRun:
+        if side == "trial":
+            return run_variant(fixed, HEADLINE, out_dir, f"overhead-{i}")
+        log.info("plain loop %-23s (overhead-%d)", HEADLINE.label, i)
+        plain = plain_loop(cfg, warmup_steps=warmup_steps, steps=steps)
+        log.info("  %.0f tokens/s", plain.tokens_per_s)
+        return plain
+
     out = Overhead(ratios=[], trials=[], plain=[])
-    for i in range(repeats):
-        order = ("trial", "plain") if i % 2 == 0 else ("plain", "trial")
-        trial: dict = {}
-        plain: PlainRun | None = None
-        for side in order:
-            if side == "trial":
-                trial = run_variant(fixed, HEADLINE, out_dir, f"overhead-{i}")
-            else:
-                log.info("plain loop %-23s (overhead-%d)", HEADLINE.label, i)
-                plain = plain_loop(cfg, warmup_steps=warmup_steps, steps=steps)
-                log.info("  %.0f tokens/s", plain.tokens_per_s)
-        assert plain is not None
+    for pair in run_pairs(("trial", "plain"), repeats, run):
+        trial, plain = pair["trial"], pair["plain"]
+        assert isinstance(plain, PlainRun) and not isinstance(trial, PlainRun)
         if trial["step_time_s"]["n"] != steps:
             raise RuntimeError(f"trial ran {trial['step_time_s']['n']} steps, expected {steps}")
         out.trials.append(trial)
@@ -230,12 +237,8 @@ def _pct(x: float | None, digits: int = 1) -> str:
 
 
 def _spread(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{100 * values[0]:.2f}%"
-    return (
-        f"{100 * statistics.median(values):.2f}% (median of {len(values)}, "
-        f"{100 * min(values):.2f}-{100 * max(values):.2f}%)"
-    )
+    """Shares as 'median% (min%-max%) of n'."""
+    return f"{spread([100 * v for v in values], '{:.2f}%')} of {len(values)}"
 
 
 def variant_row(variant: Variant, r: dict) -> list[str]:
@@ -322,17 +325,17 @@ def report(
             "data wait, nw>=1",
             "< 1%",
             _spread(waits),
-            _verdict(statistics.median(waits) < DATA_WAIT_GOAL),
+            verdict(statistics.median(waits) < DATA_WAIT_GOAL),
         ],
-        ["step-time CV", "<= 3%", _spread(cvs), _verdict(statistics.median(cvs) <= CV_GOAL)],
+        ["step-time CV", "<= 3%", _spread(cvs), verdict(statistics.median(cvs) <= CV_GOAL)],
         ["(machine floor: fixed-work CV)", "", _spread([f.cv for f in floors]), ""],
         [
             "trial / plain tokens/s",
             ">= 0.98",
             f"{ratio:.4f} (median of {len(overhead.ratios)})",
-            _verdict(ratio >= OVERHEAD_GOAL),
+            verdict(ratio >= OVERHEAD_GOAL),
         ],
-        ["same weights+batches (last loss)", "match", loss_text, _verdict(same)],
+        ["same weights+batches (last loss)", "match", loss_text, verdict(same)],
     ]
     lines += ["", format_table(["goal", "target", "measured", "verdict"], goals)]
     over = [v.label for v, r in done if (r["mfu"]["ceiling"] or 0) > 1]
@@ -346,7 +349,7 @@ def report(
         lines.append(
             f"note: CV above goal, and so is the machine's own floor ({100 * floor:.1f}%): "
             "the same fixed matmul work, timed before and after the trials, varies that much here "
-            "(scripts/noise_floor.py), so the spread is the machine's, not the trainer's"
+            "(scripts/bench/noise_floor.py), so the spread is the machine's, not the trainer's"
         )
     elif statistics.median(cvs) > CV_GOAL:
         lines.append(
@@ -360,12 +363,8 @@ def _slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-=" else "_" for c in label)
 
 
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--quick", action="store_true", help="smoke mode: eager fp32, few steps, 1 pair")
     p.add_argument("--steps", type=int, help="measured steps per trial (default 40; quick 4)")
     p.add_argument("--max-seconds", type=float, default=30.0, help="time budget per trial")

@@ -1,6 +1,6 @@
 """False alarms of the numerics guard: its comparison run N times on identical math.
 
-    python scripts/bench_guard.py [--reruns 10] [--steps 20] [--seeds 2] [--k 2] [--floor 0.01]
+    python -m scripts.bench.guard [--reruns 10] [--steps 20] [--seeds 2] [--k 2] [--floor 0.01]
                                   [--candidate KEY=VALUE ...] [overrides ...]
 
 Each rerun does what the sweep's guard does (sweeper/verify/guard.py), outside a sweep: it trains
@@ -24,19 +24,15 @@ import argparse
 import json
 import logging
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from sweeper.space.overrides import format_override  # noqa: E402
-from sweeper.verify.guard_rules import check, descent, tolerance, window_size  # noqa: E402
-from train.core.curve import curve_keys, loss_curve  # noqa: E402
+from scripts.bench.harness import REPO, run_child, spread, trial_argv
+from sweeper.space.overrides import format_override
+from sweeper.verify.guard_rules import check, descent, tolerance, window_size
+from train.core.curve import curve_keys, loss_curve
 
 log = logging.getLogger("bench_guard")
 DEFAULTS = [
@@ -53,19 +49,11 @@ def curve_run(overrides: list[str], *, seed: int, steps: int, out_dir: Path) -> 
     """One curve run in a fresh process; its loss by step (the run must complete)."""
     keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=seed).items()]
     out = out_dir / "trial.json"
-    argv = [
-        sys.executable,
-        "-m",
-        "train.trial",
-        *overrides,
-        *keys,
-        f"trial.out={out}",
-        f"hydra.run.dir={out_dir}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    argv = trial_argv(*overrides, *keys, f"trial.out={out}", f"hydra.run.dir={out_dir}")
+    child = run_child(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=900)
     curve = loss_curve(json.loads(out.read_text())) if out.exists() else None
     if curve is None:
+        proc = child.proc
         raise SystemExit(f"curve run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     return curve
 
@@ -96,12 +84,7 @@ def rerun(args: argparse.Namespace, r: int, work: Path) -> dict:
     }
 
 
-def spread(values: list[float]) -> str:
-    return f"median {statistics.median(values):.4f}, min {min(values):.4f}, max {max(values):.4f}"
-
-
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--reruns", type=int, default=10)
     p.add_argument("--steps", type=int, default=20)
@@ -110,7 +93,8 @@ def main() -> int:
     p.add_argument("--floor", type=float, default=0.01)
     p.add_argument("--candidate", nargs="*", default=[], help="overrides of the candidate only")
     p.add_argument("overrides", nargs="*", help="trainer overrides of both (Hydra syntax)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     math_note = (
         "identical math"
         if not args.candidate
@@ -126,13 +110,13 @@ def main() -> int:
         rows = [rerun(args, r, Path(tmp)) for r in range(args.reruns)]
     alarms = sum(row["alarm"] for row in rows)
     print(f"alarms: {alarms} of {len(rows)} reruns ({math_note})")
-    print(f"tolerance (nats): {spread([r['tolerance'] for r in rows])}")
-    print(f"seed spread (nats): {spread([r['spread'] for r in rows])}")
-    print(f"candidate divergence (nats): {spread([r['divergence'] for r in rows])}")
+    print(f"tolerance (nats): {spread([r['tolerance'] for r in rows], '{:.4f}')}")
+    print(f"seed spread (nats): {spread([r['spread'] for r in rows], '{:.4f}')}")
+    print(f"candidate divergence (nats): {spread([r['divergence'] for r in rows], '{:.4f}')}")
     print(
         f"reference trained (descent beyond the seed spread): "
         f"{sum(r['trains'] for r in rows)} of {len(rows)}; descent (nats): "
-        f"{spread([r['drop'] for r in rows])}"
+        f"{spread([r['drop'] for r in rows], '{:.4f}')}"
     )
     print(f"wall: {time.perf_counter() - started:.0f} s")
     # identical math that alarms, or a reference that did not train (no verdict means anything)

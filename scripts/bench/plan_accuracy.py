@@ -1,6 +1,6 @@
 """Plan against reality on this machine: the default CPU sweep's predicted wall beside the measured.
 
-    python scripts/bench_plan_accuracy.py [--runs 3] [--workdir DIR]
+    python -m scripts.bench.plan_accuracy [--runs 3] [--workdir DIR]
 
 In one work dir (one Optuna storage, one MLflow store), `--runs` + 1 times: plan mode first
 (`python sweep.py -m search=throughput hydra.sweeper.plan.enabled=true`, the README's first command
@@ -14,15 +14,11 @@ Exit code 1 when a calibrated run misses it.
 
 from __future__ import annotations
 
-import argparse
 import re
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from scripts.bench.harness import Child, bench_parser, run_child, sweep_argv, verdict, workdir_of
+
 WALL = re.compile(r"predicted sweep wall: ((?:\d+h)?(?:\d+m)?(?:\d+s)?|[\d.]+ s)")
 
 
@@ -34,17 +30,13 @@ def seconds(text: str) -> float:
     return 3600 * parts.get("h", 0) + 60 * parts.get("m", 0) + parts.get("s", 0)
 
 
-def sweep(workdir: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, float]:
-    argv = [sys.executable, str(REPO / "sweep.py"), "-m", "search=throughput", *overrides]
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
-    return proc, time.monotonic() - start
+def sweep(workdir: Path, *overrides: str) -> Child:
+    return run_child(sweep_argv("search=throughput", *overrides), cwd=workdir)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench_parser(__doc__, workdir=True)
     ap.add_argument("--runs", type=int, default=3, help="runs after the first")
-    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
     ap.add_argument("--goal", type=float, default=0.25, help="|error| goal of calibrated runs")
     ap.add_argument(
         "--first",
@@ -53,21 +45,21 @@ def main(argv: list[str] | None = None) -> int:
         help="first run's number: continue an earlier --workdir (its sweeps count)",
     )
     args = ap.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-plan-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = workdir_of(args, "bench-plan-")
     rows = []
     for i in range(args.first, args.first + args.runs + 1):
-        plan, _ = sweep(workdir, "hydra.sweeper.plan.enabled=true")
+        plan = sweep(workdir, "hydra.sweeper.plan.enabled=true").proc
         found = WALL.search(plan.stdout)
         if plan.returncode != 0 or not found:
             raise SystemExit(f"plan {i} failed (exit {plan.returncode}):\n{plan.stderr[-2000:]}")
         predicted = seconds(found.group(1))
         calibrated = "calibrated from" in plan.stdout
         (workdir / f"plan-{i}.txt").write_text(plan.stdout)
-        run, wall = sweep(workdir, f"hydra.sweeper.study_name=plan-accuracy-{i}")
-        (workdir / f"sweep-{i}.log").write_text(run.stdout + run.stderr)
-        if run.returncode != 0:
-            raise SystemExit(f"sweep {i} failed (exit {run.returncode}); see {workdir}")
+        run = sweep(workdir, f"hydra.sweeper.study_name=plan-accuracy-{i}")
+        (workdir / f"sweep-{i}.log").write_text(run.output)
+        if run.proc.returncode != 0:
+            raise SystemExit(f"sweep {i} failed (exit {run.proc.returncode}); see {workdir}")
+        wall = run.wall_s
         error = predicted / wall - 1
         rows.append((i, calibrated, predicted, wall, error))
         how = "calibrated" if calibrated else "arithmetic"
@@ -81,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     missed = [r for r in judged if abs(r[4]) > args.goal]
     print(
         f"calibrated runs within +-{100 * args.goal:.0f}%: {len(judged) - len(missed)} of "
-        f"{len(judged)}  {'PASS' if judged and not missed else 'FAIL'}"
+        f"{len(judged)}  {verdict(bool(judged) and not missed)}"
     )
     return 1 if missed or not judged else 0
 

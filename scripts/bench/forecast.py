@@ -1,6 +1,6 @@
 """The trial forecast (sweeper/forecast/) against a GPU run's own trial results.
 
-    python scripts/bench_forecast.py [--run docs/gpu/2026-11-26-h200] [--device "NVIDIA H200"]
+    python -m scripts.bench.forecast [--run docs/gpu/2026-11-26-h200] [--device "NVIDIA H200"]
 
 For every trial result.json in the folder: the forecast wall from the trial's config alone (the
 step from the FLOP arithmetic, compile cold or from the cache as the result says it was), beside
@@ -11,24 +11,20 @@ model's shape (phases, per-graph compile, float8's own cost), not a prediction o
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from sweeper.forecast import trial_time  # noqa: E402
-from sweeper.space.limits import predict_step  # noqa: E402
-from train.core.compile_graphs import flat  # noqa: E402
+from scripts.bench.harness import REPO, bench_parser
+from sweeper.forecast import trial_time
+from sweeper.space.limits import predict_step
+from train.core.compile_graphs import flat
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = bench_parser(__doc__)
     p.add_argument("--run", type=Path, default=REPO / "docs" / "gpu" / "2026-11-26-h200")
     p.add_argument("--device", default="NVIDIA H200")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     rows = []
     for path in sorted(args.run.glob("*.json")):
         result = json.loads(path.read_text())

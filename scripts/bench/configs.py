@@ -1,6 +1,4 @@
-"""Compose a trainer config the way `python -m train.trial` does, for the benchmark scripts
-(imported as a sibling: scripts/ is on sys.path when a script runs as `python scripts/<name>.py`,
-and each script puts the repository root there before importing this)."""
+"""Compose a trainer config the way `python -m train.trial` does, for the benchmarks."""
 
 from __future__ import annotations
 
@@ -11,8 +9,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from train.core.config import Config
+from train.core.paths import PROJECT_DIR
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = PROJECT_DIR / "conf"
 
 
 def compose_config(overrides: list[str]) -> Config:

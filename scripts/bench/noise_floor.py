@@ -1,16 +1,16 @@
 """How steady is this machine's clock for fixed work? The floor under any step-time spread.
 
-    python scripts/noise_floor.py [--reps 30] [--rep-seconds 0.25] [--threads 0]
+    python -m scripts.bench.noise_floor [--reps 30] [--rep-seconds 0.25] [--threads 0]
 
 Times the same fixed work (square fp32 matmuls on the CPU) `--reps` times and prints the spread
 (CV = std/mean) of those times. The work never changes, so its spread is the machine's own: other
 tenants of a shared VM, frequency scaling, the scheduler. A trainer's step-time CV cannot be
-expected below this figure on the same machine at the same time; `bench_trainer.py` prints both.
+expected below this figure on the same machine at the same time; `scripts.bench.trainer` prints
+both.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import sys
@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+
+from scripts.bench.harness import bench_parser
 
 log = logging.getLogger("noise_floor")
 
@@ -69,7 +71,7 @@ def measure_floor(*, reps: int = 30, rep_seconds: float = 0.25, threads: int = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--reps", type=int, default=30, help="timed repetitions")
     p.add_argument("--rep-seconds", type=float, default=0.25, help="target seconds per repetition")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")

@@ -1,7 +1,7 @@
 """Peak memory of the memory levers of issue 22 on this CPU, measured beside the memory model.
 
-    python scripts/bench_levers_memory.py               # small-cpu, vocab 50304, micro-batch 16
-    python scripts/bench_levers_memory.py --model tiny --micro-batch 4   # a smoke run
+    python -m scripts.bench.levers_memory               # small-cpu, vocab 50304, micro-batch 16
+    python -m scripts.bench.levers_memory --model tiny --micro-batch 4   # a smoke run
 
 For runtime.loss full and chunked, each with runtime.activation_checkpointing none, selective and
 every: build the trainer's real Session (fp32, eager, CPU, grad_accum 2), take one optimizer step
@@ -19,27 +19,26 @@ within 15% of its measured peak.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
-import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# allow `python scripts/bench_levers_memory.py` from the repo root without installing the package
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench_memory import metered_step  # noqa: E402  (a sibling in scripts/)
-from configs import compose_config  # noqa: E402  (a sibling in scripts/)
-from table import format_table  # noqa: E402  (a sibling in scripts/)
-
-from train.core.meters import PhaseClock  # noqa: E402
-from train.data.synthetic import generate  # noqa: E402
-from train.run.loop import Session, build_session, train_step  # noqa: E402
+from scripts.bench.configs import compose_config
+from scripts.bench.harness import (
+    bench_parser,
+    format_table,
+    pair_ratios,
+    shuffled_rounds,
+    timed,
+    verdict,
+)
+from scripts.bench.memory import metered_step
+from train.core.meters import PhaseClock
+from train.data.synthetic import generate
+from train.run.loop import Session, build_session, train_step
 
 log = logging.getLogger("bench_levers_memory")
 
@@ -153,12 +152,11 @@ def time_rounds(model: str, micro_batch: int, rounds: int, *, tmp: Path) -> str:
     try:
         for s in sessions.values():
             train_step(s, lr=s.cfg.optim.lr, clock=PhaseClock())
-        rng = random.Random(0)
-        for _ in range(rounds):
-            for k in rng.sample(keys, len(keys)):
-                started = time.perf_counter()
-                train_step(sessions[k], lr=sessions[k].cfg.optim.lr, clock=PhaseClock())
-                times[k].append(time.perf_counter() - started)
+        for order in shuffled_rounds(keys, rounds, seed=0):
+            for k in order:
+                s = sessions[k]
+                _, step_s = timed(lambda s=s: train_step(s, lr=s.cfg.optim.lr, clock=PhaseClock()))
+                times[k].append(step_s)
     finally:
         for s in sessions.values():
             s.batches.close()
@@ -166,7 +164,7 @@ def time_rounds(model: str, micro_batch: int, rounds: int, *, tmp: Path) -> str:
     base = times["full", "none"]
     rows = []
     for k in keys:
-        ratios = sorted(t / b for t, b in zip(times[k], base, strict=True))
+        ratios = sorted(pair_ratios(times[k], base))
         steps = sorted(times[k])
         rows.append(
             [
@@ -184,7 +182,7 @@ def time_rounds(model: str, micro_batch: int, rounds: int, *, tmp: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--model", default="small-cpu", choices=("tiny", "small-cpu"))
     parser.add_argument("--micro-batch", type=int, default=16)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |error| (0.15)")
@@ -219,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         f"chunked/full (no recompute): {100 * peak['chunked', 'none'] / peak['full', 'none']:.1f}%"
         f" (bound {100 * MAX_CHUNKED_SHARE:.0f}%); worst model error "
         f"{max(abs(r['predicted_mib'] / r['measured_mib'] - 1) for r in rows) * 100:.2f}% "
-        f"(bound {100 * args.tolerance:.0f}%); {'PASS' if not bad else 'FAIL: ' + '; '.join(bad)}"
+        f"(bound {100 * args.tolerance:.0f}%); {verdict(not bad)}"
+        f"{': ' + '; '.join(bad) if bad else ''}"
         f" ({time.perf_counter() - started:.0f} s)"
     )
     return 0 if not bad else 1
