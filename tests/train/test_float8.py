@@ -373,7 +373,9 @@ def _gains(result: dict) -> dict:
 
     d = diagnose(result)
     assert d.verdict == "compute-bound"
-    return {f.fix: (f.expected_gain, f.basis) for f in d.fixes}
+    from train.core.diagnosis_text import basis_text, fix_text
+
+    return {fix_text(f): (f.expected_gain, basis_text(f)) for f in d.fixes}
 
 
 def test_the_compute_bound_verdict_names_the_levers_on_an_h100() -> None:
@@ -443,9 +445,10 @@ def test_only_the_levers_that_apply_on_the_device_are_named(changes: dict, absen
 def test_a_float8_trials_verdict_says_its_mfu_is_bf16_equivalent() -> None:
     from tests.train.test_verdict import make
     from train.core.diagnosis import diagnose
+    from train.core.diagnosis_text import headline_text
 
     d = diagnose(make(float8=F8))
-    assert "45% MFU (bf16-equivalent: float8 matmuls ran)" in d.headline
+    assert "45% MFU (bf16-equivalent: float8 matmuls ran)" in headline_text(d)
 
 
 def test_bench_float8_runs_and_prints_measured_rows(tmp_path: Path) -> None:
