@@ -63,8 +63,9 @@ def test_the_float8_rule(float8, dtype, device_type, cap, emulate, torchao, word
     if words is None:
         assert got is None
     else:
-        assert got is not None and words in got and f"runtime.float8={float8}" in got
-        assert "\n" not in got
+        assert got is not None and (got.key, got.value) == ("runtime.float8", float8)
+        assert words in str(got) and str(got).startswith(f"runtime.float8={float8} ")
+        assert "\n" not in str(got)
 
 
 def test_the_float8_rule_probes_torchao_without_importing_it() -> None:
@@ -89,7 +90,11 @@ IMPL_CASES = [
 @pytest.mark.parametrize("attention,device_type,installed,words", IMPL_CASES)
 def test_the_flash_impl_rule(attention, device_type, installed, words) -> None:
     got = flash_impl_unsupported(attention, device_type=device_type, installed=installed)
-    assert (got is None) if words is None else (words in got and "runtime.attention" in got)
+    if words is None:
+        assert got is None
+    else:
+        assert words in str(got) and str(got).startswith(f"runtime.attention={attention}")
+        assert (got.key, got.value) == ("runtime.attention", attention) and words in got.reason
 
 
 def test_the_trainer_applies_both_rules(make_config) -> None:
