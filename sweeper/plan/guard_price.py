@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.numbers import fmt_secs
 from sweeper.plan.wall import graph_of
 from sweeper.settings import GuardConf, SweepSettings
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.fit import nearest_fit
+from sweeper.space.fit import Fit, nearest_fit
 from sweeper.space.limits import point_limits
 from sweeper.space.math_keys import math_changes, searched_math_keys
 from train.core.curve import capped_split, curve_keys
@@ -59,11 +58,27 @@ SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
 
 @dataclass(frozen=True, kw_only=True)
 class GuardPlan:
+    """The guard's curve runs and their price, as plan mode's text (sweeper/report/plan_text.py)
+    says them."""
+
     on: bool
-    why: str
+    why: str  # on or off, and the setting or the searched keys that decided it
     runs: int  # curve runs at most: the reference's seeds and the top k
     run_s: float  # a curve run's predicted wall, seconds (the mean where they differ)
-    line: str  # what plan mode prints
+    # on by its mode, yet none of this many planned trials changes the math: no curve runs
+    planned_without_math: int | None = None
+    # the price's parts, where it runs: the reference's seeds at reference_s each, the contenders
+    # (counted from the planned points, or the top k), steps x step_tokens per run, all_s in all
+    seeds: int = 0
+    reference_s: float = 0.0
+    contenders: int = 0
+    contenders_planned: bool = False
+    steps: int = 0
+    step_tokens: int = 0
+    all_s: float = 0.0
+    refit: Fit | None = None  # the reference's point where the starting config does not fit
+    k: float = 0.0  # the tolerance: k x the seed-to-seed spread, at least `floor` nats
+    floor: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -84,18 +99,14 @@ def guard_plan(
     rules = settings.guard
     on, why = guard_mode(rules, searched)
     if not on:
-        return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
+        return GuardPlan(on=False, why=why, runs=0, run_s=0.0)
     fit = nearest_fit({}, ctx)  # the starting config, or the nearest point with its math that fits
     reference = fit.point if fit is not None else {}
     if planned is not None and not any(
         math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
         for p in planned
     ):
-        why = (
-            f"{why}, but none of the {len(planned)} planned trial(s) (the starting config and "
-            f"the prior's points) changes the math: no curve runs"
-        )
-        return GuardPlan(on=False, why=why, runs=0, run_s=0.0, line=f"numerics guard: {why}")
+        return GuardPlan(on=False, why=why, runs=0, run_s=0.0, planned_without_math=len(planned))
     keys = curve_run_keys(reference, ctx, rules, seed=0)
     limits = {
         "timeout_s": settings.budget.trial_timeout_s,
@@ -117,24 +128,27 @@ def guard_plan(
     if planned is not None:  # each planned contender at its own price (float8 compiles its own)
         contender_s = [curve_s(p) for p in changing]
         runs, all_s = rules.seeds + len(changing), rules.seeds * ref_s + sum(contender_s)
-        counted = f"{len(changing)} contender run(s) (the planned points that change the math)"
+        contenders = len(changing)
     else:
         runs, all_s = rules.seeds + settings.verify.top_k, None
-        counted = f"{settings.verify.top_k} contender runs (those that change the math)"
+        contenders = settings.verify.top_k
     total = all_s if all_s is not None else runs * ref_s
-    refit = (
-        f" (the starting config does not fit, so its reference runs the same math at {fit.text()})"
-        if fit is not None and fit.changed
-        else ""
+    return GuardPlan(
+        on=True,
+        why=why,
+        runs=runs,
+        run_s=total / max(1, runs),
+        seeds=rules.seeds,
+        reference_s=ref_s,
+        contenders=contenders,
+        contenders_planned=planned is not None,
+        steps=rules.steps,
+        step_tokens=_step_tokens(keys, ctx),
+        all_s=total,
+        refit=fit if fit is not None and fit.changed else None,
+        k=rules.k,
+        floor=rules.floor,
     )
-    line = (
-        f"numerics guard: {why}: at most {rules.seeds} starting-config runs{refit} (one seed "
-        f"each, ~{fmt_secs(ref_s)}) + {counted} of {rules.steps} steps of "
-        f"{_step_tokens(keys, ctx):,} tokens = up to {fmt_secs(total)}; a contender must "
-        f"stay within {rules.k:g} x the starting config's seed-to-seed loss spread (at least "
-        f"{rules.floor:g} nats) to race"
-    )
-    return GuardPlan(on=True, why=why, runs=runs, run_s=total / max(1, runs), line=line)
 
 
 def _step_tokens(keys: dict[str, Any], ctx: SpaceContext) -> int:

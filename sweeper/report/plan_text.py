@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import load_calibration, plan_key
+from sweeper.plan.guard_price import GuardPlan
 from sweeper.plan.levers import plan_lever_lines
 from sweeper.plan.plan import SWEEP_OVERHEAD_S, SweepPlan, build_plan
 from sweeper.report.console import console
@@ -264,7 +265,36 @@ def _guard_lines(plan: SweepPlan) -> list[str]:
     if g is None:
         return []
     counted = " (counted in the predicted sweep wall above)" if g.on and plan.wall_s else ""
-    return [g.line + counted]
+    return [guard_text(g) + counted]
+
+
+def guard_text(g: GuardPlan) -> str:
+    """The guard's plan in one line: on or off and why, and where it runs, its runs' price."""
+    if g.planned_without_math is not None:
+        return (
+            f"numerics guard: {g.why}, but none of the {g.planned_without_math} planned trial(s) "
+            "(the starting config and the prior's points) changes the math: no curve runs"
+        )
+    if not g.on:
+        return f"numerics guard: {g.why}"
+    refit = (
+        f" (the starting config does not fit, so its reference runs the same math at "
+        f"{g.refit.text()})"
+        if g.refit is not None
+        else ""
+    )
+    counted = (
+        f"{g.contenders} contender run(s) (the planned points that change the math)"
+        if g.contenders_planned
+        else f"{g.contenders} contender runs (those that change the math)"
+    )
+    return (
+        f"numerics guard: {g.why}: at most {g.seeds} starting-config runs{refit} (one seed "
+        f"each, ~{fmt_secs(g.reference_s)}) + {counted} of {g.steps} steps of "
+        f"{g.step_tokens:,} tokens = up to {fmt_secs(g.all_s)}; a contender must stay within "
+        f"{g.k:g} x the starting config's seed-to-seed loss spread (at least {g.floor:g} nats) "
+        "to race"
+    )
 
 
 def _prior_lines(plan: SweepPlan) -> list[str]:

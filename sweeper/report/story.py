@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -14,7 +15,8 @@ from sweeper.report.console import say
 from sweeper.tracking import Tracker
 from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
 from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
-from train.core.evidence import SearchRun, evidence_text, judge_fix, search_runs, verified_runs
+from train.core.diagnosis_text import basis_text, fix_text, headline_text
+from train.core.evidence import SearchRun, judge_fix, search_runs, verified_runs
 
 
 def tell_story(
@@ -51,9 +53,9 @@ def tell_story(
         lines.append(
             f"starting config (trial {base_trial.number}): "
             f"{measured_text(base_value, base_tps)} (search run {search_text(base_result)}); "
-            f"{d.headline}"
+            f"{headline_text(d)}"
         )
-        tags["verdict.default"] = d.headline
+        tags["verdict.default"] = headline_text(d)
         speedup = 1.0 if start_won else win_median / base_value
         metrics["best/speedup_vs_default"] = speedup
         if winner.lead_over_start is not None:  # paired rounds: the ratio with its interval
@@ -68,7 +70,7 @@ def tell_story(
     win_search = trial_result(winner.trial) or {}
     lines.append(
         f"winner (trial {winner.number}): {win_median:,.0f} tokens/s (verified median, "
-        f"real full steps; search run {search_text(win_search)}){gain}; {d.headline}"
+        f"real full steps; search run {search_text(win_search)}){gain}; {headline_text(d)}"
     )
     steps = []
     runs, verified = next_step_evidence(study, verification.results)
@@ -79,9 +81,10 @@ def tell_story(
         if measured is None:
             continue  # the winner has it, or it was measured no faster at its settings
         bound = "gain unknown" if fix.expected_gain is None else f"up to {fix.expected_gain:.2f}x"
-        steps.append(f"  next: {fix.fix}: {bound} ({fix.basis}; {evidence_text(measured)})")
+        judged = replace(fix, measured=measured)
+        steps.append(f"  next: {fix_text(judged)}: {bound} ({basis_text(judged)})")
     lines.extend(steps[:3])
-    tags["verdict.winner"] = d.headline
+    tags["verdict.winner"] = headline_text(d)
     for line in lines:
         say(line)
     tracker.log_best(best_yaml=None, extra_artifacts=[], metrics=metrics, tags=tags)

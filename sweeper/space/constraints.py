@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from train.core.rules import (
+    Refusal,
     attention_dtype_conflict,
     cudagraph_conflict,
     dtype_unsupported,
@@ -86,12 +87,14 @@ def derive_grad_accum(micro_batch: Any, point: dict[str, Any], ctx: SpaceContext
     )
 
 
-def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContext) -> str | None:
+def unsupported_here(
+    key: str, value: Any, *, device_type: str, ctx: SpaceContext
+) -> Refusal | None:
     """Why `key=value` cannot run on this device whatever the other knobs are, or None."""
     if key == "runtime.dtype":
         return dtype_unsupported(value, device_type=device_type, bf16_supported=ctx.bf16_supported)
     if key == "runtime.attention" and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
-        return f"runtime.attention={value} has no CPU kernel"
+        return Refusal(key=key, value=value, reason="has no CPU kernel")
     if key == "runtime.attention":
         return flash_impl_unsupported(
             str(value), device_type=device_type, installed=ctx.flash_attention_impls
@@ -136,9 +139,9 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
     if reason is not None:
         return reason
     for key in DEVICE_BOUND:
-        reason = unsupported_here(key, full.get(key), device_type=device_type, ctx=ctx)
-        if reason is not None:
-            return reason
+        refusal = unsupported_here(key, full.get(key), device_type=device_type, ctx=ctx)
+        if refusal is not None:
+            return str(refusal)
     reason = attention_dtype_conflict(
         str(full.get("runtime.attention", "auto")),
         str(full.get("runtime.dtype", "auto")),
@@ -147,7 +150,7 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
     )
     if reason is not None:
         return reason
-    reason = float8_unsupported(
+    refusal = float8_unsupported(
         str(full.get("runtime.float8") or "none"),
         dtype=str(full.get("runtime.dtype", "auto")),
         device_type=device_type,
@@ -156,8 +159,8 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
         bf16_supported=ctx.bf16_supported,
         torchao=ctx.torchao,
     )
-    if reason is not None:
-        return reason
+    if refusal is not None:
+        return str(refusal)
     workers = full.get(WORKERS)
     if isinstance(workers, int) and workers > ctx.cpu_count:
         return f"data.num_workers={workers} exceeds the {ctx.cpu_count} CPUs here"

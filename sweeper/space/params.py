@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.space.constraints import MICRO_BATCH, SpaceContext, unsupported_here
-from train.core.rules import SELECTIVE, parse_activation_checkpointing, valid_splits
+from train.core.rules import SELECTIVE, Refusal, parse_activation_checkpointing, valid_splits
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,9 @@ def _unusable_dir(path: Any) -> str | None:
     return f"{target.parent} does not exist here"
 
 
-def _keep_choices(p: Param, reasons: dict[Any, str | None], *, problem: str, fix: str) -> Param:
+def _keep_choices(
+    p: Param, reasons: Mapping[Any, Refusal | str | None], *, problem: str, fix: str
+) -> Param:
     """`p` without the choices that have a reason not to run here (said in the log); an error
     naming the key and `fix` when none is left."""
     kept = tuple(c for c in p.choices if reasons[c] is None)
@@ -327,18 +329,18 @@ def _keep_choices(p: Param, reasons: dict[Any, str | None], *, problem: str, fix
     return p
 
 
-def dropped_text(key: str, reasons: Mapping[Any, str | None]) -> str:
+def dropped_text(key: str, reasons: Mapping[Any, Refusal | str | None]) -> str:
     """The dropped choices folded for a reader: a line that counts and names them, then a line
-    per distinct reason with the choices it drops (`key=value ` or `key=value: ` cut from its
-    start), e.g.
+    per distinct reason with the choices it drops (a rule's `Refusal` by its reason alone, the
+    choice it names being listed before it), e.g.
     `runtime.attention: dropped 4 of 7 choices: efficient, cudnn, fa3, fa4` and under it
     `  efficient, cudnn: has no CPU kernel`."""
     dropped = [str(c) for c, why in reasons.items() if why]
     by_reason: dict[str, list[str]] = {}
     for c, why in reasons.items():
         if why:
-            why = re.sub(f"^{re.escape(f'{key}={c}')}:? ", "", why)
-            by_reason.setdefault(why, []).append(str(c))
+            shown = why.reason if isinstance(why, Refusal) else why
+            by_reason.setdefault(shown, []).append(str(c))
     head = f"{key}: dropped {len(dropped)} of {len(reasons)} choices: {', '.join(dropped)}"
     return "\n".join([head, *(f"  {', '.join(cs)}: {why}" for why, cs in by_reason.items())])
 

@@ -421,8 +421,11 @@ def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(p
     g = guard_plan({"runtime.float8": ["none", "tensorwise"]}, ctx, settings, planned=planned)
     assert g.on is on and (g.total_s > 0) is on
     if not on:
-        assert f"none of the {len(planned)} planned trial(s)" in g.line
-        assert "no curve runs" in g.line
+        from sweeper.report.plan_text import guard_text
+
+        assert g.planned_without_math == len(planned)
+        assert f"none of the {len(planned)} planned trial(s)" in guard_text(g)
+        assert "no curve runs" in guard_text(g)
 
 
 # -- a reference that does not train is no reference ---------------------------------------------

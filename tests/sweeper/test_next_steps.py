@@ -11,9 +11,9 @@ from optuna.trial import TrialState
 
 from sweeper.report.story import next_step_evidence
 from tests.train.test_verdict import BASE, fracs, make
-from train.core.bottleneck_fixes import override_text
 from train.core.diagnosis import diagnose
-from train.core.evidence import SearchRun, evidence_text, judge_fix
+from train.core.diagnosis_text import evidence_text, fix_text, override_text
+from train.core.evidence import SearchRun, judge_fix
 
 WINNER = {"runtime.dtype": "fp32", "batch.micro_batch": 8, "runtime.compile": "none"}
 
@@ -271,9 +271,9 @@ def test_a_fix_carries_its_decision_as_data_and_says_it(verdict: str) -> None:
     assert any(f.changes for f in d.fixes)
     for f in d.fixes:
         for key, value in f.changes.items():
-            assert override_text({key: value}) in f.fix, f
-        if f.changes and "(" not in f.fix and " and " not in f.fix:
-            assert f.fix == override_text(f.changes)
+            assert override_text({key: value}) in fix_text(f), f
+        if f.changes and "(" not in fix_text(f) and " and " not in fix_text(f):
+            assert fix_text(f) == override_text(f.changes)
 
 
 def test_the_sweep_judges_a_fix_by_its_changes_not_its_label() -> None:
@@ -294,4 +294,54 @@ def test_the_sweep_judges_a_fix_by_its_changes_not_its_label() -> None:
             noise_floor=0.01,
         )
         is None
+    )
+
+
+def test_the_story_and_explain_say_a_judged_fix_in_the_same_words(caplog) -> None:
+    """The sweep's `next:` lines and explain's `fix:` lines come from one renderer: a fix judged by
+    the study reads the same in both, evidence after its basis."""
+    import logging
+
+    from sweeper.report.story import tell_story
+    from sweeper.tracking import NullTracker
+    from sweeper.verify.stage import Verification, Winner
+    from sweeper.verify.winner import Candidate, Verdict
+    from train.core.diagnosis_text import basis_text, headline_text
+    from train.explain.sweep_dir import judged
+
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"runtime.compile": "none"},
+            distributions={"runtime.compile": Cat(["none", "max-autotune"])},
+            value=15000.0,
+            user_attrs={"metrics": {"tokens_per_s": 15000.0}},
+        )
+    )
+    won = Candidate(key="a", params={}, overrides=[], values=[1.0], simplicity=0)
+    winner = Winner(
+        number=0,
+        trial=study.trials[0],
+        candidate=won,
+        verdict=Verdict(winner=won, ranking=[], decisive=True, reason="only one"),
+        results=[BASE],
+    )
+    verification = Verification(rows=[], results={0: [BASE]}, winner=winner)
+    with caplog.at_level(logging.INFO, logger="sweeper.report.record"):
+        tell_story(study, verification, baseline=None, planned_steps=1000, tracker=NullTracker())
+    said = [r.getMessage() for r in caplog.records if r.name == "sweeper.report.record"]
+    d = diagnose(BASE, planned_steps=1000)
+    assert said[1].endswith(f"; {headline_text(d)}")
+    runs, verified = next_step_evidence(study, verification.results)
+    kept, _ = judged(
+        d, lambda c: judge_fix(c, runs=runs, verified=verified, winner=0, noise_floor=0.01)
+    )
+    steps = [s for s in said if s.startswith("  next: ")]
+    assert steps == [
+        f"  next: {fix_text(f)}: up to {f.expected_gain:.2f}x ({basis_text(f)})"
+        for f in kept.fixes[:3]
+    ]
+    assert steps[0] == (
+        "  next: runtime.compile=default: up to 1.42x (compute phase at 67% of the matmul "
+        "ceiling; reaching it gives this bound; not measured in this sweep)"
     )

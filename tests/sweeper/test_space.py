@@ -560,6 +560,36 @@ def test_choices_the_device_cannot_run_are_dropped_before_sampling(spec, ctx_kw,
     assert ("dropped" in caplog.text) == (len(kept) < spec.count(",") + 1)
 
 
+def test_dropped_choices_are_folded_by_reason_from_the_rules_parts(caplog):
+    """A rule's refusal names `key=value`; the folded line lists the values and says the reason
+    once, composed from the refusal's parts (nothing is cut from a sentence)."""
+    with caplog.at_level(logging.WARNING, logger="sweeper.space.params"):
+        parse_space(
+            {"runtime.attention": "choice(auto,efficient,cudnn,fa3,math)"}, make_ctx(base=BASE)
+        )
+    assert (
+        "runtime.attention: dropped 3 of 5 choices: efficient, cudnn, fa3\n"
+        "  efficient, cudnn: has no CPU kernel\n"
+        "  fa3: is a CUDA flash attention implementation and this run's device is cpu; use "
+        "runtime.attention=auto (or flash/math)"
+    ) in caplog.text
+
+
+def test_dropped_text_says_a_refusal_by_its_reason_and_a_plain_reason_whole():
+    from sweeper.space.params import dropped_text
+    from train.core.rules import Refusal
+
+    reasons = {
+        "fa3": Refusal(key="runtime.attention", value="fa3", reason="none here", sep=": "),
+        "/x": "/x does not exist here",
+        "math": None,
+    }
+    assert dropped_text("k", reasons) == (
+        "k: dropped 2 of 3 choices: fa3, /x\n  fa3: none here\n  /x: /x does not exist here"
+    )
+    assert str(reasons["fa3"]) == "runtime.attention=fa3: none here"
+
+
 def test_a_choice_list_the_device_cannot_run_at_all_is_an_error():
     with pytest.raises(ValueError, match=r"runtime.attention.*no choice runs here.*no CPU kernel"):
         parse_space({"runtime.attention": "choice(efficient,cudnn)"}, make_ctx(base=BASE))

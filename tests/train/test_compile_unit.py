@@ -33,6 +33,7 @@ from tests.train.test_verdict import make as make_result
 from train.core.compile_graphs import graph_key
 from train.core.config import ModelConfig, RuntimeConfig
 from train.core.diagnosis import diagnose
+from train.core.diagnosis_text import fix_text
 from train.core.handoff.files import handoff
 from train.model.gpt import GPT, run_block, run_head
 from train.model.regional import compile_model
@@ -293,7 +294,7 @@ def test_a_compile_dominated_run_is_told_of_the_block_unit(unit, suggested) -> N
     )
     d = diagnose(result, planned_steps=20)
     assert d.verdict == "compile-dominated"
-    assert ("runtime.compile_unit=block" in [f.fix for f in d.fixes]) is suggested
+    assert ("runtime.compile_unit=block" in [fix_text(f) for f in d.fixes]) is suggested
 
 
 def test_block_compile_under_ddp(tmp_path: Path) -> None:

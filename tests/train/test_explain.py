@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from train.core.diagnosis import diagnose
+from train.core.diagnosis_text import fix_text, headline_text, host_signal_text
 from train.explain.cli import main
 from train.explain.sweep_dir import pick_result
 from train.trial.measurement import run_trial
@@ -101,16 +102,16 @@ def trial(workdir: Path, name: str, overrides: list[str]) -> tuple[dict, Path]:
 def test_planted_data_wait_is_data_bound_and_workers_hide_it(workdir) -> None:
     slow, _ = trial(workdir, "data0", DATA)
     d = diagnose(slow)
-    assert d.verdict == "data-bound", (d.headline, d.evidence["time_frac"])
+    assert d.verdict == "data-bound", (headline_text(d), d.evidence["time_frac"])
     share = slow["time_frac"]["data_wait"]
-    assert d.fixes[0].fix.startswith("data.num_workers=")
+    assert fix_text(d.fixes[0]).startswith("data.num_workers=")
     assert d.fixes[0].expected_gain == pytest.approx(1 / (1 - share))
 
     # Sleeping workers cost no CPU: four of them supply a batch every ~12 ms, faster than a
     # micro-step computes even on an idle machine (two would be borderline at ~25 ms).
     hidden, _ = trial(workdir, "data4", [*DATA, "data.num_workers=4", "data.prefetch_factor=4"])
     d2 = diagnose(hidden)
-    assert d2.verdict != "data-bound", (d2.headline, d2.evidence["time_frac"])
+    assert d2.verdict != "data-bound", (headline_text(d2), d2.evidence["time_frac"])
     assert hidden["time_frac"]["data_wait"] < share
 
 
@@ -123,6 +124,14 @@ def test_cli_measured_mode_text_and_json(workdir, capsys) -> None:
     assert main(["--result", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["diagnosis"]["verdict"] == "data-bound"
+    # the sentences the text shows, and the data they were written from
+    d = doc["diagnosis"]
+    assert d["headline"].startswith("data-bound: the step waits for data ")
+    assert d["numbers"]["share"] == pytest.approx(d["evidence"]["time_frac"]["data_wait"])
+    assert isinstance(d["evidence"]["host_signal"], str) and d["host_signal"]["signal"]
+    first = d["fixes"][0]
+    assert first["kind"] == "data_workers" and first["fix"].startswith("data.num_workers=")
+    assert first["numbers"]["share"] == d["numbers"]["share"] and first["basis"]
     assert doc["floor"]["mfu_spec"] is None  # a CPU has no datasheet peak
     assert doc["floor"]["mfu_ceiling"] > 0
 
@@ -130,8 +139,8 @@ def test_cli_measured_mode_text_and_json(workdir, capsys) -> None:
 def test_slow_sync_checkpoint_is_checkpoint_bound_and_async_hides_it(workdir) -> None:
     sync, _ = trial(workdir, "ckpt_sync", CKPT)
     d = diagnose(sync)
-    assert d.verdict == "checkpoint-bound", (d.headline, d.evidence["time_frac"])
-    assert any(f.fix == "checkpoint.mode=async" and f.expected_gain > 1 for f in d.fixes)
+    assert d.verdict == "checkpoint-bound", (headline_text(d), d.evidence["time_frac"])
+    assert any(fix_text(f) == "checkpoint.mode=async" and f.expected_gain > 1 for f in d.fixes)
 
     asyn, _ = trial(workdir, "ckpt_async", [*CKPT, "checkpoint.mode=async"])
     share_sync, share_async = sync["time_frac"]["checkpoint"], asyn["time_frac"]["checkpoint"]
@@ -152,12 +161,13 @@ def test_tiny_micro_batches_are_host_bound(workdir) -> None:
         ],
     )
     d = diagnose(r)
-    assert d.verdict == "host-bound", (d.headline, d.evidence["host_signal"])
+    assert d.verdict == "host-bound", (headline_text(d), host_signal_text(d))
     ev = d.evidence
     assert ev["launch_per_micro_step_estimate_s"] > ev["math_per_micro_step_at_ceiling_s"]
     assert ev["compute_efficiency_vs_ceiling"] < 0.5
     assert any(
-        f.fix == "batch.micro_batch=8 batch.grad_accum=1" and f.expected_gain > 1 for f in d.fixes
+        fix_text(f) == "batch.micro_batch=8 batch.grad_accum=1" and f.expected_gain > 1
+        for f in d.fixes
     )
 
 
@@ -173,7 +183,7 @@ def test_compile_in_a_short_run_is_compile_dominated(workdir) -> None:
         ],
     )
     d = diagnose(r, planned_steps=10)  # even a warm compile cache leaves ~2 s vs ~1 s of steps
-    assert d.verdict == "compile-dominated", (d.headline, d.evidence["compile_s"])
+    assert d.verdict == "compile-dominated", (headline_text(d), d.evidence["compile_s"])
     assert d.evidence["compile_s"] > 1.0
     share = d.evidence["compile_s"] / (d.evidence["compile_s"] + 10 * r["step_time_s"]["mean"])
     assert d.evidence["compile_share_of_planned_run"] == pytest.approx(share)
@@ -324,7 +334,7 @@ def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_sl
         ["batch.tokens_per_step=1024", "batch.micro_batch=8", "batch.grad_accum=2"],
     )
     assert result["config"]["runtime"]["compile"] == "none"
-    fixes = [f.fix for f in diagnose(result).fixes]
+    fixes = [fix_text(f) for f in diagnose(result).fixes]
     assert "runtime.compile=default" in fixes  # what an eager tiny run is told to try
     sweep = planted_sweep(tmp_path, result, lost={"runtime.compile": "default"})
     assert main(["--result", str(sweep)]) == 0
@@ -343,6 +353,8 @@ def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_sl
     doc = json.loads(capsys.readouterr().out)
     assert doc["fixes_left_out"] == 1
     assert "runtime.compile=default" not in [f["fix"] for f in doc["diagnosis"]["fixes"]]
+    judged = [f for f in doc["diagnosis"]["fixes"] if f["measured"]]
+    assert judged and all(f["basis"].count("; ") >= 1 for f in judged)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

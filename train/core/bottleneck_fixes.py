@@ -1,18 +1,19 @@
-"""What to do about each bottleneck verdict of train/core/diagnosis.py: the headline that states
-the verdict with its deciding number, and its fixes, most promising first. Every fix carries an
-expected gain computed from the result's own numbers ("up to", an Amdahl bound) and the basis it
-rests on, never a canned sentence; a fix's `changes` are the trainer keys it sets. Pure and
-torch-free.
+"""What to do about each bottleneck verdict of train/core/diagnosis.py: the numbers that state
+the verdict, and its fixes, most promising first. Every fix carries an expected gain computed from
+the result's own numbers ("up to", an Amdahl bound) and the numbers it rests on; a fix's `changes`
+are the trainer keys it sets. Pure and torch-free: data out; train/core/diagnosis_text.py writes
+the sentences.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from train.core.compute_levers import amdahl, precision_levers, recompute_levers
+from train.core.evidence import Measured
 from train.core.flops import lookup_peak
 
 # Host cost per eager op, order of magnitude: ~5 us per CUDA kernel launch, ~10 us per CPU op
@@ -30,35 +31,55 @@ SNAPSHOT_BYTES_PER_S = {"cpu": 5e9, "cuda": 10e9}
 COMPILE_AMORTISED_FRAC = 0.10
 
 
+# Each fix's kind: the rule that suggested it. train/core/diagnosis_text.py says each one.
+FixKind = Literal[
+    "data_workers",
+    "data_prefetch",
+    "data_memmap",
+    "checkpoint_async",
+    "checkpoint_fewer",
+    "checkpoint_storage",
+    "comms_overlap",
+    "compile_longer_run",
+    "compile_warm_cache",
+    "compile_unit_block",
+    "compile_off",
+    "host_one_micro_step",
+    "host_cuda_graphs",
+    "host_compile",
+    "host_syncs",
+    "compute_compile",
+    "compute_bf16",
+    "compute_larger_micro",
+    "compute_flash",
+    "compute_autotune",
+    "compute_kernels",
+    "keep_blocks",
+    "recompute_selective",
+    "float8",
+    "fa3",
+]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Fix:
     """A change to try and what it can give. `changes` is the decision: the dotted trainer keys it
-    sets and their values ({} for an action beyond the config); `fix` says it for a reader."""
+    sets and their values ({} for an action beyond the config); `kind` names the rule and
+    `numbers` hold what its gain was computed from (train/core/diagnosis_text.py says both)."""
 
+    kind: FixKind
     changes: dict[str, Any]
-    fix: str  # the change as shown: the overrides, or an action in words
     expected_gain: float | None  # tokens/s (or wall-time) multiplier, upper bound; None: unknown
-    basis: str  # how the gain was computed
+    numbers: dict[str, Any] = field(default_factory=dict)
+    # What the sweep measured of it (train/core/evidence.py), once a sweep has judged it.
+    measured: Measured | None = None
 
 
-def override_text(changes: dict[str, Any]) -> str:
-    """`changes` as the command line writes them: `batch.micro_batch=16 batch.grad_accum=4`."""
-    return " ".join(
-        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changes.items()
-    )
-
-
-def setting(changes: dict[str, Any], gain: float | None, basis: str, *, note: str = "") -> Fix:
-    """A fix that sets `changes`, shown as their overrides (and `note` after them)."""
-    text = override_text(changes)
-    return Fix(
-        changes=changes, fix=f"{text} {note}" if note else text, expected_gain=gain, basis=basis
-    )
-
-
-def action(fix: str, gain: float | None, basis: str) -> Fix:
-    """A fix no config key expresses (faster storage, a longer run, fewer host syncs)."""
-    return Fix(changes={}, fix=fix, expected_gain=gain, basis=basis)
+def suggest(
+    kind: FixKind, gain: float | None, changes: dict[str, Any] | None = None, **numbers: Any
+) -> Fix:
+    """A fix of `kind` that sets `changes` (none: an action no config key expresses)."""
+    return Fix(kind=kind, changes=changes or {}, expected_gain=gain, numbers=numbers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,18 +100,19 @@ class StepFacts:
     sm_util_pct: float | None
 
 
-def verdict_fixes(
-    verdict: str, result: dict, f: StepFacts, share_compile: float
-) -> tuple[str, list[Fix]]:
-    """The headline of `verdict` (one of diagnosis.VERDICTS but "failed") and its fixes, most
-    promising first; `share_compile` is the compile share of the planned run."""
+Rule = tuple[dict[str, Any], list[Fix]]  # (the numbers that state the verdict, its fixes)
+
+
+def verdict_fixes(verdict: str, result: dict, f: StepFacts, share_compile: float) -> Rule:
+    """The numbers that state `verdict` (one of diagnosis.VERDICTS but "failed") and its fixes,
+    most promising first; `share_compile` is the compile share of the planned run."""
     return _RULES[verdict](result, f, share_compile)
 
 
-# -- the rules: (headline, fixes) ---------------------------------------------------------------
+# -- the rules: (numbers, fixes) ----------------------------------------------------------------
 
 
-def _data_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
+def _data_bound(result: dict, f: StepFacts, _: float) -> Rule:
     share = f.frac["data_wait"]
     gain = amdahl(share, math.inf)
     workers = int((result.get("config") or {}).get("data", {}).get("num_workers", 0))
@@ -100,34 +122,23 @@ def _data_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
     load = wait if workers == 0 else workers * per_batch  # one batch's load time, estimated
     need = max(1, math.ceil(load / busy)) if busy > 0 else workers + 1
     fixes = [
-        setting(
+        suggest(
+            "data_workers",
+            gain,
             {"data.num_workers": max(need, workers + 1)},
-            gain,
-            f"a batch takes ~{load * 1e3:.0f} ms to load vs {busy * 1e3:.0f} ms of work per "
-            f"batch, so ~{need} workers hide it; removing a {share:.0%} wait gives "
-            f"1/(1-{share:.2f})",
+            load_s=load,
+            busy_s=busy,
+            need=need,
+            share=share,
         ),
-        Fix(
-            changes={"data.prefetch_factor": 4, "data.pin_memory": True},
-            fix="data.prefetch_factor=4 and data.pin_memory=true (CUDA)",
-            expected_gain=gain,
-            basis="absorbs jitter in load time; bounded by the same removed wait",
-        ),
+        suggest("data_prefetch", gain, {"data.prefetch_factor": 4, "data.pin_memory": True}),
         # two formats and a storage move: no single config value
-        action(
-            "pre-tokenised memmap (data.format=nanogpt|llmc) on faster storage (local NVMe, "
-            "/dev/shm)",
-            gain,
-            f"shrinks the {load * 1e3:.0f} ms per-batch load itself",
-        ),
+        suggest("data_memmap", gain, load_s=load),
     ]
-    return (
-        f"data-bound: the step waits for data {share:.0%} of the time; removing the wait "
-        f"gives up to {gain:.2f}x tokens/s"
-    ), fixes
+    return {"share": share, "gain": gain}, fixes
 
 
-def _checkpoint_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
+def _checkpoint_bound(result: dict, f: StepFacts, _: float) -> Rule:
     share = f.frac["checkpoint"]
     ck = (result.get("config") or {}).get("checkpoint", {})
     every, mode = int(ck.get("every_steps", 1) or 1), ck.get("mode", "sync")
@@ -145,87 +156,63 @@ def _checkpoint_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[F
         recovered = max(0.0, per_step - left / every) / f.step_s
         gain = 1.0 / (1.0 - recovered) if recovered < 1 else math.inf
         fixes.append(
-            setting(
-                {"checkpoint.mode": "async"},
+            suggest(
+                "checkpoint_async",
                 gain,
-                f"recovers up to {recovered:.0%} of the step: the {share:.0%} "
-                f"checkpoint share minus the ~{snapshot * 1e3:.0f} ms snapshot copy "
-                f"({(size or 0) / 1e9:.2f} GB at {copy_rate / 1e9:.0f} GB/s)",
+                {"checkpoint.mode": "async"},
+                recovered=recovered,
+                share=share,
+                snapshot_s=snapshot,
+                bytes=size or 0,
+                copy_bytes_per_s=copy_rate,
             )
         )
     fixes.append(
-        setting(
-            {"checkpoint.every_steps": 10 * every},
+        suggest(
+            "checkpoint_fewer",
             amdahl(share, 10.0),
-            f"a tenth as many saves: the {share:.0%} share becomes {share / 10:.1%}",
+            {"checkpoint.every_steps": 10 * every},
+            share=share,
         )
     )
-    rate = f" (measured {size / stall / 1e9:.2f} GB/s)" if size and stall > 0 else ""
-    fixes.append(
-        action(
-            "a 2x faster checkpoint.dir target (local NVMe, /dev/shm)",
-            amdahl(share, 2.0),
-            f"halves the {stall:.2f} s stall per save{rate}",
-        )
-    )
-    return (
-        f"checkpoint-bound: saving stalls the step {share:.0%} of the time ({stall:.2f} s per "
-        f"save every {every} step(s), {mode})"
-    ), fixes
+    rate = size / stall if size and stall > 0 else None
+    fixes.append(suggest("checkpoint_storage", amdahl(share, 2.0), stall_s=stall, bytes_per_s=rate))
+    return {"share": share, "stall_s": stall, "every_steps": every, "mode": mode}, fixes
 
 
-def _comms_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
+def _comms_bound(result: dict, f: StepFacts, _: float) -> Rule:
     share = f.frac["comms"]
-    return (f"comms-bound: gradient communication is {share:.0%} of the step"), [
-        action(
-            "overlap all-reduce with backward (DDP buckets, bucket_cap_mb) or raise grad_accum",
-            amdahl(share, math.inf),
-            f"hiding the {share:.0%} comms share gives 1/(1-{share:.2f})",
-        ),
-    ]
+    return {"share": share}, [suggest("comms_overlap", amdahl(share, math.inf), share=share)]
 
 
-def _compile_dominated(result: dict, f: StepFacts, share: float) -> tuple[str, list[Fix]]:
+def _compile_dominated(result: dict, f: StepFacts, share: float) -> Rule:
     n, c = f.planned_steps, f.compile_s
     need = math.ceil(c * (1 - COMPILE_AMORTISED_FRAC) / (COMPILE_AMORTISED_FRAC * f.step_s))
     breakeven = c / (n * f.step_s)
     fixes = [
-        action(
-            f"plan >= {need:,} steps (compile under {COMPILE_AMORTISED_FRAC:.0%} of the run)",
+        suggest(
+            "compile_longer_run",
             None,
-            f"{c:.1f} s of compile over {n:,} steps of {f.step_s:.3g} s is {share:.0%}",
+            need_steps=need,
+            amortised_frac=COMPILE_AMORTISED_FRAC,
+            compile_s=c,
+            planned_steps=n,
+            step_s=f.step_s,
+            share=share,
         ),
-        action(
-            "rerun with a warm compile cache (same torch, same shapes)",
-            amdahl(share, math.inf),
-            f"the {share:.0%} compile share of wall time, 1/(1-{share:.2f})",
-        ),
+        suggest("compile_warm_cache", amdahl(share, math.inf), share=share),
     ]
     if ((result.get("config") or {}).get("runtime") or {}).get("compile_unit", "model") == "model":
-        fixes.append(
-            setting(
-                {"runtime.compile_unit": "block"},
-                None,
-                "each transformer block compiled once and reused: a cold compile of "
-                "a few layers' worth at any depth (docs/bench/compile_unit-2026-11-27"
-                "-cpu.txt); the step may lose a few %: compare the two trials",
-            )
+        fixes.append(suggest("compile_unit_block", None, {"runtime.compile_unit": "block"}))
+    fixes.append(
+        suggest(
+            "compile_off", amdahl(share, math.inf), {"runtime.compile": "none"}, breakeven=breakeven
         )
-    fixes += [
-        setting(
-            {"runtime.compile": "none"},
-            amdahl(share, math.inf),
-            f"wins only if eager steps are under {1 + breakeven:.2f}x the compiled step "
-            f"(compile_s / (N x step) = {breakeven:.2f}); compare the two trials",
-        ),
-    ]
-    return (
-        f"compile-dominated: {c:.1f} s of compile is {share:.0%} of a {n:,}-step run "
-        "(warm-up is excluded from the step numbers)"
-    ), fixes
+    )
+    return {"compile_s": c, "share": share, "planned_steps": n}, fixes
 
 
-def _host_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
+def _host_bound(result: dict, f: StepFacts, _: float) -> Rule:
     c = f.frac["compute"]
     fixed = max(0.0, f.compute_per_micro_s - (f.device_per_micro_s or 0.0))
     k = f.grad_accum  # the largest micro-batch keeping tokens per step: grad_accum=1
@@ -234,111 +221,72 @@ def _host_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
         after = fixed / k + (f.device_per_micro_s or 0.0)
         g = amdahl(c, f.compute_per_micro_s / after) if after > 0 else None
         fixes.append(
-            setting(
-                {"batch.micro_batch": f.micro_batch * k, "batch.grad_accum": 1},
+            suggest(
+                "host_one_micro_step",
                 g,
-                f"{k} fewer launches per step amortise ~{fixed * 1e3:.2f} ms of "
-                "fixed cost per micro-step (memory permitting)",
+                {"batch.micro_batch": f.micro_batch * k, "batch.grad_accum": 1},
+                launches=k,
+                fixed_s=fixed,
             )
         )
     if f.device_type == "cuda" and f.device_per_micro_s:
         g = amdahl(c, f.compute_per_micro_s / f.device_per_micro_s)
-        fixes.append(
-            setting(
-                {"runtime.compile": "reduce-overhead"},
-                g,
-                "replays the step's launches as one graph; bound: math at the ceiling",
-                note="(CUDA graphs; needs grad_accum=1)",
-            )
-        )
+        fixes.append(suggest("host_cuda_graphs", g, {"runtime.compile": "reduce-overhead"}))
     else:
-        fixes.append(
-            setting(
-                {"runtime.compile": "default"},
-                None,
-                f"fuses ~{EAGER_OPS_PER_BLOCK // COMPILED_OPS_PER_BLOCK}x fewer ops "
-                "per block; measure, compile time counts",
-            )
-        )
+        fewer = EAGER_OPS_PER_BLOCK // COMPILED_OPS_PER_BLOCK
+        fixes.append(suggest("host_compile", None, {"runtime.compile": "default"}, fewer_ops=fewer))
     other = f.frac["other"]
     if other > 0.05:
-        fixes.append(
-            action(
-                "fewer host syncs (.item(), prints) per step",
-                amdahl(other, math.inf),
-                f"the untimed {other:.0%} 'other' share",
-            )
-        )
-    eff = f"{f.efficiency:.0%}" if f.efficiency is not None else "n/a"
-    return (
-        f"host/launch-bound: per-op overhead outweighs the math ({eff} of the matmul ceiling "
-        "in the compute phase)"
-    ), fixes
+        fixes.append(suggest("host_syncs", amdahl(other, math.inf), other=other))
+    return {"efficiency": f.efficiency}, fixes
 
 
-def _compute_bound(result: dict, f: StepFacts, _: float) -> tuple[str, list[Fix]]:
+def _compute_bound(result: dict, f: StepFacts, _: float) -> Rule:
     c = f.frac["compute"]
     cfg = result.get("config") or {}
     rt = cfg.get("runtime", {})
     mfu = result.get("mfu") or {}
     headroom = amdahl(c, 1.0 / f.efficiency) if f.efficiency else None
-    basis = (
-        f"compute phase at {f.efficiency:.0%} of the matmul ceiling; reaching it gives this bound"
-        if f.efficiency
-        else "no ceiling measured"
-    )
+    eff = f.efficiency or None  # the basis of every headroom gain: no ceiling, no bound
     fixes = []
     if (rt.get("compile") or "none") == "none":
-        fixes.append(setting({"runtime.compile": "default"}, headroom, basis))
+        fixes.append(
+            suggest("compute_compile", headroom, {"runtime.compile": "default"}, efficiency=eff)
+        )
     dtype = (result.get("device") or {}).get("dtype")
     if dtype == "fp32":
-        fixes.append(
-            setting(
-                {"runtime.dtype": "bf16"},
-                _precision_gain(result, c),
-                "bf16 over fp32/TF32 datasheet peak ratio on this device",
-            )
-        )
+        fixes.append(suggest("compute_bf16", _precision_gain(result, c), {"runtime.dtype": "bf16"}))
     if f.grad_accum > 1:
-        fixes.append(
-            setting(
-                {
-                    "batch.micro_batch": 2 * f.micro_batch,
-                    "batch.grad_accum": max(1, f.grad_accum // 2),
-                },
-                headroom,
-                "larger matmuls run nearer the ceiling (memory permitting); " + basis,
-            )
-        )
+        larger = {
+            "batch.micro_batch": 2 * f.micro_batch,
+            "batch.grad_accum": max(1, f.grad_accum // 2),
+        }
+        fixes.append(suggest("compute_larger_micro", headroom, larger, efficiency=eff))
     if result.get("attention_backend") == "math" and f.device_type == "cuda":
-        fixes.append(setting({"runtime.attention": "flash"}, headroom, basis))
+        fixes.append(
+            suggest("compute_flash", headroom, {"runtime.attention": "flash"}, efficiency=eff)
+        )
     compile_mode = rt.get("compile") or "none"
     if compile_mode in ("default", "reduce-overhead"):
-        fixes.append(
-            setting(
-                {"runtime.compile": "max-autotune-no-cudagraphs"},
-                headroom,
-                "autotuned matmul and fused kernels; " + basis,
-            )
-        )
+        autotune = {"runtime.compile": "max-autotune-no-cudagraphs"}
+        fixes.append(suggest("compute_autotune", headroom, autotune, efficiency=eff))
     elif compile_mode != "none":  # already autotuned: what is left is not a knob here
         fixes.append(
-            action(
-                "faster kernels (fused attention, hand-written kernels)",
-                headroom,
-                f"runtime.compile={compile_mode} already autotunes; " + basis,
-            )
+            suggest("compute_kernels", headroom, compile_mode=compile_mode, efficiency=eff)
         )
     # the levers of a compute-bound step (issue 22) that apply here: recompute, float8, FA3
     levers = recompute_levers(result, c) + precision_levers(result, c)
-    fixes += [setting(changes, gain, why) for changes, gain, why in levers]
-    spec = f"{mfu['spec']:.0%} MFU" if mfu.get("spec") is not None else "no spec MFU (no peak)"
-    if mfu.get("spec") is not None and result.get("float8"):
-        spec += " (bf16-equivalent: float8 matmuls ran)"
-    return (
-        f"compute-bound: forward/backward is {c:.0%} of the step at {spec}"
-        + (f", {f.efficiency:.0%} of the matmul ceiling" if f.efficiency else "")
-    ), fixes
+    fixes += [
+        Fix(kind=kind, changes=changes, expected_gain=gain, numbers=numbers)
+        for kind, changes, gain, numbers in levers
+    ]
+    numbers = {
+        "compute_share": c,
+        "mfu_spec": mfu.get("spec"),
+        "float8": bool(result.get("float8")),
+        "efficiency": eff,
+    }
+    return numbers, fixes
 
 
 def _precision_gain(result: dict, share: float) -> float | None:
@@ -351,7 +299,7 @@ def _precision_gain(result: dict, share: float) -> float | None:
     return amdahl(share, bf16.flops / now.flops) if now and bf16 else None
 
 
-_RULES: dict[str, Callable[[dict, StepFacts, float], tuple[str, list[Fix]]]] = {
+_RULES: dict[str, Callable[[dict, StepFacts, float], Rule]] = {
     "data-bound": _data_bound,
     "checkpoint-bound": _checkpoint_bound,
     "comms-bound": _comms_bound,

@@ -11,8 +11,9 @@ Two kinds of expected gain, labelled as such in each fix's basis:
   0.90x rowwise) and FlashAttention-3 on H100 (Shah et al. 2024: 1.5-2.0x FA2's attention
   throughput in bf16/fp16, forward).
 
-Pure and torch-free: plain result dicts in; out, each lever as (the trainer keys it sets, its
-expected gain, its basis), which train/core/bottleneck_fixes.py makes a `Fix`.
+Pure and torch-free: plain result dicts in; out, each lever as (its kind, the trainer keys it sets,
+its expected gain, the numbers the gain came from), which train/core/bottleneck_fixes.py makes a
+`Fix` and train/core/diagnosis_text.py says.
 """
 
 from __future__ import annotations
@@ -26,11 +27,6 @@ from train.core.rules import FLOAT8_MIN_CAPABILITY, num_checkpointed_blocks
 # float8 tensorwise end to end on an H100, from the closest public shape to GPT-2 XL (nanochat
 # d26); torchao's and torchtitan's Llama3-8B figures (+25%, +28%) are larger models' wider MLPs.
 FLOAT8_TENSORWISE_EVIDENCE = 1.17
-FLOAT8_EVIDENCE = (
-    "public evidence, not measured here: nanochat d26 (MLP 1664x6656, close to "
-    "XL's 1600x6400) 1.17x tensorwise, 0.90x rowwise; torchao docs +25% "
-    "tensorwise / +10% rowwise and torchtitan +28% on Llama3-8B, H100"
-)
 # FA3 over FA2's attention kernels on H100 (Shah et al. 2024, "FlashAttention-3"), upper end.
 FA3_ATTENTION_SPEEDUP = 2.0
 FA3_CAPABILITY = (9, 0)  # Hopper only (torch/nn/attention/_fa3.py: "FA3 requires compute 9.0")
@@ -58,7 +54,8 @@ def _shape(cfg: dict[str, Any]) -> tuple[float, float, int, int] | None:
     return six_n, attn, n_layer, c
 
 
-Lever = tuple[dict[str, Any], float, str]  # (changes, expected gain, basis)
+# (kind, changes, expected gain, the numbers it came from); kinds are bottleneck_fixes.FixKind's
+Lever = tuple[str, dict[str, Any], float, dict[str, Any]]
 
 
 def recompute_levers(result: dict, compute_share: float) -> list[Lever]:
@@ -73,28 +70,18 @@ def recompute_levers(result: dict, compute_share: float) -> list[Lever]:
     six_n, attn, n_layer, c = shape
     recomputed = num_checkpointed_blocks(n_layer, policy) / n_layer
     block_fwd = (2.0 * 12 * n_layer * c * c + attn / 3) * recomputed  # their forward, again
-    gain = amdahl(compute_share, (six_n + attn + block_fwd) / (six_n + attn))
-    basis = (
-        f"arithmetic: {policy} recomputes {recomputed:.0%} of the blocks' forward "
-        f"({(six_n + attn + block_fwd) / (six_n + attn):.2f}x the FLOPs); up to this if it "
-        "fits (plan mode's memory model says)"
-    )
-    fixes = [
+    flops_ratio = (six_n + attn + block_fwd) / (six_n + attn)
+    gain = amdahl(compute_share, flops_ratio)
+    numbers = {"policy": policy, "recomputed": recomputed, "flops_ratio": flops_ratio}
+    return [
         (
+            "keep_blocks",
             {"runtime.activation_checkpointing": "none", "runtime.loss": "chunked"},
             gain,
-            basis + "; the chunked loss frees the logits' memory",
-        )
+            numbers,
+        ),
+        ("recompute_selective", {"runtime.activation_checkpointing": "selective"}, gain, numbers),
     ]
-    fixes.append(
-        (
-            {"runtime.activation_checkpointing": "selective"},
-            gain,
-            basis + "; selective keeps the matmul and attention outputs and recomputes "
-            "only pointwise ops, so nearly all of it",
-        )
-    )
-    return fixes
 
 
 def precision_levers(result: dict, compute_share: float) -> list[Lever]:
@@ -112,24 +99,17 @@ def precision_levers(result: dict, compute_share: float) -> list[Lever]:
         changes = {"runtime.float8": "tensorwise"}
         if dev.get("dtype") != "bf16":
             changes["runtime.dtype"] = "bf16"  # float8 needs bf16 (train/core/rules.py)
-        fixes.append(
-            (
-                changes,
-                FLOAT8_TENSORWISE_EVIDENCE,
-                FLOAT8_EVIDENCE + "; changes the math: the numerics guard checks it",
-            )
-        )
+        fixes.append(("float8", changes, FLOAT8_TENSORWISE_EVIDENCE, {}))
     shape = _shape(cfg)
     if cap == FA3_CAPABILITY and rt.get("attention") not in ("fa3", "fa4") and shape:
         six_n, attn = shape[:2]
         share = compute_share * attn / (six_n + attn)
         fixes.append(
             (
+                "fa3",
                 {"runtime.attention": "fa3"},
                 amdahl(share, FA3_ATTENTION_SPEEDUP),
-                f"arithmetic on public evidence: attention is {attn / (six_n + attn):.0%} "
-                f"of the FLOPs, FA3 up to {FA3_ATTENTION_SPEEDUP:g}x FA2 there (Shah et al. "
-                "2024, H100); needs the flash_attn_interface package",
+                {"attention_share": attn / (six_n + attn), "speedup": FA3_ATTENTION_SPEEDUP},
             )
         )
     return fixes

@@ -83,7 +83,7 @@ def check_combinations(
         emulate=rt.float8_emulate,
     ) or flash_impl_unsupported(rt.attention, device_type=device_type, installed=flash_impls)
     if unsupported:
-        raise ValueError(unsupported)
+        raise ValueError(str(unsupported))
     cpus = len(os.sched_getaffinity(0))
     if cfg.data.num_workers + max(rt.threads, 1) > 2 * cpus:
         log.warning(

@@ -6,7 +6,8 @@ compute-bound. The shares that can be measured (data wait, checkpoint stall, com
 planned run) are checked first against their thresholds and the largest wins; host/launch-bound is
 inferred next; compute-bound is what remains. Every fix carries an expected gain computed from the
 result's own numbers ("up to", an Amdahl bound), never a canned sentence: the fixes of each
-verdict are train/core/bottleneck_fixes.py's.
+verdict are train/core/bottleneck_fixes.py's. The verdict is data (its kind and its numbers);
+train/core/diagnosis_text.py writes its sentences.
 
 Host/launch-bound signal. Eager PyTorch pays a fixed host cost per op (Python, dispatcher, autograd,
 kernel launch) that does not grow with the micro-batch. A step is host-bound when that cost
@@ -52,16 +53,19 @@ VERDICTS = (
     "host-bound",
     "compute-bound",
 )
+# What the host/launch verdict read: the untimed share, the GPU's busy %, the estimated launch time
+# against the math at the ceiling, or nothing to size the math against.
+HOST_SIGNALS = ("untimed_other", "gpu_busy", "launch_vs_math", "no_reference")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Diagnosis:
-    """The verdict, the sentence that states it, the numbers behind it and what to do."""
+    """The verdict, the numbers that state it, the numbers behind it and what to do."""
 
     # One of VERDICTS.
     verdict: str
-    # One sentence with the deciding number.
-    headline: str
+    # The deciding numbers the verdict is stated with (diagnosis_text.headline_text says them).
+    numbers: dict[str, Any]
     # Fractions, MFU, efficiencies, device samples: the numbers the verdict rests on.
     evidence: dict[str, Any]
     # Fixes, most promising first.
@@ -70,6 +74,8 @@ class Diagnosis:
     attribution_s: dict[str, float | None] = field(default_factory=dict)
     # Other thresholds that were also crossed (secondary bottlenecks).
     secondary: list[str] = field(default_factory=list)
+    # The host/launch signal read and its numbers: {"signal": one of HOST_SIGNALS, ...}.
+    host_signal: dict[str, Any] = field(default_factory=dict)
 
 
 def compile_share(*, compile_s: float, step_s: float, planned_steps: int) -> float:
@@ -124,8 +130,7 @@ def diagnose(result: dict, *, planned_steps: int | None = None) -> Diagnosis:
         failure = result.get("failure") or {}
         return Diagnosis(
             verdict="failed",
-            headline=f"no verdict: the trial failed ({failure.get('kind', 'unknown')}) and "
-            "measured nothing",
+            numbers={"failure_kind": failure.get("kind", "unknown")},
             evidence={"failure": failure},
             fixes=[],
         )
@@ -148,17 +153,17 @@ def diagnose(result: dict, *, planned_steps: int | None = None) -> Diagnosis:
     if host:
         crossed.append("host-bound")
     verdict = crossed[0] if crossed else "compute-bound"
-    evidence["host_signal"] = host_why
-    headline, fixes = verdict_fixes(verdict, result, f, share_compile)
+    numbers, fixes = verdict_fixes(verdict, result, f, share_compile)
     attribution = {k: v * f.step_s for k, v in f.frac.items()}
     attribution.update(warmup_s=result.get("warmup_s"), compile_s=f.compile_s)
     return Diagnosis(
         verdict=verdict,
-        headline=headline,
+        numbers=numbers,
         evidence=evidence,
         fixes=fixes,
         attribution_s=attribution,
         secondary=crossed[1:],
+        host_signal=host_why,
     )
 
 
@@ -181,19 +186,21 @@ def _evidence(result: dict, f: StepFacts, share_compile: float) -> dict[str, Any
     }
 
 
-def _host_signal(f: StepFacts) -> tuple[bool, str]:
+def _host_signal(f: StepFacts) -> tuple[bool, dict[str, Any]]:
+    """Whether the step is host/launch-bound, and the signal that says so with its numbers."""
     slow = f.efficiency is not None and f.efficiency < HOST_MAX_COMPUTE_EFFICIENCY
     if f.frac["other"] >= HOST_OTHER_MIN_FRAC:
-        return True, f"untimed 'other' is {f.frac['other']:.0%} of the step (syncs, Python)"
+        return True, {"signal": "untimed_other", "other": f.frac["other"]}
     if f.sm_util_pct is not None:
         idle = f.sm_util_pct < HOST_MAX_SM_UTIL_PCT
-        why = f"GPU busy {f.sm_util_pct:.0f}% of the time (threshold {HOST_MAX_SM_UTIL_PCT:.0f}%)"
+        why = {"signal": "gpu_busy", "sm_util_pct": f.sm_util_pct, "max": HOST_MAX_SM_UTIL_PCT}
         return idle and slow, why
     if f.device_per_micro_s is None:
-        return False, "no ceiling or peak to size the math against"
+        return False, {"signal": "no_reference"}
     launch = f.host_per_micro_s >= f.device_per_micro_s
-    why = (
-        f"estimated launch time per micro-step {f.host_per_micro_s * 1e3:.2f} ms vs its math at "
-        f"the ceiling {f.device_per_micro_s * 1e3:.2f} ms"
-    )
+    why = {
+        "signal": "launch_vs_math",
+        "launch_s": f.host_per_micro_s,
+        "math_at_ceiling_s": f.device_per_micro_s,
+    }
     return launch and slow, why

@@ -7,8 +7,8 @@ keys it sets, such as {"batch.micro_batch": 16, "batch.grad_accum": 4}; its evid
 search trials (`SearchRun`) and each raced trial's verified tokens/s (real full steps). `judge_fix`
 returns None where the sweep measured the value no faster at the winner's other settings (the race,
 a pruned trial, a complete search run), and otherwise what was measured, as a `Measured`;
-`evidence_text` writes the one sentence both callers show. Pure and torch-free: plain values in; the
-callers read the study.
+`evidence_text` in train/core/diagnosis_text.py writes the one sentence both callers show. Pure
+and torch-free: plain values in; the callers read the study.
 """
 
 from __future__ import annotations
@@ -147,36 +147,6 @@ def _has(params: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Whether a trial's params hold every wanted value (compared as text: Optuna stores a
     categorical's choice as written, a fix sets a typed value)."""
     return all(str(params.get(k)).lower() == str(v).lower() for k, v in wanted.items())
-
-
-def evidence_text(m: Measured) -> str:
-    """The sentence both the sweep's `next:` lines and explain's fixes say of `m`."""
-    if m.kind == "at_winner":
-        text = (
-            f"measured at the winner's other settings: {m.tokens_per_s:,.0f} tokens/s in the "
-            f"search run of trial {m.trial}"
-        )
-        if m.ratio is not None:
-            text += f", {m.ratio:.2f}x the winner's search run"
-        return text + "; not verified"
-    if m.kind == "raced_elsewhere":
-        return (
-            f"not measured at the winner's settings; at other settings trial {m.trial} "
-            f"verified {m.tokens_per_s:,.0f} tokens/s (median, real full steps)"
-        )
-    if m.kind == "searched_elsewhere":
-        return (
-            f"not measured at the winner's settings; at other settings its best complete "
-            f"search run was {m.tokens_per_s:,.0f} tokens/s (trial {m.trial})"
-        )
-    if m.kind == "pruned_elsewhere":
-        return (
-            "not measured at the winner's settings; at other settings only in pruned "
-            "trials (stopped early: no full figure)"
-        )
-    if m.kind == "not_searched":
-        return "not searched in this sweep"
-    return "not measured in this sweep"
 
 
 def search_runs(trials: Iterable[Any]) -> list[SearchRun]:

@@ -18,6 +18,7 @@ import importlib.util
 import os
 import re
 import stat
+from dataclasses import dataclass
 from typing import Any
 
 # Modes that capture CUDA graphs. With gradient accumulation they error or silently produce wrong
@@ -35,6 +36,21 @@ COMPILE_UNITS = ("model", "block")
 # kBFloat16, the efficient kernel also kFloat. Seen on an H100 with torch 2.11: fp32 causal SDPA
 # runs forward and backward under efficient and math, and raises under flash and cudnn.
 HALF_ONLY_CUDA_ATTENTION = ("flash", "cudnn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refusal:
+    """Why `key=value` cannot run here, in parts: the setting, its value and the reason that
+    follows them. `str()` is the whole sentence (`runtime.dtype=fp16 is not supported on CPU`);
+    a reader listing several values of one key shows `reason` alone (sweeper/space/params.py)."""
+
+    key: str
+    value: Any
+    reason: str
+    sep: str = " "  # between `key=value` and the reason: " " or ": "
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}{self.sep}{self.reason}"
 
 
 # runtime.activation_checkpointing=selective: every block checkpointed with an op-level policy
@@ -175,14 +191,18 @@ def resolve_dtype_name(requested: str, *, device_type: str, bf16_supported: bool
     return str(requested)
 
 
-def dtype_unsupported(dtype: str, *, device_type: str, bf16_supported: bool = True) -> str | None:
+def dtype_unsupported(
+    dtype: str, *, device_type: str, bf16_supported: bool = True
+) -> Refusal | None:
     """Why a device of `device_type` cannot compute in the resolved `dtype`, or None. CPU fp16
     kernels are slow or missing for many ops, so a result there would mean nothing; a CUDA device
     without native bf16 would emulate it and make the throughput numbers lie."""
     if device_type == "cpu" and dtype == "fp16":
-        return "runtime.dtype=fp16 is not supported on CPU"
+        return Refusal(key="runtime.dtype", value="fp16", reason="is not supported on CPU")
     if device_type == "cuda" and dtype == "bf16" and not bf16_supported:
-        return "runtime.dtype=bf16 on a CUDA device without bf16 support"
+        return Refusal(
+            key="runtime.dtype", value="bf16", reason="on a CUDA device without bf16 support"
+        )
     return None
 
 
@@ -261,7 +281,7 @@ def float8_unsupported(
     emulate: bool = False,
     bf16_supported: bool = True,
     torchao: bool | None = None,
-) -> str | None:
+) -> Refusal | None:
     """Why runtime.float8=`float8` cannot run here, as one line with the fix, or None.
 
     `dtype` is runtime.dtype ("auto" resolves as the trainer resolves it); `capability` is the
@@ -274,36 +294,40 @@ def float8_unsupported(
     if torchao is None:
         torchao = torchao_installed()
     if not torchao:
-        return (
-            f"runtime.float8={float8} needs torchao, which is not installed: pip install "
-            f"'throughput-sweep[gpu]' (or torchao), or runtime.float8=none"
+        why = (
+            "needs torchao, which is not installed: pip install 'throughput-sweep[gpu]' (or "
+            "torchao), or runtime.float8=none"
         )
+        return Refusal(key="runtime.float8", value=float8, reason=why)
     need = ".".join(map(str, FLOAT8_MIN_CAPABILITY))
     if not emulate and device_type != "cuda":
-        return (
-            f"runtime.float8={float8} needs a CUDA GPU with compute capability >= {need} "
-            f"(float8 tensor cores), and this run's device is {device_type}; use such a GPU, or "
-            f"runtime.float8_emulate=true to test the plumbing (emulated, no speed-up)"
+        why = (
+            f"needs a CUDA GPU with compute capability >= {need} (float8 tensor cores), and this "
+            f"run's device is {device_type}; use such a GPU, or runtime.float8_emulate=true to "
+            "test the plumbing (emulated, no speed-up)"
         )
+        return Refusal(key="runtime.float8", value=float8, reason=why)
     if not emulate and capability is not None and tuple(capability) < FLOAT8_MIN_CAPABILITY:
         got = ".".join(map(str, capability))
-        return (
-            f"runtime.float8={float8} needs compute capability >= {need} (float8 tensor cores: "
-            f"Ada, Hopper, Blackwell), this GPU has {got}; use runtime.float8=none"
+        why = (
+            f"needs compute capability >= {need} (float8 tensor cores: Ada, Hopper, Blackwell), "
+            f"this GPU has {got}; use runtime.float8=none"
         )
+        return Refusal(key="runtime.float8", value=float8, reason=why)
     resolved = resolve_dtype_name(dtype, device_type=device_type, bf16_supported=bf16_supported)
     if resolved != "bf16":
-        return (
-            f"runtime.float8={float8} needs runtime.dtype=bf16 (torchao's float8 training casts "
-            f"from bf16 activations and weights), got runtime.dtype={dtype} ({resolved}); set "
-            f"runtime.dtype=bf16 or runtime.float8=none"
+        why = (
+            "needs runtime.dtype=bf16 (torchao's float8 training casts from bf16 activations and "
+            f"weights), got runtime.dtype={dtype} ({resolved}); set runtime.dtype=bf16 or "
+            "runtime.float8=none"
         )
+        return Refusal(key="runtime.float8", value=float8, reason=why)
     return None
 
 
 def flash_impl_unsupported(
     attention: str, *, device_type: str, installed: tuple[str, ...] | list[str] | None
-) -> str | None:
+) -> Refusal | None:
     """Why runtime.attention=`attention` (a flash implementation such as "fa3") cannot run here,
     as one line with the fix, or None. `installed` is what the installed torch lists
     (list_flash_attention_impls(), lower-cased) and can activate (its package importable); None
@@ -311,16 +335,18 @@ def flash_impl_unsupported(
     if attention not in FLASH_IMPLS:
         return None
     if device_type != "cuda":
-        return (
-            f"runtime.attention={attention} is a CUDA flash attention implementation and this "
-            f"run's device is {device_type}; use runtime.attention=auto (or flash/math)"
+        why = (
+            f"is a CUDA flash attention implementation and this run's device is {device_type}; "
+            "use runtime.attention=auto (or flash/math)"
         )
+        return Refusal(key="runtime.attention", value=attention, reason=why)
     if installed is not None and attention not in installed:
-        return (
-            f"runtime.attention={attention}: no such flash attention implementation is installed "
-            f"here (torch's list_flash_attention_impls() with its package importable: "
-            f"{sorted(installed)}); use runtime.attention=auto or flash"
+        why = (
+            "no such flash attention implementation is installed here (torch's "
+            f"list_flash_attention_impls() with its package importable: {sorted(installed)}); use "
+            "runtime.attention=auto or flash"
         )
+        return Refusal(key="runtime.attention", value=attention, reason=why, sep=": ")
     return None
 
 

@@ -33,6 +33,7 @@ from train.core.cost import (
     usd_per_1b_tokens,
 )
 from train.core.diagnosis import Diagnosis, diagnose
+from train.core.diagnosis_text import basis_text, fix_text, headline_text, host_signal_text
 from train.core.flops import lookup_peak
 from train.core.result import load_result
 from train.explain.floor import FloorInputs, FloorReport, floor_report, format_floor
@@ -153,7 +154,7 @@ def _gain(g: float | None) -> str:
 def format_diagnosis(d: Diagnosis, result: dict, path: Path) -> str:
     lines = [f"result: {path}"]
     if d.verdict == "failed":
-        return "\n".join([*lines, f"verdict: {d.headline}"])
+        return "\n".join([*lines, f"verdict: {headline_text(d)}"])
     st, dev = result["step_time_s"], result["device"]
     lines.append(
         f"{result['tokens_per_s']:,.0f} tokens/s on {dev.get('name')} ({dev.get('dtype')}), step "
@@ -178,10 +179,10 @@ def format_diagnosis(d: Diagnosis, result: dict, path: Path) -> str:
         f"{100 * d.evidence['compile_share_of_planned_run']:.1f}% of a "
         f"{d.evidence['planned_steps']:,}-step run)"
     )
-    lines.append(f"verdict: {d.headline}")
-    lines.append(f"  host signal: {d.evidence['host_signal']}")
+    lines.append(f"verdict: {headline_text(d)}")
+    lines.append(f"  host signal: {host_signal_text(d)}")
     for fix in d.fixes:
-        lines.append(f"  fix: {fix.fix}: {_gain(fix.expected_gain)} ({fix.basis})")
+        lines.append(f"  fix: {fix_text(fix)}: {_gain(fix.expected_gain)} ({basis_text(fix)})")
     if d.secondary:
         lines.append(f"  also over threshold: {', '.join(d.secondary)}")
     return "\n".join(lines)
@@ -332,13 +333,20 @@ def _floor_doc(r: FloorReport) -> dict:
 
 
 def _diagnosis_doc(d: Diagnosis) -> dict:
+    """The diagnosis as data (kinds and numbers) with the sentences the text report shows."""
     doc = asdict(d)
+    doc["headline"] = headline_text(d)
+    if d.verdict != "failed":
+        doc["evidence"]["host_signal"] = host_signal_text(d)
     doc["fixes"] = [
         {
-            "fix": f.fix,
+            "fix": fix_text(f),
             "changes": f.changes,
             "expected_gain": _jsonable(f.expected_gain),
-            "basis": f.basis,
+            "basis": basis_text(f),
+            "kind": f.kind,
+            "numbers": {k: _jsonable(v) for k, v in f.numbers.items()},
+            "measured": asdict(f.measured) if f.measured is not None else None,
         }
         for f in d.fixes
     ]

@@ -21,7 +21,7 @@ from train.core.config_file import read_pinned_config
 from train.core.diagnosis import Diagnosis
 from train.core.evidence import (
     DEFAULT_NOISE_FLOOR,
-    evidence_text,
+    Measured,
     judge_fix,
     search_runs,
     verified_runs,
@@ -132,8 +132,8 @@ def _median_run(runs: list[tuple[Path, dict]]) -> tuple[Path, dict]:
     return ordered[(len(ordered) - 1) // 2]
 
 
-# a fix's changes -> what the sweep measured of them, said; None: no next step
-Judge = Callable[[Mapping[str, Any]], str | None]
+# a fix's changes -> what the sweep measured of them; None: no next step
+Judge = Callable[[Mapping[str, Any]], Measured | None]
 
 
 def sweep_evidence(path: Path, picked: Path) -> tuple[Judge | None, str]:
@@ -163,21 +163,20 @@ def sweep_evidence(path: Path, picked: Path) -> tuple[Judge | None, str]:
     if ex.trial not in {r.number for r in runs}:
         return None, f"the fixes are not checked: trial {ex.trial} is not in the study"
 
-    def judge(changes: Mapping[str, Any]) -> str | None:
-        measured = judge_fix(
+    def judge(changes: Mapping[str, Any]) -> Measured | None:
+        return judge_fix(
             changes, runs=runs, verified=verified, winner=ex.trial, noise_floor=DEFAULT_NOISE_FLOOR
         )
-        return None if measured is None else evidence_text(measured)
 
     return judge, ""
 
 
 def judged(d: Diagnosis, judge: Judge) -> tuple[Diagnosis, int]:
     """`d` with each fix the sweep measured as no faster at the winner's other settings left out
-    and each other fix's basis saying what the sweep measured of it; and how many were left out."""
+    and each other fix carrying what the sweep measured of it; and how many were left out."""
     kept = []
     for fix in d.fixes:
-        basis = judge(fix.changes)
-        if basis is not None:
-            kept.append(dataclasses.replace(fix, basis=f"{fix.basis}; {basis}"))
+        measured = judge(fix.changes)
+        if measured is not None:
+            kept.append(dataclasses.replace(fix, measured=measured))
     return dataclasses.replace(d, fixes=kept), len(d.fixes) - len(kept)
