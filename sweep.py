@@ -24,9 +24,11 @@ def check_command_line() -> None:
     that is not installed in one line naming the extra, before Hydra starts."""
     import logging
     import sys
+    from pathlib import Path
 
     from hydra_plugins.throughput_sweeper.config import RENAMED, setting_names
     from sweeper.plan.extras import missing_plugin_error
+    from sweeper.preset_file import preset_key_error, preset_path
     from train.core.keys import exit_on_mistyped_keys
 
     missing = missing_plugin_error(sys.argv[1:])
@@ -36,6 +38,12 @@ def check_command_line() -> None:
         raise SystemExit(2)
 
     exit_on_mistyped_keys(sys.argv[1:], sweeper_fields=setting_names(), sweeper_renamed=RENAMED)
+    preset = preset_path(sys.argv[1:], Path(__file__).resolve().parent / "conf")
+    error = preset and preset_key_error(preset, setting_names(), RENAMED)
+    if error:
+        logging.basicConfig(format="[%(levelname)s] %(message)s")
+        logging.getLogger("sweep").error("%s", error)
+        raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -227,7 +227,8 @@ def render() -> str:
     lines.append(
         "The sweeper's settings had flat names before they came in groups. An old name is "
         "refused before anything starts, naming its new one "
-        "(`hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats`).\n"
+        "(`hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats`), on the command "
+        "line and in a search preset's file alike.\n"
     )
     lines += ["| old name | new name |", "| --- | --- |"]
     lines += [

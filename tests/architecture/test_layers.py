@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Bottom first. Rooms on one level are independent: neither imports the other.
 SWEEPER_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("masking", "metrics", "numbers"),  # leaves: secrets masked, the metrics table, the formatter
+    ("masking", "metrics", "numbers", "preset_file"),  # leaves (and a search preset's keys)
     ("forecast",),  # one trial's wall, phase by phase: set-up, compile per graph, steps
     ("space",),  # the rule book for one point; imports the forecast only
     ("settings",),  # hydra.sweeper.* typed and checked once (the race's rules too)

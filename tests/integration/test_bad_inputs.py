@@ -515,6 +515,37 @@ def test_a_study_resumed_under_another_search_is_refused_naming_the_difference(t
     assert study.user_attrs["search_space"]["batch.micro_batch"] == "choice(4, 8)"
 
 
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("verify_repeats: 2", ["hydra.sweeper.verify_repeats is now hydra.sweeper.verify.repeats"]),
+        (
+            "verify:\n  repeatz: 2",
+            [
+                "unknown setting hydra.sweeper.verify.repeatz",
+                "did you mean hydra.sweeper.verify.repeats",
+            ],
+        ),
+    ],
+    ids=["old flat name", "mistyped group key"],
+)
+def test_a_search_preset_with_a_key_the_sweeper_lacks_is_refused_naming_the_file(
+    tmp_path: Path, line: str, words: list[str]
+):
+    """A user's own preset (on hydra.searchpath) with an old or mistyped setting: one line naming
+    the key, its new or nearest name and the file, before Hydra composes (no ConfigKeyError)."""
+    preset = tmp_path / "presets" / "search" / "mine.yaml"
+    preset.parent.mkdir(parents=True)
+    preset.write_text(f"# @package hydra.sweeper\nn_trials: 2\n{line}\n")
+    proc = run_sweep(
+        tmp_path, "search=mine", f"hydra.searchpath=[file://{preset.parent.parent}]", timeout=120
+    )
+    error = _judge(f"search preset with {line!r}", proc, [*words, f"search preset {preset}"])
+    assert proc.returncode == 2
+    assert "ConfigKeyError" not in proc.stdout + proc.stderr and "zygote" not in error
+    assert not (tmp_path / "multirun").exists()
+
+
 def _judges_inputs(item: pytest.Item) -> bool:
     """A test of this file whose own code calls _judge (a new table or test function counts
     without being listed anywhere)."""

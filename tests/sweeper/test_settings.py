@@ -5,6 +5,7 @@ name is refused naming its new one."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -163,3 +164,36 @@ def test_a_grouped_override_reaches_the_sweepers_typed_settings() -> None:
     }
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.verify.repeats = 3  # type: ignore[misc]
+
+
+# ---- a search preset's own keys (sweeper/preset_file.py) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "keys"),
+    [
+        ({"n_trials": 2}, ["n_trials"]),
+        ({"verify": {"top_k": 1, "repeats": 2}}, ["verify.top_k", "verify.repeats"]),
+        ({"space": {"batch.micro_batch": "choice(4, 8)"}}, ["space"]),  # the user's own keys
+        ({"defaults": [], "pruner": {}}, ["pruner"]),
+    ],
+)
+def test_preset_keys(doc: dict, keys: list[str]) -> None:
+    from sweeper.preset_file import preset_keys
+
+    assert preset_keys(doc) == keys
+
+
+def test_preset_path_prefers_a_searchpath_folder_to_conf(tmp_path: Path) -> None:
+    from sweeper.preset_file import preset_path
+
+    conf, mine = tmp_path / "conf", tmp_path / "mine"
+    for folder in (conf, mine):
+        (folder / "search").mkdir(parents=True)
+        (folder / "search" / "quick.yaml").write_text("n_trials: 1\n")
+    assert preset_path(["search=quick"], conf) == conf / "search" / "quick.yaml"
+    assert preset_path(["search=quick", f"hydra.searchpath=[file://{mine}]"], conf) == (
+        mine / "search" / "quick.yaml"
+    )
+    assert preset_path(["search=absent"], conf) is None
+    assert preset_path(["n_trials=3"], conf) is None
