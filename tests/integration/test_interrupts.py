@@ -75,6 +75,10 @@ def test_a_stopped_sweep_records_the_trial_closes_its_run_and_says_how_to_resume
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert [r.info.status for r in parents] == ["KILLED"]
+    # the sweep's settings as params, under the names the user sets them by
+    settings = parents[0].data.params
+    assert {"pruner.kind", "verify.top_k", "verify.repeats", "n_trials"} <= set(settings)
+    assert not {"pruner", "verify_top_k", "verify_repeats"} & set(settings)
     assert not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
     if sig == signal.SIGTERM:
         _resume_keeps_one_folder(tmp_path, hints[0], sweep_dir, stopped[0].number)

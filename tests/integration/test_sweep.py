@@ -210,7 +210,7 @@ def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -
         assert t.params == twin.params and t.state == twin.state and t.value == twin.value
     assert "the space looks exhausted" in proc.stdout + proc.stderr
     (sweep_dir,) = sweep_dirs(tmp_path)
-    # 4 trial job dirs + 1 repeat (smoke's verify_repeats) of the best config and of the starting
+    # 4 trial job dirs + 1 repeat (smoke's verify.repeats) of the best config and of the starting
     # config when that is another one (it is always re-measured beside the finalists)
     best = max((t for t in ran if t.value is not None), key=lambda t: t.value)
     verified = 1 if best.user_attrs.get("baseline") else 2
