@@ -100,7 +100,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
             "planned_tokens": p.objective.planned_steps * p.ctx.tokens_per_step,
         },
     )
-    p.ctx.ooms.extend(past_ooms(own_outcomes(study), p.space))
+    p.ctx.note_ooms(past_ooms(own_outcomes(study), p.space))
     baseline = baseline_params(
         p.space, p.base, device_type=p.device.device_type, bf16=p.device.bf16_supported
     )

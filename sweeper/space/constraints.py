@@ -12,6 +12,7 @@ functions (train.core.config), never copies of them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,10 +63,11 @@ class SpaceContext:
     flash_attention_impls: tuple[str, ...] | None = None
     # whether torchao is installed where trials run (runtime.float8); None: ask this machine
     torchao: bool | None = None
-    # trials of this sweep that ran out of memory (sweeper/space/memory.py), appended as they happen
-    ooms: list[OutOfMemory] = field(default_factory=list)
+    # trials of this sweep that ran out of memory (sweeper/space/memory.py); added by note_ooms
+    ooms: tuple[OutOfMemory, ...] = ()
 
     def __post_init__(self) -> None:
+        self.ooms = tuple(self.ooms)
         for name in ("tokens_per_step", "block_size", "world_size", "cpu_count"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -75,8 +77,13 @@ class SpaceContext:
                 f"SpaceContext.device_type must be cpu or cuda, got {self.device_type!r}"
             )
 
+    def note_ooms(self, ooms: Iterable[OutOfMemory]) -> None:
+        """Trials that ran out of memory: from now on check_point refuses what they rule out
+        (a micro-batch at least as large with the same other knobs)."""
+        self.ooms = (*self.ooms, *ooms)
 
-def derive_grad_accum(micro_batch: Any, point: dict[str, Any], ctx: SpaceContext) -> int | None:
+
+def derive_grad_accum(micro_batch: Any, point: Mapping[str, Any], ctx: SpaceContext) -> int | None:
     """grad_accum that keeps the tokens per step for this micro_batch, or None if none does."""
     return grad_accum_for(
         micro_batch,
@@ -108,7 +115,7 @@ def unsupported_here(key: str, value: Any, *, device_type: str, ctx: SpaceContex
     return None
 
 
-def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
+def check_point(point: Mapping[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
     """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine.
 
     memory=False leaves out the memory rules (the memory model and this sweep's out-of-memory

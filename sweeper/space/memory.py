@@ -143,7 +143,7 @@ def past_ooms(trials: Sequence[Any], space: Any) -> list[OutOfMemory]:
     whose knobs `space` (a SearchSpace) still has."""
     keys = {p.key for p in space.searched}
     return [
-        OutOfMemory(trial=t.number, config={**space.ctx.base, **space.point(t.params)})
+        OutOfMemory(trial=t.number, config=space.point(t.params).over(space.base))
         for t in trials
         if t.user_attrs.get("failure_kind") == "oom" and set(t.params) == keys
     ]

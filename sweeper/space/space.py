@@ -15,6 +15,7 @@ import itertools
 import math
 import random
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from sweeper.space.constraints import (
     check_point,
     derive_grad_accum,
 )
-from sweeper.space.overrides import format_override
+from sweeper.space.memory import OutOfMemory
 from sweeper.space.params import (
     Param,
     clamp_workers,
@@ -37,6 +38,7 @@ from sweeper.space.params import (
     fail,
     parse_param,
 )
+from sweeper.space.point import Point
 from train.core.rules import resolve_dtype_name
 
 if TYPE_CHECKING:
@@ -118,8 +120,9 @@ class SearchSpace:
                 out[p.key] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
         return out
 
-    def point(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A trial's explicit keys: fixed and searched values, plus the derived grad_accum."""
+    def point(self, params: Mapping[str, Any]) -> Point:
+        """A trial's point from its searched values (Optuna's params): the fixed and searched
+        knobs, plus the derived grad_accum."""
         missing = [p.key for p in self.searched if p.key not in params]
         unknown = [k for k in params if k not in {p.key for p in self.searched}]
         if missing or unknown:
@@ -134,13 +137,23 @@ class SearchSpace:
                 accum = derive_grad_accum(value, explicit, self.ctx)
                 if accum is not None:  # otherwise check_point names the invalid split
                     out[GRAD_ACCUM] = accum
-        return out
+        return Point(knobs=out)
 
-    def to_overrides(self, params: dict[str, Any]) -> list[str]:
+    @property
+    def base(self) -> dict[str, Any]:
+        """The composed trainer config the points are set over (flat dotted keys)."""
+        return self.ctx.base
+
+    def record_oom(self, trial: int, point: Point) -> None:
+        """Trial `trial` ran out of memory at `point`: larger micro-batches with its other knobs
+        are refused from now on (sweeper/space/memory.py)."""
+        self.ctx.note_ooms([OutOfMemory(trial=trial, config=point.over(self.ctx.base))])
+
+    def to_overrides(self, params: Mapping[str, Any]) -> list[str]:
         """Hydra overrides for the child, e.g. ["batch.micro_batch=4", "batch.grad_accum=16"]."""
-        return [format_override(k, v) for k, v in self.point(params).items()]
+        return self.point(params).overrides()
 
-    def check(self, params: dict[str, Any]) -> str | None:
+    def check(self, params: Mapping[str, Any]) -> str | None:
         """check_point for searched params, with the fixed ones and the derived grad_accum added."""
         return check_point(self.point(params), self.ctx)
 
