@@ -51,7 +51,8 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
             continue
         for value in p.choices:
             params = {**reference, key: value}
-            full = {**ctx.base, **space.point(params)}
+            point = space.point(params)
+            full = point.over(ctx.base)
             fit = predict(
                 full,
                 device_type=ctx.device_type,
@@ -65,9 +66,7 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
                     peak_gib=fit.peak_gib,
                     fits=fit.fits,
                     compute=recompute_factor(full.get("runtime.activation_checkpointing"), n_layer),
-                    refused=check_point(space.point(params), ctx, memory=False)
-                    if fit.fits
-                    else None,
+                    refused=check_point(point, ctx, memory=False) if fit.fits else None,
                 )
             )
     return rows
@@ -76,7 +75,8 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
 def plan_lever_lines(plan: Any) -> list[str]:
     """The levers' table of a SweepPlan (sweeper/plan/plan.py): at the prior's first point, else
     at the starting config where it runs."""
-    space, ctx = plan.space, plan.space.ctx
+    space = plan.space
+    ctx = space.ctx
     if plan.prior is not None and plan.prior.points:
         first = plan.prior.points[0].params
         return lever_lines(space, ctx, first, source="the prior's first point")
@@ -97,7 +97,7 @@ def lever_lines(
     rows = lever_rows(space, ctx, reference)
     if not rows:
         return []
-    full = {**ctx.base, **space.point(reference)}
+    full = space.point(reference).over(ctx.base)
     full["runtime.dtype"] = resolve_dtype_name(
         full.get("runtime.dtype"), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
     )

@@ -167,7 +167,7 @@ def scan(
             out.refused += weight
             out.reasons[reason] += weight
             continue
-        full = {**ctx.base, **point}
+        full = point.over(ctx.base)
         device_type = "cpu" if str(full.get("runtime.device", "auto")) == "cpu" else ctx.device_type
         same_device = device_type == ctx.device_type
         if same_device and ctx.ooms and oom_reason(full, ctx.ooms, device_type=device_type):

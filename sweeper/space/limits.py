@@ -35,6 +35,7 @@ from sweeper.forecast.trial import (
     trial_time,
     window_steps,
 )
+from sweeper.space.point import Point
 from train.core.chips import chip_for
 from train.core.flops import (
     floor_step_time_s,
@@ -248,15 +249,15 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
 
 
 def point_limits(
-    point: dict[str, Any],
+    point: Mapping[str, Any],
     ctx: SpaceContext,
     *,
     timeout_s: float,
     stall_timeout_s: float,
     warm: bool = False,
 ) -> TrialLimits:
-    """The limits of the trial of `point` (a SearchSpace.point) in the sweep of `ctx`."""
-    full = {**ctx.base, **point}
+    """The limits of the trial of `point` (a Point, or the knobs of one) in the sweep of `ctx`."""
+    full = Point.of(point).over(ctx.base)
     device_type = "cpu" if str(full.get("runtime.device", "auto")) == "cpu" else ctx.device_type
     return trial_limits(
         full,

@@ -189,9 +189,9 @@ def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
     return Candidate(
         key=json.dumps(trial.params, sort_keys=True, default=str),
         params=dict(trial.params),
-        overrides=uncapped(overrides, base=space.ctx.base, launcher=launcher),
+        overrides=uncapped(overrides, base=space.base, launcher=launcher),
         values=[],
-        simplicity=space.defaults_distance(trial.params, space.ctx.base),
+        simplicity=space.defaults_distance(trial.params, space.base),
     )
 
 
