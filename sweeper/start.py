@@ -184,12 +184,12 @@ def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) 
     s = prepared.settings
     room = s.n_trials - (baseline is not None) if s.n_trials > 0 else len(prior.points)
     points = prior.points[: max(0, room)]
-    for point in points:
-        study.enqueue_trial(point.params, user_attrs={PRIOR_ATTR: point.reason})
+    for prior_point in points:
+        study.enqueue_trial(prior_point.params, user_attrs={PRIOR_ATTR: prior_point.reason})
     log.info("%s", prior.line)
-    for point in points:
-        log.info("  prior: %s", point.reason)
-    return [point.params for point in points]
+    for prior_point in points:
+        log.info("  prior: %s", prior_point.reason)
+    return [prior_point.params for prior_point in points]
 
 
 def queue_design(
@@ -216,8 +216,8 @@ def queue_design(
         seed=sampler_seed(s.seed),
         accept=lambda p: p not in first and space.check(p) is None,
     )
-    for point in points:
-        study.enqueue_trial(point, user_attrs={DESIGN_ATTR: True})
+    for params in points:
+        study.enqueue_trial(params, user_attrs={DESIGN_ATTR: True})
     if points:
         log.info("TPE starts from %d spread-out points (a Latin-hypercube design)", len(points))
 

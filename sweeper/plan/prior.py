@@ -96,30 +96,30 @@ class _Picker:
         p = self.params.get(key)
         return list(p.values() or []) if p is not None else []
 
-    def ok(self, point: dict) -> bool:
-        return self.space.check(point) is None
+    def ok(self, params: dict) -> bool:
+        return self.space.check(params) is None
 
-    def first(self, point: dict, key: str, prefer: tuple | list) -> dict:
-        """`point` with `key` at the first preferred value the space has and with which some
+    def first(self, params: dict, key: str, prefer: tuple | list) -> dict:
+        """`params` with `key` at the first preferred value the space has and with which some
         micro-batch passes the space's rules (memory model included); else unchanged."""
         for value in prefer:
-            if value in self.choices(key) and self.largest_fit({**point, key: value}):
-                return {**point, key: value}
-        return point
+            if value in self.choices(key) and self.largest_fit({**params, key: value}):
+                return {**params, key: value}
+        return params
 
-    def largest_fit(self, point: dict) -> dict | None:
-        """`point` at the largest micro-batch the space accepts (memory model included)."""
+    def largest_fit(self, params: dict) -> dict | None:
+        """`params` at the largest micro-batch the space accepts (memory model included)."""
         for mb in sorted(self.choices(MB), reverse=True):
-            trial = {**point, MB: mb}
+            trial = {**params, MB: mb}
             if self.ok(trial):
                 return trial
-        return point if MB not in self.params and self.ok(point) else None
+        return params if MB not in self.params and self.ok(params) else None
 
-    def add(self, out: list[PriorPoint], point: dict | None, reason: str) -> None:
-        if point is None or not self.ok(point) or point in self.seen:
+    def add(self, out: list[PriorPoint], params: dict | None, reason: str) -> None:
+        if params is None or not self.ok(params) or params in self.seen:
             return
-        self.seen.append(point)
-        out.append(PriorPoint(params=point, reason=reason))
+        self.seen.append(params)
+        out.append(PriorPoint(params=params, reason=reason))
 
 
 def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
@@ -230,7 +230,7 @@ def _layers(ctx: SpaceContext) -> int:
     return int(ctx.base.get("model.n_layer", 12))
 
 
-def _knob_text(point: dict) -> str:
+def _knob_text(params: dict) -> str:
     short = {MB: "micro_batch", AC: "act_ckpt"}
     keys = (
         MB,
@@ -240,4 +240,4 @@ def _knob_text(point: dict) -> str:
         "runtime.threads",
         "data.num_workers",
     )
-    return ", ".join(f"{short.get(k, k.split('.')[-1])}={point[k]}" for k in keys if k in point)
+    return ", ".join(f"{short.get(k, k.split('.')[-1])}={params[k]}" for k in keys if k in params)
