@@ -38,6 +38,7 @@ from sweeper.study.study import (
     sampler_seed,
 )
 from sweeper.tracking import NullTracker, SweepTracker, Tracker, experiment_name
+from train.core.keys import MODEL_NAME
 from train.core.paths import PROJECT_DIR
 from train.core.pruning import OBJECTIVE_ATTR
 
@@ -68,7 +69,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         log.warning(warning)
     storage = s.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
     study_name = s.study_name or (
-        f"throughput-{p.base['model.name']}-{s.search_name}-{p.device.device_type}"
+        f"throughput-{p.base[MODEL_NAME]}-{s.search_name}-{p.device.device_type}"
     )
     spec = StudySpec(
         storage=storage,
@@ -118,7 +119,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     # where and when it ran: plan mode calibrates from finished sweeps of the same key
     study.set_user_attr(
         PLAN_KEY_ATTR,
-        plan_key(model=str(p.base["model.name"]), search=s.search_name, device=p.device.name),
+        plan_key(model=str(p.base[MODEL_NAME]), search=s.search_name, device=p.device.name),
     )
     if STARTED_ATTR not in study.user_attrs:
         study.set_user_attr(STARTED_ATTR, time.time())
@@ -257,7 +258,7 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
             else f"cpu ({device.cpu_count} cores)",
             "device_type": device.device_type,
             "torch": (p.facts or {}).get("torch", ""),
-            "model": p.base["model.name"],
+            "model": p.base[MODEL_NAME],
             "git_commit": _git_commit(),
             "sweep_dir": str(sweep_dir),
         },

@@ -22,12 +22,13 @@ from sweeper.space.limits import TrialTime, limit_overrides, point_limits
 from sweeper.space.overrides import hydra_quote
 from sweeper.space.point import Point
 from sweeper.space.space import SearchSpace
+from train.core.keys import PROJECT_ABOVE_S
 
 log = logging.getLogger(__name__)
 
 # Verification measures real full optimizer steps: a projection (train/trial/measurement.py) is a
 # search shortcut, never what a winner is exported on.
-REAL_STEP_KEYS = (("trial.project_above_s", 0),)
+REAL_STEP_KEYS = ((PROJECT_ABOVE_S, 0),)
 REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS)
 
 

@@ -23,6 +23,7 @@ from sweeper.space.limits import point_limits
 from sweeper.space.math_keys import math_changes, searched_math_keys
 from sweeper.space.point import Point
 from train.core.curve import capped_split, curve_keys
+from train.core.keys import GRAD_ACCUM, MICRO_BATCH, NPROC, TOKENS_PER_STEP
 
 
 def curve_run_keys(
@@ -30,7 +31,7 @@ def curve_run_keys(
 ) -> dict[str, Any]:
     """The trainer keys of one curve run of `point`: the curve's steps and seed, and a step of at
     most guard.tokens tokens (fewer micro-batches, the same micro-batch)."""
-    micro = point.get("batch.micro_batch", ctx.base.get("batch.micro_batch"))
+    micro = point.get(MICRO_BATCH, ctx.base.get(MICRO_BATCH))
     split = capped_split(
         tokens_per_step=ctx.tokens_per_step,
         micro_batch=int(micro or 1),
@@ -55,7 +56,7 @@ def guard_mode(rules: GuardConf, searched: dict[str, list[Any] | None]) -> tuple
 
 
 # keys pinned to the reference's values in a contender's curve run: they choose the batches
-SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
+SAME_BATCHES = (MICRO_BATCH, GRAD_ACCUM, NPROC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,4 +141,4 @@ def guard_plan(
 
 
 def _step_tokens(keys: dict[str, Any], ctx: SpaceContext) -> int:
-    return int(keys.get("batch.tokens_per_step", ctx.tokens_per_step))
+    return int(keys.get(TOKENS_PER_STEP, ctx.tokens_per_step))

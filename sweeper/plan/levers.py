@@ -18,11 +18,12 @@ from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import recompute_factor
 from sweeper.space.memory import predict
 from sweeper.space.space import SearchSpace, baseline_params
+from train.core.keys import ATTENTION, COMPILE, DTYPE, LOSS, MICRO_BATCH, N_LAYER, RECOMPUTE
 from train.core.rules import resolve_dtype_name
 
-LEVER_KEYS = ("runtime.activation_checkpointing", "runtime.loss")
+LEVER_KEYS = (RECOMPUTE, LOSS)
 # the reference point's knobs the heading names
-SHOWN = ("batch.micro_batch", "runtime.compile", "runtime.dtype", "runtime.attention")
+SHOWN = (MICRO_BATCH, COMPILE, DTYPE, ATTENTION)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +44,7 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
     if ctx.device_memory_gib is None:
         return []
     searched = {p.key: p for p in space.searched}
-    n_layer = int(ctx.base.get("model.n_layer", 1))
+    n_layer = int(ctx.base.get(N_LAYER, 1))
     rows = []
     for key in LEVER_KEYS:
         p = searched.get(key)
@@ -65,7 +66,7 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
                     value=value,
                     peak_gib=fit.peak_gib,
                     fits=fit.fits,
-                    compute=recompute_factor(full.get("runtime.activation_checkpointing"), n_layer),
+                    compute=recompute_factor(full.get(RECOMPUTE), n_layer),
                     refused=check_point(point, ctx, memory=False) if fit.fits else None,
                 )
             )
@@ -98,8 +99,8 @@ def lever_lines(
     if not rows:
         return []
     full = space.point(reference).over(ctx.base)
-    full["runtime.dtype"] = resolve_dtype_name(
-        full.get("runtime.dtype"), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
+    full[DTYPE] = resolve_dtype_name(
+        full.get(DTYPE), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
     )
     at = ", ".join(f"{k.split('.')[-1]}={full.get(k)}" for k in SHOWN if k in full)
     lines = [f"memory levers at {at} ({source}) on {ctx.device_name or ctx.device_type}:"]

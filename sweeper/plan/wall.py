@@ -32,9 +32,10 @@ from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import point_limits
 from sweeper.study.budget import verify_reserve
 from train.core.compile_graphs import graph_key
+from train.core.keys import PROJECT_ABOVE_S
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
-REAL_STEPS = {"trial.project_above_s": 0}  # a race run measures real full steps (never projected)
+REAL_STEPS = {PROJECT_ABOVE_S: 0}  # a race run measures real full steps (never projected)
 
 
 def graph_of(config: Mapping[str, Any]) -> str | None:

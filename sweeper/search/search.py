@@ -39,6 +39,7 @@ from sweeper.study.study import (
     planned_params,
     trial_id,
 )
+from train.core.keys import STUDY_NAME, STUDY_STORAGE
 from train.core.result import MEASURED_STATES
 from train.core.rules import ENV_REFERENCE, STORAGE_ENV
 
@@ -242,8 +243,8 @@ class Search:
             *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
             # quoted for Hydra's grammar: a URL's query string (?timeout=60, ?sslmode=require) or
             # a study name with spaces would otherwise not parse in the trial's command line
-            format_override("trial.study_storage", self.trial_storage),
-            format_override("trial.study_name", self.ctx.study.study_name),
+            format_override(STUDY_STORAGE, self.trial_storage),
+            format_override(STUDY_NAME, self.ctx.study.study_name),
             f"trial.trial_id={trial_id(trial)}",
         ]
 

@@ -22,9 +22,8 @@ from typing import Any
 
 from sweeper.space.constraints import SpaceContext, check_point, derive_grad_accum
 from sweeper.space.point import Point
+from train.core.keys import GRAD_ACCUM, MICRO_BATCH, RECOMPUTE
 
-RECOMPUTE = "runtime.activation_checkpointing"
-MICRO_BATCH, GRAD_ACCUM = "batch.micro_batch", "batch.grad_accum"
 LEVERS = ("selective", "every_2", "every")  # by the compute they add: 1.00x, ~1.17x, 1.33x
 
 

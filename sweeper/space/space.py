@@ -19,16 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sweeper.space.constraints import (
-    CHECKPOINT_DIR,
-    DEVICE_BOUND,
-    GRAD_ACCUM,
-    MICRO_BATCH,
-    WORKERS,
-    SpaceContext,
-    check_point,
-    derive_grad_accum,
-)
+from sweeper.space.constraints import DEVICE_BOUND, SpaceContext, check_point, derive_grad_accum
 from sweeper.space.memory import OutOfMemory
 from sweeper.space.params import (
     Param,
@@ -39,6 +30,17 @@ from sweeper.space.params import (
     parse_param,
 )
 from sweeper.space.point import Point
+from train.core.keys import (
+    BLOCK_SIZE,
+    CHECKPOINT_DIR,
+    CHECKPOINT_EVERY,
+    DEVICE,
+    DTYPE,
+    GRAD_ACCUM,
+    MICRO_BATCH,
+    TOKENS_PER_STEP,
+    WORKERS,
+)
 from train.core.rules import resolve_dtype_name
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
         drop_missing_dirs(p) if p.key == CHECKPOINT_DIR and p.kind == "categorical" else p
         for p in parsed
     ]
-    if not any(p.key == "runtime.device" for p in parsed):  # else the device is searched too
+    if not any(p.key == DEVICE for p in parsed):  # else the device is searched too
         parsed = [
             drop_unsupported(p, ctx) if p.key in DEVICE_BOUND and p.kind == "categorical" else p
             for p in parsed
@@ -76,7 +78,7 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
             "search batch.micro_batch with split: true and grad_accum follows",
         )
     if mb is not None and mb.split:
-        for pinned in ("model.block_size", "batch.tokens_per_step"):
+        for pinned in (BLOCK_SIZE, TOKENS_PER_STEP):
             if pinned in by_key:
                 raise fail(
                     pinned,
@@ -238,9 +240,9 @@ def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict 
     params = {}
     for p in space.searched:
         value = base.get(p.key)
-        if p.key == "runtime.dtype" and value == "auto":  # the trainer's resolution
+        if p.key == DTYPE and value == "auto":  # the trainer's resolution
             value = resolve_dtype_name(value, device_type=device_type, bf16_supported=bf16)
-        if p.key == "checkpoint.every_steps" and value == 0 and p.kind == "categorical":
+        if p.key == CHECKPOINT_EVERY and value == 0 and p.kind == "categorical":
             value = p.choices[0]
         if p.kind == "categorical" and value not in p.choices:
             return None

@@ -47,6 +47,7 @@ from sweeper.verify.guard_runs import (
     reference_point,
 )
 from sweeper.verify.winner import Candidate
+from train.core.keys import SEED, TOKENS_PER_STEP
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,7 @@ def curve_price_s(
     step's tokens); None without a usable result (the caller takes the trials' median)."""
     tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (guard.tokens)
     share = (
-        curve_run_keys(ref_point, space.ctx, rules, seed=0).get("batch.tokens_per_step", tokens)
-        / tokens
+        curve_run_keys(ref_point, space.ctx, rules, seed=0).get(TOKENS_PER_STEP, tokens) / tokens
     )
     return curve_run_s(start_result, steps=rules.steps, step_share=share)
 
@@ -148,7 +148,7 @@ def guard_entrants(
         rules.seeds,
         rules.steps,
     )
-    seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
+    seed0 = int(reference.get(SEED, DEFAULT_SEED))
     runs = rules.seeds + len(guarded)
     start_result = trial_result(ctx.study.trials[start]) if start is not None else None
     run_s = curve_price_s(ctx.space, rules, ref_point, start_result)  # None: trials' median

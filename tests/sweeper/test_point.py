@@ -10,6 +10,7 @@ from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import nearest_fit
 from sweeper.space.point import Point
 from sweeper.space.space import parse_space
+from train.core import keys
 
 P = Point(knobs={"batch.micro_batch": 4, "runtime.compile": "none", "runtime.dtype": "fp32"})
 
@@ -103,3 +104,10 @@ def test_space_point_is_typed_and_fit_is_carried():
     assert fit is not None and isinstance(fit.point, Point) and fit.point == point
     assert point.with_fit(fit).fit is fit and point.with_fit(fit) == point
     assert point.with_fit(fit).with_knob("batch.micro_batch", 4).fit is None
+
+
+def test_every_key_name_is_a_key_of_the_trainers_schema():
+    names = {n: v for n, v in vars(keys).items() if n.isupper() and isinstance(v, str)}
+    dotted = {n: v for n, v in names.items() if "." in v}
+    assert len(dotted) >= 40 and len(set(dotted.values())) == len(dotted)  # one name a key
+    assert set(dotted.values()) <= keys.schema_keys()
