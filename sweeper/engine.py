@@ -204,7 +204,7 @@ class SweepEngine:
             objective=prepared.objective,
         )
         start = start_knobs(
-            [q.key for q in prepared.space.searched], prepared.space.ctx.base, started.baseline
+            [q.key for q in prepared.space.searched], prepared.space.base, started.baseline
         )
         print_start(start, in_space=started.baseline is not None)
         search = Search(ctx, storage=started.storage, start=start)

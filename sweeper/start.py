@@ -38,6 +38,7 @@ from sweeper.study.study import (
     sampler_seed,
 )
 from sweeper.tracking import NullTracker, SweepTracker, Tracker, experiment_name
+from train.core.keys import MODEL_NAME
 from train.core.paths import PROJECT_DIR
 from train.core.pruning import OBJECTIVE_ATTR
 
@@ -68,7 +69,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         log.warning(warning)
     storage = s.storage or f"sqlite:///{Path.cwd() / 'sweeps' / 'optuna.db'}"
     study_name = s.study_name or (
-        f"throughput-{p.base['model.name']}-{s.search_name}-{p.device.device_type}"
+        f"throughput-{p.base[MODEL_NAME]}-{s.search_name}-{p.device.device_type}"
     )
     spec = StudySpec(
         storage=storage,
@@ -100,7 +101,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
             "planned_tokens": p.objective.planned_steps * p.ctx.tokens_per_step,
         },
     )
-    p.ctx.ooms.extend(past_ooms(own_outcomes(study), p.space))
+    p.ctx.note_ooms(past_ooms(own_outcomes(study), p.space))
     baseline = baseline_params(
         p.space, p.base, device_type=p.device.device_type, bf16=p.device.bf16_supported
     )
@@ -118,7 +119,7 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     # where and when it ran: plan mode calibrates from finished sweeps of the same key
     study.set_user_attr(
         PLAN_KEY_ATTR,
-        plan_key(model=str(p.base["model.name"]), search=s.search_name, device=p.device.name),
+        plan_key(model=str(p.base[MODEL_NAME]), search=s.search_name, device=p.device.name),
     )
     if STARTED_ATTR not in study.user_attrs:
         study.set_user_attr(STARTED_ATTR, time.time())
@@ -184,12 +185,12 @@ def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) 
     s = prepared.settings
     room = s.n_trials - (baseline is not None) if s.n_trials > 0 else len(prior.points)
     points = prior.points[: max(0, room)]
-    for point in points:
-        study.enqueue_trial(point.params, user_attrs={PRIOR_ATTR: point.reason})
+    for prior_point in points:
+        study.enqueue_trial(prior_point.params, user_attrs={PRIOR_ATTR: prior_point.reason})
     log.info("%s", prior.line)
-    for point in points:
-        log.info("  prior: %s", point.reason)
-    return [point.params for point in points]
+    for prior_point in points:
+        log.info("  prior: %s", prior_point.reason)
+    return [prior_point.params for prior_point in points]
 
 
 def queue_design(
@@ -216,8 +217,8 @@ def queue_design(
         seed=sampler_seed(s.seed),
         accept=lambda p: p not in first and space.check(p) is None,
     )
-    for point in points:
-        study.enqueue_trial(point, user_attrs={DESIGN_ATTR: True})
+    for params in points:
+        study.enqueue_trial(params, user_attrs={DESIGN_ATTR: True})
     if points:
         log.info("TPE starts from %d spread-out points (a Latin-hypercube design)", len(points))
 
@@ -257,7 +258,7 @@ def start_tracker(prepared: Prepared, started: Started, sweep_dir: Path) -> Trac
             else f"cpu ({device.cpu_count} cores)",
             "device_type": device.device_type,
             "torch": (p.facts or {}).get("torch", ""),
-            "model": p.base["model.name"],
+            "model": p.base[MODEL_NAME],
             "git_commit": _git_commit(),
             "sweep_dir": str(sweep_dir),
         },

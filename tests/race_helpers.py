@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 
 from sweeper.context import SweepContext
+from sweeper.space.point import Point
 from sweeper.study.budget import Budget
 from sweeper.study.objective import ObjectiveConfig
 from sweeper.tracking import NullTracker
@@ -24,7 +25,7 @@ def race_context(
     space unless a test's search is given one."""
     return SweepContext(
         study=study or optuna.create_study(direction="maximize"),
-        space=space or SimpleNamespace(point=dict),
+        space=space or SimpleNamespace(point=Point.of),
         settings=settings,
         budget=Budget(settings),
         tracker=NullTracker(),

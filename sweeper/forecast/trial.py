@@ -17,6 +17,24 @@ from typing import Any
 
 from sweeper.forecast.costs import AUTOTUNE_FACTOR, compile_s, costs_for, setup_s
 from train.core.config import TrialConfig
+from train.core.keys import (
+    CHECKPOINT_EVERY,
+    COMPILE,
+    COMPILE_UNIT,
+    FLOAT8,
+    GRAD_ACCUM,
+    N_LAYER,
+    PROJECT_ABOVE_S,
+    PROJECT_MICRO_STEPS,
+    TRIAL_CI_MIN_STEPS,
+    TRIAL_MAX_SECONDS,
+    TRIAL_MAX_STEPS,
+    TRIAL_MIN_STEPS,
+    TRIAL_PROFILE,
+    TRIAL_PROFILE_STEPS,
+    TRIAL_TARGET_CI,
+    TRIAL_WARMUP_STEPS,
+)
 from train.core.meters import projects, short_step
 from train.core.window_ci import first_ci_step, steps_to_ci
 
@@ -66,7 +84,7 @@ def window_steps(step_s: float, *, min_steps: int, max_steps: int, max_seconds: 
 
 
 def is_float8(cfg: Mapping[str, Any]) -> bool:
-    return str(cfg.get("runtime.float8") or "none") != "none"
+    return str(cfg.get(FLOAT8) or "none") != "none"
 
 
 def trial_time(
@@ -82,34 +100,34 @@ def trial_time(
     """The phases of one trial of `cfg` when a full optimizer step takes `full_step_s`. `scale`
     multiplies the fixed allowances (1 for the expectation, SAFETY for a limit); `warm`: its
     graph is in the compile cache already (an expectation only: a limit allows a cold compile)."""
-    n_layer = int(cfg["model.n_layer"])
-    accum = int(cfg.get("batch.grad_accum") or 1)
+    n_layer = int(cfg[N_LAYER])
+    accum = int(cfg.get(GRAD_ACCUM) or 1)
     # train/trial/measurement.py warms up on short steps of at most project_micro_steps
     # micro-batches, and measures short steps projected to full ones when a full step would
     # exceed project_above_s (a trainer without those keys always runs full steps).
-    micro_steps = int(cfg.get("trial.project_micro_steps") or accum)
+    micro_steps = int(cfg.get(PROJECT_MICRO_STEPS) or accum)
     short_s = full_step_s * short_step(accum, micro_steps) / accum
     projected = projects(
         grad_accum=accum,
         project_micro_steps=micro_steps,
-        above_s=float(cfg.get("trial.project_above_s") or 0.0),
+        above_s=float(cfg.get(PROJECT_ABOVE_S) or 0.0),
         full_step_s=full_step_s,
     )
     step_s = short_s if projected else full_step_s
-    warmup_steps = int(cfg.get("trial.warmup_steps") or TRIAL_DEFAULTS.warmup_steps)
-    max_steps = int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps)
+    warmup_steps = int(cfg.get(TRIAL_WARMUP_STEPS) or TRIAL_DEFAULTS.warmup_steps)
+    max_steps = int(cfg.get(TRIAL_MAX_STEPS) or TRIAL_DEFAULTS.max_steps)
     n = window_steps(
         step_s,
-        min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
+        min_steps=int(cfg.get(TRIAL_MIN_STEPS) or TRIAL_DEFAULTS.min_steps),
         max_steps=max_steps,
-        max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
+        max_seconds=float(cfg.get(TRIAL_MAX_SECONDS) or TRIAL_DEFAULTS.max_seconds),
     )
-    extra = int(cfg.get("trial.profile_steps") or 0) if cfg.get("trial.profile") else 0
-    every = int(cfg.get("checkpoint.every_steps") or 0)
-    target = float(cfg.get("trial.target_ci") or 0.0)
+    extra = int(cfg.get(TRIAL_PROFILE_STEPS) or 0) if cfg.get(TRIAL_PROFILE) else 0
+    every = int(cfg.get(CHECKPOINT_EVERY) or 0)
+    target = float(cfg.get(TRIAL_TARGET_CI) or 0.0)
     if scale == 1 and target > 0:  # the expectation ends where the interval does; limits do not
         first = first_ci_step(
-            ci_min_steps=int(cfg.get("trial.ci_min_steps") or TRIAL_DEFAULTS.ci_min_steps),
+            ci_min_steps=int(cfg.get(TRIAL_CI_MIN_STEPS) or TRIAL_DEFAULTS.ci_min_steps),
             checkpoint_every=every,
             max_steps=max_steps,
         )
@@ -119,14 +137,14 @@ def trial_time(
     saves = n // every if every > 0 else 0
     save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
     costs = costs_for(device_name if device_type == "cuda" else "")
-    mode = str(cfg.get("runtime.compile") or "none")
+    mode = str(cfg.get(COMPILE) or "none")
     expected_compile = compile_s(
         costs,
         mode=mode,
         n_layer=n_layer,
         float8=is_float8(cfg),
         warm=warm and scale == 1,
-        unit=str(cfg.get("runtime.compile_unit") or "model"),
+        unit=str(cfg.get(COMPILE_UNIT) or "model"),
     )
     # the limit's allowance: never below the generic one, sized by the whole depth whatever the
     # compile unit (a limit errs long: a block compile that ran long is still a measurement)

@@ -20,23 +20,26 @@ from sweeper.launch import kinds
 from sweeper.settings import SweepSettings
 from sweeper.space.limits import TrialTime, limit_overrides, point_limits
 from sweeper.space.overrides import hydra_quote
+from sweeper.space.point import Point
 from sweeper.space.space import SearchSpace
+from train.core.keys import PROJECT_ABOVE_S
 
 log = logging.getLogger(__name__)
 
 # Verification measures real full optimizer steps: a projection (train/trial/measurement.py) is a
 # search shortcut, never what a winner is exported on.
-REAL_STEP_KEYS = (("trial.project_above_s", 0),)
+REAL_STEP_KEYS = ((PROJECT_ABOVE_S, 0),)
 REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS)
 
 
 def trial_limits(
     space: SearchSpace, settings: SweepSettings, params: dict, extra: dict | None = None
 ) -> list[str]:
-    """The trial's hard and stall limits as job overrides (sweeper/space/limits.py); `extra` are
-    trainer keys the job sets besides the point's (verification's real full steps)."""
+    """The hard and stall limits of the trial of Optuna's `params` as job overrides
+    (sweeper/space/limits.py); `extra` are trainer keys the job sets besides the point's
+    (verification's real full steps)."""
     limits = point_limits(
-        {**space.point(params), **(extra or {})},
+        space.point(params).with_knobs(extra or {}),
         space.ctx,
         timeout_s=settings.budget.trial_timeout_s,
         stall_timeout_s=settings.budget.stall_timeout_s,
@@ -51,7 +54,7 @@ def real_trial_s(space: SearchSpace, settings: SweepSettings) -> float:
 
     def expected(extra: dict) -> TrialTime:
         return point_limits(
-            extra,
+            Point(knobs=extra),
             space.ctx,
             timeout_s=settings.budget.trial_timeout_s,
             stall_timeout_s=settings.budget.stall_timeout_s,

@@ -20,6 +20,7 @@ from sweeper.launch.runner import run_child, trial_argv
 from sweeper.masking import hydra_files, scrub_files
 from sweeper.space.limits import DEFAULT_STALL_S, DEFAULT_TIMEOUT_S
 from train.core.compile_cache import cache_env
+from train.core.keys import COMPILE_CACHE
 from train.core.paths import PROJECT_DIR
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def run_job(cfg: DictConfig) -> dict:
     argv = trial_argv(
         python=sys.executable, config_file=config_file, job_dir=job_dir, overrides=study
     )
-    env = trial_env(str(OmegaConf.select(cfg, "runtime.compile_cache", default="") or ""))
+    env = trial_env(str(OmegaConf.select(cfg, COMPILE_CACHE, default="") or ""))
     timeout_s, stall_timeout_s = job_limits(sweeper_cfg)
     outcome = run_child(
         argv, job_dir=job_dir, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s, env=env

@@ -22,11 +22,12 @@ import logging
 import subprocess
 import sys
 
+from train.core.keys import NPROC, THREADS
+
 log = logging.getLogger(__name__)
 
 # launchers whose jobs run under a thread cap of their own (joblib's loky workers)
 CAPPING_LAUNCHERS = ("JoblibLauncher",)
-THREADS_KEY = "runtime.threads"
 
 
 def caps_threads(launcher: str) -> bool:
@@ -72,11 +73,11 @@ def uncapped(
     torch when None)."""
     if not caps_threads(launcher):
         return overrides
-    requested = last_value(overrides, THREADS_KEY)
-    requested = base.get(THREADS_KEY, 0) if requested is None else requested
-    nproc = last_value(overrides, "runtime.nproc")
-    nproc = base.get("runtime.nproc", 1) if nproc is None else nproc
+    requested = last_value(overrides, THREADS)
+    requested = base.get(THREADS, 0) if requested is None else requested
+    nproc = last_value(overrides, NPROC)
+    nproc = base.get(NPROC, 1) if nproc is None else nproc
     if str(requested) not in ("0", "None", "null") or str(nproc) not in ("1", "None", "null"):
         return overrides
     threads = production_threads() if threads is None else threads
-    return [*overrides, f"{THREADS_KEY}={threads}"] if threads > 0 else overrides
+    return [*overrides, f"{THREADS}={threads}"] if threads > 0 else overrides

@@ -20,15 +20,17 @@ from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import Fit, nearest_fit
 from sweeper.space.limits import point_limits
 from sweeper.space.math_keys import math_changes, searched_math_keys
+from sweeper.space.point import Point
 from train.core.curve import capped_split, curve_keys
+from train.core.keys import GRAD_ACCUM, MICRO_BATCH, NPROC, TOKENS_PER_STEP
 
 
 def curve_run_keys(
-    point: dict[str, Any], ctx: SpaceContext, rules: GuardConf, *, seed: int
+    point: Mapping[str, Any], ctx: SpaceContext, rules: GuardConf, *, seed: int
 ) -> dict[str, Any]:
     """The trainer keys of one curve run of `point`: the curve's steps and seed, and a step of at
     most guard.tokens tokens (fewer micro-batches, the same micro-batch)."""
-    micro = point.get("batch.micro_batch", ctx.base.get("batch.micro_batch"))
+    micro = point.get(MICRO_BATCH, ctx.base.get(MICRO_BATCH))
     split = capped_split(
         tokens_per_step=ctx.tokens_per_step,
         micro_batch=int(micro or 1),
@@ -53,7 +55,7 @@ def guard_mode(rules: GuardConf, searched: dict[str, list[Any] | None]) -> tuple
 
 
 # keys pinned to the reference's values in a contender's curve run: they choose the batches
-SAME_BATCHES = ("batch.micro_batch", "batch.grad_accum", "runtime.nproc")
+SAME_BATCHES = (MICRO_BATCH, GRAD_ACCUM, NPROC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,9 +103,9 @@ def guard_plan(
     if not on:
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0)
     fit = nearest_fit({}, ctx)  # the starting config, or the nearest point with its math that fits
-    reference = fit.point if fit is not None else {}
+    reference = fit.point if fit is not None else Point()
     if planned is not None and not any(
-        math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
+        math_changes(reference.over(ctx.base), {**ctx.base, **p}, device_type=ctx.device_type)
         for p in planned
     ):
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, planned_without_math=len(planned))
@@ -115,15 +117,16 @@ def guard_plan(
     # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
     seen = {graph_of({**ctx.base, **p}) for p in planned or []}
 
-    def curve_s(point: dict[str, Any]) -> float:
-        warm = graph_of({**ctx.base, **point}) in seen
-        return point_limits({**point, **keys}, ctx, warm=warm, **limits).expected.total_s
+    def curve_s(point: Point) -> float:
+        warm = graph_of(point.over(ctx.base)) in seen
+        return point_limits(point.with_knobs(keys), ctx, warm=warm, **limits).expected.total_s
 
     ref_s = curve_s(reference)
+    batches = {k: reference[k] for k in SAME_BATCHES if k in reference}
     changing = [
-        {**p, **{k: reference[k] for k in SAME_BATCHES if k in reference}}
+        Point.of(p).with_knobs(batches)
         for p in planned or []
-        if math_changes({**ctx.base, **reference}, {**ctx.base, **p}, device_type=ctx.device_type)
+        if math_changes(reference.over(ctx.base), {**ctx.base, **p}, device_type=ctx.device_type)
     ][: settings.verify.top_k]
     if planned is not None:  # each planned contender at its own price (float8 compiles its own)
         contender_s = [curve_s(p) for p in changing]
@@ -152,4 +155,4 @@ def guard_plan(
 
 
 def _step_tokens(keys: dict[str, Any], ctx: SpaceContext) -> int:
-    return int(keys.get("batch.tokens_per_step", ctx.tokens_per_step))
+    return int(keys.get(TOKENS_PER_STEP, ctx.tokens_per_step))

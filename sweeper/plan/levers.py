@@ -18,11 +18,12 @@ from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import recompute_factor
 from sweeper.space.memory import predict
 from sweeper.space.space import SearchSpace, baseline_params
+from train.core.keys import ATTENTION, COMPILE, DTYPE, LOSS, MICRO_BATCH, N_LAYER, RECOMPUTE
 from train.core.rules import resolve_dtype_name
 
-LEVER_KEYS = ("runtime.activation_checkpointing", "runtime.loss")
+LEVER_KEYS = (RECOMPUTE, LOSS)
 # the reference point's knobs the heading names
-SHOWN = ("batch.micro_batch", "runtime.compile", "runtime.dtype", "runtime.attention")
+SHOWN = (MICRO_BATCH, COMPILE, DTYPE, ATTENTION)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +44,7 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
     if ctx.device_memory_gib is None:
         return []
     searched = {p.key: p for p in space.searched}
-    n_layer = int(ctx.base.get("model.n_layer", 1))
+    n_layer = int(ctx.base.get(N_LAYER, 1))
     rows = []
     for key in LEVER_KEYS:
         p = searched.get(key)
@@ -51,7 +52,8 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
             continue
         for value in p.choices:
             params = {**reference, key: value}
-            full = {**ctx.base, **space.point(params)}
+            point = space.point(params)
+            full = point.over(ctx.base)
             fit = predict(
                 full,
                 device_type=ctx.device_type,
@@ -64,10 +66,8 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
                     value=value,
                     peak_gib=fit.peak_gib,
                     fits=fit.fits,
-                    compute=recompute_factor(full.get("runtime.activation_checkpointing"), n_layer),
-                    refused=check_point(space.point(params), ctx, memory=False)
-                    if fit.fits
-                    else None,
+                    compute=recompute_factor(full.get(RECOMPUTE), n_layer),
+                    refused=check_point(point, ctx, memory=False) if fit.fits else None,
                 )
             )
     return rows
@@ -76,7 +76,8 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
 def plan_lever_lines(plan: Any) -> list[str]:
     """The levers' table of a SweepPlan (sweeper/plan/plan.py): at the prior's first point, else
     at the starting config where it runs."""
-    space, ctx = plan.space, plan.space.ctx
+    space = plan.space
+    ctx = space.ctx
     if plan.prior is not None and plan.prior.points:
         first = plan.prior.points[0].params
         return lever_lines(space, ctx, first, source="the prior's first point")
@@ -97,9 +98,9 @@ def lever_lines(
     rows = lever_rows(space, ctx, reference)
     if not rows:
         return []
-    full = {**ctx.base, **space.point(reference)}
-    full["runtime.dtype"] = resolve_dtype_name(
-        full.get("runtime.dtype"), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
+    full = space.point(reference).over(ctx.base)
+    full[DTYPE] = resolve_dtype_name(
+        full.get(DTYPE), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
     )
     at = ", ".join(f"{k.split('.')[-1]}={full.get(k)}" for k in SHOWN if k in full)
     lines = [f"memory levers at {at} ({source}) on {ctx.device_name or ctx.device_type}:"]

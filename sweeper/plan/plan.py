@@ -26,6 +26,22 @@ from sweeper.space.limits import point_limits
 from sweeper.space.memory import predict
 from sweeper.space.space import SearchSpace, baseline_params
 from train.core.flops import flops_per_token, gpt2_num_params
+from train.core.keys import (
+    BIAS,
+    BLOCK_SIZE,
+    COMPILE,
+    DTYPE,
+    GRAD_ACCUM,
+    MICRO_BATCH,
+    MODEL_NAME,
+    N_EMBD,
+    N_HEAD,
+    N_LAYER,
+    PROJECT_ABOVE_S,
+    RECOMPUTE,
+    TRIAL_TARGET_CI,
+    VOCAB_SIZE,
+)
 from train.core.memory_model import ALLOCATOR_MARGIN
 
 __all__ = ["SWEEP_OVERHEAD_S", "SweepPlan", "build_plan", "startup_lines"]
@@ -171,7 +187,7 @@ def _search_trials(settings: SweepSettings, found: Scan) -> int | None:
 def _verify_trial_s(ctx: SpaceContext, settings: SweepSettings) -> float:
     """One verification run's expected time: the starting config's trial, real full steps."""
     return point_limits(
-        {"trial.project_above_s": 0},
+        {PROJECT_ABOVE_S: 0},
         ctx,
         timeout_s=settings.budget.trial_timeout_s,
         stall_timeout_s=settings.budget.stall_timeout_s,
@@ -269,26 +285,26 @@ def _model_facts(ctx: SpaceContext) -> dict[str, Any]:
     size and the trial's precision target."""
     b = ctx.base
     n_params = gpt2_num_params(
-        n_layer=b["model.n_layer"],
-        n_embd=b["model.n_embd"],
-        vocab_size=b["model.vocab_size"],
-        block_size=b["model.block_size"],
-        bias=bool(b.get("model.bias", True)),
+        n_layer=b[N_LAYER],
+        n_embd=b[N_EMBD],
+        vocab_size=b[VOCAB_SIZE],
+        block_size=b[BLOCK_SIZE],
+        bias=bool(b.get(BIAS, True)),
     )
     return {
-        "name": b.get("model.name"),
+        "name": b.get(MODEL_NAME),
         "num_params": n_params,
         "flops_per_token": flops_per_token(
-            n_layer=b["model.n_layer"],
-            n_head=b["model.n_head"],
-            n_embd=b["model.n_embd"],
-            seq_len=b["model.block_size"],
-            vocab_size=b["model.vocab_size"],
+            n_layer=b[N_LAYER],
+            n_head=b[N_HEAD],
+            n_embd=b[N_EMBD],
+            seq_len=b[BLOCK_SIZE],
+            vocab_size=b[VOCAB_SIZE],
             num_params=n_params,
         ),
         "tokens_per_step": ctx.tokens_per_step,
         "block_size": ctx.block_size,
-        "target_ci": float(b.get("trial.target_ci") or 0.0),
+        "target_ci": float(b.get(TRIAL_TARGET_CI) or 0.0),
     }
 
 
@@ -314,9 +330,9 @@ def starting_config_line(space: SearchSpace, ctx: SpaceContext) -> tuple[str, bo
     measured first (the report's point of comparison) or not, and why; True when it runs."""
     b = ctx.base
     knobs = (
-        f"micro_batch={b.get('batch.micro_batch')} x grad_accum={b.get('batch.grad_accum')}, "
-        f"dtype={b.get('runtime.dtype')}, compile={b.get('runtime.compile')}, "
-        f"activation_checkpointing={b.get('runtime.activation_checkpointing')}"
+        f"micro_batch={b.get(MICRO_BATCH)} x grad_accum={b.get(GRAD_ACCUM)}, "
+        f"dtype={b.get(DTYPE)}, compile={b.get(COMPILE)}, "
+        f"activation_checkpointing={b.get(RECOMPUTE)}"
     )
     memory = ""
     if ctx.device_memory_gib:

@@ -15,6 +15,7 @@ from sweeper.masking import mask_secrets
 from sweeper.plan.device import known_plan_devices
 from sweeper.study.study import PRUNERS, SAMPLERS
 from train.core import keys
+from train.core.keys import BLOCK_SIZE, GRAD_ACCUM, MICRO_BATCH, NPROC, TOKENS_PER_STEP
 
 
 def check_sweep(settings: Any, sweep_dir: Path, *, launcher: str = "BasicLauncher") -> None:
@@ -154,11 +155,11 @@ def check_micro_batches(space: dict[str, Any], base: dict[str, Any]) -> None:
     the valid micro_batch x grad_accum splits."""
     from train.core.rules import grad_accum_for, valid_splits
 
-    values = listed_ints(space.get("batch.micro_batch"))
-    if not values or "batch.grad_accum" in space:
+    values = listed_ints(space.get(MICRO_BATCH))
+    if not values or GRAD_ACCUM in space:
         return
-    tps, block = base["batch.tokens_per_step"], base["model.block_size"]
-    world = int(base.get("runtime.nproc") or 1)
+    tps, block = base[TOKENS_PER_STEP], base[BLOCK_SIZE]
+    world = int(base.get(NPROC) or 1)
     if any(grad_accum_for(mb, tokens_per_step=tps, block_size=block, world=world) for mb in values):
         return
     splits = valid_splits(tokens_per_step=tps, block_size=block, world=world)

@@ -33,6 +33,7 @@ from sweeper.space.space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
 from train.core.cost import resolve_planned_steps
+from train.core.keys import BLOCK_SIZE, MODEL_NAME, NPROC, TOKENS_PER_STEP
 from train.core.progress import HEARTBEAT_S
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,8 @@ def prepare(
     cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
     fixed = [*fixed, *cache.overrides()]
     facts, device = _sweep_device(s, config, launcher)
-    s = _device_settings(s, device, model=base["model.name"])
-    nproc = int(base.get("runtime.nproc") or 1)
+    s = _device_settings(s, device, model=base[MODEL_NAME])
+    nproc = int(base.get(NPROC) or 1)
     slots = gpu_slots_for(facts, device, n_jobs=s.n_jobs, nproc=nproc, launcher=launcher)
     ctx = _space_context(base, device, world_size=nproc)
     space = parse_space({**s.space, **cli_space}, ctx)
@@ -163,7 +164,7 @@ def _with_run_length(s: SweepSettings, base: dict[str, Any]) -> SweepSettings:
             "cost.planned_steps": resolve_planned_steps(
                 planned_steps=s.cost.planned_steps,
                 planned_tokens=s.cost.planned_tokens,
-                tokens_per_step=base["batch.tokens_per_step"],
+                tokens_per_step=base[TOKENS_PER_STEP],
             )
         },
     )
@@ -191,8 +192,8 @@ def _sweep_device(
 def _space_context(base: dict[str, Any], device: DeviceFacts, *, world_size: int) -> SpaceContext:
     """What the constraints and the memory model know of a point's surroundings."""
     return SpaceContext(
-        tokens_per_step=base["batch.tokens_per_step"],
-        block_size=base["model.block_size"],
+        tokens_per_step=base[TOKENS_PER_STEP],
+        block_size=base[BLOCK_SIZE],
         world_size=world_size,
         cpu_count=device.cpu_count,
         device_type=device.device_type,

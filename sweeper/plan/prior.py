@@ -29,15 +29,28 @@ from typing import Any
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import recompute_factor
 from sweeper.space.space import SearchSpace
+from train.core.keys import (
+    ATTENTION,
+    CHECKPOINT_MODE,
+    COMPILE,
+    DTYPE,
+    FLOAT8,
+    LOSS,
+    MICRO_BATCH,
+    N_LAYER,
+    PIN_MEMORY,
+    RECOMPUTE,
+    THREADS,
+    WORKERS,
+)
 
-MB, AC = "batch.micro_batch", "runtime.activation_checkpointing"
 FUSED_ATTENTION = ("flash", "cudnn", "efficient")  # in order of preference, for bf16 on CUDA
 # New levers of the compute-bound step, as (key, values to try in order): present only when the
 # space searches them; each becomes one point beside point 1.
 LEVERS: tuple[tuple[str, tuple[Any, ...]], ...] = (
-    ("runtime.float8", ("tensorwise", "rowwise")),
-    ("runtime.loss", ("chunked",)),
-    ("runtime.attention", ("fa3", "fa4")),  # FA3 is Hopper's kernel; FA4 first from Blackwell on
+    (FLOAT8, ("tensorwise", "rowwise")),
+    (LOSS, ("chunked",)),
+    (ATTENTION, ("fa3", "fa4")),  # FA3 is Hopper's kernel; FA4 first from Blackwell on
 )
 CPU_FEW_CORES = 2  # at or below this many cores a DataLoader worker takes a core from the step
 
@@ -96,42 +109,42 @@ class _Picker:
         p = self.params.get(key)
         return list(p.values() or []) if p is not None else []
 
-    def ok(self, point: dict) -> bool:
-        return self.space.check(point) is None
+    def ok(self, params: dict) -> bool:
+        return self.space.check(params) is None
 
-    def first(self, point: dict, key: str, prefer: tuple | list) -> dict:
-        """`point` with `key` at the first preferred value the space has and with which some
+    def first(self, params: dict, key: str, prefer: tuple | list) -> dict:
+        """`params` with `key` at the first preferred value the space has and with which some
         micro-batch passes the space's rules (memory model included); else unchanged."""
         for value in prefer:
-            if value in self.choices(key) and self.largest_fit({**point, key: value}):
-                return {**point, key: value}
-        return point
+            if value in self.choices(key) and self.largest_fit({**params, key: value}):
+                return {**params, key: value}
+        return params
 
-    def largest_fit(self, point: dict) -> dict | None:
-        """`point` at the largest micro-batch the space accepts (memory model included)."""
-        for mb in sorted(self.choices(MB), reverse=True):
-            trial = {**point, MB: mb}
+    def largest_fit(self, params: dict) -> dict | None:
+        """`params` at the largest micro-batch the space accepts (memory model included)."""
+        for mb in sorted(self.choices(MICRO_BATCH), reverse=True):
+            trial = {**params, MICRO_BATCH: mb}
             if self.ok(trial):
                 return trial
-        return point if MB not in self.params and self.ok(point) else None
+        return params if MICRO_BATCH not in self.params and self.ok(params) else None
 
-    def add(self, out: list[PriorPoint], point: dict | None, reason: str) -> None:
-        if point is None or not self.ok(point) or point in self.seen:
+    def add(self, out: list[PriorPoint], params: dict | None, reason: str) -> None:
+        if params is None or not self.ok(params) or params in self.seen:
             return
-        self.seen.append(point)
-        out.append(PriorPoint(params=point, reason=reason))
+        self.seen.append(params)
+        out.append(PriorPoint(params=params, reason=reason))
 
 
 def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     """Points 1-3 of the module docstring."""
     p = dict(pick.template)
-    p = pick.first(p, "runtime.dtype", ["bf16"] if ctx.bf16_supported else [])
-    p = pick.first(p, "runtime.compile", ["default"])
-    p = pick.first(p, "runtime.attention", FUSED_ATTENTION)
-    p = pick.first(p, AC, ["none"])
-    p = pick.first(p, "data.pin_memory", [True])  # host batches copied without a staging copy
-    p = pick.first(p, "data.num_workers", [1])  # batches made beside the step, not inside it
-    p = pick.first(p, "checkpoint.mode", ["async"])  # the step stalls for a host snapshot only
+    p = pick.first(p, DTYPE, ["bf16"] if ctx.bf16_supported else [])
+    p = pick.first(p, COMPILE, ["default"])
+    p = pick.first(p, ATTENTION, FUSED_ATTENTION)
+    p = pick.first(p, RECOMPUTE, ["none"])
+    p = pick.first(p, PIN_MEMORY, [True])  # host batches copied without a staging copy
+    p = pick.first(p, WORKERS, [1])  # batches made beside the step, not inside it
+    p = pick.first(p, CHECKPOINT_MODE, ["async"])  # the step stalls for a host snapshot only
     out: list[PriorPoint] = []
     best = pick.largest_fit(p)
     if best is None:
@@ -148,13 +161,14 @@ def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
         pick.add(
             out,
             up,
-            f"one micro-batch size up ({up[MB]}) with the cheapest recompute that "
-            f"fits ({AC}={up[AC]}, {recompute_factor(up[AC], _layers(ctx)):.2f}x "
+            f"one micro-batch size up ({up[MICRO_BATCH]}) with the cheapest recompute that "
+            f"fits ({RECOMPUTE}={up[RECOMPUTE]}, "
+            f"{recompute_factor(up[RECOMPUTE], _layers(ctx)):.2f}x "
             "the compute)",
         )
     newer = (getattr(ctx, "cuda_capability", None) or (0, 0))[0] >= 10
     for key, values in LEVERS:
-        for value in values[::-1] if newer and key == "runtime.attention" else values:
+        for value in values[::-1] if newer and key == ATTENTION else values:
             if value in pick.choices(key):
                 lever = pick.largest_fit({**best, key: value})
                 pick.add(
@@ -176,15 +190,16 @@ def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
 
 def _one_size_up(pick: _Picker, best: dict) -> dict | None:
     """The next larger micro-batch with the recompute that costs least and fits."""
-    sizes = sorted(mb for mb in pick.choices(MB) if mb > best.get(MB, 0))
+    sizes = sorted(mb for mb in pick.choices(MICRO_BATCH) if mb > best.get(MICRO_BATCH, 0))
     if not sizes:
         return None
     layers = _layers(pick.space.ctx)
     modes = sorted(
-        (m for m in pick.choices(AC) if m != "none"), key=lambda m: recompute_factor(m, layers)
+        (m for m in pick.choices(RECOMPUTE) if m != "none"),
+        key=lambda m: recompute_factor(m, layers),
     )
     for mode in modes:
-        trial = {**best, MB: sizes[0], AC: mode}
+        trial = {**best, MICRO_BATCH: sizes[0], RECOMPUTE: mode}
         if pick.ok(trial):
             return trial
     return None
@@ -193,11 +208,11 @@ def _one_size_up(pick: _Picker, best: dict) -> dict | None:
 def _cpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     """Threads and workers: the only arithmetic that holds on a CPU (the module docstring)."""
     p = dict(pick.template)
-    p = pick.first(p, "runtime.threads", [ctx.cpu_count])
-    p = pick.first(p, "data.num_workers", [0] if ctx.cpu_count <= CPU_FEW_CORES else [1])
+    p = pick.first(p, THREADS, [ctx.cpu_count])
+    p = pick.first(p, WORKERS, [0] if ctx.cpu_count <= CPU_FEW_CORES else [1])
     out: list[PriorPoint] = []
     changed = {k: v for k, v in p.items() if pick.template.get(k) != v or pick.start is None}
-    changed = {k: v for k, v in changed.items() if k in ("runtime.threads", "data.num_workers")}
+    changed = {k: v for k, v in changed.items() if k in (THREADS, WORKERS)}
     if changed:
         pick.add(
             out,
@@ -221,23 +236,23 @@ def _cpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
 
 
 def _refit(best: dict, lever: dict | None) -> str:
-    if lever is None or lever.get(MB) == best.get(MB):
+    if lever is None or lever.get(MICRO_BATCH) == best.get(MICRO_BATCH):
         return ""
-    return f"; it frees memory: micro-batch {lever[MB]} fits without recompute"
+    return f"; it frees memory: micro-batch {lever[MICRO_BATCH]} fits without recompute"
 
 
 def _layers(ctx: SpaceContext) -> int:
-    return int(ctx.base.get("model.n_layer", 12))
+    return int(ctx.base.get(N_LAYER, 12))
 
 
-def _knob_text(point: dict) -> str:
-    short = {MB: "micro_batch", AC: "act_ckpt"}
+def _knob_text(params: dict) -> str:
+    short = {MICRO_BATCH: "micro_batch", RECOMPUTE: "act_ckpt"}
     keys = (
-        MB,
-        "runtime.dtype",
-        "runtime.compile",
-        "runtime.attention",
-        "runtime.threads",
-        "data.num_workers",
+        MICRO_BATCH,
+        DTYPE,
+        COMPILE,
+        ATTENTION,
+        THREADS,
+        WORKERS,
     )
-    return ", ".join(f"{short.get(k, k.split('.')[-1])}={point[k]}" for k in keys if k in point)
+    return ", ".join(f"{short.get(k, k.split('.')[-1])}={params[k]}" for k in keys if k in params)

@@ -21,26 +21,42 @@ from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
 from sweeper.space.space import SAMPLE_POINTS, SearchSpace
+from train.core.keys import (
+    ATTENTION,
+    CHECKPOINT_EVERY,
+    COMPILE,
+    DEVICE,
+    DTYPE,
+    FLOAT8,
+    FLOAT8_EMULATE,
+    GRAD_ACCUM,
+    LOSS,
+    MICRO_BATCH,
+    RECOMPUTE,
+    TF32,
+    TOKENS_PER_STEP,
+    WORKERS,
+)
 from train.core.rules import resolve_dtype_name
 
 # Keys read by the constraints (sweeper/space/space.py), the memory model and the trial limits; a
 # searched key outside these (and outside model.* / trial.*) never changes whether a point runs
 # or how long it takes, so it is counted, not enumerated.
 PLAN_KEYS = (
-    "batch.micro_batch",
-    "batch.grad_accum",
-    "batch.tokens_per_step",
-    "runtime.device",
-    "runtime.compile",
-    "runtime.dtype",
-    "runtime.tf32",
-    "runtime.attention",
-    "runtime.activation_checkpointing",
-    "data.num_workers",
-    "checkpoint.every_steps",
-    "runtime.float8",
-    "runtime.float8_emulate",  # float8's rule reads the dtype and the device
-    "runtime.loss",  # the memory model reads it (the chunked loss holds no full logits)
+    MICRO_BATCH,
+    GRAD_ACCUM,
+    TOKENS_PER_STEP,
+    DEVICE,
+    COMPILE,
+    DTYPE,
+    TF32,
+    ATTENTION,
+    RECOMPUTE,
+    WORKERS,
+    CHECKPOINT_EVERY,
+    FLOAT8,
+    FLOAT8_EMULATE,  # float8's rule reads the dtype and the device
+    LOSS,  # the memory model reads it (the chunked loss holds no full logits)
 )
 # runtime.compile_unit is counted, not enumerated: it never changes whether a point runs, only its
 # expected compile, which the forecast prices lower for a block-compiled model (so the scan's walls
@@ -50,15 +66,15 @@ PLAN_PREFIXES = ("model.", "trial.")
 # The knobs a memory estimate depends on (train.core.memory_model.MemoryInputs), as
 # printed.
 MEMORY_KNOBS = (
-    "batch.micro_batch",
-    "runtime.dtype",
-    "runtime.attention",
-    "runtime.activation_checkpointing",
-    "runtime.compile",
-    "runtime.loss",
+    MICRO_BATCH,
+    DTYPE,
+    ATTENTION,
+    RECOMPUTE,
+    COMPILE,
+    LOSS,
 )
 # The knobs a point's floor, predicted step and trial limits depend on most, as printed.
-CLASS_KNOBS = ("runtime.compile", "runtime.activation_checkpointing")
+CLASS_KNOBS = (COMPILE, RECOMPUTE)
 ENUMERATE_LIMIT = 100_000  # planned combinations scanned exhaustively; beyond, sampled
 
 
@@ -167,8 +183,8 @@ def scan(
             out.refused += weight
             out.reasons[reason] += weight
             continue
-        full = {**ctx.base, **point}
-        device_type = "cpu" if str(full.get("runtime.device", "auto")) == "cpu" else ctx.device_type
+        full = point.over(ctx.base)
+        device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
         same_device = device_type == ctx.device_type
         if same_device and ctx.ooms and oom_reason(full, ctx.ooms, device_type=device_type):
             out.oom_refused += weight
@@ -194,7 +210,7 @@ def scan(
         for key, values in seen.items():
             values.add(_hashable(params.get(key)))
     groups = list(dropped.values())
-    for knob in ("runtime.attention", "runtime.compile"):
+    for knob in (ATTENTION, COMPILE):
         groups = _merge(groups, knob)
     out.dropped = sorted(groups, key=lambda g: (-g.peak_gib, tuple(map(str, g.knobs.values()))))
     out.classes = sorted(classes.values(), key=lambda c: tuple(str(v) for v in c.knobs.values()))
@@ -229,8 +245,8 @@ def _hashable(value: Any) -> Any:
 
 def _memory_knobs(full: dict, ctx: SpaceContext, device_type: str) -> dict[str, Any]:
     knobs = {k: full.get(k) for k in MEMORY_KNOBS}
-    knobs["runtime.dtype"] = resolve_dtype_name(
-        full.get("runtime.dtype"), device_type=device_type, bf16_supported=ctx.bf16_supported
+    knobs[DTYPE] = resolve_dtype_name(
+        full.get(DTYPE), device_type=device_type, bf16_supported=ctx.bf16_supported
     )
     return knobs
 

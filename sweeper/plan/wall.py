@@ -32,9 +32,10 @@ from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import point_limits
 from sweeper.study.budget import verify_reserve
 from train.core.compile_graphs import graph_key
+from train.core.keys import PROJECT_ABOVE_S
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
-REAL_STEPS = {"trial.project_above_s": 0}  # a race run measures real full steps (never projected)
+REAL_STEPS = {PROJECT_ABOVE_S: 0}  # a race run measures real full steps (never projected)
 
 
 def graph_of(config: Mapping[str, Any]) -> str | None:
@@ -138,13 +139,13 @@ def wall_model(
     extra = dict(overrides or {})
     graphs = _Graphs(cached, ctx.device_name if ctx.device_type == "cuda" else "")
 
-    def expected(point: Mapping[str, Any], *, warm: bool = False) -> TrialTime:
-        return point_limits({**point, **extra}, ctx, warm=warm, **limits).expected  # type: ignore[arg-type]
+    def expected(params: Mapping[str, Any], *, warm: bool = False) -> TrialTime:
+        return point_limits({**params, **extra}, ctx, warm=warm, **limits).expected  # type: ignore[arg-type]
 
     known = queued_points(prior, start)[:n_search]
     search = [
-        _priced_run(label, point, count=1, base=ctx.base, graphs=graphs, expected=expected)
-        for label, point in known
+        _priced_run(label, params, count=1, base=ctx.base, graphs=graphs, expected=expected)
+        for label, params in known
     ]
     rest = max(0, n_search - len(known))
     if rest > 0:
@@ -159,18 +160,18 @@ def wall_model(
             )
         )
     race: list[PlannedRuns] = []
-    for label, point in (
+    for label, params in (
         _race_entrants(known, rest, prior, start, race_entrants) if race_rounds else []
     ):
-        if point:
-            graphs.seen.add(graph_of({**ctx.base, **point}))
+        if params:
+            graphs.seen.add(graph_of({**ctx.base, **params}))
         name = (
             f"race run of the {label} (real full steps)" if label else "race run (real full steps)"
         )
         race.append(
             _priced_run(
                 name,
-                point,
+                params,
                 count=race_rounds,
                 steps=REAL_STEPS,
                 base=ctx.base,
@@ -183,7 +184,7 @@ def wall_model(
 
 def _priced_run(
     label: str,
-    point: Mapping[str, Any],
+    params: Mapping[str, Any],
     *,
     count: int,
     steps: Mapping[str, Any] | None = None,
@@ -191,11 +192,11 @@ def _priced_run(
     graphs: _Graphs,
     expected: Callable[..., TrialTime],
 ) -> PlannedRuns:
-    """`count` runs of `point` (with `steps`' keys: a race run's real full steps) at its own
+    """`count` runs of `params` (with `steps`' keys: a race run's real full steps) at its own
     expected trial, its compile cold or from the cache as `graphs` has seen it."""
-    priced = {**point, **(steps or {})}
+    priced = {**params, **(steps or {})}
     t = expected(priced)
-    wall, comp, how = graphs.price({**base, **point}, t, expected(priced, warm=True))
+    wall, comp, how = graphs.price({**base, **params}, t, expected(priced, warm=True))
     return PlannedRuns(
         label=label,
         count=count,

@@ -60,7 +60,7 @@ def latin_design(
     n: int,
     *,
     seed: int,
-    accept: Callable[[dict[str, Any]], bool] = lambda point: True,
+    accept: Callable[[dict[str, Any]], bool] = lambda params: True,
     attempts: int = 20,
 ) -> list[dict[str, Any]]:
     """Up to `n` distinct points, spread over every parameter's range, each passing `accept`.
@@ -78,12 +78,12 @@ def latin_design(
             break
         columns = {name: _column(dist, n, rng) for name, dist in dists.items()}
         for i in range(n):
-            point = {name: col[i] for name, col in columns.items()}
-            key = tuple(sorted((k, repr(v)) for k, v in point.items()))
-            if key in seen or not accept(point):
+            params = {name: col[i] for name, col in columns.items()}
+            key = tuple(sorted((k, repr(v)) for k, v in params.items()))
+            if key in seen or not accept(params):
                 continue
             seen.add(key)
-            points.append(point)
+            points.append(params)
             if len(points) >= n:
                 break
     return points

@@ -51,11 +51,11 @@ def neighbours(
         else:
             swaps += [{**incumbent, p.key: v} for v in values if v != current]
     out, keys = [], set(seen)
-    for point in steps + swaps:
-        key = point_key(point)
+    for params in steps + swaps:
+        key = point_key(params)
         if key not in keys:
             keys.add(key)
-            out.append(point)
+            out.append(params)
     return out
 
 

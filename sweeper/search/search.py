@@ -25,7 +25,6 @@ from sweeper.masking import mask_secrets
 from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
 from sweeper.search.polish import interleave, neighbours, point_key
-from sweeper.space.memory import OutOfMemory
 from sweeper.space.overrides import format_override
 from sweeper.study.objective import objective_value
 from sweeper.study.owner import owner_tag
@@ -40,6 +39,7 @@ from sweeper.study.study import (
     planned_params,
     trial_id,
 )
+from train.core.keys import STUDY_NAME, STUDY_STORAGE
 from train.core.result import MEASURED_STATES
 from train.core.rules import ENV_REFERENCE, STORAGE_ENV
 
@@ -203,25 +203,21 @@ class Search:
         seen = {point_key(planned_params(t)) for t in trials}
         lists = [neighbours(self.ctx.space.searched, t.params, seen=seen) for t in ranked]
         queued: list[str] = []
-        for point, parent in interleave(lists, ranked):
+        for params, parent in interleave(lists, ranked):
             if len(queued) >= room:
                 break
-            key = point_key(point)
-            if key in seen or self.ctx.space.check(point) is not None:
+            key = point_key(params)
+            if key in seen or self.ctx.space.check(params) is not None:
                 continue
             seen.add(key)
-            study.enqueue_trial(point, user_attrs={POLISH_ATTR: parent.number})
-            queued.append(f"trial {parent.number} with {self._changed(parent.params, point)}")
+            study.enqueue_trial(params, user_attrs={POLISH_ATTR: parent.number})
+            queued.append(f"trial {parent.number} with {_changed(parent.params, params)}")
         if queued:
             log.info(
                 "polish (%d trial(s) left): the best trials' unmeasured neighbours: %s",
                 fit,
                 "; ".join(queued),
             )
-
-    @staticmethod
-    def _changed(base: dict, point: dict) -> str:
-        return ", ".join(f"{k}={v}" for k, v in point.items() if base.get(k) != v)
 
     def _ask_one(self) -> tuple[optuna.Trial, list[str]] | None:
         """A new point to run, as its trial and job overrides; a refused or re-proposed point
@@ -247,8 +243,8 @@ class Search:
             *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
             # quoted for Hydra's grammar: a URL's query string (?timeout=60, ?sslmode=require) or
             # a study name with spaces would otherwise not parse in the trial's command line
-            format_override("trial.study_storage", self.trial_storage),
-            format_override("trial.study_name", self.ctx.study.study_name),
+            format_override(STUDY_STORAGE, self.trial_storage),
+            format_override(STUDY_NAME, self.ctx.study.study_name),
             f"trial.trial_id={trial_id(trial)}",
         ]
 
@@ -321,14 +317,14 @@ class Search:
         if state not in MEASURED_STATES:
             trial.set_user_attr("failure_kind", state)
             trial.set_user_attr("failure_reason", (out.get("reason") or "")[-2000:])
+        point = self.ctx.space.point(trial.params)
         if state == "oom":  # larger micro-batches with these knobs are refused from now on
-            config = {**self.ctx.space.ctx.base, **self.ctx.space.point(trial.params)}
-            self.ctx.space.ctx.ooms.append(OutOfMemory(trial=trial.number, config=config))
+            self.ctx.space.record_oom(trial.number, point)
         run_id = self.ctx.tracker.log_trial(
             number=trial.number,
             state=state,
             reason=out.get("reason"),
-            params=self.ctx.space.point(trial.params),
+            params=point.as_dict(),
             result=result,
             job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
         )
@@ -362,3 +358,8 @@ class Search:
             eta=self.ctx.budget.eta(self.ctx.study, real_trial_s=self.real_s),
             start=self.start,
         )
+
+
+def _changed(parent: dict, params: dict) -> str:
+    """The searched values `params` changes from its `parent`'s, like `batch.micro_batch=8`."""
+    return ", ".join(f"{k}={v}" for k, v in params.items() if parent.get(k) != v)

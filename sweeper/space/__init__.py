@@ -2,6 +2,7 @@
 from the sweeper, so every other room may read it.
 
 - `space`: the search space parsed from YAML (`SearchSpace`, `parse_space`, `baseline_params`).
+- `point`: one point of a space as a typed value: its knobs, fit and forecast (`Point`).
 - `params`: one key of a space, parsed from Hydra's override grammar (`Param`).
 - `overrides`: values written as Hydra overrides that read back as written.
 - `constraints`: which points are safe to run (`SpaceContext`, `check_point`).
@@ -9,4 +10,4 @@ from the sweeper, so every other room may read it.
 - `limits`: how long one trial may run (`TrialLimits`, `trial_limits`, `point_limits`).
 """
 
-__all__ = ["constraints", "limits", "memory", "overrides", "params", "space"]
+__all__ = ["constraints", "limits", "memory", "overrides", "params", "point", "space"]

@@ -12,9 +12,25 @@ functions (train.core.config), never copies of them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from train.core.keys import (
+    ATTENTION,
+    BLOCK_SIZE,
+    CHECKPOINT_EVERY,
+    COMPILE,
+    DEVICE,
+    DTYPE,
+    FLOAT8,
+    FLOAT8_EMULATE,
+    GRAD_ACCUM,
+    MICRO_BATCH,
+    TOKENS_PER_STEP,
+    TRIAL_MIN_STEPS,
+    WORKERS,
+)
 from train.core.rules import (
     Refusal,
     attention_dtype_conflict,
@@ -30,10 +46,8 @@ if TYPE_CHECKING:
 
 # PyTorch's CPU SDPA has only the flash and math kernels (train.model.attention probes this).
 CUDA_ONLY_ATTENTION = ("efficient", "cudnn")
-MICRO_BATCH, GRAD_ACCUM, WORKERS = "batch.micro_batch", "batch.grad_accum", "data.num_workers"
-CHECKPOINT_EVERY, CHECKPOINT_DIR = "checkpoint.every_steps", "checkpoint.dir"
 # keys whose values the device may lack
-DEVICE_BOUND = ("runtime.dtype", "runtime.attention", "runtime.float8")
+DEVICE_BOUND = (DTYPE, ATTENTION, FLOAT8)
 
 
 def cpus_here() -> int:
@@ -63,10 +77,11 @@ class SpaceContext:
     flash_attention_impls: tuple[str, ...] | None = None
     # whether torchao is installed where trials run (runtime.float8); None: ask this machine
     torchao: bool | None = None
-    # trials of this sweep that ran out of memory (sweeper/space/memory.py), appended as they happen
-    ooms: list[OutOfMemory] = field(default_factory=list)
+    # trials of this sweep that ran out of memory (sweeper/space/memory.py); added by note_ooms
+    ooms: tuple[OutOfMemory, ...] = ()
 
     def __post_init__(self) -> None:
+        self.ooms = tuple(self.ooms)
         for name in ("tokens_per_step", "block_size", "world_size", "cpu_count"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -76,13 +91,18 @@ class SpaceContext:
                 f"SpaceContext.device_type must be cpu or cuda, got {self.device_type!r}"
             )
 
+    def note_ooms(self, ooms: Iterable[OutOfMemory]) -> None:
+        """Trials that ran out of memory: from now on check_point refuses what they rule out
+        (a micro-batch at least as large with the same other knobs)."""
+        self.ooms = (*self.ooms, *ooms)
 
-def derive_grad_accum(micro_batch: Any, point: dict[str, Any], ctx: SpaceContext) -> int | None:
+
+def derive_grad_accum(micro_batch: Any, point: Mapping[str, Any], ctx: SpaceContext) -> int | None:
     """grad_accum that keeps the tokens per step for this micro_batch, or None if none does."""
     return grad_accum_for(
         micro_batch,
-        tokens_per_step=point.get("batch.tokens_per_step", ctx.tokens_per_step),
-        block_size=point.get("model.block_size", ctx.block_size),
+        tokens_per_step=point.get(TOKENS_PER_STEP, ctx.tokens_per_step),
+        block_size=point.get(BLOCK_SIZE, ctx.block_size),
         world=ctx.world_size,
     )
 
@@ -91,27 +111,27 @@ def unsupported_here(
     key: str, value: Any, *, device_type: str, ctx: SpaceContext
 ) -> Refusal | None:
     """Why `key=value` cannot run on this device whatever the other knobs are, or None."""
-    if key == "runtime.dtype":
+    if key == DTYPE:
         return dtype_unsupported(value, device_type=device_type, bf16_supported=ctx.bf16_supported)
-    if key == "runtime.attention" and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
+    if key == ATTENTION and device_type == "cpu" and value in CUDA_ONLY_ATTENTION:
         return Refusal(key=key, value=value, reason="has no CPU kernel")
-    if key == "runtime.attention":
+    if key == ATTENTION:
         return flash_impl_unsupported(
             str(value), device_type=device_type, installed=ctx.flash_attention_impls
         )
-    if key == "runtime.float8":  # the device's part of the rule: dtype is checked per point
+    if key == FLOAT8:  # the device's part of the rule: dtype is checked per point
         return float8_unsupported(
             str(value or "none"),
             dtype="bf16",
             device_type=device_type,
             capability=ctx.cuda_capability,
-            emulate=bool(ctx.base.get("runtime.float8_emulate", False)),
+            emulate=bool(ctx.base.get(FLOAT8_EMULATE, False)),
             torchao=ctx.torchao,
         )
     return None
 
 
-def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
+def check_point(point: Mapping[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
     """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine.
 
     memory=False leaves out the memory rules (the memory model and this sweep's out-of-memory
@@ -122,8 +142,8 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
         full[GRAD_ACCUM] = derive_grad_accum(point[MICRO_BATCH], point, ctx)
     mb, accum = full.get(MICRO_BATCH), full.get(GRAD_ACCUM)
     # The context is the authority for the pinned batch unless the point itself changes it.
-    tokens = point.get("batch.tokens_per_step", ctx.tokens_per_step)
-    block = point.get("model.block_size", ctx.block_size)
+    tokens = point.get(TOKENS_PER_STEP, ctx.tokens_per_step)
+    block = point.get(BLOCK_SIZE, ctx.block_size)
     ints = isinstance(mb, int) and isinstance(accum, int)
     if MICRO_BATCH in full and (not ints or mb * accum * block * ctx.world_size != tokens):
         return (
@@ -131,11 +151,11 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
             f"model.block_size={block} x world={ctx.world_size} != "
             f"batch.tokens_per_step={tokens}"
         )
-    device = str(full.get("runtime.device", "auto"))
+    device = str(full.get(DEVICE, "auto"))
     if device.startswith("cuda") and ctx.device_type != "cuda":
         return f"runtime.device={device} but this machine has no CUDA device"
     device_type = "cpu" if device == "cpu" else ctx.device_type
-    reason = cudagraph_conflict(full.get("runtime.compile"), accum, device_type=device_type)
+    reason = cudagraph_conflict(full.get(COMPILE), accum, device_type=device_type)
     if reason is not None:
         return reason
     for key in DEVICE_BOUND:
@@ -143,19 +163,19 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
         if refusal is not None:
             return str(refusal)
     reason = attention_dtype_conflict(
-        str(full.get("runtime.attention", "auto")),
-        str(full.get("runtime.dtype", "auto")),
+        str(full.get(ATTENTION, "auto")),
+        str(full.get(DTYPE, "auto")),
         device_type=device_type,
         bf16_supported=ctx.bf16_supported,
     )
     if reason is not None:
         return reason
     refusal = float8_unsupported(
-        str(full.get("runtime.float8") or "none"),
-        dtype=str(full.get("runtime.dtype", "auto")),
+        str(full.get(FLOAT8) or "none"),
+        dtype=str(full.get(DTYPE, "auto")),
         device_type=device_type,
         capability=ctx.cuda_capability,
-        emulate=bool(full.get("runtime.float8_emulate", False)),
+        emulate=bool(full.get(FLOAT8_EMULATE, False)),
         bf16_supported=ctx.bf16_supported,
         torchao=ctx.torchao,
     )
@@ -164,7 +184,7 @@ def check_point(point: dict[str, Any], ctx: SpaceContext, *, memory: bool = True
     workers = full.get(WORKERS)
     if isinstance(workers, int) and workers > ctx.cpu_count:
         return f"data.num_workers={workers} exceeds the {ctx.cpu_count} CPUs here"
-    every, min_steps = full.get(CHECKPOINT_EVERY), full.get("trial.min_steps")
+    every, min_steps = full.get(CHECKPOINT_EVERY), full.get(TRIAL_MIN_STEPS)
     if isinstance(every, int) and isinstance(min_steps, int) and every > min_steps:
         # the window may stop at min_steps: a longer interval leaves the save unmeasured
         return (

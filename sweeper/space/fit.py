@@ -16,13 +16,14 @@ only (1). Pure and torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sweeper.space.constraints import SpaceContext, check_point, derive_grad_accum
+from sweeper.space.point import Point
+from train.core.keys import GRAD_ACCUM, MICRO_BATCH, RECOMPUTE
 
-RECOMPUTE = "runtime.activation_checkpointing"
-MICRO_BATCH, GRAD_ACCUM = "batch.micro_batch", "batch.grad_accum"
 LEVERS = ("selective", "every_2", "every")  # by the compute they add: 1.00x, ~1.17x, 1.33x
 
 
@@ -30,7 +31,7 @@ LEVERS = ("selective", "every_2", "every")  # by the compute they add: 1.00x, ~1
 class Fit:
     """`point`, or the nearest point like it that fits, and what was changed to get there."""
 
-    point: dict[str, Any]  # the overrides to run
+    point: Point  # the point to run
     changed: dict[str, tuple[Any, Any]]  # {key: (was, now)}; empty when `point` fits as it is
     reason: str | None = None  # why the original point does not fit; None when it does
 
@@ -40,17 +41,18 @@ class Fit:
 
 
 def nearest_fit(
-    point: dict[str, Any], ctx: SpaceContext, *, keep_micro_batch: bool = False
+    point: Mapping[str, Any], ctx: SpaceContext, *, keep_micro_batch: bool = False
 ) -> Fit | None:
     """`point` (overrides over ctx.base) where the space accepts it; else the first candidate of
     the module's order that it accepts; None where the point is refused for a reason other than
     memory (no lever helps) or no candidate fits."""
     reason = check_point(point, ctx)
     if reason is None:
-        return Fit(point=dict(point), changed={})
+        return Fit(point=Point.of(point), changed={})
     if check_point(point, ctx, memory=False) is not None:
         return None  # refused whatever its memory: not this module's to fix
-    full = {**ctx.base, **point}
+    point = Point.of(point)
+    full = point.over(ctx.base)
     for candidate in _candidates(point, full, ctx, keep_micro_batch=keep_micro_batch):
         if check_point(candidate, ctx) is None:
             changed = {
@@ -63,21 +65,21 @@ def nearest_fit(
 
 
 def _candidates(
-    point: dict[str, Any], full: dict[str, Any], ctx: SpaceContext, *, keep_micro_batch: bool
-) -> list[dict[str, Any]]:
+    point: Point, full: dict[str, Any], ctx: SpaceContext, *, keep_micro_batch: bool
+) -> list[Point]:
     """The points to try, in order: the levers at the point's micro-batch, then each smaller
     micro-batch with no recompute and then each lever."""
     micro = full.get(MICRO_BATCH)
     own = str(full.get(RECOMPUTE) or "none")
     start = LEVERS.index(own) + 1 if own in LEVERS else 0  # only heavier levers can help
-    out = [{**point, RECOMPUTE: lever} for lever in LEVERS[start:]]
+    out = [point.with_knob(RECOMPUTE, lever) for lever in LEVERS[start:]]
     if keep_micro_batch or not isinstance(micro, int):
         return out
     mb = micro // 2
     while mb >= 1:
         accum = derive_grad_accum(mb, point, ctx)
         if accum is not None:
-            smaller = {**point, MICRO_BATCH: mb, GRAD_ACCUM: accum}
-            out += [{**smaller, RECOMPUTE: lever} for lever in ("none", *LEVERS)]
+            smaller = point.with_knobs({MICRO_BATCH: mb, GRAD_ACCUM: accum})
+            out += [smaller.with_knob(RECOMPUTE, lever) for lever in ("none", *LEVERS)]
         mb //= 2
     return out

@@ -35,12 +35,33 @@ from sweeper.forecast.trial import (
     trial_time,
     window_steps,
 )
+from sweeper.space.point import Point
 from train.core.chips import chip_for
 from train.core.flops import (
     floor_step_time_s,
     flops_per_token,
     gpt2_num_params,
     lookup_peak,
+)
+from train.core.keys import (
+    BIAS,
+    BLOCK_SIZE,
+    CHECKPOINT_EVERY,
+    COMPILE,
+    DEVICE,
+    DTYPE,
+    N_EMBD,
+    N_HEAD,
+    N_LAYER,
+    PROJECT_ABOVE_S,
+    RECOMPUTE,
+    TF32,
+    TOKENS_PER_STEP,
+    TRIAL_MAX_SECONDS,
+    TRIAL_MAX_STEPS,
+    TRIAL_MIN_STEPS,
+    TRIAL_REPORT_EVERY,
+    VOCAB_SIZE,
 )
 from train.core.rules import is_selective, num_checkpointed_blocks, resolve_dtype_name
 
@@ -113,28 +134,28 @@ def predict_step(
     cfg: Mapping[str, Any], *, device_name: str, device_type: str, bf16_supported: bool
 ) -> StepPrediction:
     """FLOPs of one optimizer step and its predicted duration on `device_name`."""
-    n_layer, block = int(cfg["model.n_layer"]), int(cfg["model.block_size"])
+    n_layer, block = int(cfg[N_LAYER]), int(cfg[BLOCK_SIZE])
     n_params = gpt2_num_params(
         n_layer=n_layer,
-        n_embd=int(cfg["model.n_embd"]),
-        vocab_size=int(cfg["model.vocab_size"]),
+        n_embd=int(cfg[N_EMBD]),
+        vocab_size=int(cfg[VOCAB_SIZE]),
         block_size=block,
-        bias=bool(cfg.get("model.bias", True)),
+        bias=bool(cfg.get(BIAS, True)),
     )
     per_token = flops_per_token(
         n_layer=n_layer,
-        n_head=int(cfg["model.n_head"]),
-        n_embd=int(cfg["model.n_embd"]),
+        n_head=int(cfg[N_HEAD]),
+        n_embd=int(cfg[N_EMBD]),
         seq_len=block,
-        vocab_size=int(cfg["model.vocab_size"]),
+        vocab_size=int(cfg[VOCAB_SIZE]),
         num_params=n_params,
     )
-    tokens = int(cfg["batch.tokens_per_step"])
+    tokens = int(cfg[TOKENS_PER_STEP])
     flops = per_token * tokens
     dtype = resolve_dtype_name(
-        cfg.get("runtime.dtype"), device_type=device_type, bf16_supported=bf16_supported
+        cfg.get(DTYPE), device_type=device_type, bf16_supported=bf16_supported
     )
-    tf32 = bool(cfg.get("runtime.tf32", False))
+    tf32 = bool(cfg.get(TF32, False))
     peak = None
     if device_type == "cpu":
         rate, source = CPU_FLOPS, f"a conservative CPU rate of {CPU_FLOPS / 1e9:.0f} GFLOP/s"
@@ -146,8 +167,8 @@ def predict_step(
         found = lookup_peak(device_name, dtype, tf32=tf32)
         assert found is not None  # the chip has peaks, and they list every dtype
         peak, rate, source = found.flops, found.flops, found.source
-    slow = recompute_factor(cfg.get("runtime.activation_checkpointing"), n_layer)
-    compiled = str(cfg.get("runtime.compile") or "none") != "none"
+    slow = recompute_factor(cfg.get(RECOMPUTE), n_layer)
+    compiled = str(cfg.get(COMPILE) or "none") != "none"
     mfu = COMPILED_GPU_MFU if peak is not None and compiled else ASSUMED_MFU
     return StepPrediction(
         flops_per_step=flops,
@@ -200,14 +221,14 @@ def trial_limits(
     )
     # A trial that runs faster than predicted may measure full steps where the prediction
     # projected short ones: the window is then bounded by full steps of project_above_s.
-    above = float(cfg.get("trial.project_above_s") or 0.0)
+    above = float(cfg.get(PROJECT_ABOVE_S) or 0.0)
     if bound.projected:
         unprojected = (
             window_steps(
                 above,
-                min_steps=int(cfg.get("trial.min_steps") or TRIAL_DEFAULTS.min_steps),
-                max_steps=int(cfg.get("trial.max_steps") or TRIAL_DEFAULTS.max_steps),
-                max_seconds=float(cfg.get("trial.max_seconds") or TRIAL_DEFAULTS.max_seconds),
+                min_steps=int(cfg.get(TRIAL_MIN_STEPS) or TRIAL_DEFAULTS.min_steps),
+                max_steps=int(cfg.get(TRIAL_MAX_STEPS) or TRIAL_DEFAULTS.max_steps),
+                max_seconds=float(cfg.get(TRIAL_MAX_SECONDS) or TRIAL_DEFAULTS.max_seconds),
             )
             * above
         )
@@ -222,8 +243,8 @@ def trial_limits(
     else:
         # The longest quiet gap of a healthy trial: report_every measured steps and the saves
         # among them (set-up, compile and warm-up send heartbeats every ~10 s).
-        report_every = int(cfg.get("trial.report_every") or TRIAL_DEFAULTS.report_every)
-        every = int(cfg.get("checkpoint.every_steps") or 0)
+        report_every = int(cfg.get(TRIAL_REPORT_EVERY) or TRIAL_DEFAULTS.report_every)
+        every = int(cfg.get(CHECKPOINT_EVERY) or 0)
         per_step = max(bound.window_s / max(bound.window_steps, 1), min(slow_step_s, above or 0))
         saves = math.ceil(report_every / every) if every > 0 else 0
         save_s = step.num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
@@ -248,16 +269,16 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
 
 
 def point_limits(
-    point: dict[str, Any],
+    point: Mapping[str, Any],
     ctx: SpaceContext,
     *,
     timeout_s: float,
     stall_timeout_s: float,
     warm: bool = False,
 ) -> TrialLimits:
-    """The limits of the trial of `point` (a SearchSpace.point) in the sweep of `ctx`."""
-    full = {**ctx.base, **point}
-    device_type = "cpu" if str(full.get("runtime.device", "auto")) == "cpu" else ctx.device_type
+    """The limits of the trial of `point` (a Point, or the knobs of one) in the sweep of `ctx`."""
+    full = Point.of(point).over(ctx.base)
+    device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
     return trial_limits(
         full,
         device_name=ctx.device_name or device_type,

@@ -16,15 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from train.core.keys import ATTENTION, DTYPE, FLOAT8, FLOAT8_EMULATE, LOSS, TF32
+
 # The trainer keys that change the numbers a step computes (train/core/config.py RuntimeConfig), and
 # the test-only trial.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
 MATH_KEYS: tuple[str, ...] = (
-    "runtime.dtype",  # fp32 | bf16 | fp16 autocast
-    "runtime.tf32",  # TF32 tensor cores for fp32 matmuls
-    "runtime.float8",  # torchao float8 training: none | tensorwise | rowwise
-    "runtime.float8_emulate",  # torchao's emulated float8 (CPU plumbing tests)
-    "runtime.loss",  # full | chunked head and cross-entropy
-    "runtime.attention",  # the attention kernel (SDPA backend or a flash implementation)
+    DTYPE,  # fp32 | bf16 | fp16 autocast
+    TF32,  # TF32 tensor cores for fp32 matmuls
+    FLOAT8,  # torchao float8 training: none | tensorwise | rowwise
+    FLOAT8_EMULATE,  # torchao's emulated float8 (CPU plumbing tests)
+    LOSS,  # full | chunked head and cross-entropy
+    ATTENTION,  # the attention kernel (SDPA backend or a flash implementation)
     "trial.fault",  # test only: coarse_weights rounds every weight after each step
 )
 
@@ -35,7 +37,7 @@ def _same(a: Any, b: Any) -> bool:
 
 # keys that change the math only on some devices: TF32 is a CUDA tensor-core mode (torch's CPU
 # matmuls ignore torch.backends.cuda.matmul.allow_tf32)
-CUDA_ONLY_MATH_KEYS = ("runtime.tf32",)
+CUDA_ONLY_MATH_KEYS = (TF32,)
 
 
 def math_changes(

@@ -18,20 +18,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from train.core.keys import (
+    DTYPE,
+    GRAD_ACCUM,
+    MICRO_BATCH,
+    PROGRESS_FILE,
+    STUDY_NAME,
+    STUDY_STORAGE,
+    TRIAL_ID,
+    TRIAL_OUT,
+)
 from train.core.rules import resolve_dtype_name
 
-MICRO_BATCH, GRAD_ACCUM = "batch.micro_batch", "batch.grad_accum"
 # Knobs that live in host memory only (the DataLoader, the checkpoint writer's host snapshot):
 # on a GPU, where an out-of-memory error is about device memory, they do not make two points
 # different. On a CPU everything shares one memory, so every knob counts there.
 HOST_SIDE_PREFIXES = ("data.", "checkpoint.")
 # Keys that only route a trial's reports; never knobs.
 _BOOKKEEPING = (
-    "trial.study_storage",
-    "trial.study_name",
-    "trial.trial_id",
-    "trial.out",
-    "trial.progress_file",
+    STUDY_STORAGE,
+    STUDY_NAME,
+    TRIAL_ID,
+    TRIAL_OUT,
+    PROGRESS_FILE,
 )
 
 
@@ -70,7 +79,7 @@ def predict(
     """Predicted peak memory of a flat config on a device with `device_gib` GiB."""
     mm = _model()
     dtype = resolve_dtype_name(
-        config.get("runtime.dtype"), device_type=device_type, bf16_supported=bf16_supported
+        config.get(DTYPE), device_type=device_type, bf16_supported=bf16_supported
     )
     inputs = mm.inputs_from_config(dict(config), dtype=dtype, device_type=device_type)
     estimate = _predict(inputs)
@@ -143,7 +152,7 @@ def past_ooms(trials: Sequence[Any], space: Any) -> list[OutOfMemory]:
     whose knobs `space` (a SearchSpace) still has."""
     keys = {p.key for p in space.searched}
     return [
-        OutOfMemory(trial=t.number, config={**space.ctx.base, **space.point(t.params)})
+        OutOfMemory(trial=t.number, config=space.point(t.params).over(space.base))
         for t in trials
         if t.user_attrs.get("failure_kind") == "oom" and set(t.params) == keys
     ]

@@ -23,14 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sweeper.space.constraints import MICRO_BATCH, SpaceContext, unsupported_here
+from sweeper.space.constraints import SpaceContext, unsupported_here
+from train.core.keys import DEVICE, LOSS, MICRO_BATCH, NPROC, RECOMPUTE
 from train.core.rules import SELECTIVE, Refusal, parse_activation_checkpointing, valid_splits
 
 log = logging.getLogger(__name__)
 
 PREFIXES = ("model.", "data.", "batch.", "optim.", "checkpoint.", "runtime.", "ddp.", "trial.")
 # fixed for a whole sweep: the micro-batch splits and the GPU slots are sized from it
-NOT_SEARCHED = {"runtime.nproc": "set it once for the sweep: runtime.nproc=N on the command line"}
+NOT_SEARCHED = {NPROC: "set it once for the sweep: runtime.nproc=N on the command line"}
 _SCALARS = (str, int, float, bool, type(None))  # what Optuna's CategoricalDistribution accepts
 _CALL = re.compile(r"^\s*(\w+)\s*\(")
 _SPLIT = re.compile(r"^\s*split\s*\((.*)\)\s*$")
@@ -358,7 +359,7 @@ def drop_missing_dirs(p: Param) -> Param:
 def drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
     """A choice the device cannot run would only ever be refused: drop it before sampling, so it
     costs no trial (a sampler learns nothing from refused points)."""
-    device = str(ctx.base.get("runtime.device", "auto"))
+    device = str(ctx.base.get(DEVICE, "auto"))
     device_type = "cpu" if device == "cpu" else ctx.device_type
     return _keep_choices(
         p,
@@ -371,9 +372,9 @@ def drop_unsupported(p: Param, ctx: SpaceContext) -> Param:
 def gpu_memory_lever(key: str, value: Any) -> bool:
     """Whether `key=value` is a lever a CPU sweep does not search (`drop_gpu_levers`): the chunked
     loss, and recompute other than none/every (selective, every_<k> with k >= 2)."""
-    if key == "runtime.loss":
+    if key == LOSS:
         return value == "chunked"
-    if key == "runtime.activation_checkpointing" and isinstance(value, str):
+    if key == RECOMPUTE and isinstance(value, str):
         try:
             return value == SELECTIVE or parse_activation_checkpointing(value) >= 2
         except ValueError:
@@ -387,7 +388,7 @@ def drop_gpu_levers(p: Param, ctx: SpaceContext) -> Param:
     (SpaceContext.device_memory_gib is None there), so they could only cost it trials, and the
     default CPU sweep keeps the space it had. A searched key made only of them keeps them (the
     user asked for exactly those), and a pinned value runs on a CPU as anywhere."""
-    device = str(ctx.base.get("runtime.device", "auto"))
+    device = str(ctx.base.get(DEVICE, "auto"))
     if p.kind != "categorical" or (ctx.device_type != "cpu" and device != "cpu"):
         return p
     kept = tuple(c for c in p.choices if not gpu_memory_lever(p.key, c))

@@ -15,20 +15,12 @@ import itertools
 import math
 import random
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sweeper.space.constraints import (
-    CHECKPOINT_DIR,
-    DEVICE_BOUND,
-    GRAD_ACCUM,
-    MICRO_BATCH,
-    WORKERS,
-    SpaceContext,
-    check_point,
-    derive_grad_accum,
-)
-from sweeper.space.overrides import format_override
+from sweeper.space.constraints import DEVICE_BOUND, SpaceContext, check_point, derive_grad_accum
+from sweeper.space.memory import OutOfMemory
 from sweeper.space.params import (
     Param,
     clamp_workers,
@@ -36,6 +28,18 @@ from sweeper.space.params import (
     drop_unsupported,
     fail,
     parse_param,
+)
+from sweeper.space.point import Point
+from train.core.keys import (
+    BLOCK_SIZE,
+    CHECKPOINT_DIR,
+    CHECKPOINT_EVERY,
+    DEVICE,
+    DTYPE,
+    GRAD_ACCUM,
+    MICRO_BATCH,
+    TOKENS_PER_STEP,
+    WORKERS,
 )
 from train.core.rules import resolve_dtype_name
 
@@ -57,7 +61,7 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
         drop_missing_dirs(p) if p.key == CHECKPOINT_DIR and p.kind == "categorical" else p
         for p in parsed
     ]
-    if not any(p.key == "runtime.device" for p in parsed):  # else the device is searched too
+    if not any(p.key == DEVICE for p in parsed):  # else the device is searched too
         parsed = [
             drop_unsupported(p, ctx) if p.key in DEVICE_BOUND and p.kind == "categorical" else p
             for p in parsed
@@ -74,7 +78,7 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
             "search batch.micro_batch with split: true and grad_accum follows",
         )
     if mb is not None and mb.split:
-        for pinned in ("model.block_size", "batch.tokens_per_step"):
+        for pinned in (BLOCK_SIZE, TOKENS_PER_STEP):
             if pinned in by_key:
                 raise fail(
                     pinned,
@@ -118,8 +122,9 @@ class SearchSpace:
                 out[p.key] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
         return out
 
-    def point(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A trial's explicit keys: fixed and searched values, plus the derived grad_accum."""
+    def point(self, params: Mapping[str, Any]) -> Point:
+        """A trial's point from its searched values (Optuna's params): the fixed and searched
+        knobs, plus the derived grad_accum."""
         missing = [p.key for p in self.searched if p.key not in params]
         unknown = [k for k in params if k not in {p.key for p in self.searched}]
         if missing or unknown:
@@ -134,13 +139,23 @@ class SearchSpace:
                 accum = derive_grad_accum(value, explicit, self.ctx)
                 if accum is not None:  # otherwise check_point names the invalid split
                     out[GRAD_ACCUM] = accum
-        return out
+        return Point(knobs=out)
 
-    def to_overrides(self, params: dict[str, Any]) -> list[str]:
+    @property
+    def base(self) -> dict[str, Any]:
+        """The composed trainer config the points are set over (flat dotted keys)."""
+        return self.ctx.base
+
+    def record_oom(self, trial: int, point: Point) -> None:
+        """Trial `trial` ran out of memory at `point`: larger micro-batches with its other knobs
+        are refused from now on (sweeper/space/memory.py)."""
+        self.ctx.note_ooms([OutOfMemory(trial=trial, config=point.over(self.ctx.base))])
+
+    def to_overrides(self, params: Mapping[str, Any]) -> list[str]:
         """Hydra overrides for the child, e.g. ["batch.micro_batch=4", "batch.grad_accum=16"]."""
-        return [format_override(k, v) for k, v in self.point(params).items()]
+        return self.point(params).overrides()
 
-    def check(self, params: dict[str, Any]) -> str | None:
+    def check(self, params: Mapping[str, Any]) -> str | None:
         """check_point for searched params, with the fixed ones and the derived grad_accum added."""
         return check_point(self.point(params), self.ctx)
 
@@ -225,9 +240,9 @@ def baseline_params(space, base: dict, *, device_type: str, bf16: bool) -> dict 
     params = {}
     for p in space.searched:
         value = base.get(p.key)
-        if p.key == "runtime.dtype" and value == "auto":  # the trainer's resolution
+        if p.key == DTYPE and value == "auto":  # the trainer's resolution
             value = resolve_dtype_name(value, device_type=device_type, bf16_supported=bf16)
-        if p.key == "checkpoint.every_steps" and value == 0 and p.kind == "categorical":
+        if p.key == CHECKPOINT_EVERY and value == 0 and p.kind == "categorical":
             value = p.choices[0]
         if p.kind == "categorical" and value not in p.choices:
             return None

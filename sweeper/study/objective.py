@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from train.core.cost import TrainTime, train_time
+from train.core.keys import CHECKPOINT_EVERY
 
 if TYPE_CHECKING:
     from train.core.result import TrialResult
@@ -58,7 +59,7 @@ def searched_interval_warning(cfg: ObjectiveConfig, searched: set[str]) -> str |
     if (
         cfg.name != "time_to_train"
         or cfg.planned_checkpoint_every
-        or ("checkpoint.every_steps" not in searched)
+        or (CHECKPOINT_EVERY not in searched)
     ):
         return None
     return (

@@ -27,6 +27,7 @@ from sweeper.context import SweepContext
 from sweeper.plan.guard_price import curve_run_keys, guard_mode
 from sweeper.settings import GuardConf, SweepSettings
 from sweeper.space.math_keys import changes_text, math_changes
+from sweeper.space.point import Point
 from sweeper.space.space import SearchSpace
 from sweeper.study.study import trial_result
 from sweeper.verify.guard_log import tag_sweep
@@ -46,6 +47,7 @@ from sweeper.verify.guard_runs import (
     reference_point,
 )
 from sweeper.verify.winner import Candidate
+from train.core.keys import SEED, TOKENS_PER_STEP
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +70,13 @@ def searched_values(space: SearchSpace) -> dict[str, list[Any] | None]:
 
 
 def curve_price_s(
-    space: SearchSpace, rules: GuardConf, ref_point: dict[str, Any], start_result: dict | None
+    space: SearchSpace, rules: GuardConf, ref_point: Point, start_result: dict | None
 ) -> float | None:
     """One curve run's wall, from the starting config's own trial (its step scaled to the curve
     step's tokens); None without a usable result (the caller takes the trials' median)."""
     tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (guard.tokens)
     share = (
-        curve_run_keys(ref_point, space.ctx, rules, seed=0).get("batch.tokens_per_step", tokens)
-        / tokens
+        curve_run_keys(ref_point, space.ctx, rules, seed=0).get(TOKENS_PER_STEP, tokens) / tokens
     )
     return curve_run_s(start_result, steps=rules.steps, step_share=share)
 
@@ -95,23 +96,21 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     top = sorted(done, key=lambda t: t.value, reverse=maximize)[: settings.verify.top_k]
     start = next((t for t in done if t.user_attrs.get("baseline")), None)
-    base = dict(space.ctx.base)
-    reference = {**base, **(space.point(start.params) if start is not None else {})}
+    base = space.base
+    start_point = space.point(start.params) if start is not None else Point()
+    reference = start_point.over(base)
     changing = sum(
         1
         for t in top
         if math_changes(
-            reference, {**base, **space.point(t.params)}, device_type=space.ctx.device_type
+            reference, space.point(t.params).over(base), device_type=space.ctx.device_type
         )
     )
     if not changing:
         return 0.0
     walls = [t.user_attrs["wall_s"] for t in done if "wall_s" in t.user_attrs]
     run_s = curve_price_s(
-        space,
-        rules,
-        space.point(start.params) if start else {},
-        trial_result(start) if start is not None else None,
+        space, rules, start_point, trial_result(start) if start is not None else None
     )
     if run_s is None:
         run_s = statistics.median(walls) if walls else 0.0
@@ -129,7 +128,7 @@ def guard_entrants(
         off = {n: {"verdict": "off", "why": why} for n in cands}
         return GuardOutcome(passed=cands, records=off)
     ref_point, refit = reference_point(ctx, baseline)
-    reference = {**ctx.space.ctx.base, **ref_point}
+    reference = ref_point.over(ctx.space.base)
     guarded = _math_changes(ctx, cands, reference)
     records = {
         n: {"verdict": "not needed", "why": "the starting config's math"}
@@ -149,7 +148,7 @@ def guard_entrants(
         rules.seeds,
         rules.steps,
     )
-    seed0 = int(reference.get("runtime.seed", DEFAULT_SEED))
+    seed0 = int(reference.get(SEED, DEFAULT_SEED))
     runs = rules.seeds + len(guarded)
     start_result = trial_result(ctx.study.trials[start]) if start is not None else None
     run_s = curve_price_s(ctx.space, rules, ref_point, start_result)  # None: trials' median
@@ -175,7 +174,7 @@ def _judge_guarded(
     records: dict[int, dict],
     *,
     reference: dict[str, Any],
-    ref_point: dict[str, Any],
+    ref_point: Point,
     refit: str,
     seed0: int,
     start: int | None,
@@ -237,9 +236,11 @@ def _math_changes(
     ctx: SweepContext, cands: dict[int, Candidate], reference: dict[str, Any]
 ) -> dict[int, dict]:
     """{trial: what it changes} of every contender whose math differs from `reference`'s."""
-    base, device = ctx.space.ctx.base, ctx.space.ctx.device_type
+    space = ctx.space
     changed = {
-        n: math_changes(reference, {**base, **ctx.space.point(c.params)}, device_type=device)
+        n: math_changes(
+            reference, space.point(c.params).over(space.base), device_type=space.ctx.device_type
+        )
         for n, c in cands.items()
     }
     return {n: ch for n, ch in changed.items() if ch}

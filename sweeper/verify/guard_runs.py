@@ -9,6 +9,7 @@ point that fits (sweeper/space/fit.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from sweeper.context import SweepContext
@@ -17,7 +18,7 @@ from sweeper.settings import GuardConf
 from sweeper.space.fit import nearest_fit
 from sweeper.space.limits import limit_overrides, point_limits
 from sweeper.space.math_keys import changes_text
-from sweeper.space.overrides import format_override
+from sweeper.space.point import Point
 from sweeper.verify.guard_log import log_guard_run
 from sweeper.verify.guard_rules import GuardCheck, Tolerance, check
 from sweeper.verify.winner import Candidate
@@ -30,12 +31,13 @@ log = logging.getLogger(__name__)
 NOT_CHECKED = "not checked"
 
 
-def reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[dict[str, Any], str]:
+def reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[Point, str]:
     """The starting config's point for the reference runs, and what was changed to make it fit
     ('' when nothing was): where it is predicted not to fit, the nearest point with the same math
     that does (sweeper/space/fit.py), so its curve runs do not run out of memory."""
-    point = ctx.space.point(baseline) if baseline is not None else {}
-    fit = nearest_fit(point, ctx.space.ctx)
+    space = ctx.space
+    point = space.point(baseline) if baseline is not None else Point()
+    fit = nearest_fit(point, space.ctx)
     if fit is None or not fit.changed:
         return point, ""
     refit = (
@@ -43,47 +45,47 @@ def reference_point(ctx: SweepContext, baseline: dict | None) -> tuple[dict[str,
         f"math at {fit.text()}"
     )
     log.info("numerics guard: %s", refit)
-    return fit.point, refit
+    return fit.point.with_fit(fit), refit
 
 
 def _contender_point(
-    ctx: SweepContext, c: Candidate, reference: dict[str, Any]
-) -> tuple[dict[str, Any], str]:
+    ctx: SweepContext, c: Candidate, reference: Mapping[str, Any]
+) -> tuple[Point, str]:
     """Contender `c`'s point for its curve run, on the reference's batches (its micro-batch split
     pinned to the reference's), with the nearest recompute lever that fits where it does not fit
     at that micro-batch; and what was changed for memory ('' when nothing was)."""
-    point = ctx.space.point(c.params)
+    space = ctx.space
+    point = space.point(c.params)
     for key in SAME_BATCHES:  # the reference's batches, whatever split the contender runs
         if key in reference and point.get(key, reference[key]) != reference[key]:
-            point[key] = reference[key]
-    fit = nearest_fit(point, ctx.space.ctx, keep_micro_batch=True)
+            point = point.with_knob(key, reference[key])
+    fit = nearest_fit(point, space.ctx, keep_micro_batch=True)
     if fit is None or not fit.changed:
         return point, ""
-    return fit.point, f"at {fit.text()} to fit the reference's micro-batch"
+    return fit.point.with_fit(fit), f"at {fit.text()} to fit the reference's micro-batch"
 
 
-def _curve_job(
-    ctx: SweepContext, point: dict[str, Any], rules: GuardConf, *, seed: int
-) -> list[str]:
+def _curve_job(ctx: SweepContext, point: Point, rules: GuardConf, *, seed: int) -> list[str]:
     """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
-    keys = curve_run_keys(point, ctx.space.ctx, rules, seed=seed)
+    space = ctx.space
+    run = point.with_knobs(curve_run_keys(point, space.ctx, rules, seed=seed))
     budget = ctx.settings.budget
     limits = point_limits(
-        {**point, **keys},
-        ctx.space.ctx,
+        run,
+        space.ctx,
         timeout_s=budget.trial_timeout_s,
         stall_timeout_s=budget.stall_timeout_s,
     )
     return [
         *ctx.fixed,  # the curve keys below override any of them: Hydra applies the last
-        *(format_override(k, v) for k, v in {**point, **keys}.items()),
+        *run.overrides(),
         *limit_overrides(limits),
     ]
 
 
 def reference_curves(
     ctx: SweepContext,
-    ref_point: dict[str, Any],
+    ref_point: Point,
     rules: GuardConf,
     *,
     seed0: int,

@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
-from sweeper.launch.threads import THREADS_KEY, uncapped
+from sweeper.launch.threads import uncapped
 from sweeper.study.objective import direction
 from sweeper.study.study import trial_result
 from sweeper.verify.guard import guard_entrants
@@ -28,6 +28,7 @@ from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
 from sweeper.verify.race_rules import Standing, interval_text
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate, Verdict, race_verdict
+from train.core.keys import THREADS
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
 def _say_uncapped(ctx: SweepContext, cands: dict[int, Candidate]) -> None:
     """Log the torch threads the race runs at where it lifted the launcher's thread cap (the
     override `uncapped` appended last)."""
-    lifted = {c.overrides[-1] for c in cands.values() if c.overrides[-1].startswith(THREADS_KEY)}
+    lifted = {c.overrides[-1] for c in cands.values() if c.overrides[-1].startswith(THREADS)}
     if lifted:
         log.info(
             "the race runs one config at a time without %s's thread cap: %s, as the production "
@@ -189,9 +190,9 @@ def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
     return Candidate(
         key=json.dumps(trial.params, sort_keys=True, default=str),
         params=dict(trial.params),
-        overrides=uncapped(overrides, base=space.ctx.base, launcher=launcher),
+        overrides=uncapped(overrides, base=space.base, launcher=launcher),
         values=[],
-        simplicity=space.defaults_distance(trial.params, space.ctx.base),
+        simplicity=space.defaults_distance(trial.params, space.base),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from sweeper.numbers import fmt_pct
 from sweeper.verify.race_rules import DECIDED, TIED, Standing, interval_text, inverse
+from train.core.keys import COMPILE, WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +157,9 @@ def _resource_cost(c: Candidate) -> tuple[int, int]:
         name, _, value = item.partition("=")
         settings[name.strip().lstrip("+~")] = value.strip()
     # an unknown mode ranks as the heaviest: it is certainly not lighter than the known ones
-    compile_cost = _COMPILE_COST.get(
-        settings.get("runtime.compile", "none"), max(_COMPILE_COST.values())
-    )
+    compile_cost = _COMPILE_COST.get(settings.get(COMPILE, "none"), max(_COMPILE_COST.values()))
     try:
-        workers = int(settings.get("data.num_workers", "0"))
+        workers = int(settings.get(WORKERS, "0"))
     except ValueError:
         workers = 0
     return compile_cost, workers

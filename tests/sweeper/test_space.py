@@ -700,12 +700,11 @@ def test_an_out_of_memory_trial_rules_out_larger_micro_batches(config, device_ty
 
 
 def test_a_sweep_context_learns_from_its_out_of_memory_trials():
-    from sweeper.space.memory import OutOfMemory
-
     ctx = xl_ctx(device_memory_gib=None)
     space = parse_space({"batch.micro_batch": "choice(2, 4, 8)"}, ctx)
     assert space.check({"batch.micro_batch": 8}) is None
-    ctx.ooms.append(OutOfMemory(trial=3, config={**XL, **space.point({"batch.micro_batch": 4})}))
+    space.record_oom(3, space.point({"batch.micro_batch": 4}))
+    assert ctx.ooms[0].config == {**XL, **space.point({"batch.micro_batch": 4})}
     assert space.check({"batch.micro_batch": 8}).startswith("trial 3 ran out of memory")
     assert space.check({"batch.micro_batch": 2}) is None
 
