@@ -8,7 +8,7 @@ import optuna
 
 from sweeper.launch.batch import JobLauncher
 from sweeper.settings import SweepSettings
-from sweeper.space.space import SearchSpace
+from sweeper.space.search_space import SearchSpace
 from sweeper.study.budget import Budget
 from sweeper.study.objective import ObjectiveConfig
 from sweeper.tracking import Tracker

@@ -30,18 +30,18 @@ from sweeper.launch.batch import JobLauncher
 from sweeper.launch.children import kill_all_children
 from sweeper.launch.dir_lock import lock_sweep_dir
 from sweeper.launch.disk_full import disk_full_line
-from sweeper.launch.quiet import drop_sweep_log
+from sweeper.launch.log_routing import drop_sweep_log
 from sweeper.masking import mask_secrets
 from sweeper.metrics import best_metrics, lead_metrics
 from sweeper.plan.preflight import check_sweep
 from sweeper.plan.prepare import Prepared, prepare
+from sweeper.report.best_yaml import export_winner
 from sweeper.report.console import final_report, print_start, say, start_knobs, trial_states
-from sweeper.report.cost import cost_lines, sweep_costs
-from sweeper.report.export import export_winner
 from sweeper.report.handoff import handoff_report, plan_from_results
 from sweeper.report.plan_text import print_plan
 from sweeper.report.story import tell_story
-from sweeper.search.search import Search
+from sweeper.report.time_to_train import cost_lines, sweep_costs
+from sweeper.search.loop import Search
 from sweeper.settings import settings_from
 from sweeper.start import Started, open_sweep_study, start_tracker
 from sweeper.study.budget import Budget
@@ -54,7 +54,7 @@ from sweeper.study.export_claim import (
     record_export,
     register_worker,
 )
-from sweeper.study.study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
+from sweeper.study.optuna_study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
 from sweeper.tracking import Tracker
 from sweeper.tracking.stopped import log_stopped_trials
 from sweeper.verify.guard import guard_reserve_s

@@ -89,7 +89,7 @@ def _dotted(given: Mapping[str, Any]) -> dict[str, Any]:
 def check(s: SweepSettings) -> None:
     """Every bound a sweep cannot run without, each refused with its dotted name and the fix. The
     sampler, pruner, objective and noise floor are checked where they are used
-    (sweeper/study/study.py, sweeper/study/objective.py, sweeper/verify/winner.py)."""
+    (sweeper/study/optuna_study.py, sweeper/study/objective.py, sweeper/verify/winner.py)."""
     if s.n_jobs < 1:
         raise ValueError(f"hydra.sweeper.n_jobs must be at least 1, got {s.n_jobs}")
     if s.verify.top_k < 1:
@@ -229,7 +229,7 @@ def _check_cost(c: CostConf) -> None:
 
 
 def _check_compile_cache(value: Any) -> None:
-    """hydra.sweeper.compile_cache: auto, off or a folder (sweeper/launch/compile_cache.py)."""
+    """hydra.sweeper.compile_cache: auto, off or a folder (sweeper/launch/cache_folder.py)."""
     field = "hydra.sweeper.compile_cache"
     if value == "auto":
         return

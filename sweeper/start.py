@@ -26,10 +26,10 @@ from sweeper.plan.prior import prior_points
 from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
 from sweeper.space.memory import past_ooms
-from sweeper.space.space import SearchSpace, baseline_params
+from sweeper.space.search_space import SearchSpace, baseline_params
 from sweeper.study.budget import resume_line
 from sweeper.study.objective import direction, searched_interval_warning
-from sweeper.study.study import (
+from sweeper.study.optuna_study import (
     StudySpec,
     open_study,
     own_outcomes,

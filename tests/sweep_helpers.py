@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from sweeper.plan.prepare import flatten
 from sweeper.space.constraints import SpaceContext
-from sweeper.study.study import make_storage
+from sweeper.study.optuna_study import make_storage
 from tests.conftest import compose_dictconfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def sweep_argv(*overrides: str) -> list[str]:
 
 def unwrapped(lines: list[str], *, keep: Callable[[str], bool] = lambda line: False) -> list[str]:
     """Lines with the console's wrapping undone: a line indented 4 or more past the line before it
-    continues that line (sweeper/launch/quiet.py `wrap_lines`). A line `keep` names is never
+    continues that line (sweeper/launch/log_routing.py `wrap_lines`). A line `keep` names is never
     joined, nor joined to."""
     out: list[str] = []
     for line in lines:

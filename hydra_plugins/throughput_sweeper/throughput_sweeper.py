@@ -32,7 +32,7 @@ class ThroughputSweeper(Sweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        from sweeper.launch.quiet import route_sweep_logging
+        from sweeper.launch.log_routing import route_sweep_logging
 
         if self._bad_setting is not None:
             _refuse(self._bad_setting)

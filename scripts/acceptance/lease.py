@@ -79,7 +79,10 @@ def sweep_plan_numbers(profile: Profile, start: Point, device: str) -> dict[str,
             work,
             start,
             plan=True,
-            extra=[f"hydra.sweeper.plan.device={device}", f"hydra.sweeper.plan.json={numbers}"],
+            extra=[
+                f"hydra.sweeper.plan.device={device}",
+                f"hydra.sweeper.plan.json={numbers}",
+            ],
         )
         ran = subprocess.run(
             argv,

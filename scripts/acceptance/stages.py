@@ -108,7 +108,7 @@ def model_fields(model: str) -> dict[str, Any]:
 def _probe_and_start(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any], Point]:
     """Probe the device and choose the starting config (the best predicted to fit, the user's
     micro-batch 16 compiled where it does), recorded in the evidence: (probe, model, start)."""
-    from sweeper.plan.device import probe_device
+    from sweeper.plan.plan_device import probe_device
 
     p = ctx.profile
     probe = probe_device()

@@ -21,7 +21,7 @@ from sweeper.settings import SweepSettings
 from sweeper.space.limits import TrialTime, limit_overrides, point_limits
 from sweeper.space.overrides import hydra_quote
 from sweeper.space.point import Point
-from sweeper.space.space import SearchSpace
+from sweeper.space.search_space import SearchSpace
 from train.core.keys import PROJECT_ABOVE_S
 
 log = logging.getLogger(__name__)

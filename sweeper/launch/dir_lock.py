@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from sweeper.launch.quiet import SWEEP_LOG_NAME
+from sweeper.launch.log_routing import SWEEP_LOG_NAME
 
 LOCK_NAME = ".sweep.lock"
 

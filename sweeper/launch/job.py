@@ -102,7 +102,7 @@ def job_limits(sweeper_cfg: Any) -> tuple[float, float | None]:
 def run_job(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from sweeper.launch.quiet import quiet_console
+    from sweeper.launch.log_routing import quiet_console
 
     quiet_console()  # the job's "trial in <dir>" goes to its log file; the trial line says it
     hc = HydraConfig.get()

@@ -12,8 +12,8 @@ from typing import Any
 
 from sweeper.launch import kinds
 from sweeper.masking import mask_secrets
-from sweeper.plan.device import known_plan_devices
-from sweeper.study.study import PRUNERS, SAMPLERS
+from sweeper.plan.plan_device import known_plan_devices
+from sweeper.study.optuna_study import PRUNERS, SAMPLERS
 from train.core import keys
 from train.core.keys import BLOCK_SIZE, GRAD_ACCUM, MICRO_BATCH, NPROC, TOKENS_PER_STEP
 

@@ -19,17 +19,17 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from sweeper.launch import kinds
-from sweeper.launch.compile_cache import sweep_cache
+from sweeper.launch.cache_folder import sweep_cache
 from sweeper.launch.job import prestart_zygote
 from sweeper.numbers import fmt_secs
-from sweeper.plan.device import DeviceFacts, device_facts, probe_device
+from sweeper.plan.build import SWEEP_OVERHEAD_S, startup_lines
 from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
-from sweeper.plan.plan import SWEEP_OVERHEAD_S, startup_lines
+from sweeper.plan.plan_device import DeviceFacts, device_facts, probe_device
 from sweeper.plan.preflight import check_micro_batches, check_trainer_keys
 from sweeper.plan.scan import Scan, drop_dead_values, scan
 from sweeper.settings import SweepSettings, plan_software, replace_in
 from sweeper.space.constraints import SpaceContext, cpus_here
-from sweeper.space.space import SearchSpace, parse_space
+from sweeper.space.search_space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
 from train.core.cost import resolve_planned_steps

@@ -28,7 +28,7 @@ from typing import Any
 
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import recompute_factor
-from sweeper.space.space import SearchSpace
+from sweeper.space.search_space import SearchSpace
 from train.core.keys import (
     ATTENTION,
     CHECKPOINT_MODE,

@@ -4,7 +4,7 @@ The space is scanned on the keys that the constraints, the memory model and the 
 (PLAN_KEYS); every other searched key only multiplies the count, so a space of 400,000 points is
 scanned in a few thousand evaluations. A real sweep runs the same scan at start-up to say how many
 feasible points the memory model drops, and to drop the choices no runnable point has before the
-sampler sees them; plan mode (sweeper/plan/plan.py) prints it. Pure: no torch, no I/O.
+sampler sees them; plan mode (sweeper/plan/build.py) prints it. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
-from sweeper.space.space import SAMPLE_POINTS, SearchSpace
+from sweeper.space.search_space import SAMPLE_POINTS, SearchSpace
 from train.core.keys import (
     ATTENTION,
     CHECKPOINT_EVERY,
@@ -39,9 +39,9 @@ from train.core.keys import (
 )
 from train.core.rules import resolve_dtype_name
 
-# Keys read by the constraints (sweeper/space/space.py), the memory model and the trial limits; a
-# searched key outside these (and outside model.* / trial.*) never changes whether a point runs
-# or how long it takes, so it is counted, not enumerated.
+# Keys read by the constraints (sweeper/space/search_space.py), the memory model and the trial
+# limits; a searched key outside these (and outside model.* / trial.*) never changes whether a point
+# runs or how long it takes, so it is counted, not enumerated.
 PLAN_KEYS = (
     MICRO_BATCH,
     GRAD_ACCUM,

@@ -4,7 +4,7 @@ the final table.
 Plain lines rather than a live widget, so the output reads the same in a terminal, a CI log and a
 Slurm output file, interleaved with Hydra's logging. A trial names only the knobs that differ from
 the starting config (printed once, in full, before the first trial), and every line is wrapped to
-the console's width, at most 160 characters (sweeper/launch/quiet.py `console_width`). The log
+the console's width, at most 160 characters (sweeper/launch/log_routing.py `console_width`). The log
 file keeps each line whole, with every knob (`record`): so does MLflow.
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.launch.quiet import console_width, wrap_lines
+from sweeper.launch.log_routing import console_width, wrap_lines
 from sweeper.metrics import BY_ROW_KEY, column
 from sweeper.numbers import fmt_duration, fmt_pct
-from sweeper.report.export import train_command
+from sweeper.report.best_yaml import train_command
 
 # Logs and CI have no terminal width: keep the final table readable there too ($COLUMNS, else 160).
 console = Console(
@@ -31,7 +31,7 @@ console = Console(
     emoji=False,
     width=None if sys.stdout.isatty() else console_width(),
 )
-# The report's lines in full, for the sweep's log file only (sweeper/launch/quiet.py routes it).
+# The report's lines in full, for the sweep's log file only (sweeper/launch/log_routing.py)
 record = logging.getLogger("sweeper.report.record")
 SAME_AS_START = "no knob changed"  # a trial at the starting config's knobs
 
@@ -80,7 +80,8 @@ def full_knobs(params: Mapping[str, Any]) -> str:
 
 def start_knobs(searched: Iterable[str], base: Mapping[str, Any], baseline: Mapping | None) -> dict:
     """The starting config's value of each searched knob: its point in the space where the space
-    holds it (sweeper/space/space.py `baseline_params`), else the composed config's values."""
+    holds it (sweeper/space/search_space.py `baseline_params`), else the composed config's
+    values."""
     if baseline is not None:
         return dict(baseline)
     return {key: base.get(key) for key in searched}

@@ -4,9 +4,9 @@ beside best.yaml with what each target cannot express.
 The interval comes from the winner's verified runs: the median save stall they measured and their
 median steady step, through Young/Daly (train/core/handoff/interval.py) with
 hydra.sweeper.cost.mtbf_h per device and the user's planned_checkpoint_every as the upper bound.
-best.yaml pins it (sweeper/report/export.py) and the time-to-train report prices it
-(sweeper/report/cost.py). The handoff files are rendered by train/core/handoff/files.py from the
-written best.yaml, so they say what the file says; the study's trials price each gap.
+best.yaml pins it (sweeper/report/best_yaml.py) and the time-to-train report prices it
+(sweeper/report/time_to_train.py). The handoff files are rendered by train/core/handoff/files.py
+from the written best.yaml, so they say what the file says; the study's trials price each gap.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The plan as plan mode prints it (`hydra.sweeper.plan.enabled=true`): the device, the model, the
 space after the constraints and the memory model, the dropped points with their GiB, each point
 class's predicted step and limits, and the predicted wall time. The numbers are
-sweeper/plan/plan.py's.
+sweeper/plan/build.py's.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweeper.numbers import fmt_secs
+from sweeper.plan.build import SWEEP_OVERHEAD_S, SweepPlan, build_plan
 from sweeper.plan.calibration import load_calibration, plan_key
 from sweeper.plan.guard_price import GuardPlan
-from sweeper.plan.levers import plan_lever_lines
-from sweeper.plan.plan import SWEEP_OVERHEAD_S, SweepPlan, build_plan
+from sweeper.plan.memory_levers import plan_lever_lines
 from sweeper.report.console import console
 from sweeper.space.limits import ASSUMED_MFU, COMPILED_GPU_MFU, SAFETY
 

@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from sweeper.settings import SweepSettings
 from sweeper.study.eta import Eta, estimate
-from sweeper.study.study import count_finished, own_outcomes, running_trials
+from sweeper.study.optuna_study import count_finished, own_outcomes, running_trials
 
 log = logging.getLogger(__name__)
 

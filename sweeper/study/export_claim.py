@@ -30,8 +30,8 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.study.optuna_study import OWNER_ATTR, own_outcomes, running_trials, storage_of
 from sweeper.study.owner import owner_alive, owner_tag
-from sweeper.study.study import OWNER_ATTR, own_outcomes, running_trials, storage_of
 
 log = logging.getLogger(__name__)
 

@@ -108,7 +108,7 @@ def objective_value(result: TrialResult, cfg: ObjectiveConfig) -> float:
 def result_train_time(result: TrialResult, cfg: ObjectiveConfig) -> TrainTime:
     """The production run's wall time predicted from one trial result, split into steps, compile
     and checkpoint stalls: the time_to_train objective and the sweep's cost report
-    (sweeper/report/cost.py) both read it, through train.core.cost.train_time."""
+    (sweeper/report/time_to_train.py) both read it, through train.core.cost.train_time."""
     interval = cfg.planned_checkpoint_every or _trial_checkpoint_every(result)
     per_save = 0.0
     if interval > 0:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sweeper.launch.quiet import adopt_library_logger
+from sweeper.launch.log_routing import adopt_library_logger
 from sweeper.masking import mask_secrets
 from sweeper.study.owner import owner_tag
 from sweeper.tracking.names import (

@@ -92,7 +92,7 @@ def final_metrics(result: TrialResult) -> dict[str, float]:
 
 
 def cost_metrics(cost: Mapping[str, Any]) -> dict[str, float]:
-    """The parent run's price metrics from the cost document (sweeper/report/cost.py
+    """The parent run's price metrics from the cost document (sweeper/report/time_to_train.py
     `sweep_costs`): hours to train the planned tokens and $ per 1B tokens, for the starting config
     and the winner; a role or price that is unknown is left out, never logged as 0."""
     metrics = {}

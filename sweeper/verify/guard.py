@@ -28,8 +28,8 @@ from sweeper.plan.guard_price import curve_run_keys, guard_mode
 from sweeper.settings import GuardConf, SweepSettings
 from sweeper.space.math_keys import changes_text, math_changes
 from sweeper.space.point import Point
-from sweeper.space.space import SearchSpace
-from sweeper.study.study import trial_result
+from sweeper.space.search_space import SearchSpace
+from sweeper.study.optuna_study import trial_result
 from sweeper.verify.guard_log import tag_sweep
 from sweeper.verify.guard_rules import (
     Descent,

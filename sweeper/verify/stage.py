@@ -22,7 +22,7 @@ from sweeper.context import SweepContext
 from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
 from sweeper.launch.threads import uncapped
 from sweeper.study.objective import direction
-from sweeper.study.study import trial_result
+from sweeper.study.optuna_study import trial_result
 from sweeper.verify.guard import guard_entrants
 from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
 from sweeper.verify.race_rules import Standing, interval_text

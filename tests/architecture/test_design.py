@@ -76,7 +76,7 @@ def test_a_fresh_tpe_study_queues_the_design_once(baseline, n_trials, queued):
 
     from sweeper.settings import settings_from
     from sweeper.space.constraints import SpaceContext
-    from sweeper.space.space import parse_space
+    from sweeper.space.search_space import parse_space
     from sweeper.start import DESIGN_ATTR, queue_design
 
     ctx = SpaceContext(tokens_per_step=4096, block_size=64, cpu_count=2, device_type="cpu")

@@ -15,7 +15,7 @@ import sweeper.space.constraints
 import sweeper.space.limits
 import sweeper.space.memory
 import sweeper.space.params
-import sweeper.space.space
+import sweeper.space.search_space
 import train.core.config
 import train.core.flops
 import train.core.memory_model
@@ -64,7 +64,7 @@ RULES = {
         (sweeper.space.constraints, "attention_dtype_conflict", train.core.rules),
         (sweeper.space.constraints, "grad_accum_for", train.core.rules),
         (sweeper.space.params, "valid_splits", train.core.rules),
-        (sweeper.space.space, "resolve_dtype_name", train.core.rules),
+        (sweeper.space.search_space, "resolve_dtype_name", train.core.rules),
         (sweeper.plan.scan, "resolve_dtype_name", train.core.rules),
         (sweeper.space.memory, "resolve_dtype_name", train.core.rules),
         (sweeper.space.limits, "resolve_dtype_name", train.core.rules),

@@ -284,7 +284,7 @@ def test_default_sweep_output_keeps_its_shape(block: Block, default_sweep_output
 
 def test_shapes_ignore_numbers_paths_and_knob_values():
     a = "[...] wrote /tmp/fc3/multirun/2026-11-25/17-28-34/best.yaml"
-    b = "[2026-11-25 19:01:02,123][sweeper.report.export][INFO] - wrote /x/y/best.yaml"
+    b = "[2026-11-25 19:01:02,123][sweeper.report.best_yaml][INFO] - wrote /x/y/best.yaml"
     assert shape(a) == shape(b)
     t1 = "trial   0 complete           30,893 tok/s  mfu spec - ceiling 35.2%  micro_batch=8 dir=ch"
     t2 = "trial  12 pruned 1,619 tok/s mfu spec - ceiling 5.0% micro_batch=16 dir=/dev/shm/x mode=s"
@@ -313,7 +313,7 @@ def test_a_line_that_no_longer_comes_out_fails():
 def test_a_wrapped_line_is_compared_unwrapped():
     """The console wraps at its width (at most 160): a paste wrapped at one width holds against
     output wrapped at another, and a changed continuation still fails."""
-    from sweeper.launch.quiet import wrap_lines
+    from sweeper.launch.log_routing import wrap_lines
 
     line = (
         "[...] prior: 1 point(s) on this CPU: the FLOP arithmetic does not hold on a CPU (no "

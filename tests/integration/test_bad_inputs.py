@@ -164,7 +164,7 @@ def exported_best(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The text of a best.yaml as the sweep exports it."""
     from omegaconf import OmegaConf
 
-    from sweeper.report.export import best_config_document, write_best_yaml
+    from sweeper.report.best_yaml import best_config_document, write_best_yaml
     from train.core.config import Config
 
     doc = best_config_document(

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from sweeper.study.study import REQUEUED_ATTR
+from sweeper.study.optuna_study import REQUEUED_ATTR
 from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
 
 OVERRIDES = [

@@ -32,7 +32,7 @@ from sweeper.study.export_claim import (
     record_export,
     register_worker,
 )
-from sweeper.study.study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
+from sweeper.study.optuna_study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
 from tests.postgres import require_postgres, running_postgres
 from tests.servers import dead_pid, free_port
 from tests.sweep_helpers import said, sweep_argv
@@ -114,7 +114,7 @@ _RACE = """
 import sys
 from pathlib import Path
 from sweeper.study.export_claim import claim_export
-from sweeper.study.study import StudySpec, open_study
+from sweeper.study.optuna_study import StudySpec, open_study
 study = open_study(StudySpec(storage=sys.argv[1], study_name="c", direction="maximize"))
 print("ready", flush=True)
 sys.stdin.readline()  # every racer opened the study: go

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.study.study import REQUEUED_ATTR
+from sweeper.study.optuna_study import REQUEUED_ATTR
 from sweeper.tracking import PARENT_ATTR, SweepTracker, experiment_name, storage_fingerprint
 from tests.integration.test_interrupts import OVERRIDES, _a_trial_runs
 from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
@@ -175,8 +175,9 @@ def test_a_sweep_stopped_and_resumed_is_one_parent_run_with_every_trial(tmp_path
     # experimental warning are in the sweep's log file only
     assert f"trial {again.number:>3} " in console
     assert "Launching 1 jobs" not in console and "ExperimentalWarning" not in console
-    # every console line is at most 160 characters (sweeper/launch/quiet.py MAX_CONSOLE_WIDTH),
-    # the trial lines included: each names only the knobs that differ from the start
+    # every console line is at most 160 characters (MAX_CONSOLE_WIDTH in
+    # sweeper/launch/log_routing.py), the trial lines included: each names only the knobs that
+    # differ from the start
     longest = max(console.splitlines(), key=len)
     assert len(longest) <= 160, longest
     log_text = (sweep_dir / "sweep.log").read_text()

@@ -15,10 +15,10 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper.plan.preflight import check_launcher
-from sweeper.search.search import Search
+from sweeper.search.loop import Search
 from sweeper.settings import settings_from
-from sweeper.space.space import parse_space
-from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR
+from sweeper.space.search_space import parse_space
+from sweeper.study.optuna_study import DUPLICATE_ATTR, REQUEUED_ATTR
 from tests.conftest import CONF_DIR
 from tests.race_helpers import race_context
 from tests.sweep_helpers import (

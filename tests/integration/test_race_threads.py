@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sweeper.launch import threads
-from sweeper.report.export import pin_measured_threads
+from sweeper.report.best_yaml import pin_measured_threads
 from tests.sweep_helpers import finished_sweep, sweep_dirs
 from train.core.result import read_result
 

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
-from sweeper.study.study import DUPLICATE_ATTR, REQUEUED_ATTR
+from sweeper.study.optuna_study import DUPLICATE_ATTR, REQUEUED_ATTR
 from tests.sweep_helpers import (
     finished_sweep,
     load_study,

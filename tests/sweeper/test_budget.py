@@ -20,7 +20,7 @@ from sweeper.study.budget import (
     resume_line,
     wall_budget_error,
 )
-from sweeper.study.study import (
+from sweeper.study.optuna_study import (
     REQUEUED_ATTR,
     UNRUN,
     StudySpec,
@@ -46,7 +46,8 @@ class FakeClock:
 def make_study(walls: list[float], kinds: tuple[str, ...] = ()) -> optuna.Study:
     """A study with a completed trial per wall time and a failed one per failure kind."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # SQLite, not in memory: the budget asks the storage for stale trials (sweeper/study/study.py)
+    # SQLite, not in memory: the budget asks the storage for stale trials
+    # (sweeper/study/optuna_study.py)
     url = f"sqlite:///{tempfile.mkdtemp()}/b.db"
     study = open_study(StudySpec(storage=url, study_name="b", direction="maximize"))
     for wall in walls:

@@ -1,6 +1,6 @@
-"""What the console shows and what only the sweep's log file keeps (sweeper/launch/quiet.py), the
-progress line in trial numbers, and the verified table's CV only where n > 1; a console line is at
-most 160 characters, a trial names only the knobs that differ from the start, and the verified
+"""What the console shows and what only the sweep's log file keeps (sweeper/launch/log_routing.py),
+the progress line in trial numbers, and the verified table's CV only where n > 1; a console line is
+at most 160 characters, a trial names only the knobs that differ from the start, and the verified
 table reads in a 100-column terminal. A real sweep's console and log file are read in
 tests/integration/test_one_parent.py."""
 
@@ -17,7 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweeper.launch.batch import job_name, link_job
-from sweeper.launch.quiet import (
+from sweeper.launch.log_routing import (
     MAX_CONSOLE_WIDTH,
     ConsoleFilter,
     SweepLogHandler,
@@ -221,7 +221,7 @@ def test_best_yaml_header_gives_a_cv_only_where_n_is_above_one(
     tmp_path, monkeypatch, n, cv, said
 ) -> None:
 
-    from sweeper.report.export import export_winner
+    from sweeper.report.best_yaml import export_winner
     from tests.sweeper.test_export import _trainer_config, decided_winner
 
     monkeypatch.chdir(tmp_path)
@@ -445,7 +445,7 @@ def test_the_console_wraps_long_lines_and_the_log_file_keeps_them_whole(tmp_path
 
 
 def test_dropped_choices_are_folded_a_line_per_reason(caplog) -> None:
-    from sweeper.space.space import parse_space
+    from sweeper.space.search_space import parse_space
     from tests.sweeper.test_space import BASE, make_ctx
 
     with caplog.at_level(logging.WARNING, logger="sweeper.space.params"):

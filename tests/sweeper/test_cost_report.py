@@ -1,10 +1,10 @@
-"""sweeper/report/cost.py and tracking.cost_metrics: the start and the winner, priced."""
+"""sweeper/report/time_to_train.py and tracking.cost_metrics: the start and the winner, priced."""
 
 from __future__ import annotations
 
 import pytest
 
-from sweeper.report.cost import cost_lines, run_cost
+from sweeper.report.time_to_train import cost_lines, run_cost
 from sweeper.study.objective import ObjectiveConfig
 from sweeper.tracking import cost_metrics
 

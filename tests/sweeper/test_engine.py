@@ -10,9 +10,9 @@ from optuna.trial import TrialState
 
 from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.space import baseline_params, parse_space
+from sweeper.space.search_space import baseline_params, parse_space
 from sweeper.study.budget import Budget
-from sweeper.study.study import StudySpec, open_study
+from sweeper.study.optuna_study import StudySpec, open_study
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
 
@@ -27,7 +27,7 @@ def told(study: optuna.Study, state: TrialState, kind: str | None = None) -> Non
 @pytest.fixture
 def study(tmp_path) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # the budget asks the storage for stale trials (heartbeats: sweeper/study/study.py)
+    # the budget asks the storage for stale trials (heartbeats: sweeper/study/optuna_study.py)
     spec = StudySpec(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="b", direction="maximize")
     s = open_study(spec)
     told(s, TrialState.COMPLETE)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.report.export import (
+from sweeper.report.best_yaml import (
     SWEEP_ONLY_TRIAL_DEFAULTS,
     TRAINER_SECTIONS,
     best_config_document,
@@ -227,7 +227,7 @@ def test_modules_stay_light() -> None:
     # the sweeper must never pull in torch; it may import train's torch-free modules
     # (train/core/, guarded by tests/architecture/test_torch_free.py), e.g. train.core.cost
     code = (
-        "import sys, sweeper.report.export, sweeper.study.objective, sweeper.verify.winner; "
+        "import sys, sweeper.report.best_yaml, sweeper.study.objective, sweeper.verify.winner; "
         "print(sorted(m for m in ('torch',) if m in sys.modules))"
     )
     out = subprocess.run(
@@ -293,7 +293,7 @@ def test_best_yaml_pins_the_threads_the_race_ran_with_and_names_the_winners_runs
     could not ask for the production count: tests/integration/test_race_threads.py): best.yaml pins
     1, not the trial's 0 (torch's default), and says so; its runs are the job
     folders of trial 7's search run and race runs, which `train.explain --result` reads."""
-    from sweeper.report.export import pin_measured_threads, winner_runs
+    from sweeper.report.best_yaml import pin_measured_threads, winner_runs
 
     pinned = {"runtime": {"threads": 0}}
     said = pin_measured_threads(pinned, [{"fingerprint": {"torch_threads": 1}}, None] * 2)

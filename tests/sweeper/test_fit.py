@@ -99,7 +99,7 @@ def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches(
     from types import SimpleNamespace
 
     from sweeper.settings import settings_from
-    from sweeper.space.space import parse_space
+    from sweeper.space.search_space import parse_space
     from sweeper.tracking.protocol import NullTracker
     from sweeper.verify.guard import guard_entrants
     from sweeper.verify.winner import Candidate

@@ -1,8 +1,8 @@
 import pytest
 
 from sweeper.launch.batch import JobLauncher
-from sweeper.plan.device import DeviceFacts
 from sweeper.plan.gpu_slots import assign_slots, visible_devices
+from sweeper.plan.plan_device import DeviceFacts
 from sweeper.plan.prepare import gpu_slots_for
 
 

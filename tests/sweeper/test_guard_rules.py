@@ -333,7 +333,7 @@ def _ctx(*, fits: bool, guard: str = "auto"):
     from types import SimpleNamespace
 
     from sweeper.space.constraints import SpaceContext
-    from sweeper.space.space import parse_space
+    from sweeper.space.search_space import parse_space
 
     base = {
         "runtime.dtype": "fp32",
@@ -501,7 +501,7 @@ def _study_with(points: list[tuple[dict, float, bool]], storage: str | None = No
     import optuna
     from optuna.distributions import CategoricalDistribution
 
-    from sweeper.study.study import StudySpec, open_study
+    from sweeper.study.optuna_study import StudySpec, open_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = (

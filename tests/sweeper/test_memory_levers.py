@@ -8,15 +8,15 @@ import dataclasses
 
 import pytest
 
-from sweeper.plan.device import plan_device_facts
-from sweeper.plan.levers import lever_rows
-from sweeper.plan.plan import build_plan
+from sweeper.plan.build import build_plan
+from sweeper.plan.memory_levers import lever_rows
+from sweeper.plan.plan_device import plan_device_facts
 from sweeper.report.plan_text import format_plan
 from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import recompute_factor
 from sweeper.space.params import drop_gpu_levers, gpu_memory_lever, parse_param
-from sweeper.space.space import parse_space
+from sweeper.space.search_space import parse_space
 from tests.sweeper.test_plan import H100, SETTINGS, xl_ctx
 from tests.train.test_handoff import best_doc, changed
 from train.core.chips import chip_for

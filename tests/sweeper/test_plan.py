@@ -12,13 +12,18 @@ from pathlib import Path
 import pytest
 
 from sweeper.numbers import fmt_secs
-from sweeper.plan.device import DeviceFacts, device_facts, known_plan_devices, plan_device_facts
-from sweeper.plan.plan import SWEEP_OVERHEAD_S, build_plan, startup_lines
+from sweeper.plan.build import SWEEP_OVERHEAD_S, build_plan, startup_lines
+from sweeper.plan.plan_device import (
+    DeviceFacts,
+    device_facts,
+    known_plan_devices,
+    plan_device_facts,
+)
 from sweeper.plan.scan import drop_dead_values, scan
 from sweeper.report.plan_text import format_plan
 from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.space import parse_space
+from sweeper.space.search_space import parse_space
 from tests.model_shapes import GPT2_XL
 from tests.model_shapes import TINY as TINY_SHAPE
 
@@ -341,7 +346,10 @@ def _plan(
 def test_plan_mode_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     # the seed's split: 16 x 64 x 1024
     proc = _plan(
-        tmp_path, f"hydra.sweeper.plan.device={H100}", "batch.micro_batch=16", "batch.grad_accum=64"
+        tmp_path,
+        f"hydra.sweeper.plan.device={H100}",
+        "batch.micro_batch=16",
+        "batch.grad_accum=64",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -400,12 +408,16 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
 
 
 def test_plan_software_is_an_assumption_the_user_can_change(tmp_path: Path) -> None:
-    proc = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''")
+    proc = _plan(
+        tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''"
+    )
     text = "\n".join(_plan_lines(proc))
     assert proc.returncode == 0, text[-2000:]
     assert "machine has torchao absent, no FA3/FA4" in text
     assert "runtime.float8=tensorwise on the largest fit" not in text
-    bad = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5")
+    bad = _plan(
+        tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5"
+    )
     assert bad.returncode != 0
     assert "hydra.sweeper.plan.software='fa5': ['fa5'] unknown" in bad.stdout + bad.stderr
 
@@ -433,7 +445,7 @@ def test_planning_never_imports_torch() -> None:
     code = (
         "import sys\n"
         "from sweeper.report.plan_text import format_plan\n"
-        "from sweeper.plan.device import plan_device_facts, known_plan_devices\n"
+        "from sweeper.plan.plan_device import plan_device_facts, known_plan_devices\n"
         "import sweeper.space.limits, sweeper.space.memory\n"
         "plan_device_facts('NVIDIA H200', cpu_count=2); known_plan_devices()\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"

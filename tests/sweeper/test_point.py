@@ -9,7 +9,7 @@ import pytest
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import nearest_fit
 from sweeper.space.point import Point
-from sweeper.space.space import parse_space
+from sweeper.space.search_space import parse_space
 from train.core import keys
 
 P = Point(knobs={"batch.micro_batch": 4, "runtime.compile": "none", "runtime.dtype": "fp32"})

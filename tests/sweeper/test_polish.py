@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.search.loop import Search
 from sweeper.search.polish import interleave, neighbours, point_key
-from sweeper.search.search import Search
 from sweeper.settings import settings_from
 from sweeper.space.params import Param
-from sweeper.space.space import parse_space
-from sweeper.study.study import DUPLICATE_ATTR, POLISH_ATTR
+from sweeper.space.search_space import parse_space
+from sweeper.study.optuna_study import DUPLICATE_ATTR, POLISH_ATTR
 from tests.race_helpers import race_context
 from tests.sweep_helpers import seeded_study, tiny_cpu_context
 

@@ -8,7 +8,7 @@ import pytest
 
 from sweeper.plan.prior import prior_points
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.space import parse_space
+from sweeper.space.search_space import parse_space
 from tests.model_shapes import TINY
 from tests.sweeper.test_plan import XL, xl_ctx
 

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from sweeper.plan.prepare import flatten
-from sweeper.report.export import best_config_document, write_best_yaml
+from sweeper.report.best_yaml import best_config_document, write_best_yaml
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.space import parse_space
+from sweeper.space.search_space import parse_space
 from train.core.config import (
     ATTENTION_BACKENDS,
     COMPILE_MODES,

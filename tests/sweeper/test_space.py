@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweeper.space.constraints import SpaceContext, check_point
-from sweeper.space.space import SAMPLE_POINTS, parse_space
+from sweeper.space.search_space import SAMPLE_POINTS, parse_space
 from tests.model_shapes import GPT2_XL
 
 
@@ -534,7 +534,7 @@ def test_defaults_distance(params, distance):
 
 
 def test_sweeper_space_does_not_import_torch():
-    code = "import sys, sweeper.space.space; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, sweeper.space.search_space; assert 'torch' not in sys.modules, 'torch'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

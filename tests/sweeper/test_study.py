@@ -1,5 +1,5 @@
-"""sweeper/study/study.py: which trials a re-proposed point reuses, and what counts against the
-budget."""
+"""sweeper/study/optuna_study.py: which trials a re-proposed point reuses, and what counts against
+the budget."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from sweeper.study.study import DUPLICATE_ATTR, count_finished, find_twin
+from sweeper.study.optuna_study import DUPLICATE_ATTR, count_finished, find_twin
 
 DISTS = {"mb": CategoricalDistribution([4, 8, 16])}
 
@@ -68,7 +68,7 @@ def test_recover_interrupted_fails_and_requeues_only_orphans(tmp_path):
     import os
     import socket
 
-    from sweeper.study.study import (
+    from sweeper.study.optuna_study import (
         OWNER_ATTR,
         REQUEUED_ATTR,
         StudySpec,
@@ -124,7 +124,7 @@ def test_a_fresh_sqlite_storage_survives_losing_the_race_to_create_its_tables(
     """A reader (a dashboard, a second worker, a test polling the study) that opens a fresh SQLite
     file while the sweep creates Optuna's tables makes the sweep's CREATE TABLE fail with 'table
     ... already exists' (seen in CI, 2026-11-26): the sweep opens it again instead of dying."""
-    from sweeper.study import study as study_mod
+    from sweeper.study import optuna_study as study_mod
 
     monkeypatch.setattr(study_mod.time, "sleep", lambda s: None)
     monkeypatch.setattr(optuna.storages, "RDBStorage", _race_then_real([_table_exists()]))
@@ -138,7 +138,7 @@ def test_a_locked_or_broken_storage_is_not_taken_for_the_race(tmp_path, monkeypa
 
     from sqlalchemy.exc import OperationalError
 
-    from sweeper.study import study as study_mod
+    from sweeper.study import optuna_study as study_mod
 
     locked = OperationalError("SELECT 1", {}, sqlite3.OperationalError("database is locked"))
     monkeypatch.setattr(optuna.storages, "RDBStorage", _race_then_real([locked]))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.launch.compile_cache import sweep_cache
+from sweeper.launch.cache_folder import sweep_cache
 from sweeper.launch.job import trial_env
 from sweeper.settings import settings_from
 from sweeper.study.objective import ObjectiveConfig, compile_charge_s, result_train_time

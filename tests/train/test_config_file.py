@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.report.export import PINNED_SECTIONS, best_config_document, write_best_yaml
+from sweeper.report.best_yaml import PINNED_SECTIONS, best_config_document, write_best_yaml
 from train.core.config import Config
 from train.core.config_file import (
     missing_sections,

@@ -328,7 +328,7 @@ def test_the_final_table_marks_a_float8_row_and_says_what_its_mfu_is() -> None:
 
 
 def test_best_yaml_records_the_precision_its_runs_ran_in() -> None:
-    from sweeper.report.export import precision_record
+    from sweeper.report.best_yaml import precision_record
 
     runs = [{"device": {"dtype": "bf16"}, "mfu": {"basis": "bf16-equivalent (float8 ...)"}}]
     assert precision_record(runs, {"float8": F8}) == {

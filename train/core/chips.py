@@ -47,7 +47,7 @@ class Chip:
     # ALLOCATOR_MARGIN absorbs the difference). None: not known
     memory_gib: float | None = None
     # The names torch.cuda.get_device_name gives the devices memory_gib was read from; a plan
-    # device (sweeper/plan/device.py) is named by one of them
+    # device (sweeper/plan/plan_device.py) is named by one of them
     names: tuple[str, ...] = ()
 
 

@@ -381,7 +381,7 @@ class Config:
     ddp: DdpConfig = field(default_factory=DdpConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    # The sections an exported best.yaml pinned, written near its top (sweeper/report/export.py):
+    # The sections an exported best.yaml pinned, written near its top (sweeper/report/best_yaml.py):
     # a file that lacks any was cut short, and train/core/config_file.py refuses it before Hydra;
     # [] = not one
     pinned_sections: list[str] = field(default_factory=list)

@@ -4,7 +4,7 @@
 Hydra parses the primary config itself, and a file that is not UTF-8 or not YAML ends there in a
 traceback. So the entry points read the file first, with the parser Hydra uses (OmegaConf's), and
 answer in one line naming the file, what is wrong and the fix. A sweep's best.yaml lists the
-sections it pinned (`pinned_sections`, near its top; sweeper/report/export.py): a file that
+sections it pinned (`pinned_sections`, near its top; sweeper/report/best_yaml.py): a file that
 lacks any was cut short or edited, and training it would fill the gap with the schema's defaults,
 a config the sweep never measured, so it is refused.
 
@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 PINNED_KEY = "pinned_sections"  # a top-level key of the schema (train/core/config.py Config)
 # every top-level key a trusted config file may hold: the schema's sections
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
-DEFAULTS = ["train_schema", "_self_"]  # the defaults list of a best.yaml (sweeper/report/export.py)
+DEFAULTS = [
+    "train_schema",
+    "_self_",
+]  # the defaults list of a best.yaml (sweeper/report/best_yaml.py)
 RESTORE = (
     "restore it (a sweep's best.yaml is also an artifact of its MLflow run) or run the sweep again"
 )

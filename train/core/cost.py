@@ -3,7 +3,8 @@ billion tokens costs at an hourly device price.
 
 Pure arithmetic, no torch, no I/O. One function (`train_time`) prices a run: the sweep's
 time_to_train objective (sweeper/study/objective.py), the sweep's cost report
-(sweeper/report/cost.py) and `python -m train.explain` all call it, so the three never disagree:
+(sweeper/report/time_to_train.py) and `python -m train.explain` all call it, so the three never
+disagree:
 
     total_s = compile_s + planned_steps * step_s + (planned_steps // save_every) * save_stall_s
 

@@ -89,7 +89,7 @@ def pick_result(path: Path, *, say: Callable[[str], None] = print) -> Path:
     ex = exported_runs(best)  # a broken file: one line naming it
     wanted = {q.resolve() for q in ex.runs}
     winners = [(p, r) for p, r in found if p.resolve() in wanted]
-    # the recorded runs are the search run, then the race runs (sweeper/report/export.py)
+    # the recorded runs are the search run, then the race runs (sweeper/report/best_yaml.py)
     raced = {q.resolve() for q in ex.runs[1:]}
     race_runs = [(p, r) for p, r in winners if p.resolve() in raced]
     if ex.verified is not None and race_runs:

@@ -3,9 +3,9 @@
     python sweep.py -m ... hydra.sweeper.plan.enabled=true \
         hydra.sweeper.plan.device="NVIDIA H100 80GB HBM3"
 
-prints it on any machine and starts nothing. The device is sweeper/plan/device.py's, the scan of the
-space sweeper/plan/scan.py's; this module adds the trial counts and the wall time (the text plan
-mode prints is sweeper/report/plan_text.py's). Pure: no torch, no I/O.
+prints it on any machine and starts nothing. The device is sweeper/plan/plan_device.py's, the scan
+of the space sweeper/plan/scan.py's; this module adds the trial counts and the wall time (the text
+plan mode prints is sweeper/report/plan_text.py's). Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
-from sweeper.plan.device import DeviceFacts
 from sweeper.plan.guard_price import GuardPlan, guard_plan
+from sweeper.plan.plan_device import DeviceFacts
 from sweeper.plan.prior import Prior, prior_points
 from sweeper.plan.scan import Scan, scan
 from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, queued_points, wall_model
@@ -24,7 +24,7 @@ from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import point_limits
 from sweeper.space.memory import predict
-from sweeper.space.space import SearchSpace, baseline_params
+from sweeper.space.search_space import SearchSpace, baseline_params
 from train.core.flops import flops_per_token, gpt2_num_params
 from train.core.keys import (
     BIAS,

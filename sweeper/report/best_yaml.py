@@ -318,10 +318,10 @@ def export_winner(
     race: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the verified winner's pinned trainer config to <sweep_dir>/best.yaml; its path.
-    `cost` (sweeper/report/cost.py sweep_costs) becomes provenance.cost when given; `compared`
-    ({trials, workers, raced}: the study's completed trials, how many workers ran them, and the
-    contenders verified) becomes provenance.sweep.compared. `checkpoint` (the production interval
-    from the winner's measured save stall, sweeper/report/handoff.py) replaces the trial's
+    `cost` (sweeper/report/time_to_train.py sweep_costs) becomes provenance.cost when given;
+    `compared` ({trials, workers, raced}: the study's completed trials, how many workers ran them,
+    and the contenders verified) becomes provenance.sweep.compared. `checkpoint` (the production
+    interval from the winner's measured save stall, sweeper/report/handoff.py) replaces the trial's
     checkpoint.every_steps and becomes provenance.checkpoint. `race` (the study's race record,
     sweeper/verify/race_rounds.py RACE_ATTR) names the winner's verification runs: with its
     search run they become provenance.sweep.runs, the job folders `python -m train.explain

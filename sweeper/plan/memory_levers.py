@@ -17,7 +17,7 @@ from typing import Any
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import recompute_factor
 from sweeper.space.memory import predict
-from sweeper.space.space import SearchSpace, baseline_params
+from sweeper.space.search_space import SearchSpace, baseline_params
 from train.core.keys import ATTENTION, COMPILE, DTYPE, LOSS, MICRO_BATCH, N_LAYER, RECOMPUTE
 from train.core.rules import resolve_dtype_name
 
@@ -74,7 +74,7 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
 
 
 def plan_lever_lines(plan: Any) -> list[str]:
-    """The levers' table of a SweepPlan (sweeper/plan/plan.py): at the prior's first point, else
+    """The levers' table of a SweepPlan (sweeper/plan/build.py): at the prior's first point, else
     at the starting config where it runs."""
     space = plan.space
     ctx = space.ctx

@@ -27,8 +27,7 @@ from sweeper.report.console import trial_line
 from sweeper.search.polish import interleave, neighbours, point_key
 from sweeper.space.overrides import format_override
 from sweeper.study.objective import objective_value
-from sweeper.study.owner import owner_tag
-from sweeper.study.study import (
+from sweeper.study.optuna_study import (
     DUPLICATE_ATTR,
     OWNER_ATTR,
     POLISH_ATTR,
@@ -39,6 +38,7 @@ from sweeper.study.study import (
     planned_params,
     trial_id,
 )
+from sweeper.study.owner import owner_tag
 from train.core.keys import STUDY_NAME, STUDY_STORAGE
 from train.core.result import MEASURED_STATES
 from train.core.rules import ENV_REFERENCE, STORAGE_ENV
