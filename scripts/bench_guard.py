@@ -9,7 +9,7 @@ from the first of them, each `--steps` optimizer steps in its own `python -m tra
 with the guard's curve keys (train/core/curve.py), derives the tolerance from the reference's
 seed spread and judges the candidate (sweeper/verify/guard_rules.py). The candidate is the
 reference config itself (identical math) unless `--candidate` adds overrides (e.g.
-`--candidate trial.fault=coarse_weights` to see the planted precision loss alarm every time).
+`--candidate hooks.fault=coarse_weights` to see the planted precision loss alarm every time).
 Every run trains at the production schedule's first lrs (warm-up included), as the sweep's curve
 runs do. Prints each rerun's tolerance derivation, whether the reference trained (it must fall by
 more than the seed spread) and the verdict, then the alarms count and the spread of the
@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from sweeper.space.overrides import format_override  # noqa: E402
 from sweeper.verify.guard_rules import check, descent, tolerance, window_size  # noqa: E402
+from train.core import hooks  # noqa: E402
 from train.core.curve import curve_keys, loss_curve  # noqa: E402
 
 log = logging.getLogger("bench_guard")
@@ -62,7 +63,7 @@ def curve_run(overrides: list[str], *, seed: int, steps: int, out_dir: Path) -> 
         f"trial.out={out}",
         f"hydra.run.dir={out_dir}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), hooks.ENV: "1"}  # --candidate may plant a hook
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     curve = loss_curve(json.loads(out.read_text())) if out.exists() else None
     if curve is None:

@@ -3,7 +3,7 @@
     python scripts/bench_race.py                       # gaps 5% and 10%, 10 races each
     python scripts/bench_race.py --gaps 0.10 --races 3
 
-The slower configuration is the faster one plus `data.inject_latency_s` (with `data.num_workers=0`,
+The slower configuration is the faster one plus `hooks.inject_latency_s` (with `data.num_workers=0`,
 so nothing hides it) sized to the planted share of the faster one's measured step: each micro-batch
 sleeps `gap x step / grad_accum`. Each race is the sweep's own race (sweeper/verify/race_rounds.py
 `run_race`, its rules from the sweep settings: 3 to 8 rounds, 95% paired test, 2% margin) over
@@ -30,6 +30,10 @@ from pathlib import Path
 # allow `python scripts/bench_race.py` from the repo root without installing the package
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from train.core import hooks  # noqa: E402
+
+hooks.enable()  # the slower config's latency is a test hook; on before the schema is registered
 
 import optuna  # noqa: E402
 from configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402  (a sibling in scripts/)
@@ -87,7 +91,7 @@ def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int 
     ctx = race_context(jobs=jobs, settings=settings)
     cands = {
         n: Candidate(key=str(n), params={"n": n}, overrides=ov, values=[], simplicity=0)
-        for n, ov in ((FAST, []), (SLOW, [f"data.inject_latency_s={latency_s}"]))
+        for n, ov in ((FAST, []), (SLOW, [f"hooks.inject_latency_s={latency_s}"]))
     }
     _, standing = run_race(cands, ctx)
     winner = standing.alive[0] if standing.outcome == DECIDED else None

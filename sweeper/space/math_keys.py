@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # The trainer keys that change the numbers a step computes (train/core/config.py RuntimeConfig), and
-# the test-only trial.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
+# the test hook hooks.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
 MATH_KEYS: tuple[str, ...] = (
     "runtime.dtype",  # fp32 | bf16 | fp16 autocast
     "runtime.tf32",  # TF32 tensor cores for fp32 matmuls
@@ -25,7 +25,7 @@ MATH_KEYS: tuple[str, ...] = (
     "runtime.float8_emulate",  # torchao's emulated float8 (CPU plumbing tests)
     "runtime.loss",  # full | chunked head and cross-entropy
     "runtime.attention",  # the attention kernel (SDPA backend or a flash implementation)
-    "trial.fault",  # test only: coarse_weights rounds every weight after each step
+    "hooks.fault",  # test only: coarse_weights rounds every weight after each step
 )
 
 
