@@ -5,29 +5,12 @@ one line naming it, before anything runs; with it, a trial plants the hook."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT_DIR, fast_overrides
+from tests.conftest import fast_overrides, run_cli
 from train.core import hooks
-
-
-def _run(module: str, args: list[str], *, cwd: Path, switch: bool) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR), "HYDRA_FULL_ERROR": "0"}
-    if not switch:
-        env.pop(hooks.ENV, None)
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize(
@@ -40,11 +23,12 @@ def _run(module: str, args: list[str], *, cwd: Path, switch: bool) -> subprocess
     ],
 )
 def test_without_the_switch_a_hook_is_refused_in_one_line(
-    tmp_path: Path, module: str, override: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, override: str
 ) -> None:
+    monkeypatch.delenv(hooks.ENV)  # the child starts without the switch
     key = override.split("=", 1)[0].lstrip("+")
     args = [f"hydra.run.dir={tmp_path / 'run'}", f"checkpoint.dir={tmp_path / 'ck'}", override]
-    proc = _run(module, args, cwd=tmp_path, switch=False)
+    proc = run_cli(module, args, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     said = [line for line in out.splitlines() if f"{key} is not a setting of the trainer" in line]
     assert proc.returncode == 2, out[-2000:]
@@ -61,7 +45,7 @@ def test_with_the_switch_a_trial_plants_the_hook(synthetic_dir: Path, tmp_path: 
         f"hydra.run.dir={tmp_path / 'hydra'}",
         "hooks.fault=crash",
     ]
-    proc = _run("train.trial", args, cwd=tmp_path, switch=True)
+    proc = run_cli("train.trial", args, cwd=tmp_path)  # the suite's switch is on
     assert proc.returncode != 0, proc.stdout[-2000:]
     result = json.loads(out.read_text())
     assert result["status"] == "failed"
