@@ -17,6 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from train.core import hooks
+
+# the tests plant faults and latencies (train/core/hooks.py): on before the schema is registered,
+# and inherited by every trial process a test starts
+hooks.enable()
+
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_DIR / "conf"
 

@@ -9,7 +9,7 @@ from the first of them, each `--steps` optimizer steps in its own `python -m tra
 with the guard's curve keys (train/core/curve.py), derives the tolerance from the reference's
 seed spread and judges the candidate (sweeper/verify/guard_rules.py). The candidate is the
 reference config itself (identical math) unless `--candidate` adds overrides (e.g.
-`--candidate trial.fault=coarse_weights` to see the planted precision loss alarm every time).
+`--candidate hooks.fault=coarse_weights` to see the planted precision loss alarm every time).
 Every run trains at the production schedule's first lrs (warm-up included), as the sweep's curve
 runs do. Prints each rerun's tolerance derivation, whether the reference trained (it must fall by
 more than the seed spread) and the verdict, then the alarms count and the spread of the
@@ -32,6 +32,7 @@ from pathlib import Path
 from scripts.bench.harness import REPO, run_child, spread, trial_argv
 from sweeper.space.overrides import format_override
 from sweeper.verify.guard_rules import check, descent, tolerance, window_size
+from train.core import hooks
 from train.core.curve import curve_keys, loss_curve
 
 log = logging.getLogger("bench_guard")
@@ -50,7 +51,9 @@ def curve_run(overrides: list[str], *, seed: int, steps: int, out_dir: Path) -> 
     keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=seed).items()]
     out = out_dir / "trial.json"
     argv = trial_argv(*overrides, *keys, f"trial.out={out}", f"hydra.run.dir={out_dir}")
-    child = run_child(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=900)
+    child = run_child(
+        argv, env={**os.environ, "PYTHONPATH": str(REPO), hooks.ENV: "1"}, timeout=900
+    )
     curve = loss_curve(json.loads(out.read_text())) if out.exists() else None
     if curve is None:
         proc = child.proc

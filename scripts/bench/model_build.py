@@ -52,11 +52,11 @@ def build(arm: str, cfg: ModelConfig, device: torch.device) -> GPT:
     return model
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__doc__, pairs=3, arms="host and meta builds")
     parser.add_argument("--model", default="gpt2", help="a preset of conf/model/")
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cfg, device = model_config(args.model), torch.device(args.device)
     build("meta", cfg, device)  # warm the allocator and the kernels: neither arm pays them
 

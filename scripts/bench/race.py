@@ -3,7 +3,7 @@
     python -m scripts.bench.race                       # gaps 5% and 10%, 10 races each
     python -m scripts.bench.race --gaps 0.10 --races 3
 
-The slower configuration is the faster one plus `data.inject_latency_s` (with `data.num_workers=0`,
+The slower configuration is the faster one plus `hooks.inject_latency_s` (with `data.num_workers=0`,
 so nothing hides it) sized to the planted share of the faster one's measured step: each micro-batch
 sleeps `gap x step / grad_accum`. Each race is the sweep's own race (sweeper/verify/race_rounds.py
 `run_race`, its rules from the sweep settings: 3 to 8 rounds, 95% paired test, 2% margin) over
@@ -28,14 +28,18 @@ from pathlib import Path
 
 import optuna
 
-from scripts.bench.configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of
-from scripts.bench.harness import bench_parser, verdict
-from sweeper.settings import settings_from
-from sweeper.verify.race_rounds import run_race
-from sweeper.verify.race_rules import DECIDED, TIED
-from sweeper.verify.winner import Candidate
-from tests.race_helpers import race_context
-from train.trial.measurement import run_trial
+from train.core import hooks
+
+hooks.enable()  # the slower config's latency is a test hook; on before the schema is registered
+
+from scripts.bench.configs import add_cpu_trial_args, compose_config, cpu_trial_overrides_of  # noqa: E402
+from scripts.bench.harness import bench_parser, verdict  # noqa: E402
+from sweeper.settings import settings_from  # noqa: E402
+from sweeper.verify.race_rounds import run_race  # noqa: E402
+from sweeper.verify.race_rules import DECIDED, TIED  # noqa: E402
+from sweeper.verify.winner import Candidate  # noqa: E402
+from tests.race_helpers import race_context  # noqa: E402
+from train.trial.measurement import run_trial  # noqa: E402
 
 log = logging.getLogger("bench_race")
 FAST, SLOW = 0, 1  # contender numbers
@@ -83,7 +87,7 @@ def race_once(jobs: InProcessJobs, latency_s: float, *, seed: int) -> tuple[int 
     ctx = race_context(jobs=jobs, settings=settings)
     cands = {
         n: Candidate(key=str(n), params={"n": n}, overrides=ov, values=[], simplicity=0)
-        for n, ov in ((FAST, []), (SLOW, [f"data.inject_latency_s={latency_s}"]))
+        for n, ov in ((FAST, []), (SLOW, [f"hooks.inject_latency_s={latency_s}"]))
     }
     _, standing = run_race(cands, ctx)
     winner = standing.alive[0] if standing.outcome == DECIDED else None

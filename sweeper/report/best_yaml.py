@@ -40,8 +40,9 @@ TRAINER_SECTIONS = (
     "trial",
     "train",
 )
-# Top-level keys of a composed config that are not trainer settings and are dropped on export.
-_DROPPED_KEYS = ("defaults", "hydra", "provenance", "pinned_sections")
+# Top-level keys of a composed config that are not trainer settings and are dropped on export
+# (hooks: a test's planted faults, train/core/hooks.py, never part of a config to train).
+_DROPPED_KEYS = ("defaults", "hydra", "provenance", "pinned_sections", "hooks")
 # What a best.yaml says it pins, written above the sections so that a file cut short still says
 # what it lacks (train/core/config_file.py refuses it); provenance, written last, marks the end.
 PINNED_SECTIONS = (*TRAINER_SECTIONS, "provenance")
@@ -71,8 +72,8 @@ def best_config_document(
     """A plain dict ready for YAML: defaults, pinned_sections, the trainer sections, provenance.
 
     `trainer_config` is the resolved trainer config (e.g. a trial result's "config"); its
-    `defaults`, `hydra`, `pinned_sections` and `provenance` keys are dropped, any other unknown
-    key is refused.
+    `defaults`, `hydra`, `pinned_sections`, `provenance` and `hooks` keys are dropped, any other
+    unknown key is refused.
     data.dir is made absolute (relative paths against `base_dir`, default the current dir, the
     same rule the trainer uses) so the file trains the same data from any folder. `sweep` holds
     {study, storage, trials, when}; a password in the storage URL is masked and a missing `when`

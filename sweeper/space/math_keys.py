@@ -19,7 +19,7 @@ from typing import Any
 from train.core.keys import ATTENTION, DTYPE, FLOAT8, FLOAT8_EMULATE, LOSS, TF32
 
 # The trainer keys that change the numbers a step computes (train/core/config.py RuntimeConfig), and
-# the test-only trial.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
+# the test hook hooks.fault, whose `coarse_weights` plants a precision loss (train/trial/coarse.py)
 MATH_KEYS: tuple[str, ...] = (
     DTYPE,  # fp32 | bf16 | fp16 autocast
     TF32,  # TF32 tensor cores for fp32 matmuls
@@ -27,7 +27,7 @@ MATH_KEYS: tuple[str, ...] = (
     FLOAT8_EMULATE,  # torchao's emulated float8 (CPU plumbing tests)
     LOSS,  # full | chunked head and cross-entropy
     ATTENTION,  # the attention kernel (SDPA backend or a flash implementation)
-    "trial.fault",  # test only: coarse_weights rounds every weight after each step
+    "hooks.fault",  # test only: coarse_weights rounds every weight after each step
 )
 
 

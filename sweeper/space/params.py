@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.space.constraints import SpaceContext, unsupported_here
+from train.core import hooks
 from train.core.keys import DEVICE, LOSS, MICRO_BATCH, NPROC, RECOMPUTE
 from train.core.rules import SELECTIVE, Refusal, parse_activation_checkpointing, valid_splits
 
@@ -250,8 +251,9 @@ def parse_param(key: str, spec: Any, ctx: SpaceContext) -> Param:
 
 
 def _parse_param(key: str, spec: Any, ctx: SpaceContext) -> Param:
-    if not isinstance(key, str) or not key.startswith(PREFIXES):
-        raise fail(str(key), spec, "unknown key", f"keys must start with one of {PREFIXES}")
+    prefixes = (*PREFIXES, f"{hooks.SECTION}.") if hooks.enabled() else PREFIXES  # test hooks
+    if not isinstance(key, str) or not key.startswith(prefixes):
+        raise fail(str(key), spec, "unknown key", f"keys must start with one of {prefixes}")
     if key in NOT_SEARCHED and not isinstance(spec, _SCALARS):
         raise fail(key, spec, "cannot be searched", NOT_SEARCHED[key])
     if isinstance(spec, Mapping):  # a dict, or an OmegaConf DictConfig

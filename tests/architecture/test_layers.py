@@ -65,6 +65,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "deathsig",
         "compile_graphs",
         "evidence",
+        "hooks",
     ),
     ("config", "compile_cache", "compute_levers"),  # the schema; what reads the rules
     ("bottleneck_fixes",),  # what to do about each verdict: fixes and their gains

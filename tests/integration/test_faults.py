@@ -3,7 +3,7 @@
 Each test runs the real thing on CPU with the tiny preset: the production run as
 `python -m train` in a subprocess (killed with SIGKILL, resumed, pointed at another run's
 checkpoints, given a corrupt newest checkpoint, a full disk), and one real sweep whose grid plants
-each trial fault (`trial.fault`: disk_full, crash, nan, oom, sigkill, hang) beside a healthy trial.
+each trial fault (`hooks.fault`: disk_full, crash, nan, oom, sigkill, hang) beside a healthy trial.
 
 A fault is survived when the run answers it as documented (the right failure kind, one line with
 the fix and no traceback, or a resume with nothing lost or repeated) and nothing completed before
@@ -326,7 +326,7 @@ def test_a_non_finite_checkpoint_is_refused_on_resume_in_one_line(
 
 # ---- the sweep: every planted trial fault ------------------------------------------------------
 
-TRIAL_FAULTS = {  # trial.fault -> the state the sweep records
+TRIAL_FAULTS = {  # hooks.fault -> the state the sweep records
     "disk_full": "disk_full",
     "crash": "crash",
     "nan": "nan",
@@ -353,14 +353,14 @@ def test_every_planted_trial_fault_is_recorded_and_the_sweep_goes_on(tmp_path: P
         "hydra.sweeper.mlflow.enabled=false",
         "hydra.sweeper.space={batch.micro_batch: 8, data.num_workers: 0}",
         "checkpoint.every_steps=1",
-        f"trial.fault=none,{','.join(repr(k) for k in TRIAL_FAULTS)}",
+        f"hooks.fault=none,{','.join(repr(k) for k in TRIAL_FAULTS)}",
     )
-    finished = {t.params["trial.fault"]: t for t in study.trials if t.state.is_finished()}
+    finished = {t.params["hooks.fault"]: t for t in study.trials if t.state.is_finished()}
     for name, state in TRIAL_FAULTS.items():
-        with fault(f"trial.fault={name}") as f:
+        with fault(f"hooks.fault={name}") as f:
             t = finished.get(name)
             f["lost"] += t is None
-            assert t is not None, f"no trial recorded for trial.fault={name}"
+            assert t is not None, f"no trial recorded for hooks.fault={name}"
             assert t.state == TrialState.FAIL
             assert t.user_attrs["failure_kind"] == state, (name, t.user_attrs)
             assert t.user_attrs["failure_reason"], name

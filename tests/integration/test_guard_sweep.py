@@ -1,6 +1,6 @@
 """The numerics guard in a real CPU sweep (issue 22, must-show 3): Optuna and MLflow on SQLite,
 trials in child processes. The starting config trains in bf16; the grid searches fp32 and the
-test-only precision loss trial.fault=coarse_weights. fp32 against bf16 passes the guard and races;
+test-only precision loss hooks.fault=coarse_weights. fp32 against bf16 passes the guard and races;
 the planted loss is caught, not raced and not exported; the report prints the tolerance's
 derivation and both curves; MLflow holds the curves by step; best.yaml's provenance records the
 check."""
@@ -28,7 +28,7 @@ def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_pat
         # the starting config: bf16 (fp32 is the candidate) and a long sleep per batch, so the
         # points with the grid's short one are the fastest and race, whatever the noise
         "runtime.dtype=bf16",
-        "data.inject_latency_s=0.25",
+        "hooks.inject_latency_s=0.25",
         "runtime.threads=1",
         "data.num_workers=0",
         f"hydra.sweeper.guard.steps={STEPS}",
@@ -39,9 +39,9 @@ def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_pat
     fp32 = next(
         n
         for n, p in params.items()
-        if p == {"runtime.dtype": "fp32", "trial.fault": "none", "data.inject_latency_s": 0.04}
+        if p == {"runtime.dtype": "fp32", "hooks.fault": "none", "hooks.inject_latency_s": 0.04}
     )
-    planted = {n for n, p in params.items() if p["trial.fault"] == "coarse_weights"}
+    planted = {n for n, p in params.items() if p["hooks.fault"] == "coarse_weights"}
     guard = study.user_attrs["numerics_guard"]
     assert guard["candidates"], proc.stdout[-5000:]  # a planted point within 20% of the best
     verdicts = {int(n): rec["verdict"] for n, rec in guard["candidates"].items()}
@@ -64,7 +64,7 @@ def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_pat
 
     (sweep_dir,) = sweep_dirs(tmp_path)
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
-    assert best["trial"]["fault"] == "none"
+    assert "hooks" not in best  # a test hook is never exported
     check = best["provenance"]["numerics_guard"]
     if best["runtime"]["dtype"] == "fp32":
         assert check["verdict"] == "passed" and "runtime.dtype bf16 -> fp32" in check["changes"]

@@ -233,10 +233,10 @@ def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches
         "hydra.sweeper.verify.repeats=1",
         "hydra.sweeper.mlflow.enabled=false",
         "hydra.sweeper.space={batch.micro_batch: 'choice(4, 8)', data.num_workers: 0}",
-        "trial.fault=oom,none",
+        "hooks.fault=oom,none",
     )
     by_point = {
-        (t.params["batch.micro_batch"], t.params["trial.fault"]): t
+        (t.params["batch.micro_batch"], t.params["hooks.fault"]): t
         for t in study.trials
         if t.state.is_finished()
     }

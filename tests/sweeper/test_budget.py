@@ -356,7 +356,7 @@ def test_a_sweep_that_exports_nothing_exits_1_with_one_line(tmp_path) -> None:
     proc = run_sweep(
         tmp_path,
         *FAST_SMOKE,
-        "trial.fault=crash",
+        "hooks.fault=crash",
         "hydra.sweeper.n_trials=2",
         "hydra.sweeper.study_name=crash",
     )

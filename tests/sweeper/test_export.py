@@ -138,10 +138,12 @@ def test_input_is_not_mutated_and_extra_keys_dropped() -> None:
     cfg["hydra"] = {"run": {"dir": "x"}}
     cfg["provenance"] = {"old": 1}
     cfg["defaults"] = ["train_schema"]
+    cfg["hooks"] = {"fault": "coarse_weights", "inject_latency_s": 0.25}  # a test sweep's
     before = copy.deepcopy(cfg)
     doc = _doc(trainer_config=cfg)
     assert cfg == before
     assert "hydra" not in doc
+    assert "hooks" not in doc  # a test hook never reaches a config to train
     assert "old" not in doc["provenance"]
 
 

@@ -162,7 +162,7 @@ REF = {
     "runtime.dtype": "fp32",
     "runtime.tf32": True,
     "runtime.attention": "auto",
-    "trial.fault": "none",
+    "hooks.fault": "none",
     "runtime.compile": "none",
 }
 
@@ -174,7 +174,7 @@ REF = {
         ({"runtime.dtype": "fp32", "runtime.tf32": "true"}, {}),  # the same values, as text
         ({"runtime.dtype": "bf16"}, {"runtime.dtype": ("fp32", "bf16")}),
         ({"runtime.tf32": False}, {"runtime.tf32": (True, False)}),
-        ({"trial.fault": "coarse_weights"}, {"trial.fault": ("none", "coarse_weights")}),
+        ({"hooks.fault": "coarse_weights"}, {"hooks.fault": ("none", "coarse_weights")}),
         # a key the reference lacks (a lever not in this trainer yet) counts as changed
         ({"runtime.float8": "tensorwise"}, {"runtime.float8": (None, "tensorwise")}),
         ({"runtime.loss": "chunked"}, {"runtime.loss": (None, "chunked")}),
@@ -337,7 +337,7 @@ def _ctx(*, fits: bool, guard: str = "auto"):
 
     base = {
         "runtime.dtype": "fp32",
-        "trial.fault": "none",
+        "hooks.fault": "none",
         "runtime.seed": 1337,
         "batch.micro_batch": 8,
         "batch.grad_accum": 8,

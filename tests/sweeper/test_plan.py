@@ -408,16 +408,12 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
 
 
 def test_plan_software_is_an_assumption_the_user_can_change(tmp_path: Path) -> None:
-    proc = _plan(
-        tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''"
-    )
+    proc = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''")
     text = "\n".join(_plan_lines(proc))
     assert proc.returncode == 0, text[-2000:]
     assert "machine has torchao absent, no FA3/FA4" in text
     assert "runtime.float8=tensorwise on the largest fit" not in text
-    bad = _plan(
-        tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5"
-    )
+    bad = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5")
     assert bad.returncode != 0
     assert "hydra.sweeper.plan.software='fa5': ['fa5'] unknown" in bad.stdout + bad.stderr
 

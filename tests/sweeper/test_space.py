@@ -671,7 +671,7 @@ def test_grid_and_feasibility_respect_the_memory_model():
         parse_space({"batch.micro_batch": "choice(16, 32)"}, xl_ctx()).require_feasible()
 
 
-OOM_AT_8 = {**XL, "batch.micro_batch": 8, "trial.fault": "none"}
+OOM_AT_8 = {**XL, "batch.micro_batch": 8, "hooks.fault": "none"}
 
 
 @pytest.mark.parametrize(
@@ -682,7 +682,7 @@ OOM_AT_8 = {**XL, "batch.micro_batch": 8, "trial.fault": "none"}
         ({"batch.micro_batch": 4}, "cuda", False),  # smaller may fit
         ({"batch.micro_batch": 16, "runtime.activation_checkpointing": "every"}, "cuda", False),
         ({"batch.micro_batch": 16, "runtime.dtype": "fp32"}, "cuda", False),
-        ({"batch.micro_batch": 16, "trial.fault": "oom"}, "cuda", False),
+        ({"batch.micro_batch": 16, "hooks.fault": "oom"}, "cuda", False),
         # DataLoader workers live in host memory: no difference to a GPU's out-of-memory ...
         ({"batch.micro_batch": 16, "data.num_workers": 2}, "cuda", True),
         # ... but on a CPU they share the memory that ran out

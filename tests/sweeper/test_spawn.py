@@ -109,7 +109,7 @@ def test_exit_codes_and_signals_come_back_as_popen_would(zygote, synthetic_dir, 
     )
     assert invalid.wait(timeout=60) == 2  # the trial's exit code for an invalid config
     killed = zygote.spawn(
-        argv_for(tmp_path / "kill", synthetic_dir, "trial.fault=sigkill"),
+        argv_for(tmp_path / "kill", synthetic_dir, "hooks.fault=sigkill"),
         env=trial_env(),
         cwd=tmp_path,
         log_path=tmp_path / "kill.log",
@@ -122,7 +122,7 @@ def test_the_child_leads_its_own_process_group_and_is_killed_with_it(
 ):
     job = tmp_path / "hang"
     proc = zygote.spawn(
-        argv_for(job, synthetic_dir, "trial.fault=hang"),
+        argv_for(job, synthetic_dir, "hooks.fault=hang"),
         env=trial_env(),
         cwd=tmp_path,
         log_path=tmp_path / "hang.log",
@@ -151,7 +151,7 @@ def test_fork_only_where_it_is_exactly_equivalent(zygote):
 def test_children_die_with_the_zygote(synthetic_dir, tmp_path):
     z = Zygote(python=sys.executable, env=trial_env(), stderr_path=tmp_path / "zygote.log")
     proc = z.spawn(
-        argv_for(tmp_path / "hang", synthetic_dir, "trial.fault=hang"),
+        argv_for(tmp_path / "hang", synthetic_dir, "hooks.fault=hang"),
         env=trial_env(),
         cwd=tmp_path,
         log_path=tmp_path / "hang.log",

@@ -68,8 +68,6 @@ def collect(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:
         ({"num_workers": -1}, r"data\.num_workers must be >= 0, got -1; use 0"),
         ({"prefetch_factor": 0}, r"data\.prefetch_factor must be >= 1, got 0"),
         ({"format": "parquet"}, r"data\.format must be one of"),
-        ({"inject_latency_s": -0.1}, r"data\.inject_latency_s must be a finite number >= 0"),
-        ({"inject_latency_s": math.nan}, r"data\.inject_latency_s"),
         ({"dir": " "}, r"data\.dir must be a non-empty path"),
         ({"train_file": ""}, r"data\.train_file must be a non-empty path"),
     ],
@@ -255,7 +253,7 @@ def test_inject_latency_slows_each_batch(data_dir):
     kw = dict(split="train", micro_batch=B, block_size=T, vocab_size=VOCAB, seed=0, num_batches=3)
 
     def seconds_per_batch(latency: float) -> float:
-        loader = build_loader(cfg_for(data_dir, num_workers=0, inject_latency_s=latency), **kw)
+        loader = build_loader(cfg_for(data_dir, num_workers=0), inject_latency_s=latency, **kw)
         t0 = time.perf_counter()
         assert len(collect(loader)) == 3
         return (time.perf_counter() - t0) / 3
@@ -270,8 +268,8 @@ def test_inject_latency_slows_each_batch(data_dir):
 def test_prefetcher_yields_all_batches_in_order_with_waits(data_dir):
     kw = dict(split="train", micro_batch=B, block_size=T, vocab_size=VOCAB, seed=2, num_batches=4)
     expected = collect(build_loader(cfg_for(data_dir, num_workers=0), **kw))
-    slow = cfg_for(data_dir, num_workers=0, inject_latency_s=0.05)
-    got = list(DevicePrefetcher(build_loader(slow, **kw), "cpu"))
+    slow = build_loader(cfg_for(data_dir, num_workers=0), inject_latency_s=0.05, **kw)
+    got = list(DevicePrefetcher(slow, "cpu"))
     assert len(got) == 4
     for (xe, ye), (x, y, wait_s) in zip(expected, got, strict=True):
         assert torch.equal(xe, x) and torch.equal(ye, y)

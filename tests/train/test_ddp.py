@@ -218,8 +218,8 @@ def test_a_failing_rank_fails_the_trial_with_its_reason_and_leaves_nothing_runni
         out,
         "batch.micro_batch=4",
         "runtime.nproc=2",
-        f"trial.fault={fault}",
-        "trial.fault_rank=1",
+        f"hooks.fault={fault}",
+        "hooks.fault_rank=1",
         "ddp.timeout_s=3",
     )
     assert proc.returncode == 3, proc.stderr[-3000:]

@@ -54,7 +54,7 @@ DATA = [
     "batch.tokens_per_step=4096",
     "batch.micro_batch=32",
     "batch.grad_accum=2",
-    "data.inject_latency_s=0.05",
+    "hooks.inject_latency_s=0.05",
 ]
 # A save every step with a planted 0.2 s write, on steps of ~0.2-0.5 s.
 # A 0.2 s write every step against a step of 16 micro-batches (~0.25-1 s of compute): a sync save

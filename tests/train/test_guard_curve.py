@@ -1,6 +1,6 @@
 """The numerics guard's curve runs on real CPU trials (tiny preset, in-process): a curve has exactly
 the asked steps, the same seed trains the same batches whatever a speed knob says, the same math
-raises no alarm, and the planted precision loss (trial.fault=coarse_weights) is caught."""
+raises no alarm, and the planted precision loss (hooks.fault=coarse_weights) is caught."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_same_math_same_batches_no_alarm_and_the_planted_loss_is_caught(
     assert descent({1337: ref, 1338: other_seed}, spread=tol.spread, window=tol.window).trains
     assert check(same, ref, tol).passed
     coarse = _curve(
-        make_config, tmp_path, "coarse", seed=1337, extra=("trial.fault=coarse_weights",)
+        make_config, tmp_path, "coarse", seed=1337, extra=("hooks.fault=coarse_weights",)
     )
     verdict = check(coarse, ref, tol)
     assert not verdict.passed, verdict.reason

@@ -52,7 +52,6 @@ def best_doc(
             "prefetch_factor": 2,
             "pin_memory": True,
             "persistent_workers": True,
-            "inject_latency_s": 0.0,
         },
         "batch": {
             "tokens_per_step": micro_batch * grad_accum * BLOCK * world,

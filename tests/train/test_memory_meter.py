@@ -73,7 +73,7 @@ def test_trial_result_carries_predicted_and_measured_memory(make_config, tmp_pat
 
 
 def test_failed_trial_keeps_the_prediction(make_config, tmp_path: Path) -> None:
-    cfg = make_config("runtime.device=cpu", "trial.fault=crash")
+    cfg = make_config("runtime.device=cpu", "hooks.fault=crash")
     result = run_trial(cfg, out_path=tmp_path / "trial.json")
     assert result["status"] == "failed"
     memory = result["memory"]

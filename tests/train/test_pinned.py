@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from sweeper.launch.job import pin_config, study_overrides, write_trial_config
 from tests.conftest import compose_dictconfig, fast_overrides, run_cli
-from train.core.config import Config
+from train.core.config import trainer_schema
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_a_re_run_of_a_pinned_file_never_attaches_to_the_sweeps_study(tmp_path, 
     doc = OmegaConf.load(pinned)
     OmegaConf.update(doc, "trial", STUDY, merge=True)
     OmegaConf.save(doc, pinned)
-    raw = OmegaConf.merge(OmegaConf.structured(Config), load_raw(pinned, []))
+    raw = OmegaConf.merge(OmegaConf.structured(trainer_schema()), load_raw(pinned, []))
     assert (raw.trial.study_storage, raw.trial.study_name, raw.trial.trial_id) == ("", "", -1)
     given = load_raw(pinned, ["trial.study_storage=sqlite:///o.db", "trial.trial_id=3"])
     assert (given.trial.study_storage, given.trial.trial_id) == ("sqlite:///o.db", 3)

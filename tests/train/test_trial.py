@@ -281,7 +281,7 @@ def test_data_latency_shows_as_data_wait_and_workers_hide_it(
     the main process and keep a queue, so the seconds spent waiting fall below half; shares
     (time_frac) move with compute speed, so only the no-worker share is held to a bound."""
     latency = min(0.3, max(0.05, 2 * baseline[1]["step_time_s"]["p50"]))
-    knobs = (f"data.inject_latency_s={latency:.3f}", "trial.warmup_steps=2", "trial.max_steps=6")
+    knobs = (f"hooks.inject_latency_s={latency:.3f}", "trial.warmup_steps=2", "trial.max_steps=6")
     main_proc, _ = _trial(make_config(*knobs, "data.num_workers=0"), tmp_path, "w0.json")
     workers, _ = _trial(
         make_config(*knobs, "data.num_workers=2", "data.prefetch_factor=4"), tmp_path, "w2.json"

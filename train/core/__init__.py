@@ -19,4 +19,6 @@ What each module holds:
 - `diagnosis`, `bottleneck_fixes`, `evidence` and `compute_levers`: why a step is slow, from a
   result's numbers, and what to do about it.
 - `handoff/`: best.yaml for nanoGPT and llm.c.
+- `hooks`: the tests' planted faults and data latency, no settings of the trainer (taken only
+  under THROUGHPUT_SWEEP_TEST_HOOKS=1).
 """

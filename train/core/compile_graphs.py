@@ -52,14 +52,16 @@ RECORD_VERSION = 1
 
 # Dotted trainer keys (or whole sections, ending in ".") that never change the compiled model:
 # what feeds it, what saves it, the optimizer (not compiled: train/run/loop.py build_model), the
-# measurement's own window, the seed, CPU threads (a runtime setting of the same kernels), the
-# cache's own folder, and the step's length in micro-batches (each micro-batch runs the same graph).
+# measurement's own window, a test's planted hooks, the seed, CPU threads (a runtime setting of the
+# same kernels), the cache's own folder, and the step's length in micro-batches (each micro-batch
+# runs the same graph).
 NOT_GRAPH: tuple[str, ...] = (
     "data.",
     "checkpoint.",
     "optim.",
     "trial.",
     "train.",
+    "hooks.",
     "provenance",
     "pinned_sections",
     "model.name",

@@ -11,13 +11,14 @@ to a whole config.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from train.core.hooks import HooksConfig
+from train.core.hooks import enabled as hooks_enabled
 from train.core.rules import (
     FLASH_IMPLS,
     FLOAT8_RECIPES,
@@ -73,9 +74,6 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
-# coarse_weights is no failure but a planted precision loss (train/trial/coarse.py): the trial
-# completes and trains worse, for the numerics guard to catch
-TRIAL_FAULTS = ("none", "crash", "nan", "oom", "hang", "sigkill", "disk_full", "coarse_weights")
 DATA_FORMATS = ("auto", "nanogpt", "llmc")
 CHECKPOINT_MODES = ("sync", "async")
 
@@ -102,9 +100,6 @@ class DataConfig:
     pin_memory: bool = True
     # keep workers alive between loader iterations (ignored when num_workers == 0)
     persistent_workers: bool = True
-    # test/benchmark hook: seconds slept per batch inside the data source to plant a data
-    # bottleneck (workers can hide it, the main process cannot); 0 = off
-    inject_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("dir", "train_file", "val_file"):
@@ -122,11 +117,6 @@ class DataConfig:
             raise ValueError(
                 f"data.prefetch_factor must be >= 1, got {self.prefetch_factor}; "
                 "it is the number of batches each worker keeps ready"
-            )
-        if not (math.isfinite(self.inject_latency_s) and self.inject_latency_s >= 0):
-            raise ValueError(
-                f"data.inject_latency_s must be a finite number >= 0, got {self.inject_latency_s}; "
-                "use 0 to turn the planted data bottleneck off"
             )
 
     def resolve_dir(self) -> Path:
@@ -308,11 +298,6 @@ class TrialConfig:
     # measure real full steps (the sweep re-measures its start and winner that way)
     project_above_s: float = 5.0
     project_micro_steps: int = 4  # micro-batches per measured step when projecting (and warm-up)
-    # test hook, off by default: plant a failure at the first measured step to exercise the
-    # sweep's fault handling: none | crash | nan | oom | hang | sigkill | disk_full |
-    # coarse_weights (rounds every weight after each step: a precision loss, not a failure)
-    fault: str = "none"
-    fault_rank: int = 0  # the process that plants it in a data-parallel trial (runtime.nproc > 1)
     # the window also ends once the 95% t-interval of the mean step time is within +-target_ci of
     # it (0.02 = +-2%; train/core/window_ci.py), after ci_min_steps measured steps (and the
     # first checkpoint save inside the window); 0 = off: min_steps/max_steps/max_seconds only
@@ -330,7 +315,6 @@ class TrialConfig:
                 f"trial.max_steps and trial.min_steps must be >= 2 with min <= max (a spread needs "
                 f"two steps), got min_steps={self.min_steps}, max_steps={self.max_steps}"
             )
-        one_of("trial.fault", self.fault, TRIAL_FAULTS)
         if self.project_above_s < 0 or self.project_micro_steps < 1:
             raise ValueError(
                 f"trial.project_above_s must be >= 0 (0 = never project) and "
@@ -390,10 +374,23 @@ class Config:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(kw_only=True)
+class HookedConfig(Config):
+    """The schema with the test hooks' section (train/core/hooks.py): what the trainer takes
+    instead of `Config` only while THROUGHPUT_SWEEP_TEST_HOOKS=1 is set."""
+
+    hooks: HooksConfig = field(default_factory=HooksConfig)
+
+
+def trainer_schema() -> type[Config]:
+    """The schema this process takes: `Config`, or `HookedConfig` under the test switch."""
+    return HookedConfig if hooks_enabled() else Config
+
+
 def register_configs() -> None:
     """Register the schema so `defaults: [train_schema]` in YAML types every field."""
     cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=Config)
+    cs.store(name="train_schema", node=trainer_schema())
 
 
 register_configs()

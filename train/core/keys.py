@@ -9,6 +9,9 @@ import difflib
 import logging
 from collections.abc import Iterable, Mapping
 
+from train.core.hooks import enabled as hooks_enabled
+from train.core.hooks import hook_key_error, hook_keys
+
 # The trainer's dotted keys the sweeper reads and sets, one name each (train/core/config.py's
 # schema has every one; tests/sweeper/test_point.py checks it).
 TOKENS_PER_STEP = "batch.tokens_per_step"
@@ -74,11 +77,13 @@ def unknown_key_error(key: str, known: Iterable[str], *, prefix: str = "") -> st
 
 
 def check_keys(keys: Iterable[str], known: Iterable[str], *, prefix: str = "") -> None:
-    """Refuse the first key not in `known` with ValueError naming it and the closest match."""
+    """Refuse the first key not in `known` with ValueError naming it and the closest match (a
+    test hook's key: that it is one, train/core/hooks.py)."""
     known = set(known)
     for key in keys:
         if key not in known:
-            raise ValueError(unknown_key_error(key, sorted(known), prefix=prefix))
+            error = hook_key_error(f"{prefix}{key}")
+            raise ValueError(error or unknown_key_error(key, sorted(known), prefix=prefix))
 
 
 def flat_keys(d: dict, prefix: str = "") -> list[str]:
@@ -101,12 +106,17 @@ def schema_keys() -> set[str]:
     return set(flat_keys(OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)))
 
 
+def accepted_keys() -> set[str]:
+    """The keys this process takes: the schema's, and the test hooks' under their switch."""
+    return schema_keys() | (hook_keys() if hooks_enabled() else set())
+
+
 OPEN_GROUPS = ("provenance.",)  # free-form by design
 
 
 def check_trainer_keys(keys: Iterable[str]) -> None:
     """Refuse a trainer key the schema does not have (a `+key=` addition included)."""
-    check_keys([k for k in keys if not k.startswith(OPEN_GROUPS)], schema_keys())
+    check_keys([k for k in keys if not k.startswith(OPEN_GROUPS)], accepted_keys())
 
 
 CONFIG_GROUPS = ("model", "data", "search")  # `model=tiny` picks a preset file, not a key
@@ -151,7 +161,7 @@ def check_command_line(
     sweeper's dotted settings (`sweeper_fields`; empty = not a sweep), an old flat sweeper name
     (`sweeper_renamed`: old -> new) naming its new one. Hydra's own `hydra.*` keys are left to
     it."""
-    trainer = schema_keys()
+    trainer = accepted_keys()
     parents = {k.rsplit(".", i)[0] for k in trainer for i in range(1, k.count(".") + 1)}
     fields = list(sweeper_fields)
     for arg in args:
@@ -167,7 +177,7 @@ def check_command_line(
             continue
         if key in trainer or key in parents or key.startswith(OPEN_GROUPS):
             continue
-        raise ValueError(unknown_key_error(key, sorted(trainer)))
+        raise ValueError(hook_key_error(key) or unknown_key_error(key, sorted(trainer)))
 
 
 def exit_on_mistyped_keys(

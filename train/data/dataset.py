@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from train.core.config import DATA_FORMATS as _FORMATS
 from train.core.config import Config, DataConfig
+from train.core.hooks import hooks_of
 from train.data.fetch import ThreadedFetch
 
 _LLMC_HEADER_INTS = 256
@@ -297,9 +298,11 @@ def build_loader(
     device_type: str = "cpu",
     rank: int = 0,
     world: int = 1,
+    inject_latency_s: float = 0.0,
 ) -> DataLoader:
     """Validate `split`'s file (train.data.synthetic.ensure_dataset makes the default one) and
-    return a loader over batches start_index .. start_index + num_batches (None = endless)."""
+    return a loader over batches start_index .. start_index + num_batches (None = endless);
+    `inject_latency_s` > 0 sleeps that long per batch (a test hook: train/core/hooks.py)."""
     token_file = open_tokens(
         cfg.split_path(split), format=cfg.format, block_size=block_size, vocab_size=vocab_size
     )
@@ -309,7 +312,7 @@ def build_loader(
         block_size=block_size,
         seed=seed,
         split=split,
-        inject_latency_s=cfg.inject_latency_s,
+        inject_latency_s=inject_latency_s,
         rank=rank,
         world=world,
     )
@@ -344,6 +347,7 @@ def make_loader(
         device_type=device_type,
         rank=rank,
         world=world,
+        inject_latency_s=hooks_of(cfg).inject_latency_s,
     )
 
 

@@ -1,4 +1,4 @@
-"""The planted precision loss of `trial.fault=coarse_weights` (test only): after every optimizer
+"""The planted precision loss of `hooks.fault=coarse_weights` (test only): after every optimizer
 step, every parameter is rounded to COARSE_MANTISSA_BITS bits of mantissa.
 
 A step's update is then mostly rounded away (an update of 6e-4 on a weight of 0.02 is 3%, below
@@ -42,7 +42,7 @@ def plant_coarse_weights(s: Session, bits: int = COARSE_MANTISSA_BITS) -> None:
     round_all()
     s.optimizer.register_step_post_hook(round_all)
     log.warning(
-        "trial.fault=coarse_weights: every weight is rounded to %d mantissa bits after "
+        "hooks.fault=coarse_weights: every weight is rounded to %d mantissa bits after "
         "each optimizer step (a planted precision loss, test only)",
         bits,
     )

@@ -68,27 +68,27 @@ def _torch_oom_type() -> type | None:
 
 
 def plant_fault(kind: str, session: Session | None = None) -> None:
-    """The trial.fault test hook: fail the way real trials fail, so the sweep's handling is tested
+    """The hooks.fault test hook: fail the way real trials fail, so the sweep's handling is tested
     on real processes (a crash, a NaN loss, an out-of-memory error, a hang, a kill by the OS, a
     checkpoint written to a full disk)."""
     if kind == "coarse_weights":  # a precision loss the trial survives, not a failure
         from train.trial.coarse import plant_coarse_weights
 
         if session is None:
-            raise ValueError("trial.fault=coarse_weights needs the trial's session")
+            raise ValueError("hooks.fault=coarse_weights needs the trial's session")
         plant_coarse_weights(session)
         return
-    log.warning("trial.fault=%s: planting a failure (test hook)", kind)
+    log.warning("hooks.fault=%s: planting a failure (test hook)", kind)
     if kind == "disk_full":
         if session is None:
-            raise ValueError("trial.fault=disk_full needs the trial's session")
+            raise ValueError("hooks.fault=disk_full needs the trial's session")
         save_to_full_disk(session)
     if kind == "crash":
-        raise RuntimeError("planted crash (trial.fault=crash)")
+        raise RuntimeError("planted crash (hooks.fault=crash)")
     if kind == "nan":
         check_finite(float("nan"), 0)
     if kind == "oom":
-        raise MemoryError("planted out of memory (trial.fault=oom)")
+        raise MemoryError("planted out of memory (hooks.fault=oom)")
     if kind == "hang":
         while True:
             time.sleep(3600)

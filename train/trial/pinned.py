@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from train.core.config import Config
+from train.core.config import trainer_schema
 from train.core.config_file import check_schema, read_pinned_config
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def main_pinned(argv: list[str]) -> int:
     if not writable_out(out):
         return 2
     try:
-        dcfg = OmegaConf.merge(OmegaConf.structured(Config), raw)
+        dcfg = OmegaConf.merge(OmegaConf.structured(trainer_schema()), raw)
     except (ValueError, OmegaConfBaseException) as exc:  # a type or key the schema refuses
         try:
             check_schema(raw, what=f"config file {path}")  # the key, its type, the nearest key

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from train import device as dev
+from train.core.hooks import hooks_of
 from train.core.meters import (
     EventPhaseClock,
     PhaseClock,
@@ -298,6 +299,7 @@ def _run_window(
     Prune reports carry the measured step index, so trials are compared at equal measured steps
     whichever rule ends each window."""
     t = s.cfg.trial
+    hooks = hooks_of(s.cfg)  # a test's planted fault (train/core/hooks.py)
     ci_from = first_ci_step(
         ci_min_steps=t.ci_min_steps,
         max_steps=t.max_steps,
@@ -307,8 +309,8 @@ def _run_window(
     prev = window_start
     while len(window.step_times) < t.max_steps:
         step = len(window.step_times) + 1
-        if step == 1 and t.fault != "none" and s.rank.rank == t.fault_rank % s.rank.world:
-            plant_fault(t.fault, s)
+        if step == 1 and hooks.fault != "none" and s.rank.rank == hooks.fault_rank % s.rank.world:
+            plant_fault(hooks.fault, s)
         window.lrs.append(scheduled_lr(s.cfg, t.warmup_steps + step - 1))
         loss_t, phases, stall = run_step(
             s,
