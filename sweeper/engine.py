@@ -41,6 +41,7 @@ from sweeper.report.handoff import handoff_report, plan_from_results
 from sweeper.report.plan_text import print_plan
 from sweeper.report.story import tell_story
 from sweeper.report.time_to_train import cost_lines, sweep_costs
+from sweeper.report.verdict_text import record_verdict, winner_text
 from sweeper.search.loop import Search
 from sweeper.settings import settings_from
 from sweeper.start import Started, open_sweep_study, start_tracker
@@ -299,6 +300,7 @@ class SweepEngine:
         verification = verify(ctx, baseline=started.baseline)
         best_path, costs, plan = None, None, None
         if verification.winner is not None:
+            record_verdict(study, verification.winner)  # on the study and in sweep.log
             # production saves at an interval chosen from the winner's measured save stall
             plan = plan_from_results(
                 verification.winner.results,
@@ -377,7 +379,7 @@ class SweepEngine:
                 **lead_metrics(winner.lead_over_start),
             },
             tags={
-                "verdict": winner.verdict.reason,
+                "verdict": winner_text(winner),
                 "decisive": winner.verdict.decisive,
                 "winner_trial": winner.number,
                 "race.outcome": winner.outcome,

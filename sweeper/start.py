@@ -23,6 +23,7 @@ from sweeper.masking import mask_secrets
 from sweeper.plan.calibration import PLAN_KEY_ATTR, STARTED_ATTR, plan_key
 from sweeper.plan.prepare import Prepared
 from sweeper.plan.prior import prior_points
+from sweeper.report.prior_text import point_text, prior_line
 from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
 from sweeper.space.memory import past_ooms
@@ -186,10 +187,10 @@ def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) 
     room = s.n_trials - (baseline is not None) if s.n_trials > 0 else len(prior.points)
     points = prior.points[: max(0, room)]
     for prior_point in points:
-        study.enqueue_trial(prior_point.params, user_attrs={PRIOR_ATTR: prior_point.reason})
-    log.info("%s", prior.line)
+        study.enqueue_trial(prior_point.params, user_attrs={PRIOR_ATTR: point_text(prior_point)})
+    log.info("%s", prior_line(prior))
     for prior_point in points:
-        log.info("  prior: %s", prior_point.reason)
+        log.info("  prior: %s", point_text(prior_point))
     return [prior_point.params for prior_point in points]
 
 

@@ -322,7 +322,7 @@ def _planned_points(
 
 
 def _no_prior() -> Prior:
-    return Prior(points=[], line="prior: off (only TPE queues it)")
+    return Prior(points=[], kind="not_tpe")
 
 
 def starting_config_line(space: SearchSpace, ctx: SpaceContext) -> tuple[str, bool]:

@@ -19,12 +19,13 @@ compile costing more than a short trial gains), so the prior sets only what is t
 core to the step's threads, and no DataLoader worker competing with the step when there are two
 cores or fewer (the README's grid measured workers=1 at par or slower on this 2-core CPU). Pure:
 no torch, no I/O; the points are checked by the space's own rules (constraints + memory model).
+Each point carries the rule that picked it and its numbers; sweeper/report/prior_text.py says why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.limits import recompute_factor
@@ -44,6 +45,13 @@ from train.core.keys import (
     WORKERS,
 )
 
+# Which rule picked a point: the module docstring's 1 (largest_fit), 2 (size_up) and 3 (lever), or
+# the CPU's threads and workers (cpu).
+PointRule = Literal["largest_fit", "size_up", "lever", "cpu"]
+# What the prior is here: off by the setting or by a sampler other than TPE, nothing searched,
+# nothing fits without recompute, or the GPU's arithmetic or the CPU's (either may find no point).
+PriorKind = Literal["off", "not_tpe", "nothing_searched", "no_fit", "gpu", "cpu"]
+
 FUSED_ATTENTION = ("flash", "cudnn", "efficient")  # in order of preference, for bf16 on CUDA
 # New levers of the compute-bound step, as (key, values to try in order): present only when the
 # space searches them; each becomes one point beside point 1.
@@ -57,18 +65,23 @@ CPU_FEW_CORES = 2  # at or below this many cores a DataLoader worker takes a cor
 
 @dataclass(frozen=True, kw_only=True)
 class PriorPoint:
-    """One point the arithmetic picks, and why."""
+    """One point the arithmetic picks, the rule that picked it and the numbers it went by."""
 
     params: dict[str, Any]  # searched key -> value (a SearchSpace params dict)
-    reason: str
+    rule: PointRule
+    knobs: dict[str, Any] = field(default_factory=dict)  # largest_fit, cpu: the knobs it set
+    compute: float = 1.0  # size_up: the compute of its recompute, times the step's without
+    lever: tuple[str, Any] | None = None  # lever: the key and the value it adds
+    refit: bool = False  # lever: it frees memory, so a larger micro-batch fits without recompute
+    cores: int = 0  # cpu: the cores here
 
 
 @dataclass(frozen=True, kw_only=True)
 class Prior:
-    """The prior's points, and one line on what it is on this device (or why it is off)."""
+    """The prior's points, and what it is on this device (or why it is off)."""
 
     points: list[PriorPoint]
-    line: str
+    kind: PriorKind
 
 
 def prior_points(
@@ -77,10 +90,10 @@ def prior_points(
     """The prior of `space` on the device of `ctx`; `start` (the starting config's params, if it
     runs) is never repeated."""
     if not enabled:
-        return Prior(points=[], line="prior: off (hydra.sweeper.prior=false)")
+        return Prior(points=[], kind="off")
     searched = {p.key: p for p in space.searched}
     if not searched:
-        return Prior(points=[], line="prior: none (nothing is searched)")
+        return Prior(points=[], kind="nothing_searched")
     pick = _Picker(space, ctx, start)
     if ctx.device_type == "cpu":
         return _cpu_prior(pick, ctx)
@@ -128,11 +141,12 @@ class _Picker:
                 return trial
         return params if MICRO_BATCH not in self.params and self.ok(params) else None
 
-    def add(self, out: list[PriorPoint], params: dict | None, reason: str) -> None:
+    def add(self, out: list[PriorPoint], params: dict | None, rule: PointRule, **why: Any) -> None:
+        """`params` picked by `rule` (with `why`, its numbers), unless refused or seen."""
         if params is None or not self.ok(params) or params in self.seen:
             return
         self.seen.append(params)
-        out.append(PriorPoint(params=params, reason=reason))
+        out.append(PriorPoint(params=params, rule=rule, **why))
 
 
 def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
@@ -148,44 +162,20 @@ def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     out: list[PriorPoint] = []
     best = pick.largest_fit(p)
     if best is None:
-        return Prior(points=[], line="prior: none (no point of the space fits without recompute)")
-    knobs = _knob_text(best)
-    pick.add(
-        out,
-        best,
-        f"the largest micro-batch that fits without recompute ({knobs}): "
-        "fewest, largest matmuls and no forward run twice",
-    )
+        return Prior(points=[], kind="no_fit")
+    pick.add(out, best, "largest_fit", knobs=best)
     up = _one_size_up(pick, best)
     if up is not None:
-        pick.add(
-            out,
-            up,
-            f"one micro-batch size up ({up[MICRO_BATCH]}) with the cheapest recompute that "
-            f"fits ({RECOMPUTE}={up[RECOMPUTE]}, "
-            f"{recompute_factor(up[RECOMPUTE], _layers(ctx)):.2f}x "
-            "the compute)",
-        )
+        pick.add(out, up, "size_up", compute=recompute_factor(up[RECOMPUTE], _layers(ctx)))
     newer = (getattr(ctx, "cuda_capability", None) or (0, 0))[0] >= 10
     for key, values in LEVERS:
         for value in values[::-1] if newer and key == ATTENTION else values:
             if value in pick.choices(key):
                 lever = pick.largest_fit({**best, key: value})
-                pick.add(
-                    out,
-                    lever,
-                    f"{key}={value} on the largest fit: a new lever of the "
-                    "compute-bound step" + _refit(best, lever),
-                )
+                refit = lever is not None and lever.get(MICRO_BATCH) != best.get(MICRO_BATCH)
+                pick.add(out, lever, "lever", lever=(key, value), refit=refit)
                 break
-    return Prior(
-        points=out,
-        line=(
-            f"prior: {len(out)} point(s) from the memory model and the FLOP arithmetic, measured "
-            "before TPE's spread-out design (a compute-bound step: largest matmuls, bf16, "
-            "compiled, fused attention)"
-        ),
-    )
+    return Prior(points=out, kind="gpu")
 
 
 def _one_size_up(pick: _Picker, best: dict) -> dict | None:
@@ -214,45 +204,9 @@ def _cpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     changed = {k: v for k, v in p.items() if pick.template.get(k) != v or pick.start is None}
     changed = {k: v for k, v in changed.items() if k in (THREADS, WORKERS)}
     if changed:
-        pick.add(
-            out,
-            p,
-            f"on this CPU ({ctx.cpu_count} cores): "
-            f"{_knob_text(changed)}: every core to the step, and no DataLoader "
-            "worker competing with it on a few cores",
-        )
-    why = (
-        "the FLOP arithmetic does not hold on a CPU (no datasheet peak, bf16 slower than fp32 "
-        "without AMX, compile costing more than a short trial gains), so it sets only threads "
-        "and workers"
-    )
-    if not out:
-        return Prior(
-            points=[],
-            line=f"prior: no point on this CPU ({why}; the starting config "
-            "already has them, or the space does not search them)",
-        )
-    return Prior(points=out, line=f"prior: {len(out)} point(s) on this CPU: {why}")
-
-
-def _refit(best: dict, lever: dict | None) -> str:
-    if lever is None or lever.get(MICRO_BATCH) == best.get(MICRO_BATCH):
-        return ""
-    return f"; it frees memory: micro-batch {lever[MICRO_BATCH]} fits without recompute"
+        pick.add(out, p, "cpu", knobs=changed, cores=ctx.cpu_count)
+    return Prior(points=out, kind="cpu")
 
 
 def _layers(ctx: SpaceContext) -> int:
     return int(ctx.base.get(N_LAYER, 12))
-
-
-def _knob_text(params: dict) -> str:
-    short = {MICRO_BATCH: "micro_batch", RECOMPUTE: "act_ckpt"}
-    keys = (
-        MICRO_BATCH,
-        DTYPE,
-        COMPILE,
-        ATTENTION,
-        THREADS,
-        WORKERS,
-    )
-    return ", ".join(f"{short.get(k, k.split('.')[-1])}={params[k]}" for k in keys if k in params)

@@ -4,6 +4,9 @@ written by sweeper/numbers.py, one way each.
 - `console`: the console, a progress line per trial, the final table.
 - `plan_text`: the plan that `hydra.sweeper.plan.enabled=true` prints.
 - `story`: the closing story: the starting config against the winner, and the next fixes.
+- `prior_text`: the prior's line and each point's reason, for plan mode and the sweep's start.
+- `verdict_text`: the race's verdict in words, for the console, sweep.log, the study, MLflow and
+  best.yaml alike.
 - `cost`: the time-to-train and price lines of the starting config and the winner.
 - `plots`: Optuna's HTML views and the static PNG summary.
 - `export`: best.yaml, the winning trainer config pinned with its evidence.
@@ -11,4 +14,14 @@ written by sweeper/numbers.py, one way each.
   beside best.yaml with what each target cannot express.
 """
 
-__all__ = ["console", "cost", "export", "handoff", "plan_text", "plots", "story"]
+__all__ = [
+    "console",
+    "cost",
+    "export",
+    "handoff",
+    "plan_text",
+    "plots",
+    "prior_text",
+    "story",
+    "verdict_text",
+]

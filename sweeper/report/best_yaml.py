@@ -329,6 +329,8 @@ def export_winner(
     --result` explains. runtime.threads is pinned as the race ran it (provenance.measured_as)."""
     from omegaconf import OmegaConf  # light, but only needed here
 
+    from sweeper.report.verdict_text import winner_text  # the race's modules import scipy
+
     job_dir = Path(winner.trial.user_attrs["job_dir"])
     pinned = OmegaConf.to_container(OmegaConf.load(job_dir / "trial_config.yaml"))
     pinned.pop("defaults", None)
@@ -351,7 +353,7 @@ def export_winner(
             "trial": winner.number,
             # the job folders (relative to the sweep dir) that measured trial `trial`
             "runs": winner_runs(winner, race, sweep_dir=sweep_dir),
-            "verdict": winner.verdict.reason,
+            "verdict": winner_text(winner),
             "decisive": winner.verdict.decisive,
             # how the verification race ended, and the paired lead over the starting config
             "race": _race_record(winner),

@@ -17,6 +17,7 @@ from sweeper.plan.calibration import load_calibration, plan_key
 from sweeper.plan.guard_price import GuardPlan
 from sweeper.plan.memory_levers import plan_lever_lines
 from sweeper.report.console import console
+from sweeper.report.prior_text import point_text, prior_line
 from sweeper.space.limits import ASSUMED_MFU, COMPILED_GPU_MFU, SAFETY
 
 if TYPE_CHECKING:
@@ -301,9 +302,10 @@ def _prior_lines(plan: SweepPlan) -> list[str]:
     """The prior's points, each with why it was chosen (or why there are none)."""
     if plan.prior is None:
         return []
-    lines = [plan.prior.line + ":" if plan.prior.points else plan.prior.line]
+    line = prior_line(plan.prior)
+    lines = [line + ":" if plan.prior.points else line]
     for i, p in enumerate(plan.prior.points, 1):
-        lines.append(f"  {i}. {p.reason}")
+        lines.append(f"  {i}. {point_text(p)}")
     return lines
 
 

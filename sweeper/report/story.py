@@ -12,6 +12,7 @@ from typing import Any
 import optuna
 
 from sweeper.report.console import say
+from sweeper.report.verdict_text import winner_text
 from sweeper.tracking import Tracker
 from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
 from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
@@ -33,7 +34,7 @@ def tell_story(
     from train.core.diagnosis import diagnose
 
     winner: Winner = verification.winner
-    lines = [f"race: {winner.verdict.reason}"]
+    lines = [f"race: {winner_text(winner)}"]
     tags: dict[str, Any] = {}
     metrics: dict[str, float] = {}
     base_trial = find_baseline(study, baseline)

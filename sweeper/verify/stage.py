@@ -8,7 +8,6 @@ the winner.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -25,7 +24,7 @@ from sweeper.study.objective import direction
 from sweeper.study.optuna_study import trial_result
 from sweeper.verify.guard import guard_entrants
 from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
-from sweeper.verify.race_rules import Standing, interval_text
+from sweeper.verify.race_rules import Standing
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate, Verdict, race_verdict
 from train.core.keys import THREADS
@@ -118,7 +117,7 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
         return Verification(rows=[], results=results, winner=None, notes=guard.notes)
     number, verdict, lead = _judge(ctx, cands, record, standing, start=start)
     rows = verified_rows(study, cands, results, winner=number, start=start)
-    _record_winner(ctx, number, verdict, standing, lead)
+    _tag_winner(ctx, number)
     winner = Winner(
         number=number,
         trial=study.trials[number],
@@ -205,7 +204,7 @@ def _judge(
     start: int | None,
 ) -> tuple[int, Verdict, Comparison | None]:
     """The race's verdict, the winner's trial number, and the winner's paired lead over the
-    starting config (added to the verdict's reason)."""
+    starting config."""
     verdict = race_verdict(
         cands,
         standing,
@@ -214,11 +213,6 @@ def _judge(
     )
     number = next(n for n, c in cands.items() if c is verdict.winner)
     lead = lead_over_start(record, ctx, winner=number, start=start)
-    if lead is not None:
-        verdict.reason = (
-            f"{verdict.reason[:-1]}; lead over the starting config {interval_text(lead)}."
-        )
-    log.debug("verdict: %s", verdict.reason)  # printed with the report (sweeper/report/story.py)
     return number, verdict, lead
 
 
@@ -243,25 +237,12 @@ def verified_rows(
     return rows
 
 
-def _record_winner(
-    ctx: SweepContext, number: int, verdict: Verdict, standing: Standing, lead: Comparison | None
-) -> None:
-    """The winner tagged on its MLflow run, and the verdict recorded on the study (its user attr
-    "verdict": the winning trial, the reason, how the race ended and the lead over the start)."""
+def _tag_winner(ctx: SweepContext, number: int) -> None:
+    """The winner tagged on its MLflow run (the study's verdict record is the report's:
+    sweeper/report/verdict_text.py `record_verdict`)."""
     run_id = ctx.study.trials[number].user_attrs.get("mlflow_run_id")
     if run_id:
         ctx.tracker.tag_winner(run_id)
-    ctx.study.set_user_attr(
-        "verdict",
-        {
-            "winner_trial": number,
-            "reason": verdict.reason,
-            "decisive": verdict.decisive,
-            "outcome": standing.outcome,
-            "rounds": standing.rounds,
-            "lead_over_start": None if lead is None else dataclasses.asdict(lead),
-        },
-    )
 
 
 def search_basis(trial: FrozenTrial) -> dict:

@@ -2,7 +2,8 @@
 
 The sweep's best trial is one noisy sample; the finalists are re-run R times in fresh processes and
 ranked here by median. A lead smaller than the run-to-run noise is not a lead: among candidates tied
-with the best, the simplest config wins, because it is the one that costs least to keep.
+with the best, the simplest config wins, because it is the one that costs least to keep. A verdict
+is data (its kind and the numbers that decided it); sweeper/report/verdict_text.py says it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sweeper.numbers import fmt_pct
-from sweeper.verify.race_rules import DECIDED, TIED, Standing, interval_text, inverse
+from sweeper.verify.race_rules import DECIDED, TIED, Standing, inverse
+from sweeper.verify.race_stats import Comparison
 from train.core.keys import COMPILE, WORKERS
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,72 @@ class Candidate:
     simplicity: int  # lower = simpler (e.g. knobs changed from the defaults); given by the caller
 
 
-@dataclass
+# How a verdict was reached. pick_winner's: one candidate measured; a decisive lead of the best
+# median; a tie within the noise won by the best median (also the simplest), by a simpler config, or
+# by an equally simple one with a lighter compile mode or fewer data workers. race_verdict's: one
+# contender measured; one survivor; equivalent survivors; rounds spent with a test still open.
+VerdictKind = Literal[
+    "only_one",
+    "decisive",
+    "tied_best",
+    "tied_simpler",
+    "tied_lighter",
+    "race_alone",
+    "race_won",
+    "race_equivalent",
+    "race_open",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """One candidate's re-measured values, summarized."""
+
+    candidate: Candidate
+    median: float
+    cv: float
+    lo: float
+    hi: float
+    n: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Medians:
+    """The numbers a ranking by median decided by."""
+
+    best: Summary  # the best median
+    runner_up: Summary | None  # the second median, where the best's lead is decisive
+    tied: tuple[Summary, ...]  # the best and every candidate within its noise, best first
+    chosen: Summary  # the winner
+    apart: float  # relative gap of the best to the runner-up (decisive) or to the last tied
+    noise: float  # relative noise band of the best and the runner-up (decisive)
+    overlap: bool  # the best's and the runner-up's ranges overlap
+    maximize: bool
+    floor_only: float | None  # every candidate has one value: the noise is this floor alone
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceEnd:
+    """The numbers a race's verdict names (sweeper/verify/race_rules.py)."""
+
+    rounds: int
+    chosen: int  # the winner's trial number
+    survivors: int
+    dropped: tuple[tuple[int, int], ...]  # (trial, the round it was dropped after), by trial
+    failed: tuple[int, ...]  # trials that failed every run
+    open_pairs: tuple[tuple[int, Comparison], ...]  # (trial, the leader over it), still open
+
+
+@dataclass(kw_only=True)
 class Verdict:
-    """The chosen config and why."""
+    """The chosen config, how it was chosen and the numbers that decided it."""
 
     winner: Candidate  # the config to export
     ranking: list[dict[str, Any]]  # best first: key, median, cv, min, max, n, within_noise_of_best
     decisive: bool  # the best median beats every other candidate by more than the noise
-    reason: str  # one or two sentences for the user, with numbers
+    kind: VerdictKind
+    medians: Medians | None = None  # pick_winner's numbers
+    race: RaceEnd | None = None  # race_verdict's numbers
 
 
 def coefficient_of_variation(values: list[float]) -> float:
@@ -59,16 +118,6 @@ def coefficient_of_variation(values: list[float]) -> float:
     if mean == 0:
         return 0.0
     return statistics.stdev(values) / abs(mean)
-
-
-@dataclass(frozen=True)
-class _Stats:
-    candidate: Candidate
-    median: float
-    cv: float
-    lo: float
-    hi: float
-    n: int
 
 
 def pick_winner(
@@ -122,14 +171,19 @@ def pick_winner(
         }
         for i, s in enumerate(stats)
     ]
-    decisive = len(tied) == 1
-    reason = _reason(stats, tied, winner, direction=direction, noise_floor=noise_floor)
-    return Verdict(winner=winner.candidate, ranking=ranking, decisive=decisive, reason=reason)
+    kind, medians = _medians(stats, tied, winner, direction=direction, noise_floor=noise_floor)
+    return Verdict(
+        winner=winner.candidate,
+        ranking=ranking,
+        decisive=len(tied) == 1,
+        kind=kind,
+        medians=medians,
+    )
 
 
-def _summarize(c: Candidate) -> _Stats:
+def _summarize(c: Candidate) -> Summary:
     values = [float(v) for v in c.values]
-    return _Stats(
+    return Summary(
         candidate=c,
         median=statistics.median(values),
         cv=coefficient_of_variation(values),
@@ -139,11 +193,11 @@ def _summarize(c: Candidate) -> _Stats:
     )
 
 
-def _gap(best: _Stats, other: _Stats) -> float:
+def _gap(best: Summary, other: Summary) -> float:
     return abs(best.median - other.median)
 
 
-def _noise(best: _Stats, other: _Stats, noise_floor: float) -> float:
+def _noise(best: Summary, other: Summary, noise_floor: float) -> float:
     """Absolute noise band around the best median for this pair (CVs only where n >= 2)."""
     known_cv = max((s.cv for s in (best, other) if s.n >= 2), default=0.0)
     scale = abs(best.median)
@@ -165,7 +219,7 @@ def _resource_cost(c: Candidate) -> tuple[int, int]:
     return compile_cost, workers
 
 
-def _preference(s: _Stats) -> tuple[int, tuple[int, int]]:
+def _preference(s: Summary) -> tuple[int, tuple[int, int]]:
     """Among tied candidates: fewer changes first, then lighter compile and fewer data workers."""
     return s.candidate.simplicity, _resource_cost(s.candidate)
 
@@ -174,74 +228,40 @@ def _rel(gap: float, ref: float) -> float:
     return gap / abs(ref) if ref else math.inf if gap else 0.0
 
 
-def _range(s: _Stats) -> str:
-    return f"[{s.lo:.4g}, {s.hi:.4g}]"
-
-
-def _reason(
-    stats: list[_Stats],
-    tied: list[_Stats],
-    winner: _Stats,
+def _medians(
+    stats: list[Summary],
+    tied: list[Summary],
+    winner: Summary,
     *,
     direction: str,
     noise_floor: float,
-) -> str:
+) -> tuple[VerdictKind, Medians]:
+    """How the ranking decided, and its numbers."""
     best = stats[0]
-    single = all(s.n < 2 for s in stats)
-    cv_note = (
-        f" Only one measurement per candidate, so the CV is unknown; the noise is the "
-        f"{fmt_pct(noise_floor)} floor alone."
-        if single
-        else ""
-    )
+    runner = stats[1] if len(stats) > 1 and len(tied) == 1 else None
     if len(stats) == 1:
-        return (
-            f"Only one candidate was measured ('{best.candidate.key}', median {best.median:.4g}, "
-            f"n={best.n}); exporting it without a comparison.{cv_note}"
-        )
-    if len(tied) == 1:
-        runner = stats[1]
-        gap = _rel(_gap(best, runner), best.median)
-        noise = _rel(_noise(best, runner, noise_floor), best.median)
-        overlap = "overlap" if best.lo <= runner.hi and runner.lo <= best.hi else "do not overlap"
-        better = "higher" if direction == "maximize" else "lower"
-        return (
-            f"'{best.candidate.key}' wins decisively: median {best.median:.4g} vs "
-            f"{runner.median:.4g} for the runner-up '{runner.candidate.key}' "
-            f"({fmt_pct(gap)} {better}, beyond the noise of {fmt_pct(noise)}; "
-            f"CV {_cvs(best, runner)}); their ranges {_range(best)} and "
-            f"{_range(runner)} {overlap}.{cv_note}"
-        )
-    last = tied[-1]
-    apart = _rel(_gap(best, last), best.median)
-    cvs = _cvs(*tied)
-    head = (
-        f"The top {len(tied)} are within noise ({fmt_pct(apart)} apart, CV {cvs}; medians "
-        f"{', '.join(f'{s.median:.4g}' for s in tied)})"
-    )
-    if winner is best:
-        tail = (
-            f"; '{best.candidate.key}' has the best median and is also the simplest, exporting it."
-        )
+        kind: VerdictKind = "only_one"
+    elif runner is not None:
+        kind = "decisive"
+    elif winner is best:
+        kind = "tied_best"
     elif winner.candidate.simplicity < best.candidate.simplicity:
-        tail = (
-            f"; exporting the simpler config '{winner.candidate.key}' (simplicity "
-            f"{winner.candidate.simplicity} vs {best.candidate.simplicity} for the best median "
-            f"'{best.candidate.key}', lower = fewer changes)."
-        )
+        kind = "tied_simpler"
     else:
-        tail = (
-            f"; equally simple, so exporting '{winner.candidate.key}', which uses a lighter "
-            f"compile mode or fewer data workers than the best median '{best.candidate.key}'."
-        )
-    return head + tail + cv_note
-
-
-def _cvs(*stats: _Stats) -> str:
-    """Like 1.8%/2.4%; n/a for a single value; unknown when no candidate has two values."""
-    if all(s.n < 2 for s in stats):
-        return "unknown"
-    return "/".join(fmt_pct(s.cv) if s.n >= 2 else "n/a" for s in stats)
+        kind = "tied_lighter"
+    other = runner if runner is not None else tied[-1]
+    medians = Medians(
+        best=best,
+        runner_up=runner,
+        tied=tuple(tied),
+        chosen=winner,
+        apart=_rel(_gap(best, other), best.median),
+        noise=_rel(_noise(best, other, noise_floor), best.median),
+        overlap=best.lo <= other.hi and other.lo <= best.hi,
+        maximize=direction == "maximize",
+        floor_only=noise_floor if all(s.n < 2 for s in stats) else None,
+    )
+    return kind, medians
 
 
 def race_verdict(
@@ -251,54 +271,37 @@ def race_verdict(
     direction: Literal["maximize", "minimize"],
     noise_floor: float,
 ) -> Verdict:
-    """The race's winner and a reason that says how the race ended (sweeper/verify/race_rules.py).
+    """The race's winner and how the race ended (sweeper/verify/race_rules.py).
 
     Decided: the one survivor. Equivalent: the simplest survivor (as `pick_winner` prefers among
-    tied configs). Not significant: the leader (the best estimate), and the reason gives its
-    interval and says what would separate them. `ranking` is `pick_winner`'s, by median."""
+    tied configs). Not significant: the leader (the best estimate), with its open comparisons.
+    `ranking` is `pick_winner`'s, by median."""
     measured = [c for c in cands.values() if c.values]
     ranked = pick_winner(measured, direction=direction, noise_floor=noise_floor)
-    survivors = [cands[n] for n in standing.alive]
-    name = {id(c): f"trial {n}" for n, c in cands.items()}
-    dropped = ", ".join(f"trial {n} after round {r}" for n, r in sorted(standing.dropped.items()))
-    rounds = f"{standing.rounds} round{'s' if standing.rounds != 1 else ''}"
-    failed = [f"trial {n}" for n, c in cands.items() if not c.values]
-    if standing.outcome == DECIDED and not standing.dropped:
-        winner = survivors[0]
-        others = f" ({', '.join(failed)} failed every run)" if failed else ""
-        why = f"only {name[id(winner)]} was measured, in {rounds}{others}: nothing to race"
-    elif standing.outcome == DECIDED:
-        winner = survivors[0]
-        why = (
-            f"{name[id(winner)]} wins the race after {rounds}: every other contender was "
-            f"proved slower ({dropped})"
-        )
-        if failed:
-            why += f" or failed every run ({', '.join(failed)})"
+    failed = tuple(n for n, c in cands.items() if not c.values)
+    if standing.outcome == DECIDED:
+        chosen = standing.alive[0]
+        kind: VerdictKind = "race_won" if standing.dropped else "race_alone"
     elif standing.outcome == TIED:
-        winner = min(survivors, key=lambda c: (_preference(_summarize(c)), c.key))
-        why = (
-            f"after {rounds} the {len(survivors)} survivors are equivalent (each within the "
-            f"margin of the leader); exporting the simplest, {name[id(winner)]}"
+        chosen = min(
+            standing.alive, key=lambda n: (_preference(_summarize(cands[n])), cands[n].key)
         )
-    else:
-        # the best estimate, said to be no proven win (a tie would have gone to the simplest)
-        winner = cands[standing.leader]
-        open_pairs = "; ".join(
-            f"trial {standing.leader} over trial {n} {interval_text(inverse(c))}"
-            for n, c in standing.against_leader.items()
-        )
-        why = (
-            f"not significant after {rounds}: {open_pairs or 'one run each'}; exporting the "
-            f"leader, {name[id(winner)]}, the best estimate but not a proven win. More rounds "
-            f"(hydra.sweeper.verify.max_rounds), a quieter machine or a larger model (longer "
-            f"steps, less relative noise) would separate them"
-        )
-    if dropped and standing.outcome != DECIDED:
-        why += f" (dropped as slower: {dropped})"
+        kind = "race_equivalent"
+    else:  # the best estimate, said to be no proven win (a tie would have gone to the simplest)
+        chosen = standing.leader
+        kind = "race_open"
+    race = RaceEnd(
+        rounds=standing.rounds,
+        chosen=chosen,
+        survivors=len(standing.alive),
+        dropped=tuple(sorted(standing.dropped.items())),
+        failed=failed,
+        open_pairs=tuple((n, inverse(c)) for n, c in standing.against_leader.items()),
+    )
     return Verdict(
-        winner=winner,
+        winner=cands[chosen],
         ranking=ranked.ranking,
         decisive=standing.outcome == DECIDED,
-        reason=why + ".",
+        kind=kind,
+        race=race,
     )

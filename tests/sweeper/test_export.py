@@ -22,6 +22,7 @@ from sweeper.report.best_yaml import (
     train_command,
     write_best_yaml,
 )
+from sweeper.verify.winner import Candidate, RaceEnd, Verdict
 
 
 def _trainer_config() -> dict:
@@ -69,7 +70,15 @@ def decided_winner(job_dir: Path, *, rounds: int) -> SimpleNamespace:
         number=7,
         trial=SimpleNamespace(user_attrs={"job_dir": str(job_dir)}),
         results=[{"fingerprint": {"torch": "2.13.0"}}],
-        verdict=SimpleNamespace(reason="fastest", decisive=True),
+        verdict=Verdict(
+            winner=Candidate(key="k", params={}, overrides=[], values=[1.0], simplicity=0),
+            ranking=[],
+            decisive=True,
+            kind="race_won",
+            race=RaceEnd(
+                rounds=rounds, chosen=7, survivors=1, dropped=((3, 2),), failed=(), open_pairs=()
+            ),
+        ),
         outcome="decided",
         rounds=rounds,
         lead_over_start=None,
@@ -287,6 +296,10 @@ def test_exported_winner_never_pins_the_shared_checkpoint_folder(
             planned_checkpoint_every=0,
         )
         dirs.append(OmegaConf.load(path).checkpoint.dir)
+        assert OmegaConf.load(path).provenance.sweep.verdict == (
+            "trial 7 wins the race after 3 rounds: every other contender was proved slower "
+            "(trial 3 after round 2)."
+        )
     assert dirs == [str(tmp_path / "checkpoints" / s / "trial-7") for s in ("first", "second")]
 
 

@@ -305,7 +305,7 @@ def test_the_story_and_explain_say_a_judged_fix_in_the_same_words(caplog) -> Non
     from sweeper.report.story import tell_story
     from sweeper.tracking import NullTracker
     from sweeper.verify.stage import Verification, Winner
-    from sweeper.verify.winner import Candidate, Verdict
+    from sweeper.verify.winner import Candidate, pick_winner
     from train.core.diagnosis_text import basis_text, headline_text
     from train.explain.sweep_dir import judged
 
@@ -323,7 +323,7 @@ def test_the_story_and_explain_say_a_judged_fix_in_the_same_words(caplog) -> Non
         number=0,
         trial=study.trials[0],
         candidate=won,
-        verdict=Verdict(winner=won, ranking=[], decisive=True, reason="only one"),
+        verdict=pick_winner([won], direction="maximize"),
         results=[BASE],
     )
     verification = Verification(rows=[], results={0: [BASE]}, winner=winner)

@@ -33,7 +33,7 @@ P1 = {
 
 
 def _prior(*points: dict) -> Prior:
-    return Prior(points=[PriorPoint(params=p, reason="r") for p in points], line="prior")
+    return Prior(points=[PriorPoint(params=p, rule="largest_fit") for p in points], kind="gpu")
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.plan.prior import prior_points
+from sweeper.plan.prior import Prior, PriorPoint, prior_points
+from sweeper.report.prior_text import point_text, prior_line
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.search_space import parse_space
 from tests.model_shapes import TINY
@@ -62,19 +63,22 @@ def test_gpu_prior_points(device, expected) -> None:
     prior = prior_points(space, ctx)
     assert [_knobs(p.params) for p in prior.points] == expected
     first, second = prior.points
-    assert "largest micro-batch that fits without recompute" in first.reason
-    assert "one micro-batch size up" in second.reason and "1.33x the compute" in second.reason
+    assert (first.rule, second.rule) == ("largest_fit", "size_up") and prior.kind == "gpu"
+    assert second.compute == pytest.approx(4 / 3)
+    assert "largest micro-batch that fits without recompute" in point_text(first)
+    said = point_text(second)
+    assert "one micro-batch size up" in said and "1.33x the compute" in said
     for p in prior.points:  # host-side knobs where they help a GPU step
         assert p.params["data.pin_memory"] is True and p.params["checkpoint.mode"] == "async"
         assert p.params["data.num_workers"] == 1
         assert space.check(p.params) is None  # the space's own rules, memory model included
-    assert "2 point(s) from the memory model and the FLOP arithmetic" in prior.line
+    assert "2 point(s) from the memory model and the FLOP arithmetic" in prior_line(prior)
 
 
 def test_no_prior_where_nothing_fits() -> None:
     ctx = xl_ctx("NVIDIA L4")  # 22.5 GB: gpt2-xl's weights and AdamW state alone do not fit
     prior = prior_points(parse_space(XL_SPACE, ctx), ctx)
-    assert prior.points == [] and "no point of the space fits" in prior.line
+    assert prior.points == [] and "no point of the space fits" in prior_line(prior)
 
 
 def test_new_levers_each_get_a_point_where_present() -> None:
@@ -83,7 +87,7 @@ def test_new_levers_each_get_a_point_where_present() -> None:
     prior = prior_points(parse_space(present, ctx), ctx)
     # the cheapest recompute that fits one size up: every other block (1.17x), not every block
     assert _knobs(prior.points[1].params)[:2] == (16, "every_2")
-    assert "1.17x the compute" in prior.points[1].reason
+    assert "1.17x the compute" in point_text(prior.points[1])
     # levers the space does not hold are skipped, never an error
     assert len(prior.points) == 2
 
@@ -99,7 +103,8 @@ def test_the_starting_config_is_never_repeated() -> None:
 def test_the_prior_can_be_turned_off() -> None:
     ctx = xl_ctx()
     prior = prior_points(parse_space(XL_SPACE, ctx), ctx, enabled=False)
-    assert prior.points == [] and "off" in prior.line
+    assert prior.points == [] and prior.kind == "off"
+    assert prior_line(prior) == "prior: off (hydra.sweeper.prior=false)"
 
 
 def cpu_ctx(cpus: int) -> SpaceContext:
@@ -139,14 +144,14 @@ def test_cpu_prior_sets_threads_and_workers_only(cpus, workers) -> None:
     assert (p["runtime.threads"], p["data.num_workers"]) == (cpus, workers)
     # the GPU arithmetic is not applied on a CPU: the starting config's micro-batch, dtype, compile
     assert (p["batch.micro_batch"], p["runtime.dtype"], p["runtime.compile"]) == (8, "fp32", "none")
-    assert "does not hold on a CPU" in prior.line
-    assert f"on this CPU ({cpus} cores)" in prior.points[0].reason
+    assert "does not hold on a CPU" in prior_line(prior)
+    assert f"on this CPU ({cpus} cores)" in point_text(prior.points[0])
 
 
 def test_cpu_prior_without_threads_or_workers_in_the_space_is_empty() -> None:
     ctx = cpu_ctx(2)
     prior = prior_points(parse_space({"batch.micro_batch": {"split": True, "max": 32}}, ctx), ctx)
-    assert prior.points == [] and "no point on this CPU" in prior.line
+    assert prior.points == [] and "no point on this CPU" in prior_line(prior)
 
 
 def test_the_prior_is_queued_after_the_start_and_counts_among_the_startup_trials() -> None:
@@ -181,3 +186,55 @@ def test_the_prior_is_queued_after_the_start_and_counts_among_the_startup_trials
     assert "largest micro-batch" in trials[1].user_attrs[PRIOR_ATTR]
     # queued once: a resumed study queues neither again
     assert queue_prior(study, prepared, start) == []
+
+
+LEVER_POINT = {"batch.micro_batch": 16, "runtime.float8": "tensorwise"}
+WORDS = [
+    (
+        PriorPoint(params=LEVER_POINT, rule="lever", lever=("runtime.float8", "tensorwise")),
+        "runtime.float8=tensorwise on the largest fit: a new lever of the compute-bound step",
+    ),
+    (
+        PriorPoint(
+            params=LEVER_POINT, rule="lever", lever=("runtime.float8", "tensorwise"), refit=True
+        ),
+        "runtime.float8=tensorwise on the largest fit: a new lever of the compute-bound step; it "
+        "frees memory: micro-batch 16 fits without recompute",
+    ),
+    (
+        PriorPoint(
+            params={"batch.micro_batch": 4, "runtime.activation_checkpointing": "every_2"},
+            rule="size_up",
+            compute=7 / 6,
+        ),
+        "one micro-batch size up (4) with the cheapest recompute that fits "
+        "(runtime.activation_checkpointing=every_2, 1.17x the compute)",
+    ),
+    (
+        PriorPoint(
+            params={}, rule="cpu", knobs={"runtime.threads": 2, "data.num_workers": 0}, cores=2
+        ),
+        "on this CPU (2 cores): threads=2, num_workers=0: every core to the step, and no "
+        "DataLoader worker competing with it on a few cores",
+    ),
+]
+
+
+@pytest.mark.parametrize(("point", "words"), WORDS, ids=[w[0].rule for w in WORDS])
+def test_a_points_reason_is_written_from_its_rule_and_numbers(point, words) -> None:
+    assert point_text(point) == words
+
+
+@pytest.mark.parametrize(
+    ("kind", "n", "words"),
+    [
+        ("not_tpe", 0, "prior: off (only TPE queues it)"),
+        ("nothing_searched", 0, "prior: none (nothing is searched)"),
+        ("no_fit", 0, "prior: none (no point of the space fits without recompute)"),
+        ("cpu", 1, "prior: 1 point(s) on this CPU: the FLOP arithmetic does not hold on a CPU"),
+        ("gpu", 0, "prior: 0 point(s) from the memory model and the FLOP arithmetic, measured"),
+    ],
+)
+def test_the_priors_line_is_written_from_its_kind(kind, n, words) -> None:
+    points = [PriorPoint(params={}, rule="cpu", cores=2)] * n
+    assert prior_line(Prior(points=points, kind=kind)).startswith(words)

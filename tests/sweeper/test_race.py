@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from sweeper.report.verdict_text import verdict_text
 from sweeper.settings import VerifyConf, check_race
 from sweeper.verify.race_rules import (
     DECIDED,
@@ -163,8 +164,9 @@ def test_verdict_names_how_the_race_ended() -> None:
     cands = {4: _cand("fast", fast, 2), 0: _cand("start", slow, 0)}
     v = race_verdict(cands, _standing({4: fast, 0: slow}), direction="maximize", noise_floor=0.01)
     assert v.winner is cands[4] and v.decisive
-    assert v.reason.startswith("trial 4 wins the race after 3 rounds")
-    assert "trial 0 after round 3" in v.reason
+    assert v.kind == "race_won" and v.race is not None and v.race.dropped == ((0, 3),)
+    assert verdict_text(v).startswith("trial 4 wins the race after 3 rounds")
+    assert "trial 0 after round 3" in verdict_text(v)
 
     same = {4: _cand("a", slow, 2), 0: _cand("start", [x * 1.001 for x in slow], 0)}
     v = race_verdict(
@@ -174,7 +176,8 @@ def test_verdict_names_how_the_race_ended() -> None:
         noise_floor=0.01,
     )
     assert v.winner is same[0] and not v.decisive  # the simplest among equivalents
-    assert "survivors are equivalent" in v.reason
+    assert v.kind == "race_equivalent" and v.race is not None and v.race.chosen == 0
+    assert "survivors are equivalent" in verdict_text(v)
 
 
 def test_an_undecided_verdict_says_what_would_separate() -> None:
@@ -186,12 +189,15 @@ def test_an_undecided_verdict_says_what_would_separate() -> None:
     v = race_verdict(cands, s, direction="maximize", noise_floor=0.01)
     other = 3 - s.leader
     assert not v.decisive
-    assert v.reason.startswith(
+    assert v.kind == "race_open" and v.race is not None
+    assert [n for n, _ in v.race.open_pairs] == [other]
+    assert verdict_text(v).startswith(
         f"not significant after 8 rounds: trial {s.leader} over trial {other}"
     )
     assert v.winner is cands[s.leader]  # the leader: the best estimate, said to be no proven win
-    assert "95% CI" in v.reason and "hydra.sweeper.verify.max_rounds" in v.reason
-    assert "quieter machine" in v.reason
+    text = verdict_text(v)
+    assert "95% CI" in text and "hydra.sweeper.verify.max_rounds" in text
+    assert "quieter machine" in text
 
 
 def test_the_lead_becomes_the_parent_runs_metrics() -> None:
@@ -212,7 +218,8 @@ def test_a_race_of_one_says_there_was_nothing_to_race() -> None:
     s = judge({0: [100.0, 101.0], 3: [None, None]}, alive=[0, 3], dropped={}, rules=RULES)
     v = race_verdict(cands, s, direction="maximize", noise_floor=0.01)
     assert v.winner is cands[0]
+    assert v.kind == "race_alone" and v.race is not None and v.race.failed == (3,)
     assert (
-        v.reason
+        verdict_text(v)
         == "only trial 0 was measured, in 2 rounds (trial 3 failed every run): nothing to race."
     )

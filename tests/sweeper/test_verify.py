@@ -6,6 +6,7 @@ import statistics
 
 import pytest
 
+from sweeper.report.verdict_text import verdict_text
 from sweeper.verify.winner import Candidate, coefficient_of_variation, pick_winner
 
 
@@ -154,7 +155,8 @@ def test_pick_winner_table(
     verdict = pick_winner(candidates, direction=direction)
     assert verdict.winner.key == winner
     assert verdict.decisive is decisive
-    assert verdict.reason
+    assert (verdict.kind in ("decisive", "only_one")) is decisive
+    assert verdict_text(verdict)
     medians = [r["median"] for r in verdict.ranking]
     assert medians == sorted(medians, reverse=direction == "maximize")
 
@@ -183,8 +185,11 @@ def test_tie_reason_names_numbers_and_the_simpler_config() -> None:
         direction="maximize",
     )
     # 2/102 = 2.0% apart, CVs 2.0% / 1.96%
-    assert "top 2 are within noise (2.0% apart, CV 2.0%/2.0%" in verdict.reason
-    assert "exporting the simpler config 'a'" in verdict.reason
+    assert verdict.kind == "tied_simpler" and verdict.medians is not None
+    assert [s.candidate.key for s in verdict.medians.tied] == ["b", "a"]
+    assert verdict.medians.apart == pytest.approx(2 / 102)
+    assert "top 2 are within noise (2.0% apart, CV 2.0%/2.0%" in verdict_text(verdict)
+    assert "exporting the simpler config 'a'" in verdict_text(verdict)
 
 
 def test_decisive_reason_reports_lead_noise_and_overlap() -> None:
@@ -194,10 +199,14 @@ def test_decisive_reason_reports_lead_noise_and_overlap() -> None:
         direction="maximize",
     )
     assert verdict.decisive
-    assert "'b' wins decisively" in verdict.reason
-    assert "overlap" in verdict.reason and "do not overlap" not in verdict.reason
+    assert verdict.kind == "decisive" and verdict.medians is not None
+    assert verdict.medians.overlap and verdict.medians.runner_up is not None
+    assert verdict.medians.runner_up.candidate.key == "a"
+    assert "'b' wins decisively" in verdict_text(verdict)
+    assert "overlap" in verdict_text(verdict) and "do not overlap" not in verdict_text(verdict)
     separated = pick_winner([_cand("a", [100, 101]), _cand("b", [200, 201])], direction="maximize")
-    assert "do not overlap" in separated.reason
+    assert separated.medians is not None and not separated.medians.overlap
+    assert "do not overlap" in verdict_text(separated)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +224,8 @@ def test_single_measurement_uses_the_floor(
         direction="maximize",
     )
     assert verdict.decisive is decisive
-    assert "CV is unknown" in verdict.reason
+    assert verdict.medians is not None and verdict.medians.floor_only == 0.01
+    assert "CV is unknown" in verdict_text(verdict)
 
 
 def test_noise_floor_is_a_parameter() -> None:
