@@ -7,21 +7,21 @@ written by sweeper/numbers.py, one way each.
 - `prior_text`: the prior's line and each point's reason, for plan mode and the sweep's start.
 - `verdict_text`: the race's verdict in words, for the console, sweep.log, the study, MLflow and
   best.yaml alike.
-- `cost`: the time-to-train and price lines of the starting config and the winner.
+- `time_to_train`: the time-to-train and price lines of the starting config and the winner.
 - `plots`: Optuna's HTML views and the static PNG summary.
-- `export`: best.yaml, the winning trainer config pinned with its evidence.
+- `best_yaml`: best.yaml, the winning trainer config pinned with its evidence.
 - `handoff`: the production checkpoint interval (Young/Daly), and best_nanogpt.py and best_llmc.sh
   beside best.yaml with what each target cannot express.
 """
 
 __all__ = [
+    "best_yaml",
     "console",
-    "cost",
-    "export",
     "handoff",
     "plan_text",
     "plots",
     "prior_text",
     "story",
+    "time_to_train",
     "verdict_text",
 ]

@@ -1,7 +1,8 @@
 """The rule book for one point of a search space. Pure and torch-free; it imports nothing else
 from the sweeper, so every other room may read it.
 
-- `space`: the search space parsed from YAML (`SearchSpace`, `parse_space`, `baseline_params`).
+- `search_space`: the search space parsed from YAML (`SearchSpace`, `parse_space`,
+  `baseline_params`).
 - `point`: one point of a space as a typed value: its knobs, fit and forecast (`Point`).
 - `params`: one key of a space, parsed from Hydra's override grammar (`Param`).
 - `overrides`: values written as Hydra overrides that read back as written.
@@ -10,4 +11,12 @@ from the sweeper, so every other room may read it.
 - `limits`: how long one trial may run (`TrialLimits`, `trial_limits`, `point_limits`).
 """
 
-__all__ = ["constraints", "limits", "memory", "overrides", "params", "point", "space"]
+__all__ = [
+    "constraints",
+    "limits",
+    "memory",
+    "overrides",
+    "params",
+    "point",
+    "search_space",
+]
