@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.limits import recompute_factor
+from sweeper.space.fit import Fit
+from sweeper.space.limits import forecast_point, recompute_factor
+from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace
 from train.core.keys import (
     ATTENTION,
@@ -59,7 +61,9 @@ CPU_FEW_CORES = 2  # at or below this many cores a DataLoader worker takes a cor
 class PriorPoint:
     """One point the arithmetic picks, and why."""
 
-    params: dict[str, Any]  # searched key -> value (a SearchSpace params dict)
+    # the knobs it sets, with its fit (it fits as it is) and its forecast (a cold compile)
+    point: Point
+    params: dict[str, Any]  # its searched values: what Optuna is asked to queue
     reason: str
 
 
@@ -92,7 +96,7 @@ class _Picker:
     each key's first value) and the space's own check."""
 
     def __init__(self, space: SearchSpace, ctx: SpaceContext, start: dict | None) -> None:
-        self.space, self.start = space, start
+        self.space, self.ctx, self.start = space, ctx, start
         self.params = {p.key: p for p in space.searched}
         self.template = {}
         for p in space.searched:
@@ -132,7 +136,9 @@ class _Picker:
         if params is None or not self.ok(params) or params in self.seen:
             return
         self.seen.append(params)
-        out.append(PriorPoint(params=params, reason=reason))
+        point = self.space.point(params)
+        point = forecast_point(point.with_fit(Fit(point=point, changed={})), self.ctx)
+        out.append(PriorPoint(point=point, params=params, reason=reason))
 
 
 def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from sweeper.forecast.trial import (
@@ -89,6 +90,9 @@ CPU_FLOPS = 10e9
 # A GPU missing from train/core/flops.py's peak table: rates below an L4's (T4-class), again
 # erring long: a timeout too generous costs time only when a trial hangs, one too short kills it.
 UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
+# A race run measures real full optimizer steps: a projection (train/trial/measurement.py) is a
+# search shortcut, never what a winner is exported on.
+REAL_STEP_KEYS: Mapping[str, Any] = MappingProxyType({PROJECT_ABOVE_S: 0})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,6 +272,13 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
     ]
 
 
+def _on_device(point: Mapping[str, Any], ctx: SpaceContext) -> tuple[dict[str, Any], str, str]:
+    """The full config of `point` over ctx.base, and the device type and name its trial runs on."""
+    full = Point.of(point).over(ctx.base)
+    device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
+    return full, device_type, ctx.device_name or device_type
+
+
 def point_limits(
     point: Mapping[str, Any],
     ctx: SpaceContext,
@@ -277,14 +288,40 @@ def point_limits(
     warm: bool = False,
 ) -> TrialLimits:
     """The limits of the trial of `point` (a Point, or the knobs of one) in the sweep of `ctx`."""
-    full = Point.of(point).over(ctx.base)
-    device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
+    full, device_type, device_name = _on_device(point, ctx)
     return trial_limits(
         full,
-        device_name=ctx.device_name or device_type,
+        device_name=device_name,
         device_type=device_type,
         bf16_supported=ctx.bf16_supported,
         timeout_s=timeout_s,
         stall_timeout_s=stall_timeout_s,
         warm=warm,
     )
+
+
+def point_forecast(point: Mapping[str, Any], ctx: SpaceContext, *, warm: bool = False) -> TrialTime:
+    """The expected wall of the trial of `point`, phase by phase (its limits' `expected`, which
+    the user's limit settings do not change); `warm`: its graph loads from the compile cache."""
+    full, device_type, device_name = _on_device(point, ctx)
+    step = predict_step(
+        full, device_name=device_name, device_type=device_type, bf16_supported=ctx.bf16_supported
+    )
+    return trial_time(
+        full,
+        step.predicted_s,
+        device_type=device_type,
+        device_name=device_name,
+        num_params=step.num_params,
+        warm=warm,
+    )
+
+
+def forecast_point(point: Mapping[str, Any], ctx: SpaceContext) -> Point:
+    """`point` as a Point with its forecast attached (a cold compile), its fit kept."""
+    return Point.of(point).with_forecast(point_forecast(point, ctx))
+
+
+def race_run_forecast(point: Mapping[str, Any], ctx: SpaceContext) -> TrialTime:
+    """The expected wall of one race run of `point`: its knobs with real full steps."""
+    return point_forecast(Point.of(point).with_knobs(REAL_STEP_KEYS), ctx)

@@ -8,6 +8,7 @@ import pytest
 
 from sweeper.plan.prior import prior_points
 from sweeper.space.constraints import SpaceContext
+from sweeper.space.limits import point_forecast
 from sweeper.space.search_space import parse_space
 from tests.model_shapes import TINY
 from tests.sweeper.test_plan import XL, xl_ctx
@@ -68,6 +69,10 @@ def test_gpu_prior_points(device, expected) -> None:
         assert p.params["data.pin_memory"] is True and p.params["checkpoint.mode"] == "async"
         assert p.params["data.num_workers"] == 1
         assert space.check(p.params) is None  # the space's own rules, memory model included
+        # a typed point: the knobs its trial sets (grad_accum follows), its fit and forecast
+        assert p.point == space.point(p.params)
+        assert p.point.fit is not None and not p.point.fit.changed
+        assert p.point.forecast == point_forecast(p.point, ctx) and p.point.forecast.total_s > 0
     assert "2 point(s) from the memory model and the FLOP arithmetic" in prior.line
 
 
