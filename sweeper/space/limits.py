@@ -272,13 +272,6 @@ def limit_overrides(limits: TrialLimits) -> list[str]:
     ]
 
 
-def _on_device(point: Mapping[str, Any], ctx: SpaceContext) -> tuple[dict[str, Any], str, str]:
-    """The full config of `point` over ctx.base, and the device type and name its trial runs on."""
-    full = Point.of(point).over(ctx.base)
-    device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
-    return full, device_type, ctx.device_name or device_type
-
-
 def point_limits(
     point: Mapping[str, Any],
     ctx: SpaceContext,
@@ -288,10 +281,11 @@ def point_limits(
     warm: bool = False,
 ) -> TrialLimits:
     """The limits of the trial of `point` (a Point, or the knobs of one) in the sweep of `ctx`."""
-    full, device_type, device_name = _on_device(point, ctx)
+    full = Point.of(point).over(ctx.base)
+    device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
     return trial_limits(
         full,
-        device_name=device_name,
+        device_name=ctx.device_name or device_type,
         device_type=device_type,
         bf16_supported=ctx.bf16_supported,
         timeout_s=timeout_s,
@@ -303,18 +297,7 @@ def point_limits(
 def point_forecast(point: Mapping[str, Any], ctx: SpaceContext, *, warm: bool = False) -> TrialTime:
     """The expected wall of the trial of `point`, phase by phase (its limits' `expected`, which
     the user's limit settings do not change); `warm`: its graph loads from the compile cache."""
-    full, device_type, device_name = _on_device(point, ctx)
-    step = predict_step(
-        full, device_name=device_name, device_type=device_type, bf16_supported=ctx.bf16_supported
-    )
-    return trial_time(
-        full,
-        step.predicted_s,
-        device_type=device_type,
-        device_name=device_name,
-        num_params=step.num_params,
-        warm=warm,
-    )
+    return point_limits(point, ctx, timeout_s=0.0, stall_timeout_s=0.0, warm=warm).expected
 
 
 def forecast_point(point: Mapping[str, Any], ctx: SpaceContext) -> Point:

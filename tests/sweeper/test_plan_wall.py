@@ -63,11 +63,12 @@ def _model(
     entrants: int = 1,
     rounds: int = 1,
     start: dict | None = None,
+    prior: Prior | None = None,
 ):
     ctx = xl_ctx(base={**XL, "trial.target_ci": 0.02})
     return ctx, wall_model(
         ctx=ctx,
-        prior=_prior(*points),
+        prior=prior or _prior(*points),
         start=start,
         n_search=n_search,
         mean_trial_s=200.0,
@@ -116,16 +117,7 @@ def test_a_point_with_its_forecast_is_priced_at_that_forecast() -> None:
         points=[PriorPoint(point=point.with_forecast(planted), params=P1, reason="r")],
         line="prior",
     )
-    m = wall_model(
-        ctx=ctx,
-        prior=prior,
-        start=None,
-        n_search=1,
-        mean_trial_s=200.0,
-        race_entrants=1,
-        race_rounds=1,
-        cached=True,
-    )
+    _, m = _model(n_search=1, prior=prior)
     (search,) = m.search
     assert search.each_s == pytest.approx(planted.total_s)  # read, not recomputed
     # a race run is another trial (real full steps): forecast afresh, not the point's
