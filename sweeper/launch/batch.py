@@ -18,49 +18,47 @@ from hydra.core.utils import JobReturn, JobStatus
 
 from sweeper.launch import kinds
 from sweeper.settings import SweepSettings
-from sweeper.space.limits import TrialTime, limit_overrides, point_limits
+from sweeper.space.limits import (
+    REAL_STEP_KEYS,
+    limit_overrides,
+    point_forecast,
+    point_limits,
+    race_run_forecast,
+)
 from sweeper.space.overrides import hydra_quote
 from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace
-from train.core.keys import PROJECT_ABOVE_S
 
 log = logging.getLogger(__name__)
 
-# Verification measures real full optimizer steps: a projection (train/trial/measurement.py) is a
-# search shortcut, never what a winner is exported on.
-REAL_STEP_KEYS = ((PROJECT_ABOVE_S, 0),)
-REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS)
+# the overrides of a race run's real full steps (sweeper/space/limits.py REAL_STEP_KEYS)
+REAL_STEPS = tuple(f"{k}={v}" for k, v in REAL_STEP_KEYS.items())
 
 
-def trial_limits(
-    space: SearchSpace, settings: SweepSettings, params: dict, extra: dict | None = None
-) -> list[str]:
-    """The hard and stall limits of the trial of Optuna's `params` as job overrides
-    (sweeper/space/limits.py); `extra` are trainer keys the job sets besides the point's
-    (verification's real full steps)."""
+def ready_point(
+    space: SearchSpace, settings: SweepSettings, params: dict, *, race: bool = False
+) -> tuple[Point, list[str]]:
+    """The point of Optuna's `params` made ready to launch: the point with its trial's forecast
+    attached, and its hard and stall limits as job overrides (sweeper/space/limits.py). `race`:
+    the job runs real full steps (REAL_STEP_KEYS, which the point's knobs leave out) and the
+    forecast and limits are those of such a run."""
+    point = space.point(params)
     limits = point_limits(
-        space.point(params).with_knobs(extra or {}),
+        point.with_knobs(REAL_STEP_KEYS if race else {}),
         space.ctx,
         timeout_s=settings.budget.trial_timeout_s,
         stall_timeout_s=settings.budget.stall_timeout_s,
     )
-    return limit_overrides(limits)
+    return point.with_forecast(limits.expected), limit_overrides(limits)
 
 
-def real_trial_s(space: SearchSpace, settings: SweepSettings) -> float:
+def real_trial_s(space: SearchSpace) -> float:
     """A verification run's predicted wall when the starting config's search trial is projected
     (verification measures real full steps, which a projected search trial's median wall
     underestimates); 0 otherwise, when the search trials' own median is the estimate."""
-
-    def expected(extra: dict) -> TrialTime:
-        return point_limits(
-            Point(knobs=extra),
-            space.ctx,
-            timeout_s=settings.budget.trial_timeout_s,
-            stall_timeout_s=settings.budget.stall_timeout_s,
-        ).expected
-
-    return expected(dict(REAL_STEP_KEYS)).total_s if expected({}).projected else 0.0
+    if not point_forecast(Point(), space.ctx).projected:
+        return 0.0
+    return race_run_forecast(Point(), space.ctx).total_s
 
 
 def job_output(ret: JobReturn) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from sweeper.plan.scan import Scan, scan
 from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, queued_points, wall_model
 from sweeper.settings import SweepSettings
 from sweeper.space.constraints import SpaceContext, check_point
-from sweeper.space.limits import point_limits
+from sweeper.space.limits import forecast_point, race_run_forecast
 from sweeper.space.memory import predict
+from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace, baseline_params
 from train.core.flops import flops_per_token, gpt2_num_params
 from train.core.keys import (
@@ -37,7 +38,6 @@ from train.core.keys import (
     N_EMBD,
     N_HEAD,
     N_LAYER,
-    PROJECT_ABOVE_S,
     RECOMPUTE,
     TRIAL_TARGET_CI,
     VOCAB_SIZE,
@@ -129,12 +129,14 @@ def build_plan(
     start, start_runs = starting_config_line(space, ctx)
     n_verify = (k + start_runs) * repeats
     cap = _wall_cap_s(settings, device)
-    start_point = (
+    start_params = (
         baseline_params(space, ctx.base, device_type=ctx.device_type, bf16=ctx.bf16_supported)
         if start_runs
         else None
     )
-    prior = prior_points(space, ctx, start=start_point, enabled=settings.prior)
+    prior = prior_points(space, ctx, start=start_params, enabled=settings.prior)
+    # the starting config's point with its forecast, priced beside the prior's
+    start_point = None if start_params is None else forecast_point(space.point(start_params), ctx)
     walls = _sweep_wall(
         ctx,
         settings,
@@ -148,7 +150,7 @@ def build_plan(
     if walls is not None and walls.race:
         verify_s = walls.race[0].each_s
     else:
-        verify_s = _verify_trial_s(ctx, settings)
+        verify_s = race_run_forecast(Point(), ctx).total_s
     guard = _guard_runs(space, ctx, settings, prior=prior, start=start_point, n_search=n_search)
     wall, budget_line = _capped_wall(
         walls, guard, settings, cap_s=cap, calibration=calibration, race_entrants=k + start_runs
@@ -184,16 +186,6 @@ def _search_trials(settings: SweepSettings, found: Scan) -> int | None:
     return n_trials if n_trials > 0 else None
 
 
-def _verify_trial_s(ctx: SpaceContext, settings: SweepSettings) -> float:
-    """One verification run's expected time: the starting config's trial, real full steps."""
-    return point_limits(
-        {PROJECT_ABOVE_S: 0},
-        ctx,
-        timeout_s=settings.budget.trial_timeout_s,
-        stall_timeout_s=settings.budget.stall_timeout_s,
-    ).expected.total_s
-
-
 def _wall_cap_s(settings: SweepSettings, device: DeviceFacts) -> float:
     """The wall budget (0: none); a CPU sweep falls back to its own cap."""
     cap = settings.budget.max_wall_s
@@ -207,7 +199,7 @@ def _sweep_wall(
     settings: SweepSettings,
     *,
     prior: Prior,
-    start: dict[str, Any] | None,
+    start: Point | None,
     n_search: int | None,
     mean_trial_s: float | None,
     race_entrants: int,
@@ -226,10 +218,6 @@ def _sweep_wall(
         race_entrants=race_entrants,
         race_rounds=settings.verify.repeats,
         cached=str(getattr(settings, "compile_cache", "off")) != "off",
-        limits={
-            "timeout_s": settings.budget.trial_timeout_s,
-            "stall_timeout_s": settings.budget.stall_timeout_s,
-        },
         calibration=calibration,
     )
 
@@ -240,7 +228,7 @@ def _guard_runs(
     settings: SweepSettings,
     *,
     prior: Prior,
-    start: dict[str, Any] | None,
+    start: Point | None,
     n_search: int | None,
 ) -> GuardPlan:
     """The numerics guard's curve runs over the searched choices, priced per planned point where
@@ -309,8 +297,8 @@ def _model_facts(ctx: SpaceContext) -> dict[str, Any]:
 
 
 def _planned_points(
-    prior: Prior | None, start: dict[str, Any] | None, n_search: int | None
-) -> list[dict[str, Any]] | None:
+    prior: Prior | None, start: Point | None, n_search: int | None
+) -> list[Point] | None:
     """Every point the search runs, where the starting config and the prior's first points fill
     its trial budget (so no TPE point is drawn); None where the plan cannot know them."""
     if prior is None or n_search is None:

@@ -18,7 +18,7 @@ from sweeper.plan.wall import graph_of
 from sweeper.settings import GuardConf, SweepSettings
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import Fit, nearest_fit
-from sweeper.space.limits import point_limits
+from sweeper.space.limits import point_forecast
 from sweeper.space.math_keys import math_changes, searched_math_keys
 from sweeper.space.point import Point
 from train.core.curve import capped_split, curve_keys
@@ -92,7 +92,7 @@ def guard_plan(
     ctx: SpaceContext,
     settings: SweepSettings,
     *,
-    planned: list[Mapping[str, Any]] | None = None,
+    planned: list[Point] | None = None,
 ) -> GuardPlan:
     """The guard's runs for this sweep, priced at the starting config's predicted step.
     `planned`: every point the search will run, where the plan knows them all (the starting
@@ -105,28 +105,24 @@ def guard_plan(
     fit = nearest_fit({}, ctx)  # the starting config, or the nearest point with its math that fits
     reference = fit.point if fit is not None else Point()
     if planned is not None and not any(
-        math_changes(reference.over(ctx.base), {**ctx.base, **p}, device_type=ctx.device_type)
+        math_changes(reference.over(ctx.base), p.over(ctx.base), device_type=ctx.device_type)
         for p in planned
     ):
         return GuardPlan(on=False, why=why, runs=0, run_s=0.0, planned_without_math=len(planned))
     keys = curve_run_keys(reference, ctx, rules, seed=0)
-    limits = {
-        "timeout_s": settings.budget.trial_timeout_s,
-        "stall_timeout_s": settings.budget.stall_timeout_s,
-    }
     # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
-    seen = {graph_of({**ctx.base, **p}) for p in planned or []}
+    seen = {graph_of(p.over(ctx.base)) for p in planned or []}
 
     def curve_s(point: Point) -> float:
         warm = graph_of(point.over(ctx.base)) in seen
-        return point_limits(point.with_knobs(keys), ctx, warm=warm, **limits).expected.total_s
+        return point_forecast(point.with_knobs(keys), ctx, warm=warm).total_s
 
     ref_s = curve_s(reference)
     batches = {k: reference[k] for k in SAME_BATCHES if k in reference}
     changing = [
-        Point.of(p).with_knobs(batches)
+        p.with_knobs(batches)
         for p in planned or []
-        if math_changes(reference.over(ctx.base), {**ctx.base, **p}, device_type=ctx.device_type)
+        if math_changes(reference.over(ctx.base), p.over(ctx.base), device_type=ctx.device_type)
     ][: settings.verify.top_k]
     if planned is not None:  # each planned contender at its own price (float8 compiles its own)
         contender_s = [curve_s(p) for p in changing]

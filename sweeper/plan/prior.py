@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.limits import recompute_factor
+from sweeper.space.fit import Fit
+from sweeper.space.limits import forecast_point, recompute_factor
+from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace
 from train.core.keys import (
     ATTENTION,
@@ -67,6 +69,8 @@ CPU_FEW_CORES = 2  # at or below this many cores a DataLoader worker takes a cor
 class PriorPoint:
     """One point the arithmetic picks, the rule that picked it and the numbers it went by."""
 
+    # the knobs it sets, with its fit (it fits as it is) and its forecast (a cold compile)
+    point: Point
     params: dict[str, Any]  # searched key -> value (a SearchSpace params dict)
     rule: PointRule
     knobs: dict[str, Any] = field(default_factory=dict)  # largest_fit, cpu: the knobs it set
@@ -105,7 +109,7 @@ class _Picker:
     each key's first value) and the space's own check."""
 
     def __init__(self, space: SearchSpace, ctx: SpaceContext, start: dict | None) -> None:
-        self.space, self.start = space, start
+        self.space, self.ctx, self.start = space, ctx, start
         self.params = {p.key: p for p in space.searched}
         self.template = {}
         for p in space.searched:
@@ -146,7 +150,9 @@ class _Picker:
         if params is None or not self.ok(params) or params in self.seen:
             return
         self.seen.append(params)
-        out.append(PriorPoint(params=params, rule=rule, **why))
+        point = self.space.point(params)
+        point = forecast_point(point.with_fit(Fit(point=point, changed={})), self.ctx)
+        out.append(PriorPoint(point=point, params=params, rule=rule, **why))
 
 
 def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:

@@ -29,13 +29,12 @@ from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.limits import point_limits
+from sweeper.space.limits import REAL_STEP_KEYS, point_forecast
+from sweeper.space.point import Point
 from sweeper.study.budget import verify_reserve
 from train.core.compile_graphs import graph_key
-from train.core.keys import PROJECT_ABOVE_S
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
-REAL_STEPS = {PROJECT_ABOVE_S: 0}  # a race run measures real full steps (never projected)
 
 
 def graph_of(config: Mapping[str, Any]) -> str | None:
@@ -106,46 +105,47 @@ class _Graphs:
         return cold.total_s, cold.compile_s, "cold compile"
 
 
-def queued_points(prior: Prior, start: dict | None) -> list[tuple[str, dict]]:
+def queued_points(prior: Prior, start: Point | None) -> list[tuple[str, Point]]:
     """The points the search runs before TPE draws any, labelled, in order: the starting config
     (when it runs), then the prior's."""
     first = [("starting config", start)] if start is not None else []
-    return first + [(f"prior {i}", p.params) for i, p in enumerate(prior.points, 1)]
+    return first + [(f"prior {i}", p.point) for i, p in enumerate(prior.points, 1)]
 
 
 def wall_model(
     *,
     ctx: SpaceContext,
     prior: Prior,
-    start: dict | None,
+    start: Point | None,
     n_search: int,
     mean_trial_s: float,
     race_entrants: int,
     race_rounds: int,
     cached: bool,
-    limits: Mapping[str, float],
     overrides: Mapping[str, Any] | None = None,
     calibration: Calibration | None = None,
 ) -> WallModel:
     """The wall of a sweep of `n_search` trials: `start` (the starting config's point, when it
     runs) and the prior's points first, the rest (TPE's design and picks, the polish step) at
     `mean_trial_s`, then
-    `race_rounds` rounds of `race_entrants` race runs. `limits` are the sweeper's
-    trial_timeout_s / stall_timeout_s; `overrides` adds keys to every priced config (a calibrated
-    plan.step_cv). With a `calibration` (sweeper/plan/calibration.py) every term is this
-    machine's measured one instead."""
+    `race_rounds` rounds of `race_entrants` race runs. A point's own forecast is its cold
+    price; `overrides` adds keys to every priced config (a calibrated plan.step_cv). With a
+    `calibration` (sweeper/plan/calibration.py) every term is this machine's measured one
+    instead."""
     if calibration is not None:
         return _calibrated(calibration, n_search=n_search, race_runs=race_entrants * race_rounds)
     extra = dict(overrides or {})
     graphs = _Graphs(cached, ctx.device_name if ctx.device_type == "cuda" else "")
 
-    def expected(params: Mapping[str, Any], *, warm: bool = False) -> TrialTime:
-        return point_limits({**params, **extra}, ctx, warm=warm, **limits).expected  # type: ignore[arg-type]
+    def expected(point: Point, *, warm: bool = False) -> TrialTime:
+        if point.forecast is not None and not warm and not extra:
+            return point.forecast
+        return point_forecast(point.with_knobs(extra), ctx, warm=warm)
 
     known = queued_points(prior, start)[:n_search]
     search = [
-        _priced_run(label, params, count=1, base=ctx.base, graphs=graphs, expected=expected)
-        for label, params in known
+        _priced_run(label, point, count=1, base=ctx.base, graphs=graphs, expected=expected)
+        for label, point in known
     ]
     rest = max(0, n_search - len(known))
     if rest > 0:
@@ -160,20 +160,20 @@ def wall_model(
             )
         )
     race: list[PlannedRuns] = []
-    for label, params in (
+    for label, point in (
         _race_entrants(known, rest, prior, start, race_entrants) if race_rounds else []
     ):
-        if params:
-            graphs.seen.add(graph_of({**ctx.base, **params}))
+        if point:
+            graphs.seen.add(graph_of(point.over(ctx.base)))
         name = (
             f"race run of the {label} (real full steps)" if label else "race run (real full steps)"
         )
         race.append(
             _priced_run(
                 name,
-                params,
+                point,
                 count=race_rounds,
-                steps=REAL_STEPS,
+                steps=REAL_STEP_KEYS,
                 base=ctx.base,
                 graphs=graphs,
                 expected=expected,
@@ -184,7 +184,7 @@ def wall_model(
 
 def _priced_run(
     label: str,
-    params: Mapping[str, Any],
+    point: Point,
     *,
     count: int,
     steps: Mapping[str, Any] | None = None,
@@ -192,11 +192,11 @@ def _priced_run(
     graphs: _Graphs,
     expected: Callable[..., TrialTime],
 ) -> PlannedRuns:
-    """`count` runs of `params` (with `steps`' keys: a race run's real full steps) at its own
+    """`count` runs of `point` (with `steps`' keys: a race run's real full steps) at its own
     expected trial, its compile cold or from the cache as `graphs` has seen it."""
-    priced = {**params, **(steps or {})}
+    priced = point.with_knobs(steps) if steps else point
     t = expected(priced)
-    wall, comp, how = graphs.price({**base, **params}, t, expected(priced, warm=True))
+    wall, comp, how = graphs.price(point.over(base), t, expected(priced, warm=True))
     return PlannedRuns(
         label=label,
         count=count,
@@ -208,18 +208,18 @@ def _priced_run(
 
 
 def _race_entrants(
-    known: list[tuple[str, dict]],
+    known: list[tuple[str, Point]],
     rest: int,
     prior: Prior,
-    start: dict | None,
+    start: Point | None,
     race_entrants: int,
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, Point]]:
     """The race's entrants, labelled: where every search trial is `known` (none `rest`) and all
     of them race, each at its own price; else `race_entrants` runs sized like the likeliest
     contender (the prior's first point, else the start)."""
     if rest == 0 and known and race_entrants == len(known):
         return list(known)
-    contender = prior.points[0].params if prior.points else (start or {})
+    contender = prior.points[0].point if prior.points else (start or Point())
     return [("", contender)] * race_entrants
 
 

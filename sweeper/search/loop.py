@@ -20,7 +20,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
-from sweeper.launch.batch import job_name, real_trial_s, trial_limits
+from sweeper.launch.batch import job_name, ready_point, real_trial_s
 from sweeper.masking import mask_secrets
 from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
@@ -73,7 +73,7 @@ class Search:
         self.exhausted = False  # the streak reached MAX_DUPLICATE_STREAK (and was said)
         self.twins_running = 0  # points in a row proposed while their twin was measured
         self.width = 1  # trials running at once (run() sets it from n_jobs and the launcher)
-        self.real_s = real_trial_s(ctx.space, ctx.settings)
+        self.real_s = real_trial_s(ctx.space)
         self.launched = 0  # trials this worker launched
         # the budget that ended the search (sweeper/study/budget.py)
         self.ended_by: str | None = None
@@ -237,10 +237,11 @@ class Search:
             self._tell_running_twin(trial, running)
             return None
         self.streak = self.twins_running = 0
+        point, limits = ready_point(self.ctx.space, self.ctx.settings, trial.params)
         return trial, [
             *self.ctx.fixed,
-            *self.ctx.space.to_overrides(trial.params),
-            *trial_limits(self.ctx.space, self.ctx.settings, trial.params),
+            *point.overrides(),
+            *limits,
             # quoted for Hydra's grammar: a URL's query string (?timeout=60, ?sslmode=require) or
             # a study name with spaces would otherwise not parse in the trial's command line
             format_override(STUDY_STORAGE, self.trial_storage),

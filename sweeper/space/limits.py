@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from sweeper.forecast.trial import (
@@ -89,6 +90,9 @@ CPU_FLOPS = 10e9
 # A GPU missing from train/core/flops.py's peak table: rates below an L4's (T4-class), again
 # erring long: a timeout too generous costs time only when a trial hangs, one too short kills it.
 UNKNOWN_GPU_FLOPS = {"bf16": 50e12, "fp16": 50e12, "tf32": 25e12, "fp32": 8e12}
+# A race run measures real full optimizer steps: a projection (train/trial/measurement.py) is a
+# search shortcut, never what a winner is exported on.
+REAL_STEP_KEYS: Mapping[str, Any] = MappingProxyType({PROJECT_ABOVE_S: 0})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,3 +292,19 @@ def point_limits(
         stall_timeout_s=stall_timeout_s,
         warm=warm,
     )
+
+
+def point_forecast(point: Mapping[str, Any], ctx: SpaceContext, *, warm: bool = False) -> TrialTime:
+    """The expected wall of the trial of `point`, phase by phase (its limits' `expected`, which
+    the user's limit settings do not change); `warm`: its graph loads from the compile cache."""
+    return point_limits(point, ctx, timeout_s=0.0, stall_timeout_s=0.0, warm=warm).expected
+
+
+def forecast_point(point: Mapping[str, Any], ctx: SpaceContext) -> Point:
+    """`point` as a Point with its forecast attached (a cold compile), its fit kept."""
+    return Point.of(point).with_forecast(point_forecast(point, ctx))
+
+
+def race_run_forecast(point: Mapping[str, Any], ctx: SpaceContext) -> TrialTime:
+    """The expected wall of one race run of `point`: its knobs with real full steps."""
+    return point_forecast(Point.of(point).with_knobs(REAL_STEP_KEYS), ctx)

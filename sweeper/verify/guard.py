@@ -238,9 +238,7 @@ def _math_changes(
     """{trial: what it changes} of every contender whose math differs from `reference`'s."""
     space = ctx.space
     changed = {
-        n: math_changes(
-            reference, space.point(c.params).over(space.base), device_type=space.ctx.device_type
-        )
+        n: math_changes(reference, c.point.over(space.base), device_type=space.ctx.device_type)
         for n, c in cands.items()
     }
     return {n: ch for n, ch in changed.items() if ch}

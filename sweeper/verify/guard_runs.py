@@ -55,7 +55,7 @@ def _contender_point(
     pinned to the reference's), with the nearest recompute lever that fits where it does not fit
     at that micro-batch; and what was changed for memory ('' when nothing was)."""
     space = ctx.space
-    point = space.point(c.params)
+    point = c.point
     for key in SAME_BATCHES:  # the reference's batches, whatever split the contender runs
         if key in reference and point.get(key, reference[key]) != reference[key]:
             point = point.with_knob(key, reference[key])

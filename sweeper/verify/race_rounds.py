@@ -152,7 +152,7 @@ def _run_round(
                 number=n,
                 state=out["state"],
                 reason=out.get("reason"),
-                params=ctx.space.point(cands[n].params).as_dict(),
+                params=cands[n].point.as_dict(),
                 result=out.get("result"),
                 job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
                 kind="verify",

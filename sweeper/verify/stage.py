@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.context import SweepContext
-from sweeper.launch.batch import REAL_STEP_KEYS, REAL_STEPS, trial_limits
+from sweeper.launch.batch import REAL_STEPS, ready_point
 from sweeper.launch.threads import uncapped
 from sweeper.study.objective import direction
 from sweeper.study.optuna_study import trial_result
@@ -179,12 +179,8 @@ def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
     """A search trial's config as a race candidate: its overrides run real full steps, at the
     production run's torch threads where the launcher caps its jobs' (sweeper/launch/threads.py)."""
     space = ctx.space
-    overrides = [
-        *ctx.fixed,
-        *space.to_overrides(trial.params),
-        *REAL_STEPS,
-        *trial_limits(space, ctx.settings, trial.params, dict(REAL_STEP_KEYS)),
-    ]
+    point, limits = ready_point(space, ctx.settings, trial.params, race=True)
+    overrides = [*ctx.fixed, *point.overrides(), *REAL_STEPS, *limits]
     launcher = type(ctx.jobs.launcher).__name__
     return Candidate(
         key=json.dumps(trial.params, sort_keys=True, default=str),
@@ -192,6 +188,7 @@ def _candidate(ctx: SweepContext, trial: FrozenTrial) -> Candidate:
         overrides=uncapped(overrides, base=space.base, launcher=launcher),
         values=[],
         simplicity=space.defaults_distance(trial.params, space.base),
+        point=point,
     )
 
 

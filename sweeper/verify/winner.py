@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sweeper.space.point import Point
 from sweeper.verify.race_rules import DECIDED, TIED, Standing, inverse
 from sweeper.verify.race_stats import Comparison
 from train.core.keys import COMPILE, WORKERS
@@ -36,10 +37,12 @@ class Candidate:
     """One finalist and its re-measured objective values."""
 
     key: str  # stable id, e.g. the sorted overrides joined
-    params: dict[str, Any]  # the sampled parameters (Optuna names)
+    params: dict[str, Any]  # the sampled parameters (Optuna names): the study's and the table's
     overrides: list[str]  # trainer overrides, e.g. ["runtime.compile=default"]
     values: list[float]  # the R re-measured objective values
     simplicity: int  # lower = simpler (e.g. knobs changed from the defaults); given by the caller
+    # the knobs it sets (SearchSpace.point of `params`), with the forecast of one race run
+    point: Point = field(default_factory=Point)
 
 
 # How a verdict was reached. pick_winner's: one candidate measured; a decisive lead of the best

@@ -117,13 +117,10 @@ def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches(
         budget=SimpleNamespace(verify_round_fits=lambda study, n, run_s=None: True),
         settings=settings_from({"guard.mode": "auto", "budget.max_wall_s": 0}),
     )
+    params = {"runtime.dtype": "fp32", "runtime.compile": "none"}
     cands = {
         1: Candidate(
-            key="1",
-            params={"runtime.dtype": "fp32", "runtime.compile": "none"},
-            overrides=[],
-            values=[],
-            simplicity=0,
+            key="1", params=params, overrides=[], values=[], simplicity=0, point=space.point(params)
         )
     }
     out = guard_entrants(ctx, cands, baseline=None, start=None)

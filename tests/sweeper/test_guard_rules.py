@@ -12,6 +12,7 @@ import pytest
 from sweeper.plan.guard_price import guard_mode
 from sweeper.settings import GuardConf, settings_from
 from sweeper.space.math_keys import MATH_KEYS, changes_text, math_changes, searched_math_keys
+from sweeper.space.point import Point
 from sweeper.verify.guard_rules import (
     check,
     curve_run_s,
@@ -362,7 +363,14 @@ def _cands(ctx):
         2: {"runtime.dtype": "bf16", "runtime.compile": "none"},
     }
     return {
-        n: Candidate(key=str(n), params=p, overrides=[], values=[], simplicity=0)
+        n: Candidate(
+            key=str(n),
+            params=p,
+            overrides=[],
+            values=[],
+            simplicity=0,
+            point=ctx.space.point(p),
+        )
         for n, p in points.items()
     }
 
@@ -418,7 +426,8 @@ def test_the_plan_prices_no_curve_runs_where_no_planned_trial_changes_the_math(p
     start = {"runtime.dtype": "bf16", "runtime.attention": "auto", "runtime.float8": "none"}
     ctx = xl_ctx("NVIDIA H200", base={**xl_ctx().base, **start})
     settings = settings_from({"verify.top_k": 1})
-    g = guard_plan({"runtime.float8": ["none", "tensorwise"]}, ctx, settings, planned=planned)
+    points = None if planned is None else [Point.of(p) for p in planned]
+    g = guard_plan({"runtime.float8": ["none", "tensorwise"]}, ctx, settings, planned=points)
     assert g.on is on and (g.total_s > 0) is on
     if not on:
         from sweeper.report.plan_text import guard_text

@@ -17,6 +17,7 @@ from sweeper.forecast.costs import WARM_COMPILE_SHARE
 from sweeper.plan.prior import Prior, PriorPoint
 from sweeper.plan.wall import graph_of, wall_model
 from sweeper.space.limits import point_limits
+from sweeper.space.point import Point
 from tests.sweeper.test_plan import REPO, XL, _plan, xl_ctx
 
 LIMITS = {"timeout_s": 0.0, "stall_timeout_s": 0.0}
@@ -33,7 +34,10 @@ P1 = {
 
 
 def _prior(*points: dict) -> Prior:
-    return Prior(points=[PriorPoint(params=p, rule="largest_fit") for p in points], kind="gpu")
+    return Prior(
+        points=[PriorPoint(point=Point.of(p), params=p, rule="largest_fit") for p in points],
+        kind="gpu",
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,18 +64,18 @@ def _model(
     entrants: int = 1,
     rounds: int = 1,
     start: dict | None = None,
+    prior: Prior | None = None,
 ):
     ctx = xl_ctx(base={**XL, "trial.target_ci": 0.02})
     return ctx, wall_model(
         ctx=ctx,
-        prior=_prior(*points),
+        prior=prior or _prior(*points),
         start=start,
         n_search=n_search,
         mean_trial_s=200.0,
         race_entrants=entrants,
         race_rounds=rounds,
         cached=cached,
-        limits=LIMITS,
     )
 
 
@@ -98,6 +102,27 @@ def test_without_the_cache_every_process_compiles_cold() -> None:
     _, m = _model(P1, {**P1, "data.num_workers": 0}, cached=False)
     assert [r.note for r in m.search[:2]] == ["cold compile", "cold compile"]
     assert m.race[0].note == "cold compile"
+
+
+def test_a_point_with_its_forecast_is_priced_at_that_forecast() -> None:
+    from dataclasses import replace
+
+    from sweeper.space.limits import forecast_point, point_forecast
+
+    ctx = xl_ctx(base={**XL, "trial.target_ci": 0.02})
+    point = forecast_point(P1, ctx)
+    assert point.forecast == point_limits(P1, ctx, **LIMITS).expected  # one forecast, both ways
+    assert point_forecast(P1, ctx) == point.forecast
+    planted = replace(point.forecast, window_s=point.forecast.window_s + 1000.0)
+    prior = Prior(
+        points=[PriorPoint(point=point.with_forecast(planted), params=P1, rule="largest_fit")],
+        kind="gpu",
+    )
+    _, m = _model(n_search=1, prior=prior)
+    (search,) = m.search
+    assert search.each_s == pytest.approx(planted.total_s)  # read, not recomputed
+    # a race run is another trial (real full steps): forecast afresh, not the point's
+    assert m.race[0].each_s < planted.total_s - 500
 
 
 @pytest.mark.parametrize(("target", "steps"), [(0.0, 15), (0.02, 4)])
@@ -191,7 +216,6 @@ def test_a_calibrated_plan_uses_the_measured_terms() -> None:
         race_entrants=2,
         race_rounds=3,
         cached=True,
-        limits=LIMITS,
         calibration=c,
     )
     assert [(r.count, r.each_s) for r in m.search] == [(14, 3.5)]

@@ -9,6 +9,8 @@ import pytest
 from sweeper.plan.prior import Prior, PriorPoint, prior_points
 from sweeper.report.prior_text import point_text, prior_line
 from sweeper.space.constraints import SpaceContext
+from sweeper.space.limits import point_forecast
+from sweeper.space.point import Point
 from sweeper.space.search_space import parse_space
 from tests.model_shapes import TINY
 from tests.sweeper.test_plan import XL, xl_ctx
@@ -72,6 +74,10 @@ def test_gpu_prior_points(device, expected) -> None:
         assert p.params["data.pin_memory"] is True and p.params["checkpoint.mode"] == "async"
         assert p.params["data.num_workers"] == 1
         assert space.check(p.params) is None  # the space's own rules, memory model included
+        # a typed point: the knobs its trial sets (grad_accum follows), its fit and forecast
+        assert p.point == space.point(p.params)
+        assert p.point.fit is not None and not p.point.fit.changed
+        assert p.point.forecast == point_forecast(p.point, ctx) and p.point.forecast.total_s > 0
     assert "2 point(s) from the memory model and the FLOP arithmetic" in prior_line(prior)
 
 
@@ -189,21 +195,32 @@ def test_the_prior_is_queued_after_the_start_and_counts_among_the_startup_trials
 
 
 LEVER_POINT = {"batch.micro_batch": 16, "runtime.float8": "tensorwise"}
+SIZE_UP = {"batch.micro_batch": 4, "runtime.activation_checkpointing": "every_2"}
 WORDS = [
     (
-        PriorPoint(params=LEVER_POINT, rule="lever", lever=("runtime.float8", "tensorwise")),
+        PriorPoint(
+            point=Point.of(LEVER_POINT),
+            params=LEVER_POINT,
+            rule="lever",
+            lever=("runtime.float8", "tensorwise"),
+        ),
         "runtime.float8=tensorwise on the largest fit: a new lever of the compute-bound step",
     ),
     (
         PriorPoint(
-            params=LEVER_POINT, rule="lever", lever=("runtime.float8", "tensorwise"), refit=True
+            point=Point.of(LEVER_POINT),
+            params=LEVER_POINT,
+            rule="lever",
+            lever=("runtime.float8", "tensorwise"),
+            refit=True,
         ),
         "runtime.float8=tensorwise on the largest fit: a new lever of the compute-bound step; it "
         "frees memory: micro-batch 16 fits without recompute",
     ),
     (
         PriorPoint(
-            params={"batch.micro_batch": 4, "runtime.activation_checkpointing": "every_2"},
+            point=Point.of(SIZE_UP),
+            params=SIZE_UP,
             rule="size_up",
             compute=7 / 6,
         ),
@@ -212,7 +229,11 @@ WORDS = [
     ),
     (
         PriorPoint(
-            params={}, rule="cpu", knobs={"runtime.threads": 2, "data.num_workers": 0}, cores=2
+            point=Point(),
+            params={},
+            rule="cpu",
+            knobs={"runtime.threads": 2, "data.num_workers": 0},
+            cores=2,
         ),
         "on this CPU (2 cores): threads=2, num_workers=0: every core to the step, and no "
         "DataLoader worker competing with it on a few cores",
@@ -236,5 +257,5 @@ def test_a_points_reason_is_written_from_its_rule_and_numbers(point, words) -> N
     ],
 )
 def test_the_priors_line_is_written_from_its_kind(kind, n, words) -> None:
-    points = [PriorPoint(params={}, rule="cpu", cores=2)] * n
+    points = [PriorPoint(point=Point(), params={}, rule="cpu", cores=2)] * n
     assert prior_line(Prior(points=points, kind=kind)).startswith(words)
