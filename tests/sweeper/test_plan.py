@@ -24,6 +24,7 @@ from sweeper.report.plan_text import format_plan
 from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.search_space import parse_space
+from tests.conftest import python_says
 from tests.model_shapes import GPT2_XL
 from tests.model_shapes import TINY as TINY_SHAPE
 
@@ -390,14 +391,8 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
     with_ao = _plan(tmp_path / "with", *args)
     path = os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
-    probe = subprocess.run(
-        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torchao'))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert probe.stdout.strip() == "None"  # torchao is hidden in that environment
+    probe = python_says("import importlib.util as u; print(u.find_spec('torchao'))", env=env)
+    assert probe.strip() == "None"  # torchao is hidden in that environment
     without = _plan(tmp_path / "without", *args, extra_env={"PYTHONPATH": path})
     assert with_ao.returncode == without.returncode == 0, without.stderr[-2000:]
     assert _plan_lines(with_ao) == _plan_lines(without)
@@ -408,16 +403,12 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
 
 
 def test_plan_software_is_an_assumption_the_user_can_change(tmp_path: Path) -> None:
-    proc = _plan(
-        tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''"
-    )
+    proc = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=''")
     text = "\n".join(_plan_lines(proc))
     assert proc.returncode == 0, text[-2000:]
     assert "machine has torchao absent, no FA3/FA4" in text
     assert "runtime.float8=tensorwise on the largest fit" not in text
-    bad = _plan(
-        tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5"
-    )
+    bad = _plan(tmp_path, f"hydra.sweeper.plan.device={H100}", "hydra.sweeper.plan.software=fa5")
     assert bad.returncode != 0
     assert "hydra.sweeper.plan.software='fa5': ['fa5'] unknown" in bad.stdout + bad.stderr
 
