@@ -502,24 +502,8 @@ def test_a_real_float8_trial_on_a_gpu(
     [("NVIDIA H100 80GB HBM3", True), ("NVIDIA L4", True), ("NVIDIA A100-SXM4-80GB", False)],
 )
 def test_the_floor_says_where_float8_can_beat_it(device: str, has_note: bool) -> None:
-    from train.core.flops import lookup_peak
-    from train.explain.floor import FloorInputs, floor_report
+    from tests.train.test_floor import inputs
+    from train.explain.floor import floor_report
 
-    peak = lookup_peak(device, "bf16")
-    r = floor_report(
-        FloorInputs(
-            model="gpt2-xl",
-            n_layer=48,
-            n_head=25,
-            n_embd=1600,
-            vocab_size=50304,
-            block_size=1024,
-            micro_batch=16,
-            grad_accum=64,
-            device_name=device,
-            dtype="bf16",
-            peak_flops=peak.flops,
-            peak_source=peak.source,
-        )
-    )
+    r = floor_report(inputs("gpt2-xl", device, "bf16", micro_batch=16, grad_accum=64))
     assert any("float8 tensor cores" in n for n in r.notes) == has_note
