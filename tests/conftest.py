@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -77,6 +77,14 @@ def fast_overrides(data_dir: Path, checkpoint_dir: Path) -> list[str]:
     return [*FAST, f"data.dir={data_dir}", f"checkpoint.dir={checkpoint_dir}"]
 
 
+def production_argv(data_dir: Path, checkpoint_dir: Path, out: Path, *overrides: str) -> list[str]:
+    """`python -m train`'s arguments: `fast_overrides`, a loss logged every step, no evaluation, a
+    checkpoint every 5 steps, the run's folder `out`; later overrides win."""
+    fast = fast_overrides(data_dir, checkpoint_dir)
+    every = ("train.log_every=1", "train.eval_every=0", "checkpoint.every_steps=5")
+    return [*fast, *every, f"hydra.run.dir={out}", *overrides]
+
+
 @pytest.fixture
 def make_config(synthetic_dir: Path, tmp_path: Path) -> Callable[..., object]:
     """Compose a fast CPU config pointed at the shared data and a per-test checkpoint folder;
@@ -88,19 +96,56 @@ def make_config(synthetic_dir: Path, tmp_path: Path) -> Callable[..., object]:
     return make
 
 
+@pytest.fixture
+def learning_run(make_config: Callable[..., object]) -> Callable[..., tuple[object, list[dict]]]:
+    """The production run (`python -m train`'s run) of the tiny preset for `steps` steps, on a
+    schedule it learns on within a few dozen steps; returns its config and its history, after
+    checking that every step ran."""
+
+    def run(steps: int, *overrides: str) -> tuple[object, list[dict]]:
+        import train.__main__ as main_mod  # torch: only for the tests that train
+
+        schedule = ("optim.lr=5e-3", "optim.min_lr=5e-4", "optim.warmup_steps=5")
+        cfg = make_config(f"train.max_steps={steps}", *schedule, *overrides)
+        summary = main_mod.run(cfg)
+        assert (summary["start_step"], summary["end_step"]) == (0, steps)
+        return cfg, summary["history"]
+
+    return run
+
+
+def run_python(
+    args: Sequence[str], *, env: Mapping[str, str], cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python <args>` with the project's interpreter and exactly `env`, output captured."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def python_says(code: str, *, env: Mapping[str, str], cwd: Path | None = None) -> str:
+    """What `python -c <code>` prints to stdout; it must exit 0 within two minutes."""
+    proc = run_python(["-c", code], env=env, cwd=cwd, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def run_cli(
-    module: str, args: Sequence[str], *, cwd: Path, timeout: float = 300
+    module: str,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    timeout: float = 300,
+    extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m <module> <args>` with the project's interpreter, in `cwd`, output captured."""
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR), "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(PROJECT_DIR),
+        "HYDRA_FULL_ERROR": "0",
+        **(extra_env or {}),
+    }
+    return run_python(["-m", module, *args], env=env, cwd=cwd, timeout=timeout)
 
 
 def sigkill_after_checkpoint(args: Sequence[str], *, checkpoint: Path, cwd: Path) -> None:

@@ -53,23 +53,32 @@ def cpu_trial_overrides(
 
 
 def add_cpu_trial_args(
-    p: argparse.ArgumentParser, *, model: str, grad_accum: int, warmup_steps: int, steps: int
+    p: argparse.ArgumentParser,
+    *,
+    model: str,
+    grad_accum: int,
+    warmup_steps: int,
+    steps: int,
+    micro_batch_help: str | None = None,
 ) -> None:
     """The command-line arguments `cpu_trial_overrides_of` reads, with the script's defaults."""
     p.add_argument("--model", default=model)
     p.add_argument("--block-size", type=int, default=64, help="the preset's block_size")
-    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--micro-batch", type=int, default=8, help=micro_batch_help)
     p.add_argument("--grad-accum", type=int, default=grad_accum)
-    p.add_argument("--warmup-steps", type=int, default=warmup_steps)
+    p.add_argument("--warmup-steps", type=int, default=warmup_steps, help="warm-up steps per trial")
     p.add_argument("--steps", type=int, default=steps, help="measured steps per trial")
 
 
-def cpu_trial_overrides_of(args: argparse.Namespace, tmp: Path) -> list[str]:
-    """`cpu_trial_overrides` of the arguments `add_cpu_trial_args` added."""
+def cpu_trial_overrides_of(
+    args: argparse.Namespace, tmp: Path, *, micro_batch: int | None = None
+) -> list[str]:
+    """`cpu_trial_overrides` of the arguments `add_cpu_trial_args` added; `micro_batch` instead of
+    --micro-batch where given."""
     return cpu_trial_overrides(
         tmp,
         model=args.model,
-        micro_batch=args.micro_batch,
+        micro_batch=args.micro_batch if micro_batch is None else micro_batch,
         grad_accum=args.grad_accum,
         block_size=args.block_size,
         warmup_steps=args.warmup_steps,

@@ -16,7 +16,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from scripts.bench.configs import cpu_trial_overrides
+from scripts.bench.configs import add_cpu_trial_args, cpu_trial_overrides_of
 from scripts.bench.harness import (
     bench_parser,
     format_table,
@@ -45,26 +45,20 @@ def trial(tmp: Path, name: str, overrides: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__doc__, pairs=3, arms="1 process and 2")
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--block-size", type=int, default=64, help="the preset's block size")
-    parser.add_argument("--micro-batch", type=int, default=8, help="per rank; one process: 2x")
-    parser.add_argument("--grad-accum", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=8, help="measured steps per trial")
-    parser.add_argument("--warmup-steps", type=int, default=3, help="warm-up steps per trial")
+    add_cpu_trial_args(
+        parser,
+        model="tiny",
+        grad_accum=2,
+        warmup_steps=3,
+        steps=8,
+        micro_batch_help="per rank; one process: 2x",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tmp = Path(tempfile.mkdtemp(prefix="bench_ddp_"))
 
     def overrides(micro_batch: int, *extra: str) -> list[str]:
-        base = cpu_trial_overrides(
-            tmp,
-            model=args.model,
-            micro_batch=micro_batch,
-            grad_accum=args.grad_accum,
-            block_size=args.block_size,
-            warmup_steps=args.warmup_steps,
-            steps=args.steps,
-        )
+        base = cpu_trial_overrides_of(args, tmp, micro_batch=micro_batch)
         tokens = 2 * args.micro_batch * args.grad_accum * args.block_size  # the global figure
         return [*base, f"batch.tokens_per_step={tokens}", *extra]
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
+from tests.conftest import production_argv, run_cli, sigkill_after_checkpoint
 from tests.sweep_helpers import REPO, finished_sweep, run_sweep, sweep_argv, sweep_dirs
 from train.run.checkpoint import checkpoint_path, latest_checkpoint, read_header
 
@@ -72,18 +72,11 @@ def _report(request: pytest.FixtureRequest) -> Iterator[None]:
 # ---- the production run -----------------------------------------------------------------------
 
 # 256 tokens a step (2 x 2 x 64): gradient accumulation exercised, a step takes milliseconds
-RUN = (
-    "batch.tokens_per_step=256",
-    "batch.micro_batch=2",
-    "batch.grad_accum=2",
-    "train.log_every=1",
-    "train.eval_every=0",
-    "checkpoint.every_steps=5",
-)
+RUN = ("batch.tokens_per_step=256", "batch.micro_batch=2", "batch.grad_accum=2")
 
 
 def _argv(synthetic_dir: Path, ckpt: Path, out: Path, *overrides: str) -> list[str]:
-    return [*fast_overrides(synthetic_dir, ckpt), *RUN, f"hydra.run.dir={out}", *overrides]
+    return production_argv(synthetic_dir, ckpt, out, *RUN, *overrides)
 
 
 def train(synthetic_dir: Path, ckpt: Path, out: Path, *overrides: str):

@@ -120,44 +120,28 @@ def test_compare_page_screenshot_shows_the_trial_runs(tmp_path: Path) -> None:
     # The sweep must log to the SQLite file in its cwd, not to a server the caller configured.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env["PYTHONUNBUFFERED"] = "1"
-    sweep = subprocess.run(
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    run(
         sweep_argv(
             "search=smoke",
             "hydra.sweeper.study_name=ui-smoke",
             "hydra.sweeper.n_trials=2",
             "hydra.sweeper.verify.top_k=1",
             "hydra.sweeper.verify.repeats=1",
-        ),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        )
     )
-    assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
     assert (tmp_path / "mlflow.db").is_file()
 
     png, dom = tmp_path / "shots" / "compare.png", tmp_path / "shots" / "compare.html"
-    shot = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--tracking-dir",
-            str(tmp_path),
-            "--experiment",
-            "ui-smoke",
-            "--out",
-            str(png),
-            "--dom-out",
-            str(dom),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert shot.returncode == 0, shot.stdout[-3000:] + shot.stderr[-3000:]
+    where = ["--tracking-dir", str(tmp_path), "--experiment", "ui-smoke"]
+    shot = run([sys.executable, str(SCRIPT), *where, "--out", str(png), "--dom-out", str(dom)])
     # the two trials that ran (a point the sampler proposed again is recorded, not run or logged)
     study = load_study(tmp_path, "ui-smoke")
     ran = [t.number for t in study.trials if "duplicate_of" not in t.user_attrs]

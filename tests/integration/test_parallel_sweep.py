@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -142,42 +143,41 @@ def _trials_recorded_once(study: optuna.Study, sweep_dir: Path, n_trials: int) -
     return ran
 
 
-@pytest.mark.slow
-def test_a_joblib_sweep_runs_two_trials_at_once_and_records_each_once(tmp_path: Path) -> None:
-    proc, study = finished_sweep(
+def _two_at_a_time(
+    tmp_path: Path, study: str, n_trials: int, *launcher: str
+) -> tuple[subprocess.CompletedProcess, Path, list]:
+    """A smoke sweep of `n_trials` trials, two at a time on `launcher`: it ends with every trial
+    recorded once and a best.yaml. Returns its process, its folder and its trials."""
+    proc, found = finished_sweep(
         tmp_path,
-        "joblib",
+        study,
         *SMOKE,
-        "hydra/launcher=joblib",
+        *launcher,
         "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.n_trials=4",
+        f"hydra.sweeper.n_trials={n_trials}",
     )
     (sweep_dir,) = sweep_dirs(tmp_path)
-    ran = _trials_recorded_once(study, sweep_dir, 4)
+    ran = _trials_recorded_once(found, sweep_dir, n_trials)
+    assert (sweep_dir / "best.yaml").is_file()
+    return proc, sweep_dir, ran
+
+
+@pytest.mark.slow
+def test_a_joblib_sweep_runs_two_trials_at_once_and_records_each_once(tmp_path: Path) -> None:
+    proc, sweep_dir, ran = _two_at_a_time(tmp_path, "joblib", 4, "hydra/launcher=joblib")
     # two at once: some trial started before the one before it had finished
     spans = sorted((t.datetime_start, t.datetime_complete) for t in ran)
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans
     # Hydra's launcher chatter goes to the sweep's log file, not the console
     assert "Joblib.Parallel" in (sweep_dir / "sweep.log").read_text()
     assert "Joblib.Parallel" not in proc.stdout + proc.stderr
-    assert (sweep_dir / "best.yaml").is_file()
 
 
 @pytest.mark.slow
 def test_submitits_local_executor_runs_a_two_trial_sweep(tmp_path: Path) -> None:
-    _, study = finished_sweep(
-        tmp_path,
-        "submitit",
-        *SMOKE,
-        "hydra/launcher=submitit_local",
-        "hydra.launcher.timeout_min=10",
-        "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.n_trials=2",
-    )
-    (sweep_dir,) = sweep_dirs(tmp_path)
-    _trials_recorded_once(study, sweep_dir, 2)
+    submitit = ("hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10")
+    _, sweep_dir, _ = _two_at_a_time(tmp_path, "submitit", 2, *submitit)
     assert list((sweep_dir / ".submitit").iterdir())  # the jobs went through submitit
-    assert (sweep_dir / "best.yaml").is_file()
 
 
 def test_a_slurm_sweep_without_a_named_device_stops_before_any_trial(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import yaml
 
 from sweeper.launch import threads
 from sweeper.report.best_yaml import pin_measured_threads
+from tests.conftest import python_says
 from tests.sweep_helpers import finished_sweep, sweep_dirs
 from train.core.result import read_result
 
@@ -51,21 +52,13 @@ def test_no_production_count_keeps_the_overrides():
 
 def test_production_threads_is_torchs_default_in_a_fresh_process():
     import os
-    import subprocess
-    import sys
 
     assert threads.production_threads() >= 1
     # a fresh interpreter without a thread cap says the same (this test process's own count may
     # have been set by an earlier test's torch.set_num_threads)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    fresh = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert threads.production_threads() == int(fresh.stdout.split()[-1])
+    fresh = python_says("import torch; print(torch.get_num_threads())", env=env)
+    assert threads.production_threads() == int(fresh.split()[-1])
 
 
 def test_best_yaml_says_when_the_race_lifted_the_cap():

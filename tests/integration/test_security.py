@@ -166,28 +166,35 @@ def test_an_exported_file_keeps_a_hostile_value_inert(
 # -- every storage URL a user can write reaches the trials ----------------------------------------
 
 
+def _smoke_sweep_on(tmp_path: Path, storage: str, study: str, *overrides: str) -> str:
+    """A two-trial smoke sweep on `storage` as study `study`; it must exit 0. Returns its output."""
+    from tests.sweep_helpers import run_sweep
+
+    proc = run_sweep(
+        tmp_path,
+        "search=smoke",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.verify.top_k=1",
+        f"hydra.sweeper.storage='{storage}'",
+        f"hydra.sweeper.study_name={study}",
+        *overrides,
+    )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    return said
+
+
 @pytest.mark.slow
 def test_a_storage_url_with_a_query_string_and_a_space_runs_its_trials(tmp_path: Path) -> None:
     # `?timeout=60` used to pass the checks and die at the first trial ("mismatched input '='":
     # the URL went into the trial's command line unquoted), leaving a RUNNING trial
     import optuna
 
-    from tests.sweep_helpers import run_sweep
-
     folder = tmp_path / "a folder ü"
     folder.mkdir()
     url = f"sqlite:///{folder / 'o.db'}?timeout=60"
-    proc = run_sweep(
-        tmp_path,
-        "search=smoke",
-        "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.mlflow.enabled=false",
-        "hydra.sweeper.verify.top_k=1",
-        "hydra.sweeper.verify.repeats=1",
-        f"hydra.sweeper.storage='{url}'",
-        "hydra.sweeper.study_name=qs",
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    no_mlflow = "hydra.sweeper.mlflow.enabled=false"
+    _smoke_sweep_on(tmp_path, url, "qs", no_mlflow, "hydra.sweeper.verify.repeats=1")
     study = optuna.load_study(study_name="qs", storage=url)
     states = {t.state for t in study.trials}
     assert optuna.trial.TrialState.COMPLETE in states
@@ -230,22 +237,11 @@ def test_a_storage_password_is_in_no_file_the_sweep_writes(tmp_path: Path) -> No
     import json
 
     from tests.postgres import running_postgres
-    from tests.sweep_helpers import run_sweep
     from train.core.rules import STORAGE_ENV
 
     with running_postgres(database="secrets") as url:
         secret_url = url.replace("@", f":{SECRET}@", 1)
-        proc = run_sweep(
-            tmp_path,
-            "search=smoke",
-            "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.verify.top_k=1",
-            "hydra.sweeper.verify.repeats=1",
-            f"hydra.sweeper.storage='{secret_url}'",
-            "hydra.sweeper.study_name=secret",
-        )
-        said = proc.stdout + proc.stderr
-        assert proc.returncode == 0, said[-3000:]
+        said = _smoke_sweep_on(tmp_path, secret_url, "secret", "hydra.sweeper.verify.repeats=1")
     assert SECRET not in said  # the console
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     results = [p for p in files if p.name == "result.json"]
@@ -263,21 +259,11 @@ def test_a_bare_postgresql_url_with_options_runs_a_sweep(tmp_path: Path) -> None
     import optuna
 
     from tests.postgres import running_postgres
-    from tests.sweep_helpers import run_sweep
 
     with running_postgres(database="options") as url:
         bare = url.replace("postgresql+psycopg2://", "postgresql://", 1)
         storage = f"{bare}?connect_timeout=10&application_name=throughput-sweep"
-        proc = run_sweep(
-            tmp_path,
-            "search=smoke",
-            "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.verify.top_k=1",
-            f"hydra.sweeper.storage='{storage}'",
-            "hydra.sweeper.study_name=options",
-        )
-        said = proc.stdout + proc.stderr
-        assert proc.returncode == 0, said[-3000:]
+        _smoke_sweep_on(tmp_path, storage, "options")
         study = optuna.load_study(study_name="options", storage=storage)
         assert [t.state for t in study.trials].count(optuna.trial.TrialState.COMPLETE) >= 2
 

@@ -24,6 +24,7 @@ from sweeper.report.plan_text import format_plan
 from sweeper.settings import settings_from
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.search_space import parse_space
+from tests.conftest import python_says
 from tests.model_shapes import GPT2_XL
 from tests.model_shapes import TINY as TINY_SHAPE
 
@@ -390,14 +391,8 @@ def test_a_plan_device_is_planned_with_its_machines_software_not_this_ones(tmp_p
     with_ao = _plan(tmp_path / "with", *args)
     path = os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
-    probe = subprocess.run(
-        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torchao'))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert probe.stdout.strip() == "None"  # torchao is hidden in that environment
+    probe = python_says("import importlib.util as u; print(u.find_spec('torchao'))", env=env)
+    assert probe.strip() == "None"  # torchao is hidden in that environment
     without = _plan(tmp_path / "without", *args, extra_env={"PYTHONPATH": path})
     assert with_ao.returncode == without.returncode == 0, without.stderr[-2000:]
     assert _plan_lines(with_ao) == _plan_lines(without)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from sweeper.launch import spawn
 from sweeper.launch.job import pin_config, write_trial_config
 from sweeper.launch.runner import run_child, trial_argv
 from sweeper.launch.spawn import ForkedProcess, Zygote
-from tests.conftest import compose_dictconfig
+from tests.conftest import compose_dictconfig, python_says
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the zygote forks (Linux only)")
@@ -237,16 +236,7 @@ def test_the_zygote_refuses_to_serve_forks_that_could_not_use_cuda(monkeypatch) 
 
     env = trial_env()
     env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # is_available() then asks the driver itself
-    probe = subprocess.run(
-        [sys.executable, "-c", _FORK_PROBE],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert probe.returncode == 0, probe.stderr[-3000:]
-    before, has_cuda, after = probe.stdout.split()
+    before, has_cuda, after = python_says(_FORK_PROBE, env=env, cwd=REPO).split()
     assert before == "False"
     if has_cuda == "True":
         assert after == "True"  # a GPU host: asking the driver poisons every later fork

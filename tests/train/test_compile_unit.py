@@ -11,10 +11,7 @@ force_backend), which skips only Inductor's code generation.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -354,28 +351,11 @@ def test_the_unit_is_searched_beside_compile(search) -> None:
 def test_the_benchmark_prints_measured_pairs(tmp_path: Path) -> None:
     """scripts/bench/compile_unit.py in its smallest mode: one pair of cold trials, each unit's
     row with its compile and step, no recompile, and the ratios."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scripts.bench.compile_unit",
-            "--pairs",
-            "1",
-            "--n-layer",
-            "2",
-            "--steps",
-            "2",
-            "--grad-accum",
-            "1",
-            "--out",
-            str(tmp_path / "out.txt"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    args = ["--pairs", "1", "--n-layer", "2", "--steps", "2", "--grad-accum", "1"]
+    out = ["--out", str(tmp_path / "out.txt")]
+    proc = run_cli(
+        "scripts.bench.compile_unit", [*args, *out], cwd=REPO, timeout=600, extra_env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {

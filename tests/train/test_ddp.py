@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tests.conftest import fast_overrides, run_cli, sigkill_after_checkpoint
+from tests.conftest import fast_overrides, production_argv, run_cli, sigkill_after_checkpoint
 from train.core.meters import PhaseClock
 from train.core.rules import grad_accum_across_ranks
 from train.data.dataset import TokenBatches, open_tokens
@@ -232,17 +232,11 @@ def test_a_failing_rank_fails_the_trial_with_its_reason_and_leaves_nothing_runni
 
 # ---- the production run under runtime.nproc=2 ---------------------------------------------------
 
-RUN = (
-    "batch.tokens_per_step=512",
-    "batch.grad_accum=2",
-    "train.log_every=1",
-    "train.eval_every=0",
-    "checkpoint.every_steps=5",
-)
+RUN = ("batch.tokens_per_step=512", "batch.grad_accum=2")
 
 
 def _train_argv(synthetic_dir: Path, ck: Path, out: Path, *overrides: str) -> list[str]:
-    return [*fast_overrides(synthetic_dir, ck), *RUN, f"hydra.run.dir={out}", *overrides]
+    return production_argv(synthetic_dir, ck, out, *RUN, *overrides)
 
 
 def _losses(out: Path) -> dict[int, float]:

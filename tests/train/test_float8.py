@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import train.__main__ as main_mod
 from tests.conftest import run_cli
 from train.core.config import ModelConfig
 from train.core.config_checks import check_combinations
@@ -156,26 +155,21 @@ def test_left_out_reason(fqn, out_f, in_f, recipe, emulate, words) -> None:
     assert (got == "") if not words else (words in got)
 
 
-def test_a_tiny_model_trains_50_steps_in_emulated_float8(make_config) -> None:
+def test_a_tiny_model_trains_50_steps_in_emulated_float8(learning_run) -> None:
     """The real trainer (python -m train's run) with runtime.float8=tensorwise emulated on this
     CPU: the blocks' linears are torchao Float8Linear and the loss stays finite and falls."""
-    cfg = make_config(
+    cfg, history = learning_run(
+        50,
         "runtime.dtype=bf16",
         "runtime.float8=tensorwise",
         "runtime.float8_emulate=true",
         "batch.tokens_per_step=256",
         "batch.micro_batch=2",
         "batch.grad_accum=2",
-        "train.max_steps=50",
         "train.log_every=10",
         "train.eval_every=0",
-        "optim.lr=5e-3",
-        "optim.min_lr=5e-4",
-        "optim.warmup_steps=5",
     )
-    summary = main_mod.run(cfg)
-    assert (summary["start_step"], summary["end_step"]) == (0, 50)
-    losses = [h["loss"] for h in summary["history"] if "loss" in h]
+    losses = [h["loss"] for h in history if "loss" in h]
     assert len(losses) == 5 and all(math.isfinite(x) for x in losses), losses
     assert losses[-1] < losses[0] - 0.2, losses
     assert losses[-1] < math.log(cfg.model.vocab_size), losses
@@ -201,49 +195,37 @@ def test_float8_report_counts_the_converted_linears() -> None:
     assert float8_report(model, SimpleNamespace(float8="none", float8_emulate=False)) is None
 
 
-def _error_lines(proc) -> list[str]:
-    """The lines naming the key, on stdout and stderr together (Hydra's log handler writes to
-    stdout; the trial's summary line goes there too)."""
+def _refusal_lines(module: str, synthetic_dir: Path, tmp_path: Path, *extra: str) -> list[str]:
+    """Run `python -m <module>` with float8 asked on the CPU without emulation; it must exit 2
+    without a traceback. Returns the lines naming the key, on stdout and stderr together (Hydra's
+    log handler writes to stdout; the trial's summary line goes there too)."""
+    proc = run_cli(
+        module,
+        [
+            "runtime.device=cpu",
+            "runtime.dtype=bf16",
+            "runtime.float8=tensorwise",
+            f"data.dir={synthetic_dir}",
+            f"hydra.run.dir={tmp_path}",
+            *extra,
+        ],
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out[-3000:]
     return [ln for ln in out.splitlines() if "runtime.float8" in ln]
 
 
 def test_without_emulate_the_trainer_refuses_in_one_line(synthetic_dir: Path, tmp_path: Path):
-    proc = run_cli(
-        "train",
-        [
-            "runtime.device=cpu",
-            "runtime.dtype=bf16",
-            "runtime.float8=tensorwise",
-            "train.max_steps=2",
-            f"data.dir={synthetic_dir}",
-            f"hydra.run.dir={tmp_path}",
-            f"checkpoint.dir={tmp_path / 'ck'}",
-        ],
-        cwd=tmp_path,
-        timeout=180,
-    )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = _error_lines(proc)
+    extra = ("train.max_steps=2", f"checkpoint.dir={tmp_path / 'ck'}")
+    lines = _refusal_lines("train", synthetic_dir, tmp_path, *extra)
     assert len(lines) == 1 and lines[0].endswith("[train][ERROR] - " + CPU_REFUSAL), lines
 
 
 def test_without_emulate_the_trial_refuses_in_one_line(synthetic_dir: Path, tmp_path: Path):
-    proc = run_cli(
-        "train.trial",
-        [
-            "runtime.device=cpu",
-            "runtime.dtype=bf16",
-            "runtime.float8=tensorwise",
-            f"data.dir={synthetic_dir}",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        cwd=tmp_path,
-        timeout=180,
-    )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = _error_lines(proc)
+    lines = _refusal_lines("train.trial", synthetic_dir, tmp_path)
     # the log's error line, and the summary the trial prints last (the same reason)
     assert lines[0].endswith("[ERROR] - trial failed (invalid_config): " + CPU_REFUSAL), lines
     assert lines[1:] == ["trial FAILED (invalid_config): " + CPU_REFUSAL], lines
@@ -520,24 +502,8 @@ def test_a_real_float8_trial_on_a_gpu(
     [("NVIDIA H100 80GB HBM3", True), ("NVIDIA L4", True), ("NVIDIA A100-SXM4-80GB", False)],
 )
 def test_the_floor_says_where_float8_can_beat_it(device: str, has_note: bool) -> None:
-    from train.core.flops import lookup_peak
-    from train.explain.floor import FloorInputs, floor_report
+    from tests.train.test_floor import inputs
+    from train.explain.floor import floor_report
 
-    peak = lookup_peak(device, "bf16")
-    r = floor_report(
-        FloorInputs(
-            model="gpt2-xl",
-            n_layer=48,
-            n_head=25,
-            n_embd=1600,
-            vocab_size=50304,
-            block_size=1024,
-            micro_batch=16,
-            grad_accum=64,
-            device_name=device,
-            dtype="bf16",
-            peak_flops=peak.flops,
-            peak_source=peak.source,
-        )
-    )
+    r = floor_report(inputs("gpt2-xl", device, "bf16", micro_batch=16, grad_accum=64))
     assert any("float8 tensor cores" in n for n in r.notes) == has_note

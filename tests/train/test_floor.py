@@ -193,6 +193,7 @@ def test_step_faster_than_the_floor_is_flagged() -> None:
         (dict(grad_accum=-1), "grad_accum must be a positive integer"),
         (dict(step_time_s=0.0), "step_time_s must be > 0"),
         (dict(peak_flops=-1.0), "peak_flops must be > 0"),
+        (dict(n_head=3, n_embd=100), r"n_embd \(100\) must be divisible by n_head \(3\)"),
     ],
 )
 def test_invalid_inputs(kw, match) -> None:
@@ -201,22 +202,6 @@ def test_invalid_inputs(kw, match) -> None:
     )
     with pytest.raises(ValueError, match=match):
         FloorInputs(**{**base, **kw})
-
-
-def test_heads_must_divide_width() -> None:
-    with pytest.raises(ValueError, match=r"n_embd \(100\) must be divisible by n_head \(3\)"):
-        FloorInputs(
-            model="x",
-            n_layer=1,
-            n_head=3,
-            n_embd=100,
-            vocab_size=8,
-            block_size=8,
-            micro_batch=1,
-            grad_accum=1,
-            device_name="cpu",
-            dtype="fp32",
-        )
 
 
 def test_flops_per_step_is_tokens_times_flops_per_token() -> None:

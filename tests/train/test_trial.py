@@ -469,14 +469,15 @@ def test_reporting_to_the_study_is_not_charged_to_the_steps(make_config) -> None
 
 # -- projected steps (a long optimizer step measured as short steps) -------------------------------
 
+# one optimizer step of 16 micro-batches of 2 sequences (2048 tokens of the tiny preset's 64)
+LONG_STEP = ("batch.tokens_per_step=2048", "batch.micro_batch=2", "batch.grad_accum=16")
+
 
 def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) -> None:
     """grad_accum 16 over 2-micro-batch steps: the result describes full steps, each ~8x a short
     step's per-micro-batch time, and says what it was projected from."""
     cfg = make_config(
-        "batch.tokens_per_step=2048",
-        "batch.micro_batch=2",
-        "batch.grad_accum=16",
+        *LONG_STEP,
         "trial.project_above_s=1e-6",
         "trial.project_micro_steps=2",
         "trial.max_steps=4",
@@ -498,9 +499,7 @@ def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) 
 
 def test_project_above_zero_measures_real_full_steps(make_config, tmp_path: Path) -> None:
     cfg = make_config(
-        "batch.tokens_per_step=2048",
-        "batch.micro_batch=2",
-        "batch.grad_accum=16",
+        *LONG_STEP,
         "trial.project_above_s=0",
         "trial.max_steps=2",
         "trial.min_steps=2",

@@ -2,6 +2,7 @@
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -323,15 +324,9 @@ def test_failed_result() -> None:
 
 
 def test_every_verdict_is_covered_by_a_test_above() -> None:
-    assert set(VERDICTS) == {
-        "failed",
-        "data-bound",
-        "checkpoint-bound",
-        "comms-bound",
-        "compile-dominated",
-        "host-bound",
-        "compute-bound",
-    }
+    """A verdict added to VERDICTS fails here until a test in this file asserts it."""
+    source = Path(__file__).read_text()
+    assert [v for v in VERDICTS if f'verdict == "{v}"' not in source] == []
 
 
 @pytest.mark.parametrize(
