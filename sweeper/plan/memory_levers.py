@@ -17,6 +17,7 @@ from typing import Any
 from sweeper.space.constraints import SpaceContext, check_point
 from sweeper.space.limits import recompute_factor
 from sweeper.space.memory import predict
+from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace, baseline_params
 from train.core.keys import ATTENTION, COMPILE, DTYPE, LOSS, MICRO_BATCH, N_LAYER, RECOMPUTE
 from train.core.rules import resolve_dtype_name
@@ -38,9 +39,9 @@ class LeverRow:
     refused: str | None = None  # the space's reason, where it refuses the point for another rule
 
 
-def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any]) -> list[LeverRow]:
-    """Each searched value of each lever at `reference` (a searched-params dict), on the device
-    of `ctx`; [] where the device's memory is not modelled (a CPU) or no lever is searched."""
+def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: Point) -> list[LeverRow]:
+    """Each searched value of each lever at `reference` (a point of `space`), on the device of
+    `ctx`; [] where the device's memory is not modelled (a CPU) or no lever is searched."""
     if ctx.device_memory_gib is None:
         return []
     searched = {p.key: p for p in space.searched}
@@ -51,8 +52,7 @@ def lever_rows(space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any])
         if p is None or p.kind != "categorical" or len(p.choices) < 2:
             continue
         for value in p.choices:
-            params = {**reference, key: value}
-            point = space.point(params)
+            point = reference.with_knob(key, value)
             full = point.over(ctx.base)
             fit = predict(
                 full,
@@ -79,18 +79,19 @@ def plan_lever_lines(plan: Any) -> list[str]:
     space = plan.space
     ctx = space.ctx
     if plan.prior is not None and plan.prior.points:
-        first = plan.prior.points[0].params
+        first = plan.prior.points[0].point
         return lever_lines(space, ctx, first, source="the prior's first point")
     if plan.start_runs:
-        reference = baseline_params(
+        params = baseline_params(
             space, ctx.base, device_type=ctx.device_type, bf16=ctx.bf16_supported
         )
+        reference = None if params is None else space.point(params)
         return lever_lines(space, ctx, reference, source="the starting config")
     return []
 
 
 def lever_lines(
-    space: SearchSpace, ctx: SpaceContext, reference: dict[str, Any] | None, *, source: str
+    space: SearchSpace, ctx: SpaceContext, reference: Point | None, *, source: str
 ) -> list[str]:
     """The levers' table for plan mode; `source` says what the reference point is."""
     if reference is None:
@@ -98,7 +99,7 @@ def lever_lines(
     rows = lever_rows(space, ctx, reference)
     if not rows:
         return []
-    full = space.point(reference).over(ctx.base)
+    full = reference.over(ctx.base)
     full[DTYPE] = resolve_dtype_name(
         full.get(DTYPE), device_type=ctx.device_type, bf16_supported=ctx.bf16_supported
     )

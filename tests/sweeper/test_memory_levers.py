@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from sweeper.plan.build import build_plan
-from sweeper.plan.memory_levers import lever_rows
+from sweeper.plan.memory_levers import lever_rows, plan_lever_lines
 from sweeper.plan.plan_device import plan_device_facts
 from sweeper.report.plan_text import format_plan
 from sweeper.settings import settings_from
@@ -304,9 +304,29 @@ def test_the_levers_table_says_what_does_not_fit_and_is_empty_on_a_cpu() -> None
         "runtime.loss": "full",
         "runtime.compile": "none",
     }
-    rows = {(r.key, r.value): r for r in lever_rows(space, ctx, eager_32)}
+    rows = {(r.key, r.value): r for r in lever_rows(space, ctx, space.point(eager_32))}
     assert not rows["runtime.activation_checkpointing", "none"].fits
     assert rows["runtime.activation_checkpointing", "every"].fits
     assert rows["runtime.activation_checkpointing", "every"].compute == pytest.approx(4 / 3)
     cpu = dataclasses.replace(ctx, device_type="cpu", device_memory_gib=None)
-    assert lever_rows(space, cpu, eager_32) == []
+    assert lever_rows(space, cpu, space.point(eager_32)) == []
+
+
+def test_the_levers_table_is_at_the_prior_points_typed_point() -> None:
+    """plan mode's table reads the prior's first Point (its knobs), not a params copy of it."""
+    ctx = xl_ctx()
+    space = parse_space(GPU_QUICK, ctx)
+    plan = build_plan(
+        space=space,
+        ctx=ctx,
+        device=plan_device_facts(H100, cpu_count=2),
+        settings=settings_from(SETTINGS),
+    )
+    first = plan.prior.points[0]
+    heading = "memory levers at micro_batch={}, compile=default"
+    assert plan_lever_lines(plan)[0].startswith(heading.format(8))
+    moved = dataclasses.replace(first, point=first.point.with_knob("batch.micro_batch", 4))
+    planted = dataclasses.replace(
+        plan, prior=dataclasses.replace(plan.prior, points=[moved, *plan.prior.points[1:]])
+    )
+    assert plan_lever_lines(planted)[0].startswith(heading.format(4))
