@@ -155,21 +155,21 @@ def check_point(point: Mapping[str, Any], ctx: SpaceContext, *, memory: bool = T
     if device.startswith("cuda") and ctx.device_type != "cuda":
         return f"runtime.device={device} but this machine has no CUDA device"
     device_type = "cpu" if device == "cpu" else ctx.device_type
-    reason = cudagraph_conflict(full.get(COMPILE), accum, device_type=device_type)
-    if reason is not None:
-        return reason
+    refusal = cudagraph_conflict(full.get(COMPILE), accum, device_type=device_type)
+    if refusal is not None:
+        return str(refusal)
     for key in DEVICE_BOUND:
         refusal = unsupported_here(key, full.get(key), device_type=device_type, ctx=ctx)
         if refusal is not None:
             return str(refusal)
-    reason = attention_dtype_conflict(
+    refusal = attention_dtype_conflict(
         str(full.get(ATTENTION, "auto")),
         str(full.get(DTYPE, "auto")),
         device_type=device_type,
         bf16_supported=ctx.bf16_supported,
     )
-    if reason is not None:
-        return reason
+    if refusal is not None:
+        return str(refusal)
     refusal = float8_unsupported(
         str(full.get(FLOAT8) or "none"),
         dtype=str(full.get(DTYPE, "auto")),

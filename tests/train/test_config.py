@@ -11,7 +11,7 @@ import torch
 
 from train.core.config import Config, DataConfig, RuntimeConfig
 from train.core.config_checks import check_combinations
-from train.core.rules import attention_dtype_conflict
+from train.core.rules import attention_dtype_conflict, cudagraph_conflict
 from train.run import loop
 
 
@@ -45,7 +45,33 @@ def test_attention_dtype_conflict_table(
         assert got is None
     else:
         assert got is not None
-        assert re.search(conflict, got), got
+        assert (got.key, got.value) == ("runtime.attention", attention)
+        assert re.search(conflict, str(got)), got
+
+
+@pytest.mark.parametrize(
+    ("mode", "grad_accum", "device_type", "refused"),
+    [
+        ("reduce-overhead", 2, "cuda", True),
+        ("max-autotune", 8, "cuda", True),
+        ("reduce-overhead", 1, "cuda", False),  # no accumulation: the graph replays one pass
+        ("max-autotune-no-cudagraphs", 2, "cuda", False),
+        ("default", 2, "cuda", False),
+        ("reduce-overhead", 2, "cpu", False),  # no CUDA graphs on a CPU
+    ],
+)
+def test_cudagraph_conflict_is_a_refusal_naming_the_compile_mode(
+    mode: str, grad_accum: int, device_type: str, refused: bool
+) -> None:
+    got = cudagraph_conflict(mode, grad_accum, device_type=device_type)
+    if not refused:
+        assert got is None
+        return
+    assert got is not None and (got.key, got.value) == ("runtime.compile", mode)
+    assert str(got) == (
+        f"runtime.compile={mode} captures CUDA graphs, unsafe with batch.grad_accum={grad_accum} "
+        "> 1 (pytorch/pytorch#169545, #96693)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -206,21 +206,25 @@ def dtype_unsupported(
     return None
 
 
-def cudagraph_conflict(compile_mode: Any, grad_accum: Any, *, device_type: str) -> str | None:
+def cudagraph_conflict(compile_mode: Any, grad_accum: Any, *, device_type: str) -> Refusal | None:
     """Why torch.compile mode `compile_mode` cannot run with `grad_accum` micro-batches per step
     on `device_type`, or None. The CUDAGRAPH_MODES capture CUDA graphs, which with gradient
     accumulation error or silently corrupt gradients (pytorch/pytorch#169545, #96693)."""
     if device_type != "cuda" or compile_mode not in CUDAGRAPH_MODES or (grad_accum or 1) <= 1:
         return None
-    return (
-        f"runtime.compile={compile_mode} captures CUDA graphs, unsafe with "
-        f"batch.grad_accum={grad_accum} > 1 (pytorch/pytorch#169545, #96693)"
+    return Refusal(
+        key="runtime.compile",
+        value=compile_mode,
+        reason=(
+            f"captures CUDA graphs, unsafe with batch.grad_accum={grad_accum} > 1 "
+            "(pytorch/pytorch#169545, #96693)"
+        ),
     )
 
 
 def attention_dtype_conflict(
     attention: str, dtype: str, *, device_type: str, bf16_supported: bool = True
-) -> str | None:
+) -> Refusal | None:
     """Why SDPA backend `attention` cannot run at precision `dtype` on `device_type`, or None.
 
     `dtype` is runtime.dtype: "auto" counts as what it resolves to (bf16 on a CUDA device with
@@ -234,9 +238,13 @@ def attention_dtype_conflict(
     if resolved != "fp32":
         return None
     runs = "runs fp32" if dtype == "fp32" else "resolves to fp32 (this GPU has no bf16)"
-    return (
-        f"runtime.attention={attention} has no fp32 kernel on CUDA (flash and cuDNN attention "
-        f"take fp16/bf16 only) and runtime.dtype={dtype} {runs}"
+    return Refusal(
+        key="runtime.attention",
+        value=attention,
+        reason=(
+            "has no fp32 kernel on CUDA (flash and cuDNN attention take fp16/bf16 only) and "
+            f"runtime.dtype={dtype} {runs}"
+        ),
     )
 
 
