@@ -36,6 +36,7 @@ from sweeper.metrics import best_metrics, lead_metrics
 from sweeper.plan.preflight import check_sweep
 from sweeper.plan.prepare import Prepared, prepare
 from sweeper.report.best_yaml import export_winner
+from sweeper.report.claim_text import claim_line, deferral_line
 from sweeper.report.console import final_report, print_start, say, start_knobs, trial_states
 from sweeper.report.handoff import handoff_report, plan_from_results
 from sweeper.report.plan_text import print_plan
@@ -50,7 +51,7 @@ from sweeper.study.export_claim import (
     claim_export,
     compared_trials,
     comparison,
-    deferral_line,
+    deferral,
     others_running,
     record_export,
     register_worker,
@@ -214,7 +215,7 @@ class SweepEngine:
         notes = [budget_line] if budget_line else []
         running = others_running(study)
         if running:  # another worker ends last: it verifies and exports the study's best
-            self._close(study, [*notes, deferral_line(study, running)])
+            self._close(study, [*notes, deferral_line(deferral(study, running))])
             return None
         unrun = fail_waiting(
             study,
@@ -231,7 +232,7 @@ class SweepEngine:
             self._nothing_exported(started, sweep_dir, budget_line)
         claim = claim_export(study, sweep_dir=sweep_dir, compared=compared, since=self.started_at)
         if not claim.ours:
-            self._close(study, [*notes, claim.line])
+            self._close(study, [*notes, claim_line(claim)])
             return None
         try:
             best_path = self._verify_and_export(ctx, started, tracker, sweep_dir, notes, start)

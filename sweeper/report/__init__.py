@@ -7,6 +7,7 @@ written by sweeper/numbers.py, one way each.
 - `prior_text`: the prior's line and each point's reason, for plan mode and the sweep's start.
 - `verdict_text`: the race's verdict in words, for the console, sweep.log, the study, MLflow and
   best.yaml alike.
+- `claim_text`: which worker of a shared study exports its best, and where, for the closing report.
 - `time_to_train`: the time-to-train and price lines of the starting config and the winner.
 - `plots`: Optuna's HTML views and the static PNG summary.
 - `best_yaml`: best.yaml, the winning trainer config pinned with its evidence.
@@ -16,6 +17,7 @@ written by sweeper/numbers.py, one way each.
 
 __all__ = [
     "best_yaml",
+    "claim_text",
     "console",
     "handoff",
     "plan_text",

@@ -15,6 +15,8 @@ worker to end its search:
   same command run again on a finished study verifies and exports again, into its own sweep dir).
 
 A claim whose owner died on this host is taken over; an interrupted export releases its claim.
+A claim not won and a deferral carry who exports and where as data; sweeper/report/claim_text.py
+says them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError
@@ -39,6 +42,9 @@ EXPORT_ATTR = "export"  # {best_yaml, owner, compared, when}: the study's last e
 WORKER_PREFIX = "worker:"  # worker:<host:pid> -> its sweep dir
 CLAIM_SUFFIX = ".export-claim"
 HOLDER_WAIT_S = 5.0  # a fresh claim names its holder within moments of being made
+# How a claim ended: won (ours), held by a live worker, the same trials exported already while this
+# worker ran, or lost in a takeover race.
+ClaimKind = Literal["ours", "held", "exported", "raced"]
 
 
 def register_worker(study: optuna.Study, sweep_dir: Path) -> None:
@@ -46,10 +52,10 @@ def register_worker(study: optuna.Study, sweep_dir: Path) -> None:
     study.set_user_attr(f"{WORKER_PREFIX}{owner_tag()}", str(sweep_dir))
 
 
-def best_yaml_of(study: optuna.Study, owner: str) -> str:
-    """Where the worker `owner` writes its best.yaml (its sweep dir's), as far as it said."""
+def best_yaml_of(study: optuna.Study, owner: str) -> str | None:
+    """Where the worker `owner` writes its best.yaml (its sweep dir's); None where it never said."""
     sweep_dir = study.user_attrs.get(f"{WORKER_PREFIX}{owner}")
-    return f"{sweep_dir}/best.yaml" if sweep_dir else f"the sweep dir of worker {owner}"
+    return f"{sweep_dir}/best.yaml" if sweep_dir else None
 
 
 def compared_trials(study: optuna.Study) -> list[int]:
@@ -74,24 +80,37 @@ def others_running(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in running_trials(study)[0] if t.user_attrs.get(OWNER_ATTR) != me]
 
 
-def deferral_line(study: optuna.Study, running: list[FrozenTrial]) -> str:
-    """This worker's search ended while others still run trials: who exports, and where."""
+@dataclass(frozen=True, kw_only=True)
+class Deferral:
+    """This worker's search ended while other workers still run trials of the shared study."""
+
+    study: str  # the study's name
+    trials: list[int]  # the trials still running
+    owners: list[str]  # the workers running them, sorted
+    best_yamls: list[str | None]  # each owner's best.yaml (best_yaml_of), in `owners`' order
+
+
+def deferral(study: optuna.Study, running: list[FrozenTrial]) -> Deferral:
+    """Who exports the study's best, and where, once the workers running `running` finish."""
     owners = sorted({str(t.user_attrs.get(OWNER_ATTR)) for t in running})
-    where = " or ".join(best_yaml_of(study, o) for o in owners)
-    numbers = ", ".join(str(t.number) for t in running)
-    return (
-        f"study {study.study_name!r} is shared: trial(s) {numbers} still run in worker(s) "
-        f"{', '.join(owners)}; the last worker to finish verifies the study's completed trials "
-        f"and writes the study's best to {where}"
+    return Deferral(
+        study=study.study_name,
+        trials=[t.number for t in running],
+        owners=owners,
+        best_yamls=[best_yaml_of(study, o) for o in owners],
     )
 
 
 @dataclass(kw_only=True)
 class Claim:
-    """The outcome of claiming the export: `ours`, or `line` naming the file that holds it."""
+    """The outcome of claiming the export: `ours`, or `kind` with who holds it and which file."""
 
     ours: bool
-    line: str = ""
+    kind: ClaimKind = "ours"
+    study: str = ""  # the study's name, when not ours
+    holder: str | None = None  # held: the worker verifying; None where it never said
+    best_yaml: str | None = None  # held: the holder's best.yaml (best_yaml_of); exported: the file
+    compared: int = 0  # exported: the completed trials it compared
     name: str = ""  # the claim study's name, when ours
 
     def release(self, study: optuna.Study) -> None:
@@ -117,13 +136,12 @@ def claim_export(
         except DuplicatedStudyError:
             holder = _holder(name, storage)
             if holder is None or owner_alive(holder) is not False:
-                who = holder or "another worker"
                 return Claim(
                     ours=False,
-                    line=(
-                        f"worker {who} is verifying study {study.study_name!r}'s completed trials; "
-                        f"it writes the study's best to {best_yaml_of(study, who)}"
-                    ),
+                    kind="held",
+                    study=study.study_name,
+                    holder=holder,
+                    best_yaml=None if holder is None else best_yaml_of(study, holder),
                 )
             log.warning("the export claim of %s died with its worker; taking it over", holder)
             with contextlib.suppress(KeyError):
@@ -136,7 +154,7 @@ def claim_export(
             Claim(ours=True, name=name).release(study)
             return done
         return Claim(ours=True, name=name)
-    return Claim(ours=False, line="another worker took over the export claim at the same moment")
+    return Claim(ours=False, kind="raced", study=study.study_name)
 
 
 def record_export(study: optuna.Study, *, best_yaml: Path, compared: list[int]) -> None:
@@ -160,10 +178,10 @@ def _exported(study: optuna.Study, compared: list[int], since: float) -> Claim |
         return None
     return Claim(
         ours=False,
-        line=(
-            f"the best of study {study.study_name!r} ({len(compared)} completed trials) is "
-            f"exported already: {done['best_yaml']}"
-        ),
+        kind="exported",
+        study=study.study_name,
+        best_yaml=str(done["best_yaml"]),
+        compared=len(compared),
     )
 
 

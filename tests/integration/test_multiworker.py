@@ -23,6 +23,7 @@ import sqlalchemy
 import yaml
 from optuna.trial import TrialState
 
+from sweeper.report.claim_text import claim_line
 from sweeper.settings import settings_from
 from sweeper.study.budget import Budget
 from sweeper.study.export_claim import (
@@ -87,11 +88,13 @@ def test_one_export_claim_wins_and_the_others_name_its_file(tmp_path: Path) -> N
     assert won.ours
     lost = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1])
     assert not lost.ours  # the holder lives (this very process): it is verifying
-    assert f"it writes the study's best to {tmp_path / 'mine' / 'best.yaml'}" in lost.line
+    assert lost.kind == "held" and lost.best_yaml == str(tmp_path / "mine" / "best.yaml")
+    assert f"it writes the study's best to {tmp_path / 'mine' / 'best.yaml'}" in claim_line(lost)
     record_export(study, best_yaml=tmp_path / "mine" / "best.yaml", compared=[0, 1])
     won.release(study)
     again = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1])
-    assert not again.ours and again.line.endswith(f"exported already: {tmp_path}/mine/best.yaml")
+    assert not again.ours and again.kind == "exported"
+    assert claim_line(again).endswith(f"exported already: {tmp_path}/mine/best.yaml")
     rerun = claim_export(study, sweep_dir=tmp_path / "other", compared=[0, 1], since=time.time())
     assert rerun.ours  # the same command run again later: it verifies and exports again
     rerun.release(study)
