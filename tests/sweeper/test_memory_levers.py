@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from sweeper.plan.build import build_plan
+from sweeper.plan.build import SweepPlan, build_plan
 from sweeper.plan.memory_levers import lever_rows, plan_lever_lines
 from sweeper.plan.plan_device import plan_device_facts
 from sweeper.report.plan_text import format_plan
@@ -254,20 +254,24 @@ GPU_QUICK = {
 }
 
 
+def _xl_quick_plan() -> SweepPlan:
+    """Plan mode for gpt2-xl on an H100 over GPU_QUICK."""
+    ctx = xl_ctx()
+    return build_plan(
+        space=parse_space(GPU_QUICK, ctx),
+        ctx=ctx,
+        device=plan_device_facts(H100, cpu_count=2),
+        settings=settings_from(SETTINGS),
+    )
+
+
 def test_gpt2_xl_on_an_h100_starts_at_micro_batch_8_without_recompute() -> None:
     """The arithmetic's order: no recompute before recompute, then the largest micro-batch that
     the memory model fits. Compiled micro-batch 16 without recompute is dropped (73.5 GiB; 73.55
     measured on an H200, over the H100's 72.9 usable), so is 32; 8 fits compiled (49.8): so the
     first point the search measures is micro-batch 8 with no recompute, compiled. The chunked loss
     would fit 16 (68.4): that is the prior's lever point, not its first."""
-    ctx = xl_ctx()
-    space = parse_space(GPU_QUICK, ctx)
-    plan = build_plan(
-        space=space,
-        ctx=ctx,
-        device=plan_device_facts(H100, cpu_count=2),
-        settings=settings_from(SETTINGS),
-    )
+    plan = _xl_quick_plan()
     first = plan.prior.points[0].params
     assert first["batch.micro_batch"] == 8
     assert first["runtime.activation_checkpointing"] == "none"
@@ -314,14 +318,7 @@ def test_the_levers_table_says_what_does_not_fit_and_is_empty_on_a_cpu() -> None
 
 def test_the_levers_table_is_at_the_prior_points_typed_point() -> None:
     """plan mode's table reads the prior's first Point (its knobs), not a params copy of it."""
-    ctx = xl_ctx()
-    space = parse_space(GPU_QUICK, ctx)
-    plan = build_plan(
-        space=space,
-        ctx=ctx,
-        device=plan_device_facts(H100, cpu_count=2),
-        settings=settings_from(SETTINGS),
-    )
+    plan = _xl_quick_plan()
     first = plan.prior.points[0]
     heading = "memory levers at micro_batch={}, compile=default"
     assert plan_lever_lines(plan)[0].startswith(heading.format(8))
