@@ -13,10 +13,14 @@ from sweeper.study.export_claim import Claim, Deferral
 def claim_line(claim: Claim) -> str:
     """Why this worker does not export: who does, or did, and the file that holds the best."""
     if claim.kind == "held":
-        who = claim.holder or "another worker"
+        if not claim.holder:  # a worker that never named itself: no name to give, no folder
+            return (
+                f"another worker is verifying study {claim.study!r}'s completed trials; it writes "
+                f"the study's best to {claim.best_yaml or 'its own sweep dir'}"
+            )
         return (
-            f"worker {who} is verifying study {claim.study!r}'s completed trials; it writes the "
-            f"study's best to {_where(claim.best_yaml, who)}"
+            f"worker {claim.holder} is verifying study {claim.study!r}'s completed trials; it "
+            f"writes the study's best to {_where(claim.best_yaml, claim.holder)}"
         )
     if claim.kind == "exported":
         return (

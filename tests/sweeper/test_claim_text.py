@@ -80,8 +80,8 @@ def test_a_claim_whose_holder_never_said_names_another_worker(
     held = claim_export(study, sweep_dir=tmp_path, compared=[0])
     assert (held.kind, held.holder, held.best_yaml) == ("held", None, None)
     assert claim_line(held) == (
-        "worker another worker is verifying study 'c''s completed trials; it writes the study's "
-        "best to the sweep dir of worker another worker"
+        "another worker is verifying study 'c''s completed trials; it writes the study's best "
+        "to its own sweep dir"
     )
 
 
