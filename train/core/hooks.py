@@ -93,7 +93,10 @@ def hook_key_error(key: str) -> str | None:
     if enabled():
         return f"{key} is not a setting of the trainer: the test hook is {new}"
     hook = "a test hook" if new == key else f"a test hook's former key (now {new})"
+    # a best.yaml exported before the hooks left the schema holds the former keys at their off
+    # values (fault: none, inject_latency_s: 0.0): deleting those lines changes nothing it runs
+    older = "" if new == key else " (an older best.yaml holds it switched off: delete the line)"
     return (
         f"{key} is not a setting of the trainer: it is {hook}, taken only with {ENV}=1 in the "
-        "environment (the tests and benchmark scripts set it); remove it"
+        f"environment (the tests and benchmark scripts set it); remove it{older}"
     )
