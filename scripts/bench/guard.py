@@ -32,6 +32,7 @@ from pathlib import Path
 from scripts.bench.harness import REPO, run_child, spread, trial_argv
 from sweeper.space.overrides import format_override
 from sweeper.verify.guard_rules import check, descent, tolerance, window_size
+from sweeper.verify.guard_text import check_text, descent_text, tolerance_text
 from train.core import hooks
 from train.core.curve import curve_keys, loss_curve
 
@@ -74,9 +75,10 @@ def rerun(args: argparse.Namespace, r: int, work: Path) -> dict:
     tol = tolerance(curves, k=args.k, floor=args.floor, window=window_size(args.steps))
     trained = descent(curves, spread=tol.spread, window=tol.window)
     verdict = check(cand, curves[seeds[0]], tol)
-    print(f"rerun {r + 1}: {tol.derivation()}")
-    print(f"  reference {'trains' if trained.trains else 'DOES NOT TRAIN'}: {trained.text()}")
-    print(f"  candidate: {'passed' if verdict.passed else 'ALARM'}: {verdict.reason}")
+    print(f"rerun {r + 1}: {tolerance_text(tol)}")
+    trains = "trains" if trained.trains else "DOES NOT TRAIN"
+    print(f"  reference {trains}: {descent_text(trained)}")
+    print(f"  candidate: {'passed' if verdict.passed else 'ALARM'}: {check_text(verdict)}")
     return {
         "alarm": not verdict.passed,
         "tolerance": tol.value,

@@ -21,6 +21,7 @@ from sweeper.study.objective import save_stall_s, steady_step_time_s
 from train.core.config_file import read_pinned_config
 from train.core.handoff.files import TARGETS, handoff
 from train.core.handoff.gaps import measured_trials
+from train.core.handoff.gaps_text import report_lines
 from train.core.handoff.interval import CheckpointPlan, checkpoint_plan, plan_line
 from train.core.handoff.nanogpt import read_data_folder
 
@@ -105,10 +106,6 @@ def write_handoffs(best_path: Path, doc: Mapping[str, Any], trials: Sequence[Any
         if made.refused is not None:
             lines.append(f"{made.file_name}: refuses to run: {'; '.join(made.lines)}")
             continue
-        lines.append(
-            f"{made.file_name}: what {TARGETS[target].TARGET} cannot express:"
-            + ("" if made.lines else " nothing")
-        )
-        lines += [f"  - {line}" for line in made.lines]
+        lines += report_lines(made.file_name, TARGETS[target].TARGET, made.lines)
     log.info("wrote %s", ", ".join(TARGETS[t].FILE_NAME for t in TARGETS))
     return lines

@@ -46,6 +46,7 @@ from sweeper.verify.guard_runs import (
     reference_curves,
     reference_point,
 )
+from sweeper.verify.guard_text import descent_text, tolerance_text
 from sweeper.verify.winner import Candidate
 from train.core.keys import SEED, TOKENS_PER_STEP
 
@@ -252,7 +253,7 @@ def _reference_tolerance(
     if len(ref_curves) < 2:
         return None, None
     tol = tolerance(ref_curves, k=rules.k, floor=rules.floor, window=window_size(rules.steps))
-    log.info("numerics guard: %s", tol.derivation())
+    log.info("numerics guard: %s", tolerance_text(tol))
     tag_sweep(ctx.tracker, tol)
     return tol, descent(ref_curves, spread=tol.spread, window=tol.window)
 
@@ -285,7 +286,7 @@ def _summary(
             "spread": trained.spread,
             "trains": trained.trains,
         },
-        "tolerance": tol.as_dict() if tol else None,
+        "tolerance": {**tol.as_dict(), "derivation": tolerance_text(tol)} if tol else None,
         "candidates": {},
     }
 
@@ -303,7 +304,7 @@ def _lead_notes(
     tolerance."""
     lines = [f"numerics guard: {refit}"] if refit else []
     if tol is not None and ref_curve is not None:
-        lines.append(f"numerics guard: {tol.derivation()}")
+        lines.append(f"numerics guard: {tolerance_text(tol)}")
         if no_reference:
             lines.append(f"numerics guard: {no_reference}")
         lines.append(f"  loss by step, starting config (seed {seed0}): {curve_text(ref_curve)}")
@@ -316,7 +317,7 @@ def _no_reference(ref_fail: str, trained: Descent | None) -> str:
     if trained is None:
         return f"the starting config's curve runs failed ({ref_fail or 'too few seeds'})"
     if not trained.trains:
-        return f"the reference did not train ({trained.text()})"
+        return f"the reference did not train ({descent_text(trained)})"
     return ""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from sweeper.tracking import Tracker
 from sweeper.verify.guard_rules import Tolerance
+from sweeper.verify.guard_text import tolerance_text
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def tag_sweep(tracker: Tracker, tol: Tolerance) -> None:
                 Metric("guard/tolerance", tol.value, int(time.time() * 1000), 0),
                 Metric("guard/seed_spread", tol.spread, int(time.time() * 1000), 0),
             ],
-            tags=[RunTag("guard.tolerance_derivation", tol.derivation()[:5000])],
+            tags=[RunTag("guard.tolerance_derivation", tolerance_text(tol)[:5000])],
         )
     except Exception as exc:  # by design: tracking trouble never stops a sweep
         log.warning("MLflow: the guard's tolerance was not logged: %s", exc)

@@ -41,11 +41,6 @@ class Divergence:
     step: int  # the worst window's first step (0-based)
     window: int
 
-    @property
-    def steps_text(self) -> str:
-        last = self.step + self.window - 1
-        return f"step {self.step}" if last == self.step else f"steps {self.step}-{last}"
-
 
 def divergence(a: Sequence[float], b: Sequence[float], *, window: int) -> Divergence:
     """How far curve `a` drifts from curve `b`: over their common length, the largest gap between
@@ -74,33 +69,14 @@ class Tolerance:
     window: int
     pairs: tuple[tuple[int, int, Divergence], ...]  # (seed a, seed b, their divergence)
 
-    def derivation(self) -> str:
-        """One line that says where the number comes from."""
-        worst = max(self.pairs, key=lambda p: p[2].value)
-        rule = (
-            f"{self.k:g} x seed spread {self.spread:.4f}"
-            if self.k * self.spread >= self.floor
-            else f"the floor {self.floor:g} (k {self.k:g} x seed spread {self.spread:.4f} = "
-            f"{self.k * self.spread:.4f} is below it)"
-        )
-        pairs = "; ".join(
-            f"seeds {a} vs {b}: {d.value:.4f} at {d.steps_text}" for a, b, d in self.pairs
-        )
-        return (
-            f"tolerance {self.value:.4f} nats = {rule}; the seed spread is the largest gap "
-            f"between the reference's {self.window}-step mean losses over its "
-            f"{len({s for p in self.pairs for s in p[:2]})} seeds ({pairs}; largest: seeds "
-            f"{worst[0]} vs {worst[1]})"
-        )
-
     def as_dict(self) -> dict:
+        """The numbers, for the study's record (sweeper/verify/guard_text.py: the derivation)."""
         return {
             "value": self.value,
             "spread": self.spread,
             "k": self.k,
             "floor": self.floor,
             "window": self.window,
-            "derivation": self.derivation(),
         }
 
 
@@ -137,16 +113,6 @@ class Descent:
     def trains(self) -> bool:
         return math.isfinite(self.drop) and self.drop > max(self.spread, 0.0)
 
-    def text(self) -> str:
-        if not math.isfinite(self.drop):
-            fell = "is not finite"
-        else:
-            fell = f"{'falls' if self.drop >= 0 else 'rises'} {abs(self.drop):.4f} nats"
-        return (
-            f"seed {self.seed}'s loss {fell} from its first {self.window}-step mean to its "
-            f"last, against a seed spread of {self.spread:.4f}"
-        )
-
 
 def descent(curves: Mapping[int, Sequence[float]], *, spread: float, window: int) -> Descent:
     """The reference's least descent over its seeds' curves (Descent.trains says if it trained)."""
@@ -166,12 +132,16 @@ def descent(curves: Mapping[int, Sequence[float]], *, spread: float, window: int
 
 @dataclass(frozen=True, kw_only=True)
 class GuardCheck:
-    """A candidate's verdict: within the tolerance or not, and why, in one sentence."""
+    """A candidate's verdict: within the tolerance or not, and the numbers that decided it
+    (sweeper/verify/guard_text.py says it in one sentence)."""
 
     passed: bool
     divergence: Divergence
     tolerance: float
-    reason: str
+    window: int  # the tolerance's window, steps
+    steps: int  # the steps both curves ran
+    mean_gap: float  # candidate - reference, mean loss over those steps, nats
+    last: tuple[float, float]  # the last common step's loss: candidate, reference
 
 
 def check(candidate: Sequence[float], reference: Sequence[float], tol: Tolerance) -> GuardCheck:
@@ -179,20 +149,15 @@ def check(candidate: Sequence[float], reference: Sequence[float], tol: Tolerance
     d = divergence(candidate, reference, window=tol.window)
     n = min(len(candidate), len(reference))
     mean_gap = (sum(candidate[:n]) - sum(reference[:n])) / n
-    passed = d.value <= tol.value
-    ratio = "inf" if not math.isfinite(d.value) else f"{d.value / tol.value:.2g}x"
-    where = "within" if passed else "OUTSIDE"
-    average = (
-        f"its loss is {'higher' if mean_gap > 0 else 'lower'} by {abs(mean_gap):.4f} on average"
-        if abs(mean_gap) >= 5e-5
-        else "its mean loss is the reference's to 4 decimals"
+    return GuardCheck(
+        passed=d.value <= tol.value,
+        divergence=d,
+        tolerance=tol.value,
+        window=tol.window,
+        steps=n,
+        mean_gap=mean_gap,
+        last=(candidate[n - 1], reference[n - 1]),
     )
-    reason = (
-        f"its loss curve drifts {d.value:.4f} nats from the reference's at {d.steps_text} "
-        f"({tol.window}-step means; {ratio} the tolerance {tol.value:.4f}: {where} it); over "
-        f"{n} steps {average}, last step {candidate[n - 1]:.4f} vs {reference[n - 1]:.4f}"
-    )
-    return GuardCheck(passed=passed, divergence=d, tolerance=tol.value, reason=reason)
 
 
 def curve_text(curve: Sequence[float]) -> str:

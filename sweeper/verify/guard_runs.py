@@ -21,6 +21,7 @@ from sweeper.space.math_keys import changes_text
 from sweeper.space.point import Point
 from sweeper.verify.guard_log import log_guard_run
 from sweeper.verify.guard_rules import GuardCheck, Tolerance, check
+from sweeper.verify.guard_text import check_text
 from sweeper.verify.winner import Candidate
 from train.core.curve import curve_lrs, loss_curve
 
@@ -160,7 +161,7 @@ def judge_contender(
         rec.update(
             verdict="passed" if result.passed else "failed",
             curve=curve,
-            reason=result.reason,
+            reason=check_text(result),
             divergence=result.divergence.value,
             at_step=result.divergence.step,
         )

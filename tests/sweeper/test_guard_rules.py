@@ -22,6 +22,7 @@ from sweeper.verify.guard_rules import (
     window_size,
     windowed_means,
 )
+from sweeper.verify.guard_text import check_text, descent_text, tolerance_text
 from train.core.curve import capped_split, curve_keys, loss_curve
 
 FALLING = [8.0 - 0.05 * i for i in range(20)]  # a reference curve: 8.00, 7.95, ... 7.05
@@ -79,16 +80,22 @@ def test_tolerance_is_k_times_the_largest_seed_gap_with_its_derivation() -> None
     assert tol.spread == pytest.approx(0.03)  # seeds 2 vs 3
     assert tol.value == pytest.approx(0.06)
     assert len(tol.pairs) == 3
-    text = tol.derivation()
+    text = tolerance_text(tol)
     assert "tolerance 0.0600 nats = 2 x seed spread 0.0300" in text
     assert "3 seeds" in text and "largest: seeds 2 vs 3" in text
-    assert tol.as_dict()["derivation"] == text
+    assert tol.as_dict() == {
+        "value": tol.value,
+        "spread": tol.spread,
+        "k": 2.0,
+        "floor": 0.01,
+        "window": 4,
+    }
 
 
 def test_tolerance_never_below_its_floor_and_says_so() -> None:
     tol = tolerance({1: FALLING, 2: [x + 0.001 for x in FALLING]}, k=2.0, floor=0.01, window=4)
     assert tol.value == pytest.approx(0.01)
-    assert "the floor 0.01 (k 2 x seed spread 0.0010 = 0.0020 is below it)" in tol.derivation()
+    assert "the floor 0.01 (k 2 x seed spread 0.0010 = 0.0020 is below it)" in tolerance_text(tol)
 
 
 def test_tolerance_needs_two_seeds() -> None:
@@ -104,8 +111,15 @@ def test_check_passes_within_the_tolerance_only(offset: float, passed: bool, wor
     tol = tolerance({1: FALLING, 2: [x + 0.03 for x in FALLING]}, k=2.0, floor=0.01, window=4)
     result = check([x + offset for x in FALLING], FALLING, tol)
     assert result.passed is passed
-    assert word in result.reason and "0.0600" in result.reason
-    assert f"last step {FALLING[-1] + offset:.4f} vs {FALLING[-1]:.4f}" in result.reason
+    assert (result.steps, result.window, result.last) == (
+        len(FALLING),
+        4,
+        (FALLING[-1] + offset, FALLING[-1]),
+    )
+    assert result.mean_gap == pytest.approx(offset)
+    reason = check_text(result)
+    assert word in reason and "0.0600" in reason
+    assert f"last step {FALLING[-1] + offset:.4f} vs {FALLING[-1]:.4f}" in reason
 
 
 @pytest.mark.parametrize(
@@ -456,7 +470,8 @@ def test_descent_says_whether_the_reference_trained(curves, spread, trains, seed
 
     d = descent(curves, spread=spread, window=2)
     assert d.trains is trains and d.seed == seed
-    assert f"seed {seed}'s loss" in d.text() and f"seed spread of {spread:.4f}" in d.text()
+    text = descent_text(d)
+    assert f"seed {seed}'s loss" in text and f"seed spread of {spread:.4f}" in text
 
 
 def _curve_out(curve: list[float]) -> dict:

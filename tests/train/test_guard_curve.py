@@ -11,6 +11,7 @@ import torch
 
 from sweeper.space.overrides import format_override
 from sweeper.verify.guard_rules import check, descent, tolerance, window_size
+from sweeper.verify.guard_text import check_text
 from train.core.curve import curve_keys, loss_curve
 from train.trial.coarse import round_mantissa_
 from train.trial.measurement import run_trial
@@ -82,5 +83,5 @@ def test_same_math_same_batches_no_alarm_and_the_planted_loss_is_caught(
         make_config, tmp_path, "coarse", seed=1337, extra=("hooks.fault=coarse_weights",)
     )
     verdict = check(coarse, ref, tol)
-    assert not verdict.passed, verdict.reason
+    assert not verdict.passed, check_text(verdict)
     assert coarse[-1] > ref[-1]  # it trains worse, not only differently

@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
@@ -20,7 +21,8 @@ from tests.nested import changed
 from tests.sweep_helpers import finished_sweep, sweep_dirs
 from train.core.handoff import llmc, nanogpt
 from train.core.handoff.files import handoff
-from train.core.handoff.gaps import HandoffRefused, MeasuredTrial, facts_of
+from train.core.handoff.gaps import GapKind, HandoffRefused, MeasuredTrial, facts_of
+from train.core.handoff.gaps_text import WHY, gap_line, why_text
 from train.core.handoff.interval import DEFAULT_MTBF_H, checkpoint_plan, plan_line
 from train.core.handoff.nanogpt import DataFolder, read_data_folder
 from train.export import main as export_main
@@ -357,6 +359,41 @@ def test_a_gap_is_priced_by_the_trial_that_ran_the_winners_other_knobs() -> None
     assert "not measured (no trial ran runtime.compile=default" in line
     (line,) = handoff(doc, "nanogpt", trials=None, reachable="the study's database is gone").lines
     assert line.endswith("not measured (the study's database is gone)")
+
+
+def test_a_gap_is_data_and_gaps_text_writes_its_line() -> None:
+    doc = changed(
+        best_doc(compile="max-autotune"),
+        {"runtime.compile_unit": "block", "runtime.seed": 7, "data.num_workers": 2},
+    )
+    winner = MeasuredTrial(
+        number=3, params={"runtime.compile": "max-autotune"}, tokens_per_s=120_000.0
+    )
+    twin = MeasuredTrial(number=5, params={"runtime.compile": "default"}, tokens_per_s=100_000.0)
+    made = handoff(doc, "nanogpt", trials=[winner, twin])
+    kinds = {g.key: (g.kind, g.worth.kind) for g in made.gaps}
+    assert kinds == {
+        "runtime.compile": ("compile_default_mode", "measured"),
+        "runtime.compile_unit": ("compile_whole_model", "not_searched"),
+        "runtime.seed": ("fixed_seed", "not_searched"),
+        "data.num_workers": ("in_process_data", "not_searched"),
+    }
+    assert made.gaps[0].worth.twin == twin and made.gaps[0].worth.winner_tokens_per_s == 120_000.0
+    assert made.lines == [gap_line(g) for g in made.gaps]
+    assert made.lines[2] == (
+        "runtime.seed=7: nanoGPT seeds 1337 + rank; "
+        "not measured (the sweep did not search runtime.seed)"
+    )
+    (compiled,) = [g for g in handoff(doc, "llmc").gaps if g.key == "runtime.compile"]
+    assert compiled.kind == "no_torch_compile" and compiled.numbers == {"compile_unit": "block"}
+    assert why_text(compiled) == (
+        "llm.c has no torch.compile (whole or block by block): its own CUDA kernels run"
+    )
+
+
+def test_every_gap_kind_has_a_sentence() -> None:
+    said = {kind for sentences in WHY.values() for kind in sentences}
+    assert said == set(get_args(GapKind))
 
 
 def test_a_winner_llmc_cannot_train_names_the_best_measured_config_it_can() -> None:

@@ -8,4 +8,4 @@ train.export` and the sweep's export (sweeper/report/handoff.py) write the files
 so importing the room is free.
 """
 
-__all__ = ["files", "gaps", "interval", "llmc", "nanogpt"]
+__all__ = ["files", "gaps", "gaps_text", "interval", "llmc", "nanogpt"]

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from train.core.handoff import llmc, nanogpt
-from train.core.handoff.gaps import HandoffRefused, MeasuredTrial, best_expressible, priced
+from train.core.handoff.gaps import Gap, HandoffRefused, MeasuredTrial, best_expressible, priced
+from train.core.handoff.gaps_text import gap_line
 
 TARGETS = {"nanogpt": nanogpt, "llmc": llmc}
 RENDER = {"nanogpt": nanogpt.nanogpt_file, "llmc": llmc.llmc_script}
@@ -27,6 +28,7 @@ class Handoff:
     text: str
     lines: list[str]  # what the target cannot express (priced), or the refusal and the fallback
     refused: HandoffRefused | None = None
+    gaps: tuple[Gap, ...] = ()  # the priced gaps behind `lines` (nanoGPT's vocabulary lines aside)
 
 
 def handoff(
@@ -55,14 +57,16 @@ def handoff(
         )
     winner = ((doc.get("provenance") or {}).get("sweep") or {}).get("trial")
     found = priced(module.gaps(doc, facts), trials, winner=winner, reachable=reachable)
-    lines = [g.line() for g in found]
+    lines = [gap_line(g) for g in found]
     if target == "nanogpt":  # the data folder decides nanoGPT's vocabulary, not its config file
         vocab_notes, vocab_gaps = nanogpt.vocab_lines(doc, folder)
         lines += vocab_gaps
         text = nanogpt.nanogpt_file(doc, notes=notes, lines=lines, data=vocab_notes)
     else:
         text = RENDER[target](doc, notes=notes, lines=lines)
-    return Handoff(target=target, file_name=module.FILE_NAME, text=text, lines=lines)
+    return Handoff(
+        target=target, file_name=module.FILE_NAME, text=text, lines=lines, gaps=tuple(found)
+    )
 
 
 def source_notes(doc: Mapping[str, Any], target: str) -> list[str]:

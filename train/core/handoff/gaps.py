@@ -8,16 +8,17 @@ step, the model): that export is refused, naming the key.
 
 The price of a gap comes from the study: the winner's search run against the best trial that ran
 every other searched knob as the winner did and this knob at a value the target runs. Both ran in
-the same conditions (the search), so their ratio is the measured worth; with no such trial the
-line says "not measured". Pure: plain dicts and `MeasuredTrial`s in, text out.
+the same conditions (the search), so their ratio is the measured worth; with no such trial it is
+not measured. Pure: plain dicts and `MeasuredTrial`s in, typed gaps out; every sentence about a gap
+is written by train/core/handoff/gaps_text.py.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from train.core.rules import resolve_dtype_name
 
@@ -31,30 +32,6 @@ SPEED_NEUTRAL_PREFIXES = (
     "optim.beta",
     "optim.grad_clip",
 )
-NOT_MEASURED = "not measured"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Gap:
-    """One knob of the winner the target has no setting for."""
-
-    key: str  # dotted best.yaml key, e.g. "runtime.compile"
-    value: Any  # the winner's value
-    instead: tuple[Any, ...]  # the values of `key` the target does run; () = no equivalent
-    why: str  # what the target does instead, in a few words
-    worth: str = NOT_MEASURED  # what the sweep measured it to be worth (see `priced`)
-
-    def line(self) -> str:
-        return f"{self.key}={_text(self.value)}: {self.why}; {self.worth}"
-
-
-class HandoffRefused(ValueError):
-    """The export would train a different batch, precision or model: refused, naming the key."""
-
-    def __init__(self, target: str, key: str, why: str, *, instead: str = "") -> None:
-        self.target, self.key, self.why, self.instead = target, key, why, instead
-        tail = f". {instead}" if instead else ""
-        super().__init__(f"{target} export refused: {key} {why}{tail}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +41,75 @@ class MeasuredTrial:
     number: int
     params: Mapping[str, Any]
     tokens_per_s: float
+
+
+# What the target runs instead, one kind per sentence of train/core/handoff/gaps_text.py (a kind
+# both targets share is said in each target's words).
+GapKind = Literal[
+    "compile_default_mode",  # nanoGPT: torch.compile's default mode only
+    "compile_whole_model",  # nanoGPT: the whole model, not block by block
+    "no_torch_compile",  # llm.c: its own kernels (numbers: compile_unit)
+    "keeps_activations",  # nanoGPT: no activation checkpointing
+    "recompute_gelu_layernorm",  # llm.c: -r 2, not whole blocks
+    "recompute_no_policy",  # llm.c: -r 2 for a selective (op-level) policy
+    "full_logits",  # the whole (B, T, vocab) logits at once: no chunked loss
+    "no_flash_impl",  # nanoGPT: PyTorch's default SDPA kernels, not the winner's flash one
+    "sdpa_picks",  # nanoGPT: SDPA picks the kernel
+    "cudnn_or_own_attention",  # llm.c: cuDNN attention or its own kernel
+    "bf16_matmuls",  # no float8 training
+    "tf32_on",  # nanoGPT: TF32 always on
+    "fixed_seed",  # nanoGPT: 1337 + rank
+    "in_process_data",  # batches read in the training process
+    "pinned_batches",  # batches always pinned
+    "sync_save",  # checkpoints written inside the step
+    "one_checkpoint",  # nanoGPT: one ckpt.pt overwritten
+    "fused_adamw",  # a fused AdamW always
+    "ddp_default",  # nanoGPT: DDP's default for this knob
+    "own_nccl",  # llm.c: its own NCCL calls, no DDP
+    "saves_on_improvement",  # nanoGPT: saving cannot be turned off
+    "eval_at_save",  # nanoGPT: validation and saving share one interval
+    "cuda_only",  # llm.c: CUDA only, the winner measured on a CPU
+]
+# How far the study priced a gap (`priced`).
+WorthKind = Literal[
+    "unread",  # the study was not read (`reachable` says why)
+    "winner_missing",  # the winner's trial is not in the study
+    "not_searched",  # the sweep did not search the gap's key
+    "no_twin",  # no trial ran the key at a value the target runs with the winner's other knobs
+    "measured",  # `twin` ran it: the winner's tokens/s over the twin's
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worth:
+    """What the sweep measured a gap to be worth, or how far it got."""
+
+    kind: WorthKind
+    reachable: str = ""  # unread: why the study was not read ("" where the caller gave no reason)
+    twin: MeasuredTrial | None = None  # measured: the fastest trial that ran what the target runs
+    winner_tokens_per_s: float = 0.0  # measured: the winner's search run
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap:
+    """One knob of the winner the target has no setting for."""
+
+    target: str  # the trainer that lacks it: "nanoGPT" | "llm.c"
+    key: str  # dotted best.yaml key, e.g. "runtime.compile"
+    value: Any  # the winner's value
+    instead: tuple[Any, ...]  # the values of `key` the target does run; () = no equivalent
+    kind: GapKind  # what the target does instead
+    numbers: dict[str, Any] = field(default_factory=dict)  # what its sentence names beyond these
+    worth: Worth = Worth(kind="unread")  # what the sweep measured it to be worth (see `priced`)
+
+
+class HandoffRefused(ValueError):
+    """The export would train a different batch, precision or model: refused, naming the key."""
+
+    def __init__(self, target: str, key: str, why: str, *, instead: str = "") -> None:
+        self.target, self.key, self.why, self.instead = target, key, why, instead
+        tail = f". {instead}" if instead else ""
+        super().__init__(f"{target} export refused: {key} {why}{tail}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,18 +183,17 @@ def priced(
     """Each gap with its measured worth. `trials` None: the study was not read (`reachable` says
     why)."""
     if trials is None:
-        why = f"{NOT_MEASURED} ({reachable or 'the study was not read'})"
-        return [_with(g, why) for g in gaps]
+        return [replace(g, worth=Worth(kind="unread", reachable=reachable)) for g in gaps]
     trials = list(trials)
     best = next((t for t in trials if t.number == winner), None)
     if best is None:
-        return [_with(g, f"{NOT_MEASURED} (the winner's trial is not in the study)") for g in gaps]
-    return [_with(g, _worth(g, best, trials)) for g in gaps]
+        return [replace(g, worth=Worth(kind="winner_missing")) for g in gaps]
+    return [replace(g, worth=_worth(g, best, trials)) for g in gaps]
 
 
-def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> str:
+def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> Worth:
     if gap.key not in winner.params:
-        return f"{NOT_MEASURED} (the sweep did not search {gap.key})"
+        return Worth(kind="not_searched")
     others = {k: v for k, v in winner.params.items() if k != gap.key and not _neutral(k)}
     twins = [
         t
@@ -158,15 +203,9 @@ def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> str:
         and all(t.params.get(k) == v for k, v in others.items())
     ]
     if not twins:
-        wanted = " or ".join(_text(v) for v in gap.instead) or "an equivalent"
-        return f"{NOT_MEASURED} (no trial ran {gap.key}={wanted} with the winner's other knobs)"
+        return Worth(kind="no_twin")
     twin = max(twins, key=lambda t: t.tokens_per_s)
-    ratio = winner.tokens_per_s / twin.tokens_per_s
-    return (
-        f"measured: the winner ran {ratio:.2f}x the tokens/s of trial {twin.number} "
-        f"({gap.key}={_text(twin.params[gap.key])}: {twin.tokens_per_s:,.0f} vs "
-        f"{winner.tokens_per_s:,.0f} tokens/s)"
-    )
+    return Worth(kind="measured", twin=twin, winner_tokens_per_s=winner.tokens_per_s)
 
 
 def best_expressible(
@@ -190,7 +229,7 @@ def best_expressible(
     if not fits:
         return "best measured config it can express: none (no trial of the study fits it)"
     t = max(fits, key=lambda t: t.tokens_per_s)
-    knobs = ", ".join(f"{k}={_text(v)}" for k, v in sorted(t.params.items()))
+    knobs = ", ".join(f"{k}={value_text(v)}" for k, v in sorted(t.params.items()))
     return (
         f"best measured config it can express: trial {t.number}, {t.tokens_per_s:,.0f} tokens/s "
         f"({knobs or 'the study fixed every knob'})"
@@ -201,11 +240,8 @@ def _neutral(key: str) -> bool:
     return key.startswith(SPEED_NEUTRAL_PREFIXES)
 
 
-def _with(gap: Gap, worth: str) -> Gap:
-    return Gap(key=gap.key, value=gap.value, instead=gap.instead, why=gap.why, worth=worth)
-
-
-def _text(v: Any) -> str:
+def value_text(v: Any) -> str:
+    """A best.yaml value as the handoff lines write it: booleans as YAML writes them."""
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 

@@ -20,11 +20,13 @@ from typing import Any
 from train.core.handoff.gaps import (
     Facts,
     Gap,
+    GapKind,
     HandoffRefused,
     check_tokens,
     comment_lines,
     facts_of,
 )
+from train.core.handoff.gaps_text import file_lines
 
 TARGET = "llm.c"
 FILE_NAME = "best_llmc.sh"
@@ -81,68 +83,39 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
     rt, data, ckpt = doc["runtime"], doc["data"], doc["checkpoint"]
     out = []
 
-    def gap(key: str, instead: tuple, why: str) -> None:
+    def gap(key: str, instead: tuple, kind: GapKind, **numbers: Any) -> None:
         section, name = key.split(".")
-        out.append(Gap(key=key, value=doc[section][name], instead=instead, why=why))
+        value = doc[section][name]
+        out.append(
+            Gap(target=TARGET, key=key, value=value, instead=instead, kind=kind, numbers=numbers)
+        )
 
     if rt["compile"] != "none":
-        whole = "" if rt.get("compile_unit", "model") == "model" else " (whole or block by block)"
-        gap(
-            "runtime.compile",
-            ("none",),
-            f"llm.c has no torch.compile{whole}: its own CUDA kernels run",
-        )
+        unit = rt.get("compile_unit", "model")
+        gap("runtime.compile", ("none",), "no_torch_compile", compile_unit=unit)
     if rt["activation_checkpointing"] == "selective":
-        gap(
-            "runtime.activation_checkpointing",
-            ("none",),
-            "llm.c has no op-level policy: its "
-            "-r 2 recomputes GELU and LayerNorm and keeps the other outputs",
-        )
+        gap("runtime.activation_checkpointing", ("none",), "recompute_no_policy")
     elif rt["activation_checkpointing"] != "none":
-        gap(
-            "runtime.activation_checkpointing",
-            ("none",),
-            "llm.c recomputes GELU and LayerNorm (-r 2), not whole blocks",
-        )
+        gap("runtime.activation_checkpointing", ("none",), "recompute_gelu_layernorm")
     if rt.get("loss", "full") != "full":
-        gap(
-            "runtime.loss",
-            ("full",),
-            "llm.c's fused classifier holds the whole (B, T, "
-            "vocab) logits in bf16 and writes their gradient in place: no chunked loss",
-        )
+        gap("runtime.loss", ("full",), "full_logits")
     if rt["attention"] not in ("auto", "cudnn"):
-        gap(
-            "runtime.attention",
-            ("auto", "cudnn"),
-            "llm.c runs cuDNN attention (built with USE_CUDNN=1) or its own kernel",
-        )
+        gap("runtime.attention", ("auto", "cudnn"), "cudnn_or_own_attention")
     if rt.get("float8", "none") != "none":
-        gap(
-            "runtime.float8",
-            ("none",),
-            "llm.c's train_gpt2cu has no float8 training: its "
-            "matmuls run bf16 on cuBLASLt (about half the float8 rate)",
-        )
+        gap("runtime.float8", ("none",), "bf16_matmuls")
     if int(data["num_workers"]) > 0:
-        gap("data.num_workers", (0,), "llm.c's DataLoader reads shards in the training process")
+        gap("data.num_workers", (0,), "in_process_data")
     if not data["pin_memory"]:
-        gap("data.pin_memory", (True,), "llm.c stages batches in pinned host memory")
+        gap("data.pin_memory", (True,), "pinned_batches")
     if ckpt["mode"] != "sync":
-        gap("checkpoint.mode", ("sync",), "llm.c writes checkpoints inside the step")
+        gap("checkpoint.mode", ("sync",), "sync_save")
     if str(doc["optim"]["fused"]).lower() == "false":
-        gap("optim.fused", ("auto", "true"), "llm.c's AdamW is one fused kernel")
+        gap("optim.fused", ("auto", "true"), "fused_adamw")
     if facts.world > 1:
         for name in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
-            gap(f"ddp.{name}", (), "llm.c reduces gradients with its own NCCL calls, not DDP")
+            gap(f"ddp.{name}", (), "own_nccl")
     if facts.device_type != "cuda":
-        gap(
-            "runtime.device",
-            (),
-            "train_gpt2cu runs on CUDA only: this speed was measured on a "
-            "CPU and says nothing about a GPU",
-        )
+        gap("runtime.device", (), "cuda_only")
     return out
 
 
@@ -195,11 +168,7 @@ def llmc_script(doc: Mapping[str, Any], *, notes: list[str], lines: list[str]) -
         f"data: -i/-j need llm.c token shards (256-int32 header); best.yaml's format is "
         f"{doc['data']['format']}",
     ]
-    if lines:
-        head += ["What llm.c cannot express (what the sweep measured it to be worth):"]
-        head += [f"  - {line}" for line in lines]
-    else:
-        head += ["What llm.c cannot express: nothing; every knob of the winner maps."]
+    head += file_lines(TARGET, lines)
     args = " \\\n    ".join(f"{flag} {shlex.quote(v)}" for flag, v in flags)
     body = f"set -euo pipefail\n{launch} \\\n    {args}\n"
     return "#!/usr/bin/env bash\n" + comment_lines(head) + body

@@ -31,11 +31,13 @@ from typing import Any
 from train.core.handoff.gaps import (
     Facts,
     Gap,
+    GapKind,
     HandoffRefused,
     check_tokens,
     comment_lines,
     facts_of,
 )
+from train.core.handoff.gaps_text import file_lines
 from train.core.rules import FLASH_IMPLS
 
 TARGET = "nanoGPT"
@@ -48,8 +50,8 @@ META_PKL = "meta.pkl"  # train.py unpickles os.path.join(data_dir, 'meta.pkl') w
 # train/data/synthetic.py's GENERATOR, whose meta.json is written with the meta.pkl beside it (not
 # imported: train.data loads torch)
 OUR_GENERATOR_PREFIX = "train.data.synthetic."
-# records one gap: gap(key, what nanoGPT runs instead, why)
-_GapSink = Callable[[str, tuple, str], None]
+# records one gap: gap(key, the values nanoGPT runs instead, what it does instead)
+_GapSink = Callable[[str, tuple, GapKind], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,9 +111,10 @@ def gaps(doc: Mapping[str, Any], facts: Facts) -> list[Gap]:
     """Every knob of the winner nanoGPT has no setting for, and what it runs instead."""
     out = []
 
-    def gap(key: str, instead: tuple, why: str) -> None:
+    def gap(key: str, instead: tuple, kind: GapKind) -> None:
         section, name = key.split(".")
-        out.append(Gap(key=key, value=doc[section][name], instead=instead, why=why))
+        value = doc[section][name]
+        out.append(Gap(target=TARGET, key=key, value=value, instead=instead, kind=kind))
 
     _runtime_gaps(doc["runtime"], facts, gap)
     _loop_gaps(doc, facts, gap)
@@ -122,53 +125,23 @@ def _runtime_gaps(rt: Mapping[str, Any], facts: Facts, gap: _GapSink) -> None:
     """The runtime knobs nanoGPT has no setting for: compile, memory levers, attention kernel,
     float8, TF32 and the seed."""
     if rt["compile"] not in ("none", "default"):
-        gap(
-            "runtime.compile",
-            ("default",),
-            "nanoGPT compiles in torch.compile's default mode only (compile = True)",
-        )
+        gap("runtime.compile", ("default",), "compile_default_mode")
     if rt["compile"] != "none" and rt.get("compile_unit", "model") != "model":
-        gap(
-            "runtime.compile_unit",
-            ("model",),
-            "nanoGPT compiles the whole model "
-            "(model = torch.compile(model)), not each block once: its cold compile grows with "
-            "the depth",
-        )
+        gap("runtime.compile_unit", ("model",), "compile_whole_model")
     if rt["activation_checkpointing"] != "none":
-        gap(
-            "runtime.activation_checkpointing",
-            ("none",),
-            "nanoGPT has no activation "
-            "checkpointing: it keeps every activation (more memory; it may not fit)",
-        )
+        gap("runtime.activation_checkpointing", ("none",), "keeps_activations")
     if rt.get("loss", "full") != "full":
-        gap(
-            "runtime.loss",
-            ("full",),
-            "nanoGPT computes the whole (B, T, vocab) logits and "
-            "their cross-entropy at once (more memory; it may not fit)",
-        )
+        gap("runtime.loss", ("full",), "full_logits")
     if rt["attention"] in FLASH_IMPLS:
-        gap(
-            "runtime.attention",
-            ("auto",),
-            f"nanoGPT activates no flash implementation "
-            f"({rt['attention'].upper()}): its SDPA runs PyTorch's default kernels",
-        )
+        gap("runtime.attention", ("auto",), "no_flash_impl")
     elif rt["attention"] != "auto":
-        gap("runtime.attention", ("auto",), "nanoGPT calls SDPA and lets PyTorch pick the kernel")
+        gap("runtime.attention", ("auto",), "sdpa_picks")
     if rt.get("float8", "none") != "none":
-        gap(
-            "runtime.float8",
-            ("none",),
-            "nanoGPT has no float8 training: its linears run bf16 "
-            "matmuls (about half the float8 rate; the bf16 math the numerics guard compared)",
-        )
+        gap("runtime.float8", ("none",), "bf16_matmuls")
     if facts.device_type == "cuda" and not rt["tf32"]:
-        gap("runtime.tf32", (True,), "nanoGPT turns TF32 on for matmuls and cuDNN")
+        gap("runtime.tf32", (True,), "tf32_on")
     if rt["seed"] != NANOGPT_SEED:
-        gap("runtime.seed", (NANOGPT_SEED,), "nanoGPT seeds 1337 + rank")
+        gap("runtime.seed", (NANOGPT_SEED,), "fixed_seed")
 
 
 def _loop_gaps(doc: Mapping[str, Any], facts: Facts, gap: _GapSink) -> None:
@@ -176,43 +149,24 @@ def _loop_gaps(doc: Mapping[str, Any], facts: Facts, gap: _GapSink) -> None:
     optimizer, DDP and the eval interval."""
     data, ckpt, cuda = doc["data"], doc["checkpoint"], facts.device_type == "cuda"
     if int(data["num_workers"]) > 0:
-        gap(
-            "data.num_workers",
-            (0,),
-            "nanoGPT reads each batch in the training process "
-            "(get_batch), so no workers and no prefetch",
-        )
+        gap("data.num_workers", (0,), "in_process_data")
     if cuda and not data["pin_memory"]:
-        gap("data.pin_memory", (True,), "nanoGPT always pins batches on CUDA")
+        gap("data.pin_memory", (True,), "pinned_batches")
     if ckpt["mode"] != "sync":
-        gap(
-            "checkpoint.mode",
-            ("sync",),
-            "nanoGPT saves with torch.save inside the step (synchronous)",
-        )
+        gap("checkpoint.mode", ("sync",), "sync_save")
     if int(ckpt["keep"]) != 1:
-        gap("checkpoint.keep", (1,), "nanoGPT overwrites one ckpt.pt")
+        gap("checkpoint.keep", (1,), "one_checkpoint")
     if cuda and str(doc["optim"]["fused"]).lower() == "false":
-        gap("optim.fused", ("auto", "true"), "nanoGPT uses fused AdamW wherever CUDA has it")
+        gap("optim.fused", ("auto", "true"), "fused_adamw")
     if facts.world > 1:
         for name, default in DDP_DEFAULTS.items():
             if doc["ddp"][name] != default:
-                gap(f"ddp.{name}", (default,), f"nanoGPT wraps DDP with its default ({default})")
+                gap(f"ddp.{name}", (default,), "ddp_default")
     every, evals = int(ckpt["every_steps"]), int(doc["train"]["eval_every"])
     if every == 0:
-        gap(
-            "checkpoint.every_steps",
-            (),
-            "nanoGPT cannot turn saving off: it still saves when "
-            "the validation loss improves (always_save_checkpoint = False)",
-        )
+        gap("checkpoint.every_steps", (), "saves_on_improvement")
     elif evals != every:
-        gap(
-            "train.eval_every",
-            (every,),
-            f"nanoGPT evaluates at each save (eval_interval = "
-            f"{every}): validation and saving share one interval",
-        )
+        gap("train.eval_every", (every,), "eval_at_save")
 
 
 def nanogpt_file(
@@ -253,11 +207,7 @@ def nanogpt_file(
     if facts.world > 1:
         settings["backend"] = "nccl"
     head = [*notes, *command_notes(doc, facts), *data_notes(doc), *data]
-    if lines:
-        head += ["What nanoGPT cannot express (what the sweep measured it to be worth):"]
-        head += [f"  - {line}" for line in lines]
-    else:
-        head += ["What nanoGPT cannot express: nothing; every knob of the winner maps."]
+    head += file_lines(TARGET, lines)
     body = [f"{name} = {val!r}" for name, val in settings.items()]
     return comment_lines(head) + "\n".join(body) + "\n"
 
