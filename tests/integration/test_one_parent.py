@@ -15,10 +15,20 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from sweeper.launch.batch import job_name
 from sweeper.study.optuna_study import REQUEUED_ATTR
 from sweeper.tracking import PARENT_ATTR, SweepTracker, experiment_name, storage_fingerprint
 from tests.integration.test_interrupts import OVERRIDES, _a_trial_runs
 from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
+
+
+def _a_trial_logs(cwd: Path) -> bool:
+    """A trial runs and its job folder holds its log: the signal then lands on a trial whose log
+    the killed run must carry (a RUNNING trial alone may not have reached its folder under load)."""
+    if not _a_trial_runs(cwd):
+        return False
+    running = [t.number for t in load_study(cwd, "stop").trials if t.state.name == "RUNNING"]
+    return any(any(cwd.glob(f"multirun/*/*/{job_name(n)}/trial.log")) for n in running)
 
 
 def _study(tmp_path: Path, name: str = "s", db: str = "optuna.db") -> tuple[optuna.Study, str]:
@@ -126,7 +136,7 @@ def test_a_sweep_stopped_and_resumed_is_one_parent_run_with_every_trial(tmp_path
         tmp_path,
         sweep_argv(*OVERRIDES),
         sig=signal.SIGTERM,
-        ready=lambda: _a_trial_runs(tmp_path),
+        ready=lambda: _a_trial_logs(tmp_path),
         settle_s=2,
     )
     assert code == 130, out[-3000:]
