@@ -580,7 +580,9 @@ def test_a_sweep_folder_on_a_disk_that_fills_ends_in_one_line_keeping_every_tria
         out = proc.stdout + proc.stderr
         assert proc.returncode == 1, out[-3000:]
         assert "Traceback" not in out and "--- Logging error ---" not in out, out[-3000:]
-        (line,) = [ln for ln in out.splitlines() if "[ERROR]" in ln]
+        errors = [ln for ln in out.splitlines() if "[ERROR]" in ln]
+        assert len(errors) == 1, out[-4000:]
+        (line,) = errors
         assert f"disk full: no space left on device writing {folder}" in line, line
         assert (
             f"every trial folder in {folder}; free space there or point hydra.sweep.dir "
