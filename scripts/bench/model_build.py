@@ -27,7 +27,7 @@ from scripts.bench.harness import (
     timed,
 )
 from train.device import sync
-from train.model.gpt import GPT, ModelConfig
+from train.model.gpt import GPT, ModelConfig, build_on
 
 ARMS = ("host", "meta")
 
@@ -42,12 +42,8 @@ def model_config(name: str) -> ModelConfig:
 def build(arm: str, cfg: ModelConfig, device: torch.device) -> GPT:
     """One seeded build by `arm`, finished on `device` (synchronized)."""
     torch.manual_seed(1337)
-    if arm == "host":
-        model = GPT(cfg).to(device)
-    else:
-        with torch.device("meta"):
-            model = GPT(cfg)
-        model.materialize(device)
+    # host: the build the trainer replaced; meta: the trainer's own (build_on)
+    model = GPT(cfg).to(device) if arm == "host" else build_on(device, cfg)
     sync(device)
     return model
 

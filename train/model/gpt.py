@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -277,3 +278,12 @@ def _fused_devices() -> tuple[str, ...]:
 def fused_adamw_supported(device_type: str) -> bool:
     """Whether this torch build has a fused AdamW kernel for `device_type`."""
     return device_type in _fused_devices()
+
+
+def build_on(device: torch.device, cfg: ModelConfig, **options: Any) -> GPT:
+    """A GPT built on the meta device (shapes only) and materialized on `device`: the trainer's
+    build (train/run/loop.py build_model); `options` are GPT's keyword options. Seed first."""
+    with torch.device("meta"):
+        model = GPT(cfg, **options)
+    model.materialize(device)
+    return model

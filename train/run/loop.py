@@ -30,7 +30,7 @@ from train.data.synthetic import ensure_dataset
 from train.measure.ceiling import Ceiling, measure_matmul_ceiling
 from train.model.attention import installed_flash_impls, probe_backend
 from train.model.float8 import convert_to_float8, float8_report
-from train.model.gpt import GPT
+from train.model.gpt import GPT, build_on
 from train.model.regional import compile_model
 from train.run.checkpoint import Checkpointer, rng_state
 from train.run.distributed import (
@@ -111,14 +111,13 @@ def build_model(
     weights here alike."""
     rt = cfg.runtime
     torch.manual_seed(rt.seed)
-    with torch.device("meta"):  # shapes only: the weights are allocated and drawn on `device`
-        raw_model = GPT(
-            cfg.model,
-            activation_checkpointing=rt.activation_checkpointing,
-            attention=rt.attention,
-            loss=rt.loss,
-        )
-    raw_model.materialize(device)
+    raw_model = build_on(  # shapes on the meta device; the weights allocated and drawn on `device`
+        device,
+        cfg.model,
+        activation_checkpointing=rt.activation_checkpointing,
+        attention=rt.attention,
+        loss=rt.loss,
+    )
     if rt.float8 != "none":  # after the build, before the optimizer and torch.compile see it
         convert_to_float8(raw_model, recipe=rt.float8, emulate=rt.float8_emulate)
     optimizer, fused = raw_model.configure_optimizer(
