@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -63,6 +67,60 @@ def test_close_stops_a_thread_blocked_on_a_full_queue():
     fetch.close()
     assert time.perf_counter() - t0 < 1.0
     assert not fetch.alive
+
+
+def test_close_waits_for_an_item_being_made_to_finish():
+    started = threading.Event()
+
+    def source():
+        while True:
+            started.set()
+            time.sleep(1.5)  # a slow receive: close() comes while the thread is inside it
+            yield 0
+
+    fetch = ThreadedFetch(source(), depth=1)
+    started.wait()
+    fetch.close()
+    assert not fetch.alive  # it waited for the item instead of leaving the thread behind
+
+
+def test_a_process_that_closes_while_the_thread_is_in_torch_code_exits_cleanly(tmp_path: Path):
+    # A daemon thread still inside a torch op when the interpreter exits aborts the process
+    # ("terminate called without an active exception"): how a DDP rank died at the end of a run
+    # in CI. close() must leave no thread behind for the exit to catch.
+    script = tmp_path / "close_then_exit.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import time
+            import torch
+            from train.data.fetch import ThreadedFetch
+
+            a = torch.randn(600, 600)
+
+            def source():
+                while True:
+                    end = time.perf_counter() + 1.0
+                    while time.perf_counter() < end:
+                        a @ a  # torch code, the GIL released
+                    yield 0
+
+            fetch = ThreadedFetch(source(), depth=1)
+            next(fetch)
+            time.sleep(0.2)  # the thread is inside the next item's torch work
+            fetch.close()
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "terminate called" not in proc.stderr
 
 
 def test_depth_must_be_positive():

@@ -15,6 +15,7 @@ training loop, as the knob says.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -22,7 +23,12 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-_POLL_S = 0.1  # how often a blocked put re-checks for close(); bounds the time close() waits
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.1  # how often a blocked put re-checks for close()
+# How long close() waits for an item being made to finish. DataLoader's own watchdog raises
+# within seconds when a worker dies, so only a source that hangs outright reaches this bound.
+_CLOSE_WAIT_S = 120.0
 
 
 class _End:
@@ -89,9 +95,20 @@ class ThreadedFetch(Generic[T]):
             raise item.exc
         return item
 
-    def close(self) -> None:
+    def close(self, *, wait_s: float = _CLOSE_WAIT_S) -> None:
+        """Stop the thread and wait until it has ended: it may be inside the source's `next`
+        (receiving a worker's batch runs torch code that releases the GIL), and a daemon thread
+        still in torch code when the interpreter exits aborts the process ("terminate called
+        without an active exception": Python ends the thread from inside a C++ destructor). A
+        DDP rank that returned 0 died so in CI when this waited only half a second."""
         self._stop.set()
-        self._thread.join(timeout=5 * _POLL_S)
+        self._thread.join(timeout=wait_s)
+        if self._thread.is_alive():
+            log.warning(
+                "the batch-receiving thread is still inside the data source after %.0f s; "
+                "the process may abort at exit",
+                wait_s,
+            )
 
     @property
     def alive(self) -> bool:
