@@ -150,11 +150,11 @@ def cpu_threads(requested: int, rank: Rank, *, device_type: str) -> int:
 
 
 def close_session(s: Session, *, finished: bool = False) -> None:
-    """Stop the batch thread, finish the checkpoint writer, leave the process group. A rank
-    that `finished` its run first waits for the others (a barrier): one leaving the group while
-    a peer still works (rank 0's last save) can abort gloo's teardown ("terminate called without
-    an active exception", seen once in CI). After a failure there is no barrier: a dead peer
-    would hold it until ddp.timeout_s."""
+    """Stop the batch thread (waiting for it: one left inside torch code aborts the process at
+    exit, train/data/fetch.py), finish the checkpoint writer, leave the process group. A rank
+    that `finished` its run first waits for the others (a barrier), so none leaves the group
+    while a peer still works (rank 0's last save). After a failure there is no barrier: a dead
+    peer would hold it until ddp.timeout_s."""
     try:
         s.batches.close()
         s.checkpointer.close()  # also on a failed step: an in-flight async write completes
