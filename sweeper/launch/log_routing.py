@@ -103,13 +103,17 @@ def wrap_lines(text: str, width: int) -> list[str]:
 
 class ConsoleFormatter(logging.Formatter):
     """The console handler's format with its lines wrapped to `console_width`. An error is printed
-    whole: the command it ends with (how to resume) is copied as one line."""
+    whole (the command it ends with, how to resume, is copied as one line) and always says it is
+    one: Hydra's sweep format ("[time][HYDRA] message") names no level, and which format is
+    active when a sweep ends depends on where it ended (inside a job's logging or not)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        if record.levelno >= logging.ERROR:
-            return text
-        return "\n".join(wrap_lines(text, console_width()))
+        if record.levelno < logging.ERROR:
+            return "\n".join(wrap_lines(super().format(record), console_width()))
+        if "levelname" not in (self._fmt or ""):
+            marked = f"[{record.levelname}] {record.getMessage()}"
+            record = logging.makeLogRecord({**record.__dict__, "msg": marked, "args": None})
+        return super().format(record)
 
 
 class SecretFilter(logging.Filter):

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sweeper.launch.disk_full import full_disk
 from sweeper.study.objective import save_stall_s, steady_step_time_s
 from train.core.config_file import read_pinned_config
 from train.core.handoff.files import TARGETS, handoff
@@ -88,6 +89,8 @@ def handoff_report(
     try:
         return lines + write_handoffs(best_path, doc, trials)
     except (ValueError, KeyError, OSError) as exc:  # best.yaml stands; say what did not follow
+        if full_disk(exc):
+            raise  # the sweep's own write: it ends in the disk-full line, exit 1 (engine.py)
         log.error("best_nanogpt.py / best_llmc.sh not written: %s", exc)
         return lines
 

@@ -20,6 +20,7 @@ from sweeper.launch.batch import job_name, link_job
 from sweeper.launch.log_routing import (
     MAX_CONSOLE_WIDTH,
     ConsoleFilter,
+    ConsoleFormatter,
     SweepLogHandler,
     add_routes,
     known_warning,
@@ -455,3 +456,19 @@ def test_dropped_choices_are_folded_a_line_per_reason(caplog) -> None:
     head, *why = caplog.records[-1].getMessage().splitlines()
     assert head == "runtime.attention: dropped 2 of 5 choices: efficient, cudnn"
     assert why == ["  efficient, cudnn: has no CPU kernel"]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "level", "shown"),
+    [
+        # Hydra's sweep format names no level: an error says it is one
+        ("[%(name)s][HYDRA] %(message)s", logging.ERROR, "[s][HYDRA] [ERROR] disk full: x"),
+        ("[%(name)s][HYDRA] %(message)s", logging.CRITICAL, "[s][HYDRA] [CRITICAL] disk full: x"),
+        ("[%(name)s][HYDRA] %(message)s", logging.INFO, "[s][HYDRA] disk full: x"),
+        # a job's format names it already: not twice
+        ("[%(name)s][%(levelname)s] - %(message)s", logging.ERROR, "[s][ERROR] - disk full: x"),
+    ],
+)
+def test_an_error_line_names_its_level_in_every_console_format(fmt, level, shown) -> None:
+    rec = logging.LogRecord("s", level, __file__, 1, "disk full: %s", ("x",), None)
+    assert ConsoleFormatter(fmt).format(rec) == shown
