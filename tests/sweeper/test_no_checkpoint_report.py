@@ -5,6 +5,12 @@ checked in tests/integration/test_race_threads.py (a smoke sweep)."""
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
+import pytest
+
+from sweeper.report import handoff
 from sweeper.report.handoff import checkpoint_lines
 
 
@@ -20,3 +26,31 @@ def test_an_unmeasured_interval_is_named_as_such():
         "checkpoints: best.yaml saves every 50 steps (no save was measured to choose "
         "an interval from)"
     )
+
+
+@pytest.mark.parametrize(
+    ("error", "ends_the_sweep"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), True),  # the disk-full line, exit 1
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
+        (OSError(errno.EACCES, "Permission denied"), False),  # said; best.yaml stands
+        (ValueError("data.dir holds no meta.pkl"), False),
+    ],
+)
+def test_a_full_disk_at_the_exports_ends_the_sweep_and_other_errors_are_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error, ends_the_sweep
+):
+    def fail(*_args, **_kwargs):
+        raise error
+
+    monkeypatch.setattr(
+        handoff, "read_pinned_config", lambda _p: {"checkpoint": {"every_steps": 0}}
+    )
+    monkeypatch.setattr(handoff, "write_handoffs", fail)
+    if ends_the_sweep:
+        with pytest.raises(OSError):
+            handoff.handoff_report(Path("best.yaml"), [], None)
+        return
+    lines = handoff.handoff_report(Path("best.yaml"), [], None)
+    assert lines[0].startswith("checkpoints: best.yaml saves NONE")
+    assert f"best_nanogpt.py / best_llmc.sh not written: {error}" in caplog.text
