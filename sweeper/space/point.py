@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from sweeper.forecast.trial import TrialTime
     from sweeper.space.fit import Fit
 
-_ABSENT = object()
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Point(Mapping[str, Any]):
@@ -89,10 +87,6 @@ class Point(Mapping[str, Any]):
     def overrides(self) -> list[str]:
         """Hydra overrides for a trial's command line, e.g. ["batch.micro_batch=4", ...]."""
         return [format_override(k, v) for k, v in self.knobs.items()]
-
-    def differs_from(self, other: Mapping[str, Any]) -> dict[str, Any]:
-        """The knobs whose values differ from `other`'s (a knob `other` lacks differs)."""
-        return {k: v for k, v in self.knobs.items() if other.get(k, _ABSENT) != v}
 
     def as_dict(self) -> dict[str, Any]:
         """The knobs as a plain dict: Optuna params, MLflow params, YAML and JSON files."""

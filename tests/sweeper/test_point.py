@@ -33,21 +33,6 @@ def test_with_knob_is_a_new_point(point, key, value, want):
 
 
 @pytest.mark.parametrize(
-    ("point", "other", "want"),
-    [
-        (P, P.as_dict(), {}),
-        (P, {**P.as_dict(), "batch.micro_batch": 8}, {"batch.micro_batch": 4}),
-        (P, {"batch.micro_batch": 4}, {"runtime.compile": "none", "runtime.dtype": "fp32"}),
-        # a knob set to None differs from one the other point lacks
-        (Point(knobs={"runtime.float8": None}), {}, {"runtime.float8": None}),
-        (Point(), {"batch.micro_batch": 4}, {}),
-    ],
-)
-def test_differs_from(point, other, want):
-    assert point.differs_from(other) == want
-
-
-@pytest.mark.parametrize(
     ("knobs", "want"),
     [
         ({"batch.micro_batch": 4}, ["batch.micro_batch=4"]),
