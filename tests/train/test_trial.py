@@ -474,8 +474,14 @@ LONG_STEP = ("batch.tokens_per_step=2048", "batch.micro_batch=2", "batch.grad_ac
 
 
 def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) -> None:
-    """grad_accum 16 over 2-micro-batch steps: the result describes full steps, each ~8x a short
-    step's per-micro-batch time, and says what it was projected from."""
+    """grad_accum 16 over 2-micro-batch steps: the result describes full steps, several times a
+    short step, and says what it was projected from.
+
+    A full step is the short step's first micro-batch + 15x its second + the optimizer once
+    (train/core/meters.py project_step; its arithmetic is table-tested in test_meters.py), so it
+    is 8x a short step only when the two micro-batches take alike: under load either one can
+    stretch, and the ratio of the p50s moves anywhere between 1x and 15x (10.4x was measured
+    here while a test suite ran). The bounds hold the projection's range, not one machine's."""
     cfg = make_config(
         *LONG_STEP,
         "trial.project_above_s=1e-6",
@@ -489,7 +495,7 @@ def test_a_long_step_is_projected_from_short_steps(make_config, tmp_path: Path) 
     assert proj["micro_batches_per_step"] == 2 and proj["grad_accum"] == 16
     assert proj["short_step_s"]["n"] == result["step_time_s"]["n"] == 4
     ratio = result["step_time_s"]["p50"] / proj["short_step_s"]["p50"]
-    assert 5.0 < ratio <= 8.0, ratio  # 8x the micro-batch phases, the optimizer once
+    assert 2.0 < ratio < 15.0, ratio  # projected: neither one short step nor past 15 of them
     assert result["tokens_per_step"] == 2048
     assert result["tokens_per_s"] == pytest.approx(
         2048 * 4 / (result["step_time_s"]["mean"] * 4), rel=1e-9
