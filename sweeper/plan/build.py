@@ -59,6 +59,18 @@ def startup_lines(found: Scan, ctx: SpaceContext) -> list[str]:
             f"{found.dropped_points:,} of the {found.feasible:,} feasible points ({share:.0f}%"
             f"{worst}), predicted not to fit; none of them is launched"
         )
+    if found.dominated:
+        fit = found.kept + found.dominated_points
+        share = 100 * found.dominated_points / fit if fit else 0.0
+        pairs = ", ".join(
+            f"{mine} where {cheaper} fits ({n:,})"
+            for (mine, cheaper), n in sorted(found.dominated.items(), key=lambda kv: -kv[1])
+        )
+        lines.append(
+            f"dominated: {found.dominated_points:,} of the {fit:,} points that fit ({share:.0f}%) "
+            f"recompute more than their micro-batch needs, slower at the same micro-batch than a "
+            f"cheaper runtime.activation_checkpointing that fits; none of them is launched: {pairs}"
+        )
     for key, dead in found.dead_values.items():
         lines.append(f"{key}: dropped {dead} before sampling (no runnable point has them)")
     if found.classes:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sweeper.space.constraints import SpaceContext, check_point
+from sweeper.space.constraints import SpaceContext, check_point, fits_here
+from sweeper.space.dominance import cheaper_that_fits
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
 from sweeper.space.search_space import SAMPLE_POINTS, SearchSpace
@@ -116,6 +117,9 @@ class Scan:
     reasons: Counter[str] = field(default_factory=Counter)  # refusal reason -> points
     oom_refused: int = 0  # points an out-of-memory trial of this sweep rules out
     dropped: list[DroppedGroup] = field(default_factory=list)  # by the memory model
+    # points that fit but cannot win (sweeper/space/dominance.py): (recompute, the cheaper
+    # choice that fits) -> points
+    dominated: Counter[tuple[str, str]] = field(default_factory=Counter)
     kept: int = 0  # points that run
     classes: list[PointClass] = field(default_factory=list)
     dead_values: dict[str, list[Any]] = field(default_factory=dict)  # values no kept point has
@@ -129,6 +133,10 @@ class Scan:
     @property
     def dropped_points(self) -> int:
         return sum(g.points for g in self.dropped)
+
+    @property
+    def dominated_points(self) -> int:
+        return sum(self.dominated.values())
 
     @property
     def mean_trial_s(self) -> float | None:
@@ -169,8 +177,9 @@ def scan(
     stall_timeout_s: float = 0.0,
 ) -> Scan:
     """Classify every point: refused by a constraint, ruled out by an out-of-memory trial,
-    dropped by the memory model (grouped, with its predicted GiB), or kept (grouped by class,
-    with its floor, predicted step, limits and expected trial wall)."""
+    dropped by the memory model (grouped, with its predicted GiB), dominated (more recompute
+    than its micro-batch needs), or kept (grouped by class, with its floor, predicted step,
+    limits and expected trial wall)."""
     combos, weight, total, sampled = _combos(space)
     out = Scan(total=total, sampled=sampled)
     dropped: dict[tuple, DroppedGroup] = {}
@@ -202,6 +211,12 @@ def scan(
                 group = dropped.get(key)
                 points = weight + (group.points if group else 0)
                 dropped[key] = DroppedGroup(knobs=knobs, peak_gib=verdict.peak_gib, points=points)
+                continue
+            cheaper = cheaper_that_fits(
+                full, ctx.recompute_choices, fits=lambda config: fits_here(config, ctx)
+            )
+            if cheaper is not None:
+                out.dominated[(str(full.get(RECOMPUTE)), str(cheaper))] += weight
                 continue
         limits = point_limits(point, ctx, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
         _add_to_class(classes, full, limits, weight)

@@ -148,6 +148,7 @@ def _space_lines(plan: SweepPlan) -> list[str]:
         f"points: {sc.total:,} ({how}); constraints refuse {sc.refused:,}; "
         f"{sc.feasible:,} feasible; the memory model drops {sc.dropped_points:,}{share}"
         + (f"; out-of-memory trials rule out {sc.oom_refused:,}" if sc.oom_refused else "")
+        + (f"; {sc.dominated_points:,} dominated" if sc.dominated else "")
         + f"; {sc.kept:,} run"
     )
     for reason, n in sc.reasons.most_common(5):

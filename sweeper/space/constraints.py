@@ -79,6 +79,9 @@ class SpaceContext:
     torchao: bool | None = None
     # trials of this sweep that ran out of memory (sweeper/space/memory.py); added by note_ooms
     ooms: tuple[OutOfMemory, ...] = ()
+    # the space's runtime.activation_checkpointing choices (empty: not searched): a point that
+    # recomputes more than one of them that fits is dominated (sweeper/space/dominance.py)
+    recompute_choices: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         self.ooms = tuple(self.ooms)
@@ -209,10 +212,41 @@ def _memory_refusal(full: dict[str, Any], ctx: SpaceContext) -> str | None:
             return reason
     if ctx.device_memory_gib is None:
         return None
-    return memory_reason(
+    reason = memory_reason(
         full,
         device_type=ctx.device_type,
         bf16_supported=ctx.bf16_supported,
         device_gib=ctx.device_memory_gib,
         device_name=ctx.device_name,
     )
+    return reason if reason is not None else dominated_reason(full, ctx)
+
+
+def fits_here(full: Mapping[str, Any], ctx: SpaceContext) -> bool:
+    """Whether the memory rules let `full` run: no out-of-memory trial rules it out and the
+    memory model (where the device's memory is known) predicts it fits."""
+    from sweeper.space.memory import oom_reason, predict
+
+    if ctx.ooms and oom_reason(full, ctx.ooms, device_type=ctx.device_type) is not None:
+        return False
+    if ctx.device_memory_gib is None:
+        return True
+    return predict(
+        full,
+        device_type=ctx.device_type,
+        bf16_supported=ctx.bf16_supported,
+        device_gib=ctx.device_memory_gib,
+    ).fits
+
+
+def dominated_reason(full: Mapping[str, Any], ctx: SpaceContext) -> str | None:
+    """Why `full` cannot win (sweeper/space/dominance.py), or None. Only where the memory model
+    knows the device: without it, nothing says the cheaper point fits."""
+    from sweeper.space.dominance import cheaper_that_fits, dominated_text
+
+    if not ctx.recompute_choices or ctx.device_memory_gib is None:
+        return None
+    cheaper = cheaper_that_fits(
+        full, ctx.recompute_choices, fits=lambda config: fits_here(config, ctx)
+    )
+    return None if cheaper is None else dominated_text(full, cheaper)

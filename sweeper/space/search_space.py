@@ -38,6 +38,7 @@ from train.core.keys import (
     DTYPE,
     GRAD_ACCUM,
     MICRO_BATCH,
+    RECOMPUTE,
     TOKENS_PER_STEP,
     WORKERS,
 )
@@ -86,6 +87,10 @@ def parse_space(params: dict[str, Any] | None, ctx: SpaceContext) -> SearchSpace
                     "the split is computed for one value",
                     f"remove {pinned} from the search space (set it in the trainer config)",
                 )
+    recompute = by_key.get(RECOMPUTE)
+    if recompute is not None and recompute.kind == "categorical":
+        # the dominance rule compares a point with the space's cheaper recompute choices
+        ctx.recompute_choices = tuple(recompute.choices)
     return SearchSpace(params=tuple(parsed), ctx=ctx)
 
 

@@ -147,11 +147,11 @@ def test_device_facts(probed, plan_device, expected) -> None:
 
 
 @pytest.mark.parametrize(
-    ("device", "space", "dropped", "kept"),
+    ("device", "space", "dropped", "dominated", "kept"),
     [
         # XL bf16 on an H100 (72.9 GiB usable): micro-batch 8 fits (52 GiB measured), 32 does
         # not without activation checkpointing
-        (H100, {"batch.micro_batch": "choice(8, 32)"}, [(32, "none")], 1),
+        (H100, {"batch.micro_batch": "choice(8, 32)"}, [(32, "none")], {}, 1),
         (
             H100,
             {
@@ -159,7 +159,9 @@ def test_device_facts(probed, plan_device, expected) -> None:
                 "runtime.activation_checkpointing": "choice(none, every)",
             },
             [(32, "none")],
-            3,
+            # 8 fits without recompute: recomputing there only costs
+            {("every", "none"): 1},
+            2,
         ),
         # the H200's 139.8 GiB holds 32 with activation checkpointing too
         (
@@ -169,13 +171,14 @@ def test_device_facts(probed, plan_device, expected) -> None:
                 "runtime.activation_checkpointing": "choice(none, every)",
             },
             [(32, "none")],
-            3,
+            {("every", "none"): 1},
+            2,
         ),
         # an L4 (22.5 GiB) holds no XL step at all in these
-        ("NVIDIA L4", {"batch.micro_batch": "choice(4, 8)"}, [(8, "none"), (4, "none")], 0),
+        ("NVIDIA L4", {"batch.micro_batch": "choice(4, 8)"}, [(8, "none"), (4, "none")], {}, 0),
     ],
 )
-def test_the_memory_model_drops_what_cannot_fit(device, space, dropped, kept) -> None:
+def test_the_memory_model_drops_what_cannot_fit(device, space, dropped, dominated, kept) -> None:
     ctx = xl_ctx(device)
     found = scan(parse_space(space, ctx), ctx)
     got = [
@@ -184,8 +187,9 @@ def test_the_memory_model_drops_what_cannot_fit(device, space, dropped, kept) ->
     ]
     assert got == dropped
     assert all(g.peak_gib > ctx.device_memory_gib * 0.92 for g in found.dropped)
+    assert dict(found.dominated) == dominated
     assert found.kept == kept
-    assert found.feasible == found.kept + found.dropped_points
+    assert found.feasible == found.kept + found.dropped_points + found.dominated_points
 
 
 def test_points_multiply_by_the_keys_no_rule_reads() -> None:

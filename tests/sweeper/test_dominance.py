@@ -1,0 +1,76 @@
+"""Points that cannot win (sweeper/space/dominance.py): more activation checkpointing than the
+micro-batch needs is refused where a cheaper choice of the space is predicted to fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweeper.space.constraints import check_point
+from sweeper.space.dominance import cheaper_that_fits, recompute_cost
+from sweeper.space.memory import OutOfMemory
+from sweeper.space.search_space import parse_space
+from tests.sweeper.test_plan import XL, xl_ctx
+
+RECOMPUTE = "runtime.activation_checkpointing"
+
+
+@pytest.mark.parametrize(
+    ("mine", "choices", "fitting", "want"),
+    [
+        ("every", ("none", "every"), {"none", "every"}, "none"),
+        ("every", ("none", "every_2", "every"), {"every_2", "every"}, "every_2"),
+        ("every", ("none", "selective", "every_2", "every"), {"selective", "every_2"}, "selective"),
+        # selective reruns no matmul (factor 1, as none's) but still reruns the cheap ops
+        ("selective", ("none", "selective"), {"none", "selective"}, "none"),
+        ("none", ("none", "selective", "every"), {"none", "selective", "every"}, None),
+        ("every", ("none", "every"), {"every"}, None),  # recompute is what makes it fit
+        ("every", ("every",), {"every"}, None),  # the space has nothing cheaper
+        ("every_2", ("every", "every_2"), {"every", "every_2"}, None),  # every costs more
+    ],
+)
+def test_the_cheapest_choice_that_recomputes_less_and_fits(mine, choices, fitting, want) -> None:
+    full = {"model.n_layer": 48, RECOMPUTE: mine, "batch.micro_batch": 8}
+    assert cheaper_that_fits(full, choices, fits=lambda c: c[RECOMPUTE] in fitting) == want
+
+
+def test_recompute_costs_order_none_selective_then_by_blocks() -> None:
+    order = ["every", "every_4", "none", "every_2", "selective"]
+    ranked = sorted(order, key=lambda m: recompute_cost(m, 48))
+    assert ranked == ["none", "selective", "every_4", "every_2", "every"]
+
+
+def _space(ctx):
+    return parse_space(
+        {"batch.micro_batch": "choice(8, 32)", RECOMPUTE: "choice(none, every)"}, ctx
+    )
+
+
+def test_gpt2_xl_on_an_h100_recomputes_only_where_the_micro_batch_needs_it() -> None:
+    ctx = xl_ctx()
+    _space(ctx)
+    refused = check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, ctx)
+    assert refused is not None and refused.startswith(
+        "dominated: runtime.activation_checkpointing=every recomputes more than "
+        "batch.micro_batch=8 needs: none is predicted to fit"
+    ), refused
+    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "none"}, ctx) is None
+    # 32 does not fit without recompute on 80 GB: recompute is what lets it run
+    assert check_point({"batch.micro_batch": 32, RECOMPUTE: "every"}, ctx) is None
+
+
+def test_an_out_of_memory_trial_without_recompute_keeps_the_recomputing_point() -> None:
+    ctx = xl_ctx()
+    _space(ctx)
+    oom = {**XL, "batch.micro_batch": 8, "batch.grad_accum": 128, RECOMPUTE: "none"}
+    ctx.note_ooms([OutOfMemory(trial=3, config=oom)])
+    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, ctx) is None
+
+
+def test_nothing_is_dominated_where_the_memory_is_unknown_or_recompute_is_pinned() -> None:
+    unknown = xl_ctx(device_memory_gib=None)
+    _space(unknown)
+    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, unknown) is None
+    pinned = xl_ctx(base={**XL, RECOMPUTE: "every"})
+    parse_space({"batch.micro_batch": "choice(8, 32)"}, pinned)
+    assert pinned.recompute_choices == ()
+    assert check_point({"batch.micro_batch": 8}, pinned) is None
