@@ -11,7 +11,7 @@ from sweeper.settings import SweepSettings
 from sweeper.space.search_space import SearchSpace
 from sweeper.study.budget import Budget
 from sweeper.study.objective import ObjectiveConfig
-from sweeper.tracking import Tracker
+from sweeper.tracking.protocol import Tracker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,6 +21,6 @@ class SweepContext:
     settings: SweepSettings
     budget: Budget
     jobs: JobLauncher  # launches a batch of trial jobs through Hydra's launcher
-    tracker: Tracker  # sweeper.tracking.SweepTracker, or its no-op stand-in when MLflow is off
+    tracker: Tracker  # the MLflow SweepTracker, or its no-op stand-in when MLflow is off
     fixed: list[str]  # overrides every trial carries (the non-searched part of the request)
     objective: ObjectiveConfig

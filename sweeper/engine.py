@@ -57,7 +57,7 @@ from sweeper.study.export_claim import (
     register_worker,
 )
 from sweeper.study.optuna_study import DUPLICATE_ATTR, UNRUN, fail_own_running, fail_waiting
-from sweeper.tracking import Tracker
+from sweeper.tracking.protocol import Tracker
 from sweeper.tracking.stopped import log_stopped_trials
 from sweeper.verify.guard import guard_reserve_s
 from sweeper.verify.race_rounds import RACE_ATTR

@@ -38,7 +38,9 @@ from sweeper.study.optuna_study import (
     requeue_unrun,
     sampler_seed,
 )
-from sweeper.tracking import NullTracker, SweepTracker, Tracker, experiment_name
+from sweeper.tracking.mlflow_run import SweepTracker
+from sweeper.tracking.names import experiment_name
+from sweeper.tracking.protocol import NullTracker, Tracker
 from train.core.keys import MODEL_NAME
 from train.core.paths import PROJECT_DIR
 from train.core.pruning import OBJECTIVE_ATTR

@@ -14,7 +14,7 @@ from sweeper.context import SweepContext
 from sweeper.space.point import Point
 from sweeper.study.budget import Budget
 from sweeper.study.objective import ObjectiveConfig
-from sweeper.tracking import NullTracker
+from sweeper.tracking.protocol import NullTracker
 
 
 def race_context(

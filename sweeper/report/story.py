@@ -13,7 +13,7 @@ import optuna
 
 from sweeper.report.console import say
 from sweeper.report.verdict_text import winner_text
-from sweeper.tracking import Tracker
+from sweeper.tracking.protocol import Tracker
 from sweeper.verify.race_rules import DECIDED, TIED, UNDECIDED, interval_text
 from sweeper.verify.stage import Verification, Winner, find_baseline, trial_result
 from train.core.diagnosis_text import basis_text, fix_text, headline_text

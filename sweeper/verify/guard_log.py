@@ -2,7 +2,7 @@
 its loss by step as the metric `guard/loss` (a candidate's run holds the reference's curve too, as
 `guard/reference_loss`, so one chart shows both), its verdict and reason as tags; the tolerance's
 derivation is a tag of the sweep's run. Tracking trouble is logged and never fails the sweep, as
-in sweeper/tracking.py, whose client this borrows.
+in sweeper/tracking/mlflow_run.py, whose client this borrows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeper.tracking import Tracker
+from sweeper.tracking.protocol import Tracker
 from sweeper.verify.guard_rules import Tolerance
 from sweeper.verify.guard_text import tolerance_text
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.tracking import trial_run_name
+from sweeper.tracking.names import trial_run_name
 from tests.sweep_helpers import REPO, load_study, sweep_argv
 
 SCRIPT = REPO / "scripts" / "mlflow_screenshot.py"

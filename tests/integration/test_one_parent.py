@@ -17,7 +17,9 @@ from mlflow.tracking import MlflowClient
 
 from sweeper.launch.batch import job_name
 from sweeper.study.optuna_study import REQUEUED_ATTR
-from sweeper.tracking import PARENT_ATTR, SweepTracker, experiment_name, storage_fingerprint
+from sweeper.tracking.mlflow_run import SweepTracker
+from sweeper.tracking.names import experiment_name, storage_fingerprint
+from sweeper.tracking.parent import PARENT_ATTR
 from tests.integration.test_interrupts import OVERRIDES, _a_trial_runs
 from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
 

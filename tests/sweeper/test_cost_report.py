@@ -6,7 +6,7 @@ import pytest
 
 from sweeper.report.time_to_train import cost_lines, run_cost
 from sweeper.study.objective import ObjectiveConfig
-from sweeper.tracking import cost_metrics
+from sweeper.tracking.names import cost_metrics
 
 
 def _result(p50: float, *, compile_s: float = 0.0) -> dict:

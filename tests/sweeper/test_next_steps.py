@@ -303,7 +303,7 @@ def test_the_story_and_explain_say_a_judged_fix_in_the_same_words(caplog) -> Non
     import logging
 
     from sweeper.report.story import tell_story
-    from sweeper.tracking import NullTracker
+    from sweeper.tracking.protocol import NullTracker
     from sweeper.verify.stage import Verification, Winner
     from sweeper.verify.winner import Candidate, pick_winner
     from train.core.diagnosis_text import basis_text, headline_text

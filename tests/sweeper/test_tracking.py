@@ -15,17 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.tracking import (
-    HTTP_RETRIES_ENV,
-    HTTP_TIMEOUT_ENV,
+from sweeper.tracking.mlflow_run import HTTP_RETRIES_ENV, HTTP_TIMEOUT_ENV, SweepTracker
+from sweeper.tracking.names import (
     MAX_PARAM_CHARS,
-    NullTracker,
-    SweepTracker,
-    Tracker,
     default_tracking_uri,
     final_metrics,
     trial_run_name,
 )
+from sweeper.tracking.protocol import NullTracker, Tracker
 from tests.servers import dead_pid, free_port, running_mlflow_server
 
 TRACKER_LOGGER = "sweeper.tracking"
