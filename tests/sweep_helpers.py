@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 from sweeper.plan.prepare import flatten
 from sweeper.space.constraints import SpaceContext
 from sweeper.study.optuna_study import make_storage
-from tests.conftest import compose_dictconfig
+from tests.conftest import PROJECT_DIR, compose_dictconfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = PROJECT_DIR  # the name the tests import from here
 # A trial of the tiny preset measured for a few steps: seconds, not minutes.
 FAST_TRIAL = [
     "trial.warmup_steps=1",

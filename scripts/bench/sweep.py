@@ -18,6 +18,7 @@ Exit code 1 when any goal prints FAIL.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import statistics
@@ -194,7 +195,7 @@ def remeasured_gap(again: dict[str, list[float | None]]) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = bench_parser(__doc__, workdir=True)
     ap.add_argument("--search", default="grid", help="search space (conf/search/<name>.yaml)")
     ap.add_argument("--tpe-trials", type=int, default=8)
@@ -205,13 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         default=12,
         help="interleaved pairs of re-runs of grid best and winner (0: skip)",
     )
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
-    if (workdir / "sweeps" / "optuna.db").exists():
-        # the sweeps would resume their finished studies and time nothing
-        raise SystemExit(f"--workdir {workdir} holds an earlier benchmark: pass a new directory")
-    workdir.mkdir(parents=True, exist_ok=True)
+    return ap.parse_args(argv)
+
+
+def run_grid_and_tpe(workdir: Path, args: argparse.Namespace) -> float:
+    """The full grid (the reference), then TPE + pruning on the same space; the TPE sweep's wall."""
     # no wall cap: the grid must be complete to be the reference
     common = [
         f"search={args.search}",
@@ -239,7 +238,18 @@ def main(argv: list[str] | None = None) -> int:
         f"hydra.sweeper.n_trials={args.tpe_trials}",
         "hydra.sweeper.n_startup_trials=3",
     )
-    r = summarize(workdir, "bench-grid", "bench-tpe", tpe_wall)
+    return tpe_wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    if (workdir / "sweeps" / "optuna.db").exists():
+        # the sweeps would resume their finished studies and time nothing
+        raise SystemExit(f"--workdir {workdir} holds an earlier benchmark: pass a new directory")
+    workdir.mkdir(parents=True, exist_ok=True)
+    r = summarize(workdir, "bench-grid", "bench-tpe", run_grid_and_tpe(workdir, args))
     print(f"\nwork dir: {workdir}")
     print(
         f"grid: {r['grid_points']} points, best {r['grid_best_params']} "

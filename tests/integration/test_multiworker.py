@@ -34,11 +34,11 @@ from sweeper.study.export_claim import (
     register_worker,
 )
 from sweeper.study.optuna_study import OWNER_ATTR, StudySpec, count_finished, open_study, storage_of
+from tests.conftest import PROJECT_DIR
 from tests.postgres import require_postgres, running_postgres
 from tests.servers import dead_pid, free_port
 from tests.sweep_helpers import said, sweep_argv
 
-REPO = Path(__file__).resolve().parents[2]
 N_WORKERS = 2
 N_TRIALS = 6
 SQLITE_TRIALS = 4  # two each: both workers search, and the pair ends within ~90 s on 2 cores
@@ -133,7 +133,7 @@ def test_workers_claiming_at_the_same_moment_elect_exactly_one(tmp_path: Path) -
     url = f"sqlite:///{tmp_path / 'c.db'}"
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     argv = [[sys.executable, "-c", _RACE, url, str(tmp_path / f"w{i}")] for i in range(4)]
-    racers = [subprocess.Popen(a, cwd=REPO, **pipes) for a in argv]
+    racers = [subprocess.Popen(a, cwd=PROJECT_DIR, **pipes) for a in argv]
     assert [racer.stdout.readline().strip() for racer in racers] == ["ready"] * 4  # all opened
     for racer in racers:
         racer.stdin.write("\n")
@@ -262,7 +262,7 @@ def test_two_workers_on_one_sqlite_study_export_the_studys_best(tmp_path: Path) 
 
 def _script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "start_postgres.sh"), *args],
+        ["bash", str(PROJECT_DIR / "scripts" / "start_postgres.sh"), *args],
         env={**os.environ, "PYTHON": sys.executable},  # creates Optuna's tables
         capture_output=True,
         text=True,

@@ -35,6 +35,13 @@ def measured_basis(changes: dict, **kw) -> str | None:
     return None if measured is None else evidence_text(measured)
 
 
+# Two fast bf16 search runs, each changing a second knob too (neither is at the winner's other
+# settings); two cases below race them with different results.
+AT_OTHER_SETTINGS = (
+    run(6, "complete", 30000.0, runtime__dtype="bf16", batch__micro_batch=16),
+    run(7, "complete", 25000.0, runtime__dtype="bf16", runtime__compile="default"),
+)
+
 # (planted trials besides the winner, planted race results besides the winner's, the suggestion's
 #  changes, the expected basis: None = no next step, else the line's evidence)
 CASES = {
@@ -91,10 +98,7 @@ CASES = {
         "1.10x the winner's search run; not verified",
     ),
     "verified only at other settings: the verified median, not the search run": (
-        [
-            run(6, "complete", 30000.0, runtime__dtype="bf16", batch__micro_batch=16),
-            run(7, "complete", 25000.0, runtime__dtype="bf16", runtime__compile="default"),
-        ],
+        AT_OTHER_SETTINGS,
         {6: [20000.0, 21000.0, 22000.0]},
         {"runtime.dtype": "bf16"},
         "not measured at the winner's settings; at other settings trial 6 verified 21,000 "
@@ -108,10 +112,7 @@ CASES = {
         None,
     ),
     "raced only at other settings, one verified slower and one faster": (
-        [
-            run(6, "complete", 30000.0, runtime__dtype="bf16", batch__micro_batch=16),
-            run(7, "complete", 25000.0, runtime__dtype="bf16", runtime__compile="default"),
-        ],
+        AT_OTHER_SETTINGS,
         {6: [12000.0], 7: [14500.0]},
         {"runtime.dtype": "bf16"},
         "not measured at the winner's settings; at other settings trial 7 verified 14,500 "

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import PROJECT_DIR
 from train.data.dataset import (
     DataConfig,
     DevicePrefetcher,
@@ -26,7 +27,6 @@ from train.data.dataset import (
 )
 from train.data.synthetic import GENERATOR, ensure_dataset, generate, may_generate_into
 
-REPO = Path(__file__).resolve().parents[2]
 VOCAB = 50257
 B, T = 4, 16
 
@@ -420,7 +420,7 @@ def test_prepare_data_cli(tmp_path):
             "--seed",
             "3",
         ],
-        cwd=REPO,
+        cwd=PROJECT_DIR,
         capture_output=True,
         text=True,
         check=True,

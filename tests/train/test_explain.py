@@ -11,13 +11,13 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from tests.conftest import CONF_DIR, PROJECT_DIR
 from train.core.diagnosis import diagnose
 from train.core.diagnosis_text import fix_text, headline_text, host_signal_text
 from train.explain.cli import main
 from train.explain.sweep_dir import pick_result
 from train.trial.measurement import run_trial
 
-ROOT = Path(__file__).resolve().parents[2]
 ISSUE = [
     "--model",
     "gpt2-xl",
@@ -83,7 +83,7 @@ def workdir(tmp_path_factory):
 
 
 def trial(workdir: Path, name: str, overrides: list[str]) -> tuple[dict, Path]:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         dcfg = compose(
             "train",
             [
@@ -362,7 +362,7 @@ def test_explain_result_says_the_verified_figure_and_no_fix_the_race_measured_sl
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "train.explain", *args],
-        cwd=ROOT,
+        cwd=PROJECT_DIR,
         capture_output=True,
         text=True,
         timeout=120,
@@ -440,7 +440,7 @@ def test_cli_run_launches_a_fresh_trial(workdir) -> None:
             f"checkpoint.dir={workdir / 'ckpt'}",
             "trial.max_steps=2",
         ],
-        cwd=ROOT,
+        cwd=PROJECT_DIR,
         capture_output=True,
         text=True,
         timeout=300,
