@@ -13,7 +13,6 @@ import logging
 import os
 import queue
 import threading
-from pathlib import Path
 
 import optuna
 from optuna.study import StudyDirection
@@ -39,6 +38,7 @@ from sweeper.study.optuna_study import (
     trial_id,
 )
 from sweeper.study.owner import owner_tag
+from sweeper.tracking.protocol import TrialLog
 from train.core.keys import STUDY_NAME, STUDY_STORAGE
 from train.core.result import MEASURED_STATES
 from train.core.rules import ENV_REFERENCE, STORAGE_ENV
@@ -254,12 +254,7 @@ class Search:
         trial.set_user_attr("failure_kind", "excluded")
         trial.set_user_attr("failure_reason", reason)
         self.ctx.tracker.log_trial(
-            number=trial.number,
-            state="excluded",
-            reason=reason,
-            params=dict(trial.params),
-            result=None,
-            job_dir=None,
+            TrialLog(number=trial.number, state="excluded", reason=reason, params=trial.params)
         )
         self.ctx.study.tell(trial, state=TrialState.FAIL)
         self._line(trial.number, "excluded", trial.params, None, reason)
@@ -321,14 +316,7 @@ class Search:
         point = self.ctx.space.point(trial.params)
         if state == "oom":  # larger micro-batches with these knobs are refused from now on
             self.ctx.space.record_oom(trial.number, point)
-        run_id = self.ctx.tracker.log_trial(
-            number=trial.number,
-            state=state,
-            reason=out.get("reason"),
-            params=point.as_dict(),
-            result=result,
-            job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
-        )
+        run_id = self.ctx.tracker.log_trial(TrialLog.of_job(trial.number, out, point.as_dict()))
         if run_id:
             trial.set_user_attr("mlflow_run_id", run_id)
         if state == "complete":

@@ -44,9 +44,10 @@ from sweeper.tracking.names import (
     truncate,
 )
 from sweeper.tracking.parent import parent_to_resume, record_parent
+from sweeper.tracking.protocol import TrialLog
 
 if TYPE_CHECKING:
-    from train.core.result import TrialResult
+    pass
 
 # one logger for the package: its warnings read as the tracker's wherever they come from
 log = logging.getLogger("sweeper.tracking")
@@ -228,60 +229,50 @@ class SweepTracker:
         return exp.experiment_id
 
     @_guarded()
-    def log_trial(
-        self,
-        *,
-        number: int,
-        state: str,
-        reason: str | None,
-        params: dict,
-        result: TrialResult | None,
-        job_dir: Path | None,
-        kind: str = "search",
-        repeat: int | None = None,
-    ) -> str | None:
-        """A nested run for one trial (or one verification run); returns its run id."""
+    def log_trial(self, record: TrialLog) -> str | None:
+        """A nested run for one trial (or one verification or guard run); returns its run id."""
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+        result = record.result or {}
         t0 = time.perf_counter()
         if self.parent_run_id is None:
             raise RuntimeError("log_trial before start_sweep")
         now_ms = int(time.time() * 1000)
-        wall_s = (result or {}).get("wall_s")
+        wall_s = result.get("wall_s")
         start_ms = now_ms - int(1000 * wall_s) if isinstance(wall_s, int | float) else now_ms
         tags = {
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
-            "kind": kind,
-            "state": state,
-            "trial_number": number,
+            "kind": record.kind,
+            "state": record.state,
+            "trial_number": record.number,
         }
-        if repeat is not None:
-            tags["repeat"] = repeat
-        if reason:
-            tags["failure_reason"] = reason
-        failure = (result or {}).get("failure") or {}
+        if record.repeat is not None:
+            tags["repeat"] = record.repeat
+        if record.reason:
+            tags["failure_reason"] = record.reason
+        failure = result.get("failure") or {}
         if failure.get("kind"):
             tags["failure_kind"] = failure["kind"]
-        if result and result.get("device"):
+        if result.get("device"):
             tags["device"] = result["device"].get("name")
         run = self._client.create_run(
             self.experiment_id,
             start_time=start_ms,
-            run_name=trial_run_name(number, kind, repeat),
+            run_name=trial_run_name(record.number, record.kind, record.repeat),
             tags={k: truncate(v, MAX_TAG_CHARS) for k, v in tags.items() if v is not None},
         )
         run_id = run.info.run_id
-        metrics = [(k, v, 0) for k, v in final_metrics(result or {}).items()]
-        for iv in (result or {}).get("intervals") or []:
+        metrics = [(k, v, 0) for k, v in final_metrics(result).items()]
+        for iv in result.get("intervals") or []:
             for key, name in INTERVAL_METRICS.items():
                 value = iv.get(key)
                 if isinstance(value, int | float) and isinstance(iv.get("step"), int):
                     metrics.append((name, float(value), iv["step"]))
-        self._log_batch(run_id, metrics=metrics, params=params)
-        if job_dir is not None:
-            for path, sub in job_artifacts(Path(job_dir)):
+        self._log_batch(run_id, metrics=metrics, params=dict(record.params))
+        if record.job_dir is not None:
+            for path, sub in job_artifacts(Path(record.job_dir)):
                 self._client.log_artifact(run_id, str(path), sub)
-        self._client.set_terminated(run_id, status=run_status(state))
+        self._client.set_terminated(run_id, status=run_status(record.state))
         self.last_log_s = time.perf_counter() - t0
         return run_id
 

@@ -4,11 +4,48 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from train.core.result import TrialResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialLog:
+    """One nested MLflow run: a search trial, a verification (race) run or a guard curve run."""
+
+    number: int  # the Optuna trial the run belongs to
+    state: str  # complete | pruned | oom | excluded | interrupted | ...
+    reason: str | None = None  # why it did not complete
+    params: Mapping[str, Any]  # the point's knobs (dotted trainer keys)
+    result: TrialResult | None = None
+    job_dir: Path | None = None  # the run's folder: its files become the run's artifacts
+    kind: str = "search"  # search | verify | guard
+    repeat: int | None = None  # a verification run's round
+
+    @classmethod
+    def of_job(
+        cls,
+        number: int,
+        out: Mapping[str, Any],
+        params: Mapping[str, Any],
+        *,
+        kind: str = "search",
+        repeat: int | None = None,
+    ) -> TrialLog:
+        """The run of a launched job, from its outcome `out` (state, reason, result, job_dir)."""
+        return cls(
+            number=number,
+            state=out["state"],
+            reason=out.get("reason"),
+            params=params,
+            result=out.get("result"),
+            job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
+            kind=kind,
+            repeat=repeat,
+        )
 
 
 @runtime_checkable
@@ -23,18 +60,7 @@ class Tracker(Protocol):
         self, *, run_name: str, params: dict, tags: dict, study: Any = None
     ) -> None: ...
 
-    def log_trial(
-        self,
-        *,
-        number: int,
-        state: str,
-        reason: str | None,
-        params: dict,
-        result: TrialResult | None,
-        job_dir: Path | None,
-        kind: str = "search",
-        repeat: int | None = None,
-    ) -> str | None: ...
+    def log_trial(self, record: TrialLog) -> str | None: ...
 
     def tag_winner(self, run_id: str) -> None: ...
 
@@ -56,7 +82,7 @@ class NullTracker:
     def start_sweep(self, **_: Any) -> None:
         return None
 
-    def log_trial(self, **_: Any) -> None:
+    def log_trial(self, record: TrialLog) -> None:
         return None
 
     def tag_winner(self, run_id: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.launch.batch import job_name
-from sweeper.tracking.protocol import Tracker
+from sweeper.tracking.protocol import Tracker, TrialLog
 
 
 def log_stopped_trials(
@@ -30,10 +30,11 @@ def log_stopped_trials(
             continue
         folder = sweep_dir / job_name(n)
         tracker.log_trial(
-            number=n,
-            state="interrupted",
-            reason=t.user_attrs.get("failure_reason"),
-            params=point(dict(t.params)),
-            result=None,
-            job_dir=folder.resolve() if folder.is_dir() else None,
+            TrialLog(
+                number=n,
+                state="interrupted",
+                reason=t.user_attrs.get("failure_reason"),
+                params=point(dict(t.params)),
+                job_dir=folder.resolve() if folder.is_dir() else None,
+            )
         )

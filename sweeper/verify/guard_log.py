@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from sweeper.tracking.protocol import Tracker
+from sweeper.tracking.protocol import Tracker, TrialLog
 from sweeper.verify.guard_rules import Tolerance
 from sweeper.verify.guard_text import tolerance_text
 
@@ -40,15 +39,7 @@ def log_guard_run(
     metrics: Mapping[str, float | None] | None = None,
 ) -> str | None:
     """One curve run as a nested MLflow run with its curves by step; its run id, or None."""
-    run_id = tracker.log_trial(
-        number=number,
-        state=out["state"],
-        reason=out.get("reason"),
-        params=dict(params),
-        result=out.get("result"),
-        job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
-        kind="guard",
-    )
+    run_id = tracker.log_trial(TrialLog.of_job(number, out, dict(params), kind="guard"))
     client = _client(tracker)
     if not run_id or client is None:
         return run_id

@@ -17,6 +17,7 @@ from typing import Any
 from sweeper.context import SweepContext
 from sweeper.launch.batch import job_name
 from sweeper.study.objective import direction, objective_value
+from sweeper.tracking.protocol import TrialLog
 from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate
@@ -148,16 +149,8 @@ def _run_round(
         out = outs.get(n)
         value, result = None, None
         if out is not None:
-            ctx.tracker.log_trial(
-                number=n,
-                state=out["state"],
-                reason=out.get("reason"),
-                params=cands[n].point.as_dict(),
-                result=out.get("result"),
-                job_dir=Path(out["job_dir"]) if out.get("job_dir") else None,
-                kind="verify",
-                repeat=r + 1,
-            )
+            params = cands[n].point.as_dict()
+            ctx.tracker.log_trial(TrialLog.of_job(n, out, params, kind="verify", repeat=r + 1))
             if out["state"] == "complete":
                 result = out["result"]
                 value = objective_value(result, ctx.objective)

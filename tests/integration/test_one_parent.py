@@ -20,6 +20,7 @@ from sweeper.study.optuna_study import REQUEUED_ATTR
 from sweeper.tracking.mlflow_run import SweepTracker
 from sweeper.tracking.names import experiment_name, storage_fingerprint
 from sweeper.tracking.parent import PARENT_ATTR
+from sweeper.tracking.protocol import TrialLog
 from tests.integration.test_interrupts import OVERRIDES, _a_trial_runs
 from tests.sweep_helpers import interrupt_sweep, load_study, sweep_argv
 
@@ -56,14 +57,9 @@ def _start(uri: str, study: optuna.Study, storage: str) -> SweepTracker:
 
 
 def _trial(t: SweepTracker, number: int, state: str = "complete") -> str:
-    return t.log_trial(
-        number=number,
-        state=state,
-        reason=None if state == "complete" else "x",
-        params={"batch.micro_batch": 8},
-        result=None,
-        job_dir=None,
-    )
+    reason = None if state == "complete" else "x"
+    record = TrialLog(number=number, state=state, reason=reason, params={"batch.micro_batch": 8})
+    return t.log_trial(record)
 
 
 def test_a_stopped_sweep_is_continued_by_the_resume_and_a_finished_one_is_not(tmp_path) -> None:

@@ -22,7 +22,7 @@ from sweeper.tracking.names import (
     final_metrics,
     trial_run_name,
 )
-from sweeper.tracking.protocol import NullTracker, Tracker
+from sweeper.tracking.protocol import NullTracker, Tracker, TrialLog
 from tests.servers import dead_pid, free_port, running_mlflow_server
 
 TRACKER_LOGGER = "sweeper.tracking"
@@ -164,13 +164,15 @@ def log_fake_sweep(tracker: SweepTracker, root: Path) -> dict[str, str | None]:
     ) -> str | None:
         """One trial logged from the fake job dir `root/job`, with these two params."""
         return tracker.log_trial(
-            number=number,
-            state=state,
-            reason=reason,
-            params={"data.num_workers": workers, "batch.micro_batch": mb},
-            result=result,
-            job_dir=fake_job_dir(root, job, result, trace=trace),
-            **kw,
+            TrialLog(
+                number=number,
+                state=state,
+                reason=reason,
+                params={"data.num_workers": workers, "batch.micro_batch": mb},
+                result=result,
+                job_dir=fake_job_dir(root, job, result, trace=trace),
+                **kw,
+            )
         )
 
     ids = {
