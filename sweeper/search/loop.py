@@ -224,7 +224,8 @@ class Search:
         is told at once and runs nothing (None)."""
         trial = self.ctx.study.ask(self.ctx.space.distributions())
         trial.set_user_attr(OWNER_ATTR, owner_tag())
-        reason = self.ctx.space.check(trial.params)
+        # the starting config is measured even where it cannot win: it is what the user runs
+        reason = self.ctx.space.check(trial.params, dominance=not trial.user_attrs.get("baseline"))
         if reason is not None:
             self._refuse(trial, reason)
             return None

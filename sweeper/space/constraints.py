@@ -134,11 +134,15 @@ def unsupported_here(
     return None
 
 
-def check_point(point: Mapping[str, Any], ctx: SpaceContext, *, memory: bool = True) -> str | None:
+def check_point(
+    point: Mapping[str, Any], ctx: SpaceContext, *, memory: bool = True, dominance: bool = False
+) -> str | None:
     """Why this point (merged over ctx.base) is invalid or unsafe, or None when it is fine.
 
     memory=False leaves out the memory rules (the memory model and this sweep's out-of-memory
-    trials), to count what they drop among the otherwise feasible points.
+    trials), to count what they drop among the otherwise feasible points. dominance=True also
+    refuses a point that fits but cannot win (sweeper/space/dominance.py): the question the
+    search asks (SearchSpace.check), not whether a point can run (the guard's nearest fit).
     """
     full = {**ctx.base, **point}
     if MICRO_BATCH in point and GRAD_ACCUM not in point:
@@ -197,11 +201,11 @@ def check_point(point: Mapping[str, Any], ctx: SpaceContext, *, memory: bool = T
             "interval)"
         )
     if memory and device_type == ctx.device_type:
-        return _memory_refusal(full, ctx)
+        return _memory_refusal(full, ctx, dominance=dominance)
     return None
 
 
-def _memory_refusal(full: dict[str, Any], ctx: SpaceContext) -> str | None:
+def _memory_refusal(full: dict[str, Any], ctx: SpaceContext, *, dominance: bool) -> str | None:
     """The memory rules (sweeper/space/memory.py): an earlier out-of-memory trial, the memory
     model."""
     from sweeper.space.memory import memory_reason, oom_reason
@@ -219,7 +223,9 @@ def _memory_refusal(full: dict[str, Any], ctx: SpaceContext) -> str | None:
         device_gib=ctx.device_memory_gib,
         device_name=ctx.device_name,
     )
-    return reason if reason is not None else dominated_reason(full, ctx)
+    if reason is not None or not dominance:
+        return reason
+    return dominated_reason(full, ctx)
 
 
 def fits_here(full: Mapping[str, Any], ctx: SpaceContext) -> bool:

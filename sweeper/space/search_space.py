@@ -160,9 +160,11 @@ class SearchSpace:
         """Hydra overrides for the child, e.g. ["batch.micro_batch=4", "batch.grad_accum=16"]."""
         return self.point(params).overrides()
 
-    def check(self, params: Mapping[str, Any]) -> str | None:
-        """check_point for searched params, with the fixed ones and the derived grad_accum added."""
-        return check_point(self.point(params), self.ctx)
+    def check(self, params: Mapping[str, Any], *, dominance: bool = True) -> str | None:
+        """check_point for searched params, with the fixed ones and the derived grad_accum added:
+        whether the search may run them, so a point that cannot win is refused too (dominance;
+        the starting config, measured whatever it is, passes False)."""
+        return check_point(self.point(params), self.ctx, dominance=dominance)
 
     def grid(self) -> dict[str, list[Any]]:
         """Every searched key's values, for Optuna's GridSampler."""

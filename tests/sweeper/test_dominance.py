@@ -7,6 +7,7 @@ import pytest
 
 from sweeper.space.constraints import check_point
 from sweeper.space.dominance import cheaper_that_fits, recompute_cost
+from sweeper.space.fit import nearest_fit
 from sweeper.space.memory import OutOfMemory
 from sweeper.space.search_space import parse_space
 from tests.sweeper.test_plan import XL, xl_ctx
@@ -47,15 +48,28 @@ def _space(ctx):
 
 def test_gpt2_xl_on_an_h100_recomputes_only_where_the_micro_batch_needs_it() -> None:
     ctx = xl_ctx()
-    _space(ctx)
-    refused = check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, ctx)
+    space = _space(ctx)
+    refused = space.check({"batch.micro_batch": 8, RECOMPUTE: "every"})
     assert refused is not None and refused.startswith(
         "dominated: runtime.activation_checkpointing=every recomputes more than "
         "batch.micro_batch=8 needs: none is predicted to fit"
     ), refused
-    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "none"}, ctx) is None
+    assert space.check({"batch.micro_batch": 8, RECOMPUTE: "none"}) is None
     # 32 does not fit without recompute on 80 GB: recompute is what lets it run
-    assert check_point({"batch.micro_batch": 32, RECOMPUTE: "every"}, ctx) is None
+    assert space.check({"batch.micro_batch": 32, RECOMPUTE: "every"}) is None
+
+
+def test_a_dominated_point_still_fits_for_whoever_asks_only_that() -> None:
+    """The starting config is measured whatever it is (the search passes dominance=False for it),
+    and the guard's nearest fit asks whether a point runs, not whether it can win: a contender's
+    curve run at the reference's micro-batch keeps its own recompute."""
+    ctx = xl_ctx()
+    space = _space(ctx)
+    point = {"batch.micro_batch": 8, RECOMPUTE: "every"}
+    assert space.check(point, dominance=False) is None
+    assert check_point(point, ctx) is None  # the default: can it run
+    fit = nearest_fit(point, ctx, keep_micro_batch=True)
+    assert fit is not None and fit.changed == {} and fit.point[RECOMPUTE] == "every"
 
 
 def test_an_out_of_memory_trial_without_recompute_keeps_the_recomputing_point() -> None:
@@ -63,14 +77,16 @@ def test_an_out_of_memory_trial_without_recompute_keeps_the_recomputing_point() 
     _space(ctx)
     oom = {**XL, "batch.micro_batch": 8, "batch.grad_accum": 128, RECOMPUTE: "none"}
     ctx.note_ooms([OutOfMemory(trial=3, config=oom)])
-    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, ctx) is None
+    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, ctx, dominance=True) is None
 
 
 def test_nothing_is_dominated_where_the_memory_is_unknown_or_recompute_is_pinned() -> None:
     unknown = xl_ctx(device_memory_gib=None)
     _space(unknown)
-    assert check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, unknown) is None
+    assert (
+        check_point({"batch.micro_batch": 8, RECOMPUTE: "every"}, unknown, dominance=True) is None
+    )
     pinned = xl_ctx(base={**XL, RECOMPUTE: "every"})
     parse_space({"batch.micro_batch": "choice(8, 32)"}, pinned)
     assert pinned.recompute_choices == ()
-    assert check_point({"batch.micro_batch": 8}, pinned) is None
+    assert check_point({"batch.micro_batch": 8}, pinned, dominance=True) is None
