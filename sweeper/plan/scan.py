@@ -122,7 +122,7 @@ class Scan:
     dominated: Counter[tuple[str, str]] = field(default_factory=Counter)
     kept: int = 0  # points that run
     classes: list[PointClass] = field(default_factory=list)
-    dead_values: dict[str, list[Any]] = field(default_factory=dict)  # values no kept point has
+    dead_values: dict[str, list[Any]] = field(default_factory=dict)  # values no runnable point has
     wall_total_s: float = 0.0  # sum of expected trial walls over kept points
 
     @property
@@ -195,6 +195,7 @@ def scan(
         full = point.over(ctx.base)
         device_type = "cpu" if str(full.get(DEVICE, "auto")) == "cpu" else ctx.device_type
         same_device = device_type == ctx.device_type
+        cheaper = None  # the cheaper recompute that makes this point dominated
         if same_device and ctx.ooms and oom_reason(full, ctx.ooms, device_type=device_type):
             out.oom_refused += weight
             continue
@@ -215,15 +216,15 @@ def scan(
             cheaper = cheaper_that_fits(
                 full, ctx.recompute_choices, fits=lambda config: fits_here(config, ctx)
             )
-            if cheaper is not None:
-                out.dominated[(str(full.get(RECOMPUTE)), str(cheaper))] += weight
-                continue
+        for key, values in seen.items():  # it runs: its values stay in the space
+            values.add(_hashable(params.get(key)))
+        if cheaper is not None:  # it runs, but the search never launches it
+            out.dominated[(str(full.get(RECOMPUTE)), str(cheaper))] += weight
+            continue
         limits = point_limits(point, ctx, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
         _add_to_class(classes, full, limits, weight)
         out.kept += weight
         out.wall_total_s += weight * limits.expected.total_s
-        for key, values in seen.items():
-            values.add(_hashable(params.get(key)))
     groups = list(dropped.values())
     for knob in (ATTENTION, COMPILE):
         groups = _merge(groups, knob)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from sweeper.plan.scan import drop_dead_values, scan
 from sweeper.space.constraints import check_point
 from sweeper.space.dominance import cheaper_that_fits, recompute_cost
 from sweeper.space.fit import nearest_fit
@@ -90,3 +91,18 @@ def test_nothing_is_dominated_where_the_memory_is_unknown_or_recompute_is_pinned
     parse_space({"batch.micro_batch": "choice(8, 32)"}, pinned)
     assert pinned.recompute_choices == ()
     assert check_point({"batch.micro_batch": 8}, pinned, dominance=True) is None
+
+
+def test_a_value_only_dominated_points_have_stays_in_the_space() -> None:
+    """Dead values are those no runnable point has: a dominated point runs (only the search skips
+    it), so a starting config that recomputes where it need not still finds its value in the
+    space and is measured."""
+    ctx = xl_ctx()
+    space = parse_space(
+        {"batch.micro_batch": "choice(4, 8)", RECOMPUTE: "choice(none, every)"}, ctx
+    )
+    found = scan(space, ctx)
+    assert dict(found.dominated) == {("every", "none"): 2}
+    assert found.kept == 2 and RECOMPUTE not in found.dead_values
+    (recompute,) = [p for p in drop_dead_values(space, found).params if p.key == RECOMPUTE]
+    assert recompute.choices == ("none", "every")
