@@ -54,10 +54,14 @@ def dominated_text(full: Mapping[str, Any], cheaper: Any) -> str:
     """The refusal of a dominated point, naming the point that beats it."""
     n_layer = int(full.get(N_LAYER) or 1)
     mine = full.get(RECOMPUTE, NO_RECOMPUTE)
+    ours, theirs = recompute_factor(str(mine), n_layer), recompute_factor(str(cheaper), n_layer)
+    cost = (
+        f"runs {theirs:.2f}x the compute against {ours:.2f}x"
+        if theirs < ours  # else selective against none: the same FLOPs, none reruns nothing
+        else f"reruns none of the LayerNorms, GELUs and adds that {mine} reruns"
+    )
     return (
         f"dominated: runtime.activation_checkpointing={mine} recomputes more than "
         f"batch.micro_batch={full.get(MICRO_BATCH)} needs: {cheaper} is predicted to fit at the "
-        f"same micro-batch with the same other knobs and runs "
-        f"{recompute_factor(str(cheaper), n_layer):.2f}x the compute against "
-        f"{recompute_factor(str(mine), n_layer):.2f}x"
+        f"same micro-batch with the same other knobs and {cost}"
     )

@@ -7,7 +7,7 @@ import pytest
 
 from sweeper.plan.scan import drop_dead_values, scan
 from sweeper.space.constraints import check_point
-from sweeper.space.dominance import cheaper_that_fits, recompute_cost
+from sweeper.space.dominance import cheaper_that_fits, dominated_text, recompute_cost
 from sweeper.space.fit import nearest_fit
 from sweeper.space.memory import OutOfMemory
 from sweeper.space.search_space import parse_space
@@ -106,3 +106,22 @@ def test_a_value_only_dominated_points_have_stays_in_the_space() -> None:
     assert found.kept == 2 and RECOMPUTE not in found.dead_values
     (recompute,) = [p for p in drop_dead_values(space, found).params if p.key == RECOMPUTE]
     assert recompute.choices == ("none", "every")
+
+
+@pytest.mark.parametrize(
+    ("mine", "cheaper", "tail"),
+    [
+        ("every", "none", "and runs 1.00x the compute against 1.33x"),
+        ("every", "every_2", "and runs 1.17x the compute against 1.33x"),
+        (
+            "selective",
+            "none",
+            "and reruns none of the LayerNorms, GELUs and adds that selective reruns",
+        ),
+    ],
+)
+def test_the_refusal_says_what_the_cheaper_point_saves(mine, cheaper, tail) -> None:
+    full = {"model.n_layer": 48, RECOMPUTE: mine, "batch.micro_batch": 8}
+    text = dominated_text(full, cheaper)
+    assert text.startswith(f"dominated: runtime.activation_checkpointing={mine} recomputes ")
+    assert text.endswith(tail), text
