@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from sweeper.context import SweepContext
 from sweeper.launch.batch import job_name, ready_point, real_trial_s
+from sweeper.launch.stops import stops_deferred
 from sweeper.masking import mask_secrets
 from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
@@ -150,7 +151,8 @@ class Search:
     ) -> None:
         beating.remove(trial)
         free.append(slot)
-        self._tell(trial, out)
+        with stops_deferred():  # its MLflow run and the study's tell, never one without the other
+            self._tell(trial, out)
 
     def _may_launch(self) -> bool:
         """Whether another trial may start: budget left (trials running here and on other
@@ -227,7 +229,8 @@ class Search:
         # the starting config is measured even where it cannot win: it is what the user runs
         reason = self.ctx.space.check(trial.params, dominance=not trial.user_attrs.get("baseline"))
         if reason is not None:
-            self._refuse(trial, reason)
+            with stops_deferred():  # its MLflow run and the study's tell, as for a finished one
+                self._refuse(trial, reason)
             return None
         twin = find_twin(self.ctx.study, trial.params, number=trial.number)
         if twin is not None:
