@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sweeper.launch.log_routing import adopt_library_logger
 from sweeper.masking import mask_secrets
@@ -45,9 +45,6 @@ from sweeper.tracking.names import (
 )
 from sweeper.tracking.parent import parent_to_resume, record_parent
 from sweeper.tracking.protocol import TrialLog
-
-if TYPE_CHECKING:
-    pass
 
 # one logger for the package: its warnings read as the tracker's wherever they come from
 log = logging.getLogger("sweeper.tracking")
