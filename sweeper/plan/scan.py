@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sweeper.space.constraints import SpaceContext, check_point, fits_here
-from sweeper.space.dominance import cheaper_that_fits
+from sweeper.space.constraints import SpaceContext, cheaper_recompute, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
 from sweeper.space.search_space import SAMPLE_POINTS, SearchSpace
@@ -213,9 +212,7 @@ def scan(
                 points = weight + (group.points if group else 0)
                 dropped[key] = DroppedGroup(knobs=knobs, peak_gib=verdict.peak_gib, points=points)
                 continue
-            cheaper = cheaper_that_fits(
-                full, ctx.recompute_choices, fits=lambda config: fits_here(config, ctx)
-            )
+            cheaper = cheaper_recompute(full, ctx)
         for key, values in seen.items():  # it runs: its values stay in the space
             values.add(_hashable(params.get(key)))
         if cheaper is not None:  # it runs, but the search never launches it

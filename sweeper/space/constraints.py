@@ -205,7 +205,7 @@ def check_point(
     return None
 
 
-def _memory_refusal(full: dict[str, Any], ctx: SpaceContext, *, dominance: bool) -> str | None:
+def _memory_refusal(full: Mapping[str, Any], ctx: SpaceContext, *, dominance: bool) -> str | None:
     """The memory rules (sweeper/space/memory.py): an earlier out-of-memory trial, the memory
     model."""
     from sweeper.space.memory import memory_reason, oom_reason
@@ -231,28 +231,23 @@ def _memory_refusal(full: dict[str, Any], ctx: SpaceContext, *, dominance: bool)
 def fits_here(full: Mapping[str, Any], ctx: SpaceContext) -> bool:
     """Whether the memory rules let `full` run: no out-of-memory trial rules it out and the
     memory model (where the device's memory is known) predicts it fits."""
-    from sweeper.space.memory import oom_reason, predict
-
-    if ctx.ooms and oom_reason(full, ctx.ooms, device_type=ctx.device_type) is not None:
-        return False
-    if ctx.device_memory_gib is None:
-        return True
-    return predict(
-        full,
-        device_type=ctx.device_type,
-        bf16_supported=ctx.bf16_supported,
-        device_gib=ctx.device_memory_gib,
-    ).fits
+    return _memory_refusal(full, ctx, dominance=False) is None
 
 
-def dominated_reason(full: Mapping[str, Any], ctx: SpaceContext) -> str | None:
-    """Why `full` cannot win (sweeper/space/dominance.py), or None. Only where the memory model
-    knows the device: without it, nothing says the cheaper point fits."""
-    from sweeper.space.dominance import cheaper_that_fits, dominated_text
+def cheaper_recompute(full: Mapping[str, Any], ctx: SpaceContext) -> Any | None:
+    """The space's cheaper runtime.activation_checkpointing choice that fits at `full`'s
+    micro-batch (sweeper/space/dominance.py), or None: `full` is not dominated. Only where the
+    memory model knows the device: without it, nothing says the cheaper point fits."""
+    from sweeper.space.dominance import cheaper_that_fits
 
     if not ctx.recompute_choices or ctx.device_memory_gib is None:
         return None
-    cheaper = cheaper_that_fits(
-        full, ctx.recompute_choices, fits=lambda config: fits_here(config, ctx)
-    )
+    return cheaper_that_fits(full, ctx.recompute_choices, fits=lambda c: fits_here(c, ctx))
+
+
+def dominated_reason(full: Mapping[str, Any], ctx: SpaceContext) -> str | None:
+    """Why `full` cannot win, or None."""
+    from sweeper.space.dominance import dominated_text
+
+    cheaper = cheaper_recompute(full, ctx)
     return None if cheaper is None else dominated_text(full, cheaper)
