@@ -10,7 +10,7 @@ from sweeper.space.constraints import check_point
 from sweeper.space.dominance import cheaper_that_fits, dominated_text, recompute_cost
 from sweeper.space.fit import nearest_fit
 from sweeper.space.memory import OutOfMemory
-from sweeper.space.search_space import parse_space
+from sweeper.space.search_space import baseline_params, parse_space
 from tests.sweeper.test_plan import XL, xl_ctx
 
 RECOMPUTE = "runtime.activation_checkpointing"
@@ -125,3 +125,13 @@ def test_the_refusal_says_what_the_cheaper_point_saves(mine, cheaper, tail) -> N
     text = dominated_text(full, cheaper)
     assert text.startswith(f"dominated: runtime.activation_checkpointing={mine} recomputes ")
     assert text.endswith(tail), text
+
+
+def test_a_dominated_starting_config_is_still_the_starting_point() -> None:
+    """gpt2-xl at micro-batch 8 with full recompute on an H100: none fits there, so the search
+    would never propose it, but it is what the user runs: it is measured first."""
+    ctx = xl_ctx(base={**XL, RECOMPUTE: "every"})
+    space = _space(ctx)
+    start = baseline_params(space, ctx.base, device_type="cuda", bf16=True)
+    assert start == {"batch.micro_batch": 8, RECOMPUTE: "every"}
+    assert space.check(start) is not None  # what the search itself would refuse
