@@ -134,7 +134,7 @@ class GuardConf:
 
     mode: str = "auto"  # auto = on where the space searches a math-changing key | on | off
     steps: int = 20  # optimizer steps of each curve run
-    seeds: int = 2  # reference (starting config) runs, one seed each
+    seeds: int = 2  # reference (starting config) curves, one seed each, all in one process
     k: float = 2.0  # tolerance = k x the reference's seed-to-seed spread ...
     floor: float = 0.01  # ... never below this many nats of loss
     # the most tokens in one curve step: a bigger starting step trains its curves on fewer

@@ -32,6 +32,7 @@ from train.core.keys import (
     TRIAL_MIN_STEPS,
     TRIAL_PROFILE,
     TRIAL_PROFILE_STEPS,
+    TRIAL_SEEDS,
     TRIAL_TARGET_CI,
     TRIAL_WARMUP_STEPS,
 )
@@ -63,8 +64,8 @@ class TrialTime:
     # torch.compile of the first step (0 when runtime.compile=none; a few layers' worth under
     # runtime.compile_unit=block)
     compile_s: float
-    warmup_s: float  # the warm-up steps, compile excluded
-    window_s: float  # the measured window
+    warmup_s: float  # the warm-up steps, compile excluded (each seed's, trial.seeds > 1)
+    window_s: float  # the measured window (each seed's)
     checkpoint_s: float  # checkpoint writes inside the window
     window_steps: int  # measured steps the window runs
     projected: bool  # whether the window measures short steps and projects them
@@ -152,11 +153,14 @@ def trial_time(
         autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
         generic = max(COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer)
         expected_compile = max(scale * expected_compile, autotune * generic)
+    # trial.seeds > 1 trains the curve again from each next seed in this process: its warm-up
+    # and window again, not its set-up or compile (train/trial/seeds.py)
+    seeds = int(cfg.get(TRIAL_SEEDS) or 1)
     return TrialTime(
         setup_s=scale * setup_s(costs, device_type=device_type, n_layer=n_layer),
         compile_s=expected_compile,
-        warmup_s=warmup_steps * short_s,
-        window_s=(n + extra) * step_s,
+        warmup_s=seeds * warmup_steps * short_s,
+        window_s=seeds * n * step_s + extra * step_s,
         checkpoint_s=scale * saves * save_s,
         window_steps=n,
         projected=projected,

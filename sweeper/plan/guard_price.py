@@ -1,11 +1,12 @@
 """The numerics guard in plan mode: whether it runs, and what its curve runs cost.
 
-The guard (sweeper/verify/guard.py) trains the starting config from guard.seeds seeds and
-each race entrant that changes a math-changing key (sweeper/space/math_keys.py) once, each for
-guard.steps full optimizer steps. At most the top k change the math, so the plan prices
-seeds + verify.top_k runs, each sized like the starting config's trial with the curve's steps
-(sweeper/space/limits.py); where the starting config does not fit the device, like the nearest point
-with its math that does (sweeper/space/fit.py), which the guard runs instead. Pure.
+The guard (sweeper/verify/guard.py) trains the starting config from guard.seeds seeds, in one
+process, and each race entrant that changes a math-changing key (sweeper/space/math_keys.py)
+once, each curve guard.steps full optimizer steps. At most the top k change the math, so the
+plan prices one process for the seeds + verify.top_k runs, sized like the starting config's
+trial with the curve's steps (sweeper/space/limits.py); where the starting config does not fit
+the device, like the nearest point with its math that does (sweeper/space/fit.py), which the
+guard runs instead. Pure.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from train.core.keys import GRAD_ACCUM, MICRO_BATCH, NPROC, TOKENS_PER_STEP
 
 
 def curve_run_keys(
-    point: Mapping[str, Any], ctx: SpaceContext, rules: GuardConf, *, seed: int
+    point: Mapping[str, Any], ctx: SpaceContext, rules: GuardConf, *, seed: int, seeds: int = 1
 ) -> dict[str, Any]:
-    """The trainer keys of one curve run of `point`: the curve's steps and seed, and a step of at
-    most guard.tokens tokens (fewer micro-batches, the same micro-batch)."""
+    """The trainer keys of one curve run of `point`: the curve's steps, its seed (and `seeds`
+    curves from it in one process), and a step of at most guard.tokens tokens (fewer
+    micro-batches, the same micro-batch)."""
     micro = point.get(MICRO_BATCH, ctx.base.get(MICRO_BATCH))
     split = capped_split(
         tokens_per_step=ctx.tokens_per_step,
@@ -38,7 +40,7 @@ def curve_run_keys(
         world_size=ctx.world_size,
         max_tokens=rules.tokens,
     )
-    return {**curve_keys(steps=rules.steps, seed=seed), **split}
+    return {**curve_keys(steps=rules.steps, seed=seed, seeds=seeds), **split}
 
 
 def guard_mode(rules: GuardConf, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
@@ -65,11 +67,12 @@ class GuardPlan:
 
     on: bool
     why: str  # on or off, and the setting or the searched keys that decided it
-    runs: int  # curve runs at most: the reference's seeds and the top k
-    run_s: float  # a curve run's predicted wall, seconds (the mean where they differ)
+    runs: int  # curve processes at most: the reference's (every seed) and one per contender
+    run_s: float  # a curve process's predicted wall, seconds (the mean where they differ)
     # on by its mode, yet none of this many planned trials changes the math: no curve runs
     planned_without_math: int | None = None
-    # the price's parts, where it runs: the reference's seeds at reference_s each, the contenders
+    # the price's parts, where it runs: the reference's seeds in one process of reference_s, the
+    # contenders
     # (counted from the planned points, or the top k), steps x step_tokens per run, all_s in all
     seeds: int = 0
     reference_s: float = 0.0
@@ -113,11 +116,12 @@ def guard_plan(
     # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
     seen = {graph_of(p.over(ctx.base)) for p in planned or []}
 
-    def curve_s(point: Point) -> float:
+    def curve_s(point: Point, run_keys: dict[str, Any] = keys) -> float:
         warm = graph_of(point.over(ctx.base)) in seen
-        return point_forecast(point.with_knobs(keys), ctx, warm=warm).total_s
+        return point_forecast(point.with_knobs(run_keys), ctx, warm=warm).total_s
 
-    ref_s = curve_s(reference)
+    # the reference's seeds, all in one process (train/trial/seeds.py)
+    ref_s = curve_s(reference, curve_run_keys(reference, ctx, rules, seed=0, seeds=rules.seeds))
     batches = {k: reference[k] for k in SAME_BATCHES if k in reference}
     changing = [
         p.with_knobs(batches)
@@ -125,13 +129,12 @@ def guard_plan(
         if math_changes(reference.over(ctx.base), p.over(ctx.base), device_type=ctx.device_type)
     ][: settings.verify.top_k]
     if planned is not None:  # each planned contender at its own price (float8 compiles its own)
-        contender_s = [curve_s(p) for p in changing]
-        runs, all_s = rules.seeds + len(changing), rules.seeds * ref_s + sum(contender_s)
         contenders = len(changing)
-    else:
-        runs, all_s = rules.seeds + settings.verify.top_k, None
+        total = ref_s + sum(curve_s(p) for p in changing)
+    else:  # the top k, each priced like the reference's first seed
         contenders = settings.verify.top_k
-    total = all_s if all_s is not None else runs * ref_s
+        total = ref_s + contenders * curve_s(reference)
+    runs = 1 + contenders
     return GuardPlan(
         on=True,
         why=why,

@@ -291,8 +291,8 @@ def guard_text(g: GuardPlan) -> str:
         else f"{g.contenders} contender runs (those that change the math)"
     )
     return (
-        f"numerics guard: {g.why}: at most {g.seeds} starting-config runs{refit} (one seed "
-        f"each, ~{fmt_secs(g.reference_s)}) + {counted} of {g.steps} steps of "
+        f"numerics guard: {g.why}: the starting config's {g.seeds} seeds in one process{refit} "
+        f"(~{fmt_secs(g.reference_s)}) + {counted} of {g.steps} steps of "
         f"{g.step_tokens:,} tokens = up to {fmt_secs(g.all_s)}; a contender must stay within "
         f"{g.k:g} x the starting config's seed-to-seed loss spread (at least {g.floor:g} nats) "
         "to race"

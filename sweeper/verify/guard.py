@@ -1,15 +1,15 @@
 """The numerics guard: before a contender whose math differs from the starting config's may race
 (and so win and be exported), it must keep the starting config's loss curve.
 
-The math-changing keys are sweeper/space/math_keys.py's. The guard trains the starting config
-(the reference) `guard.seeds` times, one seed each, and every contender that changes a
-math key once, from the reference's first seed on the same batches (train/core/curve.py: the same
-seed and the same micro-batch split draw the same batches); each run is `guard.steps`
-optimizer steps. The tolerance is k x the reference's own seed-to-seed spread, measured here, at
-least a floor (sweeper/verify/guard_rules.py). A contender outside it fails the guard: recorded
-in the study (user attr `numerics_guard`) with its reason and both curves, tagged in MLflow, and
-left out of the race, so it can never be exported; the race picks among the rest (the starting
-config always passes). Contenders that change no math key race unguarded. The curve runs
+The math-changing keys are sweeper/space/math_keys.py's. The guard trains the starting config (the
+reference) from `guard.seeds` seeds, all in one process (train/trial/seeds.py), and every contender
+that changes a math key once, from the reference's first seed on the same batches
+(train/core/curve.py: the same seed and the same micro-batch split draw the same batches); each run
+is `guard.steps` optimizer steps. The tolerance is k x the reference's own seed-to-seed spread,
+measured here, at least a floor (sweeper/verify/guard_rules.py). A contender outside it fails the
+guard: recorded in the study (user attr `numerics_guard`) with its reason and both curves, tagged in
+MLflow, and left out of the race, so it can never be exported; the race picks among the rest (the
+starting config always passes). Contenders that change no math key race unguarded. The curve runs
 themselves are sweeper/verify/guard_runs.py's.
 """
 
@@ -71,22 +71,47 @@ def searched_values(space: SearchSpace) -> dict[str, list[Any] | None]:
 
 
 def curve_price_s(
-    space: SearchSpace, rules: GuardConf, ref_point: Point, start_result: dict | None
+    space: SearchSpace,
+    rules: GuardConf,
+    ref_point: Point,
+    start_result: dict | None,
+    *,
+    seeds: int = 1,
 ) -> float | None:
-    """One curve run's wall, from the starting config's own trial (its step scaled to the curve
-    step's tokens); None without a usable result (the caller takes the trials' median)."""
+    """One curve run's wall (of `seeds` curves in one process: the reference's), from the
+    starting config's own trial (its step scaled to the curve step's tokens); None without a
+    usable result (the caller takes the trials' median)."""
     tokens = space.ctx.tokens_per_step  # a curve step may hold fewer (guard.tokens)
     share = (
         curve_run_keys(ref_point, space.ctx, rules, seed=0).get(TOKENS_PER_STEP, tokens) / tokens
     )
-    return curve_run_s(start_result, steps=rules.steps, step_share=share)
+    return curve_run_s(start_result, steps=seeds * rules.steps, step_share=share)
+
+
+def guard_runs(
+    space: SearchSpace,
+    rules: GuardConf,
+    ref_point: Point,
+    start_result: dict | None,
+    *,
+    contenders: int,
+) -> tuple[int, float | None]:
+    """The guard's curve processes (the reference's seeds in one, one per contender) and their
+    mean wall, or, without a usable starting result, a run per seed and None (the caller prices
+    each at the trials' median)."""
+    one = curve_price_s(space, rules, ref_point, start_result)
+    ref = curve_price_s(space, rules, ref_point, start_result, seeds=rules.seeds)
+    if one is None or ref is None:
+        return rules.seeds + contenders, None
+    runs = 1 + contenders
+    return runs, (ref + contenders * one) / runs
 
 
 def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepSettings) -> float:
     """The wall the guard will need as the study stands, so the search leaves room for it as it
-    does for the race (sweeper/study/budget.py): the reference's seeds and one run of each of the
-    race's top k that changes the math, at a curve run's price; 0 when the guard is off or no
-    such contender is among them."""
+    does for the race (sweeper/study/budget.py): the reference's seeds (in one process) and one
+    run of each of the race's top k that changes the math, at their curve runs' price; 0 when
+    the guard is off or no such contender is among them."""
     rules = settings.guard
     on, _ = guard_mode(rules, searched_values(space))
     if not on:
@@ -110,12 +135,16 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     if not changing:
         return 0.0
     walls = [t.user_attrs["wall_s"] for t in done if "wall_s" in t.user_attrs]
-    run_s = curve_price_s(
-        space, rules, start_point, trial_result(start) if start is not None else None
+    runs, run_s = guard_runs(
+        space,
+        rules,
+        start_point,
+        trial_result(start) if start is not None else None,
+        contenders=changing,
     )
     if run_s is None:
         run_s = statistics.median(walls) if walls else 0.0
-    return (rules.seeds + changing) * run_s
+    return runs * run_s
 
 
 def guard_entrants(
@@ -150,9 +179,10 @@ def guard_entrants(
         rules.steps,
     )
     seed0 = int(reference.get(SEED, DEFAULT_SEED))
-    runs = rules.seeds + len(guarded)
     start_result = trial_result(ctx.study.trials[start]) if start is not None else None
-    run_s = curve_price_s(ctx.space, rules, ref_point, start_result)  # None: trials' median
+    runs, run_s = guard_runs(  # run_s None: priced at the trials' median
+        ctx.space, rules, ref_point, start_result, contenders=len(guarded)
+    )
     if not ctx.budget.verify_round_fits(ctx.study, runs, run_s=run_s):
         return _out_of_budget(ctx, cands, guarded, records, runs=runs, why=why)
     return _judge_guarded(

@@ -1,9 +1,9 @@
 """The numerics guard's curve runs (sweeper/verify/guard.py decides who races from them): the
-starting config's reference runs, one per seed, and each contender's run from the reference's first
-seed on the same batches, judged against the reference's curve (sweeper/verify/guard_rules.py).
-Each run is a fresh trial process launched through the sweep's jobs and logged to MLflow
-(sweeper/verify/guard_log.py); a point predicted not to fit runs the same math at the nearest
-point that fits (sweeper/space/fit.py).
+starting config's reference curves, one per seed, all trained in one process (trial.seeds), and
+each contender's run from the reference's first seed on the same batches, judged against the
+reference's curve (sweeper/verify/guard_rules.py). Each run is a fresh trial process launched
+through the sweep's jobs and each curve logged to MLflow (sweeper/verify/guard_log.py); a point
+predicted not to fit runs the same math at the nearest point that fits (sweeper/space/fit.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sweeper.verify.guard_log import log_guard_run
 from sweeper.verify.guard_rules import GuardCheck, Tolerance, check
 from sweeper.verify.guard_text import check_text
 from sweeper.verify.winner import Candidate
-from train.core.curve import curve_lrs, loss_curve
+from train.core.curve import curve_lrs, loss_curve, seed_curves
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,13 @@ def _contender_point(
     return fit.point.with_fit(fit), f"at {fit.text()} to fit the reference's micro-batch"
 
 
-def _curve_job(ctx: SweepContext, point: Point, rules: GuardConf, *, seed: int) -> list[str]:
-    """A curve run's overrides: the sweep's fixed ones, the point, the curve keys and limits."""
+def _curve_job(
+    ctx: SweepContext, point: Point, rules: GuardConf, *, seed: int, seeds: int = 1
+) -> list[str]:
+    """A curve run's overrides: the sweep's fixed ones, the point, the curve keys (`seeds`
+    curves from `seed` on, in one process) and limits."""
     space = ctx.space
-    run = point.with_knobs(curve_run_keys(point, space.ctx, rules, seed=seed))
+    run = point.with_knobs(curve_run_keys(point, space.ctx, rules, seed=seed, seeds=seeds))
     budget = ctx.settings.budget
     limits = point_limits(
         run,
@@ -92,18 +95,20 @@ def reference_curves(
     seed0: int,
     start: int | None,
 ) -> tuple[dict[int, list[float]], str, list[float]]:
-    """The starting config's curve by seed (the failed runs left out), why runs failed, and the
-    lr of each step the curves trained at (the production schedule's first steps)."""
-    seeds = [seed0 + i for i in range(rules.seeds)]
-    outs = ctx.jobs.launch([_curve_job(ctx, ref_point, rules, seed=s) for s in seeds])
-    curves, failures, lrs = {}, [], []
-    for seed, out in zip(seeds, outs, strict=True):
-        curve = loss_curve(out.get("result"))
+    """The starting config's curve by seed (the failed ones left out), why curves failed, and
+    the lr of each step the curves trained at (the production schedule's first steps). Every
+    seed trains in one process (trial.seeds, train/trial/seeds.py): one set-up and one compile,
+    the weights drawn again for each next seed."""
+    (out,) = ctx.jobs.launch([_curve_job(ctx, ref_point, rules, seed=seed0, seeds=rules.seeds)])
+    by_seed, why = seed_curves(out.get("result"), seed0=seed0, seeds=rules.seeds)
+    curves, failures, lrs = {}, [], curve_lrs(out.get("result"))
+    for seed in range(seed0, seed0 + rules.seeds):
+        curve = by_seed.get(seed)
         if curve is None:
-            failures.append(f"seed {seed}: {out['state']} ({out.get('reason') or 'no loss curve'})")
+            reason = why.get(seed) or out.get("reason") or "no loss curve"
+            failures.append(f"seed {seed}: {out['state']} ({reason})")
         else:
             curves[seed] = curve
-            lrs = lrs or curve_lrs(out.get("result"))
         log_guard_run(
             ctx.tracker,
             number=-1 if start is None else start,
@@ -115,7 +120,7 @@ def reference_curves(
             tags={},
         )
     if failures:
-        log.warning("numerics guard: reference run(s) failed: %s", "; ".join(failures))
+        log.warning("numerics guard: reference curve(s) failed: %s", "; ".join(failures))
     return curves, "; ".join(failures), lrs
 
 

@@ -7,6 +7,7 @@ check."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,11 @@ def test_the_guard_catches_the_planted_loss_and_passes_fp32_against_bf16(tmp_pat
     assert f"loss by step, trial {caught[0]} (seed 1337, same batches):" in out
 
     (sweep_dir,) = sweep_dirs(tmp_path)
+    # the reference's two seeds trained in one process: one result holds both curves
+    results = [json.loads(p.read_text()) for p in sweep_dir.rglob("result.json")]
+    (ref,) = [r for r in results if r["config"]["trial"]["seeds"] == 2]
+    (more,) = ref["loss"]["more_seeds"]
+    assert guard["reference_curves"] == {"1337": ref["loss"]["steps"], "1338": more["steps"]}
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
     assert "hooks" not in best  # a test hook is never exported
     check = best["provenance"]["numerics_guard"]

@@ -81,18 +81,16 @@ class _Jobs:
         self.jobs: list[list[str]] = []
 
     def launch(self, jobs: list[list[str]]) -> list[dict]:
+        from tests.sweeper.test_guard_rules import curves_out
+
         self.jobs.extend(jobs)
-        return [
-            {
-                "state": "complete",
-                "job_dir": f"j{len(self.jobs)}",
-                "result": {
-                    "status": "complete",
-                    "loss": {"steps": [10.0 - 0.1 * i - 0.001 * k for i in range(20)]},
-                },
-            }
-            for k, _ in enumerate(jobs)
-        ]
+        outs = []
+        for job in jobs:
+            seeds = next((int(o.split("=")[1]) for o in job if o.startswith("trial.seeds=")), 1)
+            outs.append(
+                curves_out([[10.0 - 0.1 * i - 0.001 * k for i in range(20)] for k in range(seeds)])
+            )
+        return outs
 
 
 def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches() -> None:
@@ -124,8 +122,9 @@ def test_the_guard_trains_the_reference_at_the_nearest_fit_and_pins_its_batches(
         )
     }
     out = guard_entrants(ctx, cands, baseline=None, start=None)
-    ref_jobs, (contender,) = ctx.jobs.jobs[:2], ctx.jobs.jobs[2:]
-    assert all(f"{CKPT}=selective" in job for job in ref_jobs)  # 60.9 GiB, not 77.7
+    (ref_job, contender) = ctx.jobs.jobs  # the reference's two seeds run in one process
+    assert "trial.seeds=2" in ref_job and "trial.seeds=1" in contender
+    assert f"{CKPT}=selective" in ref_job  # 60.9 GiB, not 77.7
     assert f"{CKPT}=every" in contender  # fp32 at the reference's micro-batch 16 (110.8 GiB)
     assert not any(o.startswith("batch.micro_batch=") for o in contender)  # the seed's 16 stays
     assert "runtime.dtype=fp32" in contender

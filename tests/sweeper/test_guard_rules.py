@@ -474,12 +474,18 @@ def test_descent_says_whether_the_reference_trained(curves, spread, trains, seed
     assert f"seed {seed}'s loss" in text and f"seed spread of {spread:.4f}" in text
 
 
-def _curve_out(curve: list[float]) -> dict:
-    return {
-        "state": "complete",
-        "job_dir": "j",
-        "result": {"status": "complete", "loss": {"steps": curve, "lr": [1e-4] * len(curve)}},
+def curves_out(curves: list[list[float]], *, seed0: int = 1337) -> dict:
+    """A complete curve run's outcome: `curves[0]` from `seed0`, the rest from the next seeds in
+    the same process (trial.seeds, loss.more_seeds)."""
+    first, *more = curves
+    loss = {
+        "steps": first,
+        "lr": [1e-4] * len(first),
+        "more_seeds": [
+            {"seed": seed0 + i, "steps": c, "lr": [1e-4] * len(c)} for i, c in enumerate(more, 1)
+        ],
     }
+    return {"state": "complete", "job_dir": "j", "result": {"status": "complete", "loss": loss}}
 
 
 def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
@@ -494,7 +500,7 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
 
     def launch(jobs: list) -> list[dict]:
         launched.append(len(jobs))
-        return [_curve_out(rising[i % 2]) for i in range(len(jobs))]
+        return [curves_out([rising[0], rising[1]]) for _ in jobs]
 
     ctx.jobs = SimpleNamespace(launch=launch)
     ctx.tracker = None
@@ -504,8 +510,8 @@ def test_a_reference_that_does_not_train_judges_nothing(monkeypatch) -> None:
     out = guard.guard_entrants(
         ctx, _cands(ctx), baseline={"runtime.dtype": "fp32", "runtime.compile": "none"}, start=0
     )
-    seeds = ctx.settings.guard.seeds
-    assert launched == [seeds]  # the reference's seeds only: no contender runs against nothing
+    # one process for the reference's seeds only: no contender runs against nothing
+    assert launched == [1] and ctx.settings.guard.seeds == 2
     assert sorted(out.passed) == [0, 1]
     assert out.records[2]["verdict"] == "not checked"
     assert out.records[2]["reason"].startswith(
@@ -607,3 +613,28 @@ def test_the_budget_holds_the_guards_runs_back_from_the_search(tmp_path) -> None
     # never more than GUARD_SHARE of the wall besides the race's
     huge = Budget(settings, clock=lambda: 0.0, started=0.0, guard_reserve=lambda s: 1e6)
     assert huge.verify_reserve_s(study, 0.0) == 20.0 + 25.0
+
+
+@pytest.mark.parametrize(
+    ("seeds", "contenders", "runs", "total_s"),
+    [
+        # the start's trial: 30 s of set-up and compile around a window of 4 steps of 2 s; a curve
+        # of 20 steps at the same step (its step holds every token: share 1) costs 30 + 40 s
+        (2, 0, 1, 30 + 2 * 40),  # both seeds in one process: the 30 s once
+        (2, 1, 2, (30 + 2 * 40) + (30 + 40)),
+        (3, 2, 3, (30 + 3 * 40) + 2 * (30 + 40)),
+    ],
+)
+def test_the_reference_seeds_are_one_process_priced_once(seeds, contenders, runs, total_s) -> None:
+    from sweeper.verify.guard import guard_runs
+
+    ctx = _ctx(fits=True)
+    rules = settings_from({"guard.seeds": seeds, "guard.steps": 20}).guard
+    start = {"status": "complete", "wall_s": 38.0, "step_time_s": {"p50": 2.0, "n": 4}}
+    got_runs, run_s = guard_runs(ctx.space, rules, Point(), start, contenders=contenders)
+    assert got_runs == runs and run_s * runs == pytest.approx(total_s)
+    # with no usable starting result: a run per seed, priced by the caller
+    assert guard_runs(ctx.space, rules, Point(), None, contenders=contenders) == (
+        seeds + contenders,
+        None,
+    )

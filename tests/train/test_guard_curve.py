@@ -85,3 +85,67 @@ def test_same_math_same_batches_no_alarm_and_the_planted_loss_is_caught(
     verdict = check(coarse, ref, tol)
     assert not verdict.passed, check_text(verdict)
     assert coarse[-1] > ref[-1]  # it trains worse, not only differently
+
+
+def test_two_seeds_in_one_process_train_the_curves_of_two_fresh_processes(
+    make_config, tmp_path: Path
+) -> None:
+    """trial.seeds=2: the second seed's weights are drawn again in place, with a new optimizer
+    and its own batches; its curve is the very curve a fresh process of that seed trains."""
+    steps = 4
+    keys = [format_override(k, v) for k, v in curve_keys(steps=steps, seed=1337).items()]
+    cfg = make_config(*keys, "runtime.threads=1", "trial.seeds=2")
+    both = run_trial(cfg, out_path=tmp_path / "both" / "trial.json")
+    assert both["status"] == "complete", both["failure"]
+    (more,) = both["loss"]["more_seeds"]
+    assert more["seed"] == 1338 and "failed" not in more and more["wall_s"] > 0
+    first = _curve(make_config, tmp_path, "first", seed=1337, steps=steps)
+    second = _curve(make_config, tmp_path, "second", seed=1338, steps=steps)
+    assert loss_curve(both) == first
+    assert more["steps"] == second and len(more["lr"]) == steps
+    assert second != first
+
+
+def test_a_second_seed_that_goes_non_finite_keeps_the_first_seeds_curve(
+    make_config, tmp_path: Path, monkeypatch
+) -> None:
+    import train.trial.seeds as seeds_mod
+
+    real_reseed = seeds_mod.reseed
+
+    def poisoned(s, seed):  # the second seed's weights hold a NaN: its first loss is NaN
+        s = real_reseed(s, seed)
+        with torch.no_grad():
+            s.raw_model.lm_head.weight[0, 0] = float("nan")
+        return s
+
+    monkeypatch.setattr(seeds_mod, "reseed", poisoned)
+    keys = [format_override(k, v) for k, v in curve_keys(steps=3, seed=7).items()]
+    result = run_trial(make_config(*keys, "trial.seeds=3"), out_path=tmp_path / "t.json")
+    assert result["status"] == "complete", result["failure"]
+    assert len(loss_curve(result) or []) == 3
+    failed = result["loss"]["more_seeds"]
+    assert [c["seed"] for c in failed] == [8, 9]  # a non-finite seed does not stop the next
+    assert all("nan" in c["failed"] for c in failed) and all("steps" not in c for c in failed)
+
+
+@pytest.mark.parametrize("unit", ["model", "block"])
+def test_a_compiled_second_seed_reuses_the_first_seeds_graphs(
+    make_config, tmp_path: Path, unit: str
+) -> None:
+    keys = [format_override(k, v) for k, v in curve_keys(steps=3, seed=3).items()]
+    # 3 layers: a graph of its own (dynamo reuses a graph across models of one shape in a
+    # process, and test_trial's compile test must compile the 2-layer preset cold)
+    cfg = make_config(
+        *keys,
+        "trial.seeds=2",
+        "model.n_layer=3",
+        "runtime.compile=default",
+        f"runtime.compile_unit={unit}",
+    )
+    result = run_trial(cfg, out_path=tmp_path / "t.json")
+    assert result["status"] == "complete", result["failure"]
+    assert result["compile_s"] > 0  # the first seed compiled ...
+    (more,) = result["loss"]["more_seeds"]
+    assert more["frames_compiled"] == 0, more  # ... the second ran the same graphs
+    assert len(more["steps"]) == 3 and more["steps"] != loss_curve(result)

@@ -112,7 +112,7 @@ def baseline(synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 def test_result_has_every_schema_key(baseline) -> None:
     _, result, out = baseline
     assert set(result) == SCHEMA_KEYS
-    assert result["schema_version"] == 6
+    assert result["schema_version"] == 7
     assert result["world_size"] == 1 and "comms" not in result["time_frac"]
     assert len(result["loss"]["steps"]) == result["step_time_s"]["n"] + 1  # warm-up step first
     assert result["status"] == "complete" and result["failure"] is None

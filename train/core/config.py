@@ -303,6 +303,10 @@ class TrialConfig:
     # first checkpoint save inside the window); 0 = off: min_steps/max_steps/max_seconds only
     target_ci: float = 0.0
     ci_min_steps: int = 3  # measured steps before target_ci may end the window (>= 2)
+    # loss curves this process trains, one per seed: runtime.seed's (the result), then each next
+    # seed's from freshly drawn weights, a fresh optimizer and that seed's batches, the compiled
+    # graphs reused (train/trial/seeds.py; the numerics guard's reference runs)
+    seeds: int = 1
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:
@@ -326,6 +330,11 @@ class TrialConfig:
                 f"trial.target_ci must be a share in [0, 1) (0.02 = +-2%; 0 = off) and "
                 f"trial.ci_min_steps >= 2 (a spread needs two steps), got {self.target_ci} and "
                 f"{self.ci_min_steps}"
+            )
+        if self.seeds < 1:
+            raise ValueError(
+                f"trial.seeds must be >= 1 (loss curves this process trains, one per seed), "
+                f"got {self.seeds}"
             )
         if self.max_seconds <= 0 or self.report_every < 1 or self.profile_steps < 1:
             raise ValueError(

@@ -26,13 +26,15 @@ NO_TIME_LIMIT_S = 1e9
 ALL_MICRO_BATCHES = 1_000_000
 
 
-def curve_keys(*, steps: int, seed: int) -> dict[str, Any]:
-    """The trainer keys of a curve run of `steps` optimizer steps from `seed`."""
+def curve_keys(*, steps: int, seed: int, seeds: int = 1) -> dict[str, Any]:
+    """The trainer keys of a curve run of `steps` optimizer steps from `seed` (and, with `seeds`
+    > 1, from each next seed too, in the same process: train/trial/seeds.py)."""
     if steps < WARMUP_STEPS + 2:
         raise ValueError(f"a loss curve needs at least {WARMUP_STEPS + 2} steps, got {steps}")
     window = steps - WARMUP_STEPS
     return {
         "runtime.seed": seed,
+        "trial.seeds": seeds,
         "trial.warmup_steps": WARMUP_STEPS,
         "trial.max_steps": window,
         "trial.min_steps": window,
@@ -73,3 +75,22 @@ def loss_curve(result: Mapping[str, Any] | None) -> list[float] | None:
 def curve_lrs(result: Mapping[str, Any] | None) -> list[float]:
     """The lr of each step of a result's curve ([] for a result from before schema 5)."""
     return [float(x) for x in ((result or {}).get("loss") or {}).get("lr") or []]
+
+
+def seed_curves(
+    result: Mapping[str, Any] | None, *, seed0: int, seeds: int
+) -> tuple[dict[int, list[float]], dict[int, str]]:
+    """The curves of seeds `seed0` .. `seed0 + seeds - 1` a run of trial.seeds=`seeds` trained
+    (`loss.steps` the first, `loss.more_seeds` the rest), and why each missing one is missing."""
+    first = loss_curve(result)
+    if first is None:
+        return {}, {}
+    curves, why = {seed0: first}, {}
+    more = {int(c.get("seed", -1)): c for c in (result or {}).get("loss", {}).get("more_seeds", [])}
+    for seed in range(seed0 + 1, seed0 + seeds):
+        c = more.get(seed)
+        if c is not None and c.get("steps"):
+            curves[seed] = [float(x) for x in c["steps"]]
+        else:
+            why[seed] = str((c or {}).get("failed") or "not trained (an older trainer?)")
+    return curves, why

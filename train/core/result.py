@@ -9,7 +9,8 @@ else). The TypedDicts are the schema: each field's comment says what it holds an
 Version history: 1 was the first schema; 2 added `projection`, `full_step_estimate_s` and
 `memory`; 3 added `world_size`, `time_frac.comms` (data-parallel results only) and `loss.steps`;
 4 added `float8` (which float8 matmuls ran; null without them) and `mfu.basis`; 5 added
-`loss.lr` (each step's lr: trials train at the production schedule's, warm-up included).
+`loss.lr` (each step's lr: trials train at the production schedule's, warm-up included); 6
+added `setup`; 7 added `loss.more_seeds` (trial.seeds > 1: more curves from one process).
 Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with `.get()`.
 
 Two names are kept as they are for compatibility with results already on disk, although they are
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis;
-# 5: loss.lr; 6: setup
-SCHEMA_VERSION = 6
+# 5: loss.lr; 6: setup; 7: loss.more_seeds
+SCHEMA_VERSION = 7
 
 Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died
@@ -148,11 +149,24 @@ class Memory(TypedDict):
     measured_by: str | None
 
 
+class SeedCurve(TypedDict, total=False):
+    """One more seed's curve from the same process (trial.seeds > 1, train/trial/seeds.py)."""
+
+    seed: int  # its runtime.seed
+    steps: list[float]  # every step's mean loss, warm-up first (absent where it failed)
+    lr: list[float]  # the lr of each of those steps
+    failed: str  # why the curve stopped (a non-finite loss); absent where it trained
+    wall_s: float  # seconds it took in the process, its re-draw included
+    frames_compiled: int  # torch.compile frames it compiled (0: the first seed's graphs reused)
+
+
 class Loss(TypedDict, total=False):
     first: float | None  # the first warm-up step's mean loss
     last: float | None  # the last measured step's mean loss
     steps: list[float]  # every step's mean loss over the global batch, warm-up steps first
     lr: list[float]  # the lr each of those steps trained at (the production schedule's)
+    # the curves of the seeds after runtime.seed's, trained in the same process (trial.seeds)
+    more_seeds: list[SeedCurve]
 
 
 class DeviceInfo(TypedDict):

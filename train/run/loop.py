@@ -120,18 +120,25 @@ def build_model(
     )
     if rt.float8 != "none":  # after the build, before the optimizer and torch.compile see it
         convert_to_float8(raw_model, recipe=rt.float8, emulate=rt.float8_emulate)
-    optimizer, fused = raw_model.configure_optimizer(
+    optimizer, fused = make_optimizer(raw_model, cfg, device)
+    model: nn.Module = raw_model
+    if rt.compile != "none":
+        use_compile_cache(rt.compile_cache)  # the folder before the first compile reads it
+        model = compile_model(raw_model, mode=rt.compile, unit=rt.compile_unit)
+    return raw_model, model, optimizer, fused
+
+
+def make_optimizer(
+    raw_model: GPT, cfg: Config, device: torch.device
+) -> tuple[torch.optim.Optimizer, bool]:
+    """A fresh AdamW over `raw_model`'s parameters from optim.*, and whether it is fused."""
+    return raw_model.configure_optimizer(
         lr=cfg.optim.lr,
         weight_decay=cfg.optim.weight_decay,
         betas=(cfg.optim.beta1, cfg.optim.beta2),
         device_type=device.type,
         fused=str(cfg.optim.fused).lower(),
     )
-    model: nn.Module = raw_model
-    if rt.compile != "none":
-        use_compile_cache(rt.compile_cache)  # the folder before the first compile reads it
-        model = compile_model(raw_model, mode=rt.compile, unit=rt.compile_unit)
-    return raw_model, model, optimizer, fused
 
 
 def float8_capability(device: torch.device, float8: str) -> tuple[int, int] | None:

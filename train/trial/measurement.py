@@ -44,6 +44,7 @@ from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.compile_charge import add_compile_charge
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
+from train.trial.seeds import more_seed_curves
 from train.trial.setup_clock import SetupClock, setup_line
 from train.trial.summary import format_summary
 from train.trial.window import measure
@@ -118,6 +119,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             fingerprint=fingerprint,
             started=started,
         )
+        if cfg.trial.seeds > 1:  # more curves from this process: the guard's reference seeds
+            s, result["loss"]["more_seeds"] = more_seed_curves(s, progress=progress)
         if rank.main:  # another rank's result would only repeat rank 0's
             # the graph's compile as the sweep charges it: the same for every trial of the graph
             add_compile_charge(
