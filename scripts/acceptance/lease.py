@@ -149,6 +149,7 @@ def lease_plan(device: str, *, profile: Profile = LEASE, numbers: dict | None = 
     parts = {
         "probe": probe,
         "search": float(plan.get("search_s") or 0.0),
+        "the save measured once": float(plan.get("once_s") or 0.0),
         "guard": float(plan.get("guard_s") or 0.0),
         "race": float(plan.get("race_s") or 0.0),
         "start and end": float(plan.get("overhead_s") or 0.0),

@@ -32,6 +32,7 @@ from train.core.keys import (
     TRIAL_MIN_STEPS,
     TRIAL_PROFILE,
     TRIAL_PROFILE_STEPS,
+    TRIAL_SAVE_RECORD,
     TRIAL_SEEDS,
     TRIAL_TARGET_CI,
     TRIAL_WARMUP_STEPS,
@@ -82,6 +83,11 @@ def window_steps(step_s: float, *, min_steps: int, max_steps: int, max_seconds: 
     if step_s <= 0:
         return max_steps
     return min(max_steps, max(min_steps, math.ceil(max_seconds / step_s)))
+
+
+def save_seconds(num_params: int) -> float:
+    """One checkpoint save of a model of `num_params` at the assumed write rate."""
+    return num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
 
 
 def is_float8(cfg: Mapping[str, Any]) -> bool:
@@ -136,7 +142,11 @@ def trial_time(
         cv = float(cfg.get("plan.step_cv") or ASSUMED_STEP_CV.get(device_type, 0.15))
         n = min(n, steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps))
     saves = n // every if every > 0 else 0
-    save_s = num_params * CHECKPOINT_BYTES_PER_PARAM / WRITE_BYTES_PER_S
+    if cfg.get(TRIAL_SAVE_RECORD):
+        # the window saves nothing; the first trial of its target measures one save after it: a
+        # limit allows for it, the sweep's wall counts it once (sweeper/plan/wall.py)
+        saves = 1 if scale > 1 else 0
+    save_s = save_seconds(num_params)
     costs = costs_for(device_name if device_type == "cuda" else "")
     mode = str(cfg.get(COMPILE) or "none")
     expected_compile = compile_s(

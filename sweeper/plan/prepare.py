@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,14 @@ from sweeper.plan.preflight import check_micro_batches, check_trainer_keys
 from sweeper.plan.scan import Scan, drop_dead_values, scan
 from sweeper.settings import SweepSettings, plan_software, replace_in
 from sweeper.space.constraints import SpaceContext, cpus_here
+from sweeper.space.overrides import hydra_quote
 from sweeper.space.search_space import SearchSpace, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
 from train.core.cost import resolve_planned_steps
-from train.core.keys import BLOCK_SIZE, MODEL_NAME, NPROC, TOKENS_PER_STEP
+from train.core.keys import BLOCK_SIZE, MODEL_NAME, NPROC, TOKENS_PER_STEP, TRIAL_SAVE_RECORD
 from train.core.progress import HEARTBEAT_S
+from train.core.save_record import RECORD_NAME as SAVE_RECORD_NAME
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,15 @@ def split_arguments(arguments: list[str]) -> tuple[list[str], dict[str, str]]:
     return fixed, sweeps
 
 
+def save_record_of(space: Mapping[str, Any], sweep_dir: Path) -> str:
+    """trial.save_record for a sweep of `space`: the sweep folder's record of each checkpoint
+    target's save (train/core/save_record.py) where no checkpoint.* knob is searched; '' where
+    one is (each trial's window saves: the knob's effect is what is searched)."""
+    if any(str(key).startswith("checkpoint.") for key in space):
+        return ""
+    return str(Path(sweep_dir).resolve() / SAVE_RECORD_NAME)
+
+
 def prepare(
     settings: SweepSettings,
     arguments: list[str],
@@ -109,6 +121,11 @@ def prepare(
     # one compile cache for every trial and race run, in their environment from the start
     cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
     fixed = [*fixed, *cache.overrides()]
+    # no checkpoint knob searched: the save is measured once per target, not in every trial
+    save_record = save_record_of({**s.space, **cli_space}, sweep_dir)
+    if save_record:
+        fixed.append(f"{TRIAL_SAVE_RECORD}={hydra_quote(save_record)}")
+        base = {**base, TRIAL_SAVE_RECORD: save_record}
     facts, device = _sweep_device(s, config, launcher)
     s = _device_settings(s, device, model=base[MODEL_NAME])
     nproc = int(base.get(NPROC) or 1)

@@ -2,7 +2,8 @@
 
     wall = start and end
          + the search: the starting config (when it runs), the prior's points (each priced
-           exactly), then TPE's design and picks and the polish step at the space's mean trial
+           exactly), then TPE's design and picks and the polish step at the space's mean trial,
+           and, where no checkpoint knob is searched, the one save the first trial measures
          + the race: its first rounds (verify.repeats) x its entrants, each a fresh process that
            runs real full steps
 
@@ -25,14 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweeper.forecast import TrialTime, costs_for, is_float8, uncached_note
+from sweeper.forecast.trial import save_seconds
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.prior import Prior
 from sweeper.space.constraints import SpaceContext
-from sweeper.space.limits import REAL_STEP_KEYS, point_forecast
+from sweeper.space.limits import REAL_STEP_KEYS, model_params, point_forecast
 from sweeper.space.point import Point
 from sweeper.study.budget import verify_reserve
 from train.core.compile_graphs import graph_key
+from train.core.keys import TRIAL_SAVE_RECORD
 
 SWEEP_OVERHEAD_S = 15.0  # start (imports, probe, zygote) + end (plots, report): README benchmark
 
@@ -67,10 +70,16 @@ class WallModel:
     race: list[PlannedRuns]
     overhead_s: float = SWEEP_OVERHEAD_S
     notes: list[str] = field(default_factory=list)
+    # work done once in the sweep besides its trials: the checkpoint save measured once
+    once: list[PlannedRuns] = field(default_factory=list)
 
     @property
     def search_s(self) -> float:
         return sum(r.total_s for r in self.search)
+
+    @property
+    def once_s(self) -> float:
+        return sum(r.total_s for r in self.once)
 
     @property
     def race_s(self) -> float:
@@ -78,7 +87,7 @@ class WallModel:
 
     @property
     def total_s(self) -> float:
-        return self.overhead_s + self.search_s + self.race_s
+        return self.overhead_s + self.search_s + self.once_s + self.race_s
 
 
 class _Graphs:
@@ -159,6 +168,18 @@ def wall_model(
                 note="a new graph each: cold compile",
             )
         )
+    once = []
+    if ctx.base.get(TRIAL_SAVE_RECORD) and n_search > 0:
+        once.append(
+            PlannedRuns(
+                label="checkpoint save, measured once after the first trial's window",
+                count=1,
+                each_s=save_seconds(model_params(ctx.base)),
+                compile_s=0.0,
+                window_steps=0,
+                note="no checkpoint knob is searched: every other trial prices it",
+            )
+        )
     race: list[PlannedRuns] = []
     for label, point in (
         _race_entrants(known, rest, prior, start, race_entrants) if race_rounds else []
@@ -179,7 +200,7 @@ def wall_model(
                 expected=expected,
             )
         )
-    return WallModel(search=search, race=_merged(race))
+    return WallModel(search=search, race=_merged(race), once=once)
 
 
 def _priced_run(
@@ -295,7 +316,7 @@ def budgeted(
             break
         t, ran = t + wall, ran + 1
     search_s = t
-    t += guard_s
+    t += guard_s + model.once_s
     round_s = race_entrants * run_s
     rounds = 0
     if model.race:

@@ -56,6 +56,7 @@ SWEEP_ONLY_TRIAL_DEFAULTS: dict[str, Any] = {
     "progress_file": "",
     "out": "trial.json",
     "compile_record": "",
+    "save_record": "",
 }
 
 

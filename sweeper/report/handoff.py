@@ -41,7 +41,13 @@ def plan_from_results(
     The save cost is the median over runs of each run's stall at its own interval; an async save's
     stall shrinks at a longer interval (the previous write has finished), so the plan is made
     again once with the stall at the first plan's interval."""
-    runs = [r for r in results if r and r.get("checkpoint_s") and (r.get("step_time_s") or {})]
+    runs = [
+        r
+        for r in results
+        if r
+        and (r.get("checkpoint_s") or r.get("checkpoint_save"))
+        and (r.get("step_time_s") or {})
+    ]
     if not runs:
         return None
     step_s = statistics.median(steady_step_time_s(r) for r in runs)

@@ -70,6 +70,7 @@ def plan_numbers(plan: SweepPlan) -> dict[str, Any]:
         "wall_cap_s": plan.wall_cap_s,
         "overhead_s": w.overhead_s if w else None,
         "search_s": w.search_s if w else None,
+        "once_s": w.once_s if w else None,
         "race_s": w.race_s if w else None,
         "guard_s": g.total_s if g else 0.0,
         "guard_on": bool(g and g.on),
@@ -81,7 +82,7 @@ def plan_numbers(plan: SweepPlan) -> dict[str, Any]:
                 "compile_s": r.compile_s,
                 "note": r.note,
             }
-            for r in ([*w.search, *w.race] if w else [])
+            for r in ([*w.search, *w.once, *w.race] if w else [])
         ],
         "prior": [pt.params for pt in plan.prior.points] if plan.prior else [],
     }
@@ -319,7 +320,7 @@ def _wall_lines(plan: SweepPlan) -> list[str]:
         "predicted wall, component by component (compile once per graph, early stop at "
         f"trial.target_ci={plan.model.get('target_ci', 0):g}):"
     ]
-    for r in [*w.search, *w.race]:
+    for r in [*w.search, *w.once, *w.race]:
         steps = f", {r.window_steps} measured steps" if r.window_steps else ""
         comp = (
             f" (compile {fmt_secs(r.compile_s)}: {r.note})"
@@ -334,8 +335,9 @@ def _wall_lines(plan: SweepPlan) -> list[str]:
     lines += [f"  ({note})" for note in w.notes]
     if plan.budget_line:
         lines.append(f"  {plan.budget_line}")
+    once = f", the save measured once {fmt_secs(w.once_s)}" if w.once else ""
     lines.append(
-        f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}, race {fmt_secs(w.race_s)}"
+        f"  = {fmt_secs(w.total_s)}: search {fmt_secs(w.search_s)}{once}, race {fmt_secs(w.race_s)}"
     )
     return lines
 

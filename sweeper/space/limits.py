@@ -134,18 +134,23 @@ def recompute_factor(activation_checkpointing: Any, n_layer: int) -> float:
     return 1.0 + checkpointed / n_layer / 3.0
 
 
+def model_params(cfg: Mapping[str, Any]) -> int:
+    """The GPT-2 parameters of a flat config's model (position embedding excluded, as in 6N)."""
+    return gpt2_num_params(
+        n_layer=int(cfg[N_LAYER]),
+        n_embd=int(cfg[N_EMBD]),
+        vocab_size=int(cfg[VOCAB_SIZE]),
+        block_size=int(cfg[BLOCK_SIZE]),
+        bias=bool(cfg.get(BIAS, True)),
+    )
+
+
 def predict_step(
     cfg: Mapping[str, Any], *, device_name: str, device_type: str, bf16_supported: bool
 ) -> StepPrediction:
     """FLOPs of one optimizer step and its predicted duration on `device_name`."""
     n_layer, block = int(cfg[N_LAYER]), int(cfg[BLOCK_SIZE])
-    n_params = gpt2_num_params(
-        n_layer=n_layer,
-        n_embd=int(cfg[N_EMBD]),
-        vocab_size=int(cfg[VOCAB_SIZE]),
-        block_size=block,
-        bias=bool(cfg.get(BIAS, True)),
-    )
+    n_params = model_params(cfg)
     per_token = flops_per_token(
         n_layer=n_layer,
         n_head=int(cfg[N_HEAD]),

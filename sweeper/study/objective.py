@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from train.core.cost import TrainTime, train_time
 from train.core.keys import CHECKPOINT_EVERY
+from train.core.save_record import priced_stall_s
 
 if TYPE_CHECKING:
     from train.core.result import TrialResult
@@ -157,11 +158,18 @@ def save_stall_s(result: TrialResult, *, planned_every: int) -> float | None:
 
         snapshot + max(0, median wait + trial_every x steady_step - planned_every x steady_step)
 
-    (equal intervals give back the measured median).
+    (equal intervals give back the measured median). A trial whose window saved nothing under a
+    sweep's save record prices its `checkpoint_save`, the target's save measured once
+    (train/core/save_record.py `priced_stall_s`: the same rule from one save and its whole write).
     """
     saves = [float(s) for s in result.get("checkpoint_s") or []]
     if not saves:
-        return None
+        once = result.get("checkpoint_save")  # the target's save, measured once in the sweep
+        if not once:
+            return None
+        return priced_stall_s(
+            once, planned_every=planned_every, steady_step_s=steady_step_time_s(result)
+        )
     mode = ((result.get("config") or {}).get("checkpoint") or {}).get("mode", "sync")
     if mode != "async":
         return statistics.median(saves)

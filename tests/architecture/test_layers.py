@@ -48,7 +48,7 @@ TRAIN_LAYERS: tuple[tuple[str, ...], ...] = (
 
 # train/core/'s own modules, bottom first: the core is small, but its arrows still point one way.
 CORE_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("units",),  # GiB, defined once
+    ("units", "first_record"),  # GiB, defined once; the sweep's record of things measured once
     ("chips",),  # the chip table: peaks, compute capability, memory by device name
     # leaves: rules on plain values, FLOPs and MFU, statistics, what a trial reports, plumbing
     (
@@ -64,6 +64,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
         "disk_full",
         "deathsig",
         "compile_graphs",
+        "save_record",
         "evidence",
         "hooks",
     ),

@@ -187,6 +187,28 @@ def test_save_stall_at_the_planned_interval(saves, mode, trial_every, planned_ev
     assert got == (None if expected is None else pytest.approx(expected))
 
 
+# the save measured once in the sweep (trial.save_record): a 0.2 s stall, its write 1.6 s in all;
+# the trial's own window saved nothing, its steady step 0.1 s
+@pytest.mark.parametrize(
+    ("mode", "planned_every", "expected"),
+    [
+        ("sync", 1000, 0.2),  # a sync save blocks for its (whole) measured stall
+        ("async", 1000, 0.2),  # 1000 steps cover the write: the snapshot only
+        ("async", 10, 0.2 + 0.4),  # 10 steps cover 1.0 s of the 1.4 s left of the write
+        ("async", 0, 1.6),  # saves back to back: the whole write
+    ],
+)
+def test_a_save_measured_once_is_priced_at_the_planned_interval(mode, planned_every, expected):
+    once = {"stall_s": 0.2, "write_s": 1.6, "bytes": 10, "mode": mode, "here": False}
+    result = {**_result(every_steps=3, mode=mode), "checkpoint_save": once}
+    assert save_stall_s(result, planned_every=planned_every) == pytest.approx(expected)
+    cfg = ObjectiveConfig(name="time_to_train", planned_steps=1000, planned_checkpoint_every=100)
+    # 1000 steps of 0.1 s and 10 saves: the stall is in the price although no step held one
+    assert objective_value(result, cfg) == pytest.approx(
+        100.0 + 10 * save_stall_s(result, planned_every=100)
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "planned_every", "searched", "warns"),
     [

@@ -278,3 +278,46 @@ def test_search_quick_plans_a_sweep_well_under_the_default_ones(tmp_path: Path) 
     quick, full = _cpu_plan_wall_s(tmp_path, "quick"), _cpu_plan_wall_s(tmp_path, "throughput")
     assert quick <= 240, quick
     assert quick <= 0.6 * full, (quick, full)
+
+
+@pytest.mark.parametrize(
+    ("space", "record"),
+    [
+        ({"batch.micro_batch": "choice(4, 8)"}, True),  # no checkpoint knob: one save measured
+        ({"batch.micro_batch": "choice(4, 8)", "checkpoint.mode": "choice(sync, async)"}, False),
+        ({"checkpoint.dir": "choice(a, b)"}, False),
+    ],
+)
+def test_a_save_record_only_where_no_checkpoint_knob_is_searched(tmp_path, space, record) -> None:
+    from sweeper.plan.prepare import save_record_of
+
+    got = save_record_of(space, tmp_path)
+    assert bool(got) is record
+    if record:
+        assert got == str(tmp_path.resolve() / "checkpoint_saves.json")
+
+
+def test_the_save_measured_once_is_one_row_and_no_trial_saves_in_its_window() -> None:
+    from sweeper.forecast.trial import save_seconds
+    from sweeper.space.limits import model_params
+
+    p1 = {**P1, "checkpoint.every_steps": 3}
+    ctx, plain = _model(p1, n_search=1, entrants=1, rounds=1)
+    recorded = xl_ctx(base={**XL, "trial.target_ci": 0.02, "trial.save_record": "/s.json"})
+    priced = wall_model(
+        ctx=recorded,
+        prior=_prior(p1),
+        start=None,
+        n_search=1,
+        mean_trial_s=200.0,
+        race_entrants=1,
+        race_rounds=1,
+        cached=True,
+    )
+    save_s = save_seconds(model_params(ctx.base))
+    assert save_s == pytest.approx(1_556_048_000 * 12 / 1e9)  # gpt2-xl: 18.7 s
+    (row,) = priced.once
+    assert row.label.startswith("checkpoint save") and not plain.once
+    assert row.count == 1 and row.each_s == pytest.approx(save_s)
+    # the prior's trial and the race run each saved once inside the window before
+    assert priced.total_s == pytest.approx(plain.total_s - 2 * save_s + save_s)

@@ -38,6 +38,7 @@ SCHEMA_KEYS = {
     "time_frac",
     "checkpoint_s",
     "checkpoint_bytes",
+    "checkpoint_save",
     "flops_per_token",
     "mfu",
     "peak_memory_gib",
@@ -558,3 +559,35 @@ def test_a_cached_ceiling_below_the_trials_own_rate_is_measured_again(
     assert result["device"]["ceiling_flops"] > 1e6
     assert all(e["flops"] > 1e6 for e in json.loads(path.read_text())["entries"].values())
     assert first["mfu"]["ceiling"] is not None
+
+
+def test_a_save_record_measures_one_save_per_target_and_the_next_trial_reads_it(
+    make_config, tmp_path: Path
+) -> None:
+    """trial.save_record: no trial saves inside its window; the first of a target measures one
+    save after it and records it, the next one carries that measurement and saves nothing."""
+    record = tmp_path / "saves.json"
+    keys = ("checkpoint.every_steps=2", "trial.max_steps=4", "trial.min_steps=4")
+    first, _ = _trial(make_config(*keys, f"trial.save_record={record}"), tmp_path, "a.json")
+    second, _ = _trial(make_config(*keys, f"trial.save_record={record}"), tmp_path, "b.json")
+    for r in (first, second):
+        assert r["status"] == "complete", r["failure"]
+        assert r["checkpoint_s"] == [] and r["time_frac"]["checkpoint"] == 0  # no window save
+    measured, read = first["checkpoint_save"], second["checkpoint_save"]
+    assert measured["here"] is True and read["here"] is False
+    assert measured["stall_s"] > 0 and measured["write_s"] >= measured["stall_s"]
+    assert measured["bytes"] > 0 and measured["mode"] == "sync"
+    assert {k: v for k, v in read.items() if k != "here"} == {
+        k: v for k, v in measured.items() if k != "here"
+    }
+    assert measured["measured_by"] == str(tmp_path / "out")
+    # another target is measured again
+    other, _ = _trial(
+        make_config(*keys, f"trial.save_record={record}", "checkpoint.mode=async"),
+        tmp_path,
+        "c.json",
+    )
+    assert other["checkpoint_save"]["here"] is True and other["checkpoint_save"]["mode"] == "async"
+    # without a record, the window saves as before
+    plain, _ = _trial(make_config(*keys), tmp_path, "d.json")
+    assert len(plain["checkpoint_s"]) == 2 and plain["checkpoint_save"] is None

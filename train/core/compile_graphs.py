@@ -10,22 +10,21 @@ not listed there counts as changing the graph, so a new knob is never wrongly sh
 
 The sweep charges a production run's compile from the graph, not from the trial's luck (a trial
 that found its graph cached compiled in seconds; the same config cold takes a minute on a GPU):
-`charge_compile` keeps a small JSON record of each graph's first measured compile, shared by every
-trial of the sweep (a file lock keeps parallel trials honest), and hands every later trial of the
-graph the same figure. Pure functions and file I/O; no torch.
+`charge_compile` keeps each graph's first measured compile in the sweep's record (first_record.py,
+shared by every trial of the sweep) and hands every later trial of the graph the same figure. Pure
+functions and file I/O; no torch.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from train.core.first_record import first_wins, read_section
 
 CACHE_STATES = ("hit", "miss", "partial", "off", "none")
 # the cache counters a `delta` carries
@@ -48,7 +47,7 @@ def cache_state(*, hits: int, misses: int, compiled: bool, enabled: bool) -> str
 
 
 RECORD_NAME = "graphs.json"  # the record's file name beside a cache folder
-RECORD_VERSION = 1
+SECTION = "graphs"  # its section of the record (train/core/first_record.py)
 
 # Dotted trainer keys (or whole sections, ending in ".") that never change the compiled model:
 # what feeds it, what saves it, the optimizer (not compiled: train/run/loop.py build_model), the
@@ -142,26 +141,9 @@ def record_key(graph: str, *, device: str, torch_version: str) -> str:
     return f"{graph}|{device}|torch {torch_version}"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
 def read_record(path: Path) -> dict[str, dict[str, Any]]:
     """The record's graphs ({} when there is none, or it is unreadable: it only saves work)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    graphs = doc.get("graphs") if isinstance(doc, dict) else None
-    return graphs if isinstance(graphs, dict) else {}
+    return read_section(path, SECTION)
 
 
 def charge_compile(
@@ -169,19 +151,15 @@ def charge_compile(
 ) -> GraphCompile:
     """The graph's compile charge from the record at `path`: the first trial to report a graph
     writes its own compile there; every later one gets that entry back, whatever it saw."""
-    path = Path(path)
-    with _locked(path):
-        graphs = read_record(path)
-        known = graphs.get(entry)
-        if known is not None:
-            return GraphCompile(
-                compile_s=float(known["compile_s"]),
-                cache=str(known["cache"]),
-                measured_by=str(known["measured_by"]),
-                first=False,
-            )
-        graphs[entry] = {"compile_s": compile_s, "cache": cache, "measured_by": measured_by}
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"version": RECORD_VERSION, "graphs": graphs}, indent=1))
-        tmp.replace(path)
-    return GraphCompile(compile_s=compile_s, cache=cache, measured_by=measured_by, first=True)
+    got, first = first_wins(
+        Path(path),
+        section=SECTION,
+        key=entry,
+        value={"compile_s": compile_s, "cache": cache, "measured_by": measured_by},
+    )
+    return GraphCompile(
+        compile_s=float(got["compile_s"]),
+        cache=str(got["cache"]),
+        measured_by=str(got["measured_by"]),
+        first=first,
+    )

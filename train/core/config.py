@@ -303,6 +303,11 @@ class TrialConfig:
     # first checkpoint save inside the window); 0 = off: min_steps/max_steps/max_seconds only
     target_ci: float = 0.0
     ci_min_steps: int = 3  # measured steps before target_ci may end the window (>= 2)
+    # the sweep's record of each checkpoint target's save, measured once (a JSON file shared by
+    # its trials; train/core/save_record.py): set, the window saves nothing and the save is read
+    # from the record, or measured once after the window where the record lacks it; empty = the
+    # window saves every checkpoint.every_steps
+    save_record: str = ""
     # loss curves this process trains, one per seed: runtime.seed's (the result), then each next
     # seed's from freshly drawn weights, a fresh optimizer and that seed's batches, the compiled
     # graphs reused (train/trial/seeds.py; the numerics guard's reference runs)

@@ -44,6 +44,7 @@ def curve_keys(*, steps: int, seed: int, seeds: int = 1) -> dict[str, Any]:
         "trial.project_micro_steps": ALL_MICRO_BATCHES,
         "trial.profile": False,
         "checkpoint.every_steps": 0,
+        "trial.save_record": "",  # a curve measures no save either
     }
 
 

@@ -10,7 +10,8 @@ Version history: 1 was the first schema; 2 added `projection`, `full_step_estima
 `memory`; 3 added `world_size`, `time_frac.comms` (data-parallel results only) and `loss.steps`;
 4 added `float8` (which float8 matmuls ran; null without them) and `mfu.basis`; 5 added
 `loss.lr` (each step's lr: trials train at the production schedule's, warm-up included); 6
-added `setup`; 7 added `loss.more_seeds` (trial.seeds > 1: more curves from one process).
+added `setup`; 7 added `loss.more_seeds` (trial.seeds > 1: more curves from one process) and
+`checkpoint_save` (a save measured once per sweep and target, trial.save_record).
 Readers accept every version up to `SCHEMA_VERSION`: they read the later keys with `.get()`.
 
 Two names are kept as they are for compatibility with results already on disk, although they are
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis;
-# 5: loss.lr; 6: setup; 7: loss.more_seeds
+# 5: loss.lr; 6: setup; 7: loss.more_seeds, checkpoint_save
 SCHEMA_VERSION = 7
 
 Status = Literal["complete", "pruned", "failed"]
@@ -216,6 +217,10 @@ class TrialResult(TypedDict):
     time_frac: TimeFractions | None
     checkpoint_s: list[float]  # the stall of each save in the window
     checkpoint_bytes: int | None
+    # trial.save_record set (a sweep that searches no checkpoint knob): the window saved nothing
+    # and this is the target's save, measured once in the sweep (train/core/save_record.py
+    # SaveCost's fields, and `here`: whether this trial measured it); null otherwise
+    checkpoint_save: dict[str, Any] | None
     flops_per_token: float | None
     mfu: Mfu
     peak_memory_gib: float | None  # the older reading: see the module docstring

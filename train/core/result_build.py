@@ -182,6 +182,7 @@ def _unmeasured_result(
         "time_frac": None,
         "checkpoint_s": [],
         "checkpoint_bytes": None,
+        "checkpoint_save": None,
         "flops_per_token": None,
         "mfu": {"spec": None, "ceiling": None, "basis": None},
         "peak_memory_gib": None,

@@ -44,6 +44,7 @@ from train.run.torchrun import needs_launch, under_torchrun
 from train.trial.compile_charge import add_compile_charge
 from train.trial.failure import classify
 from train.trial.launched import rank_out, run_launched
+from train.trial.save_price import checkpoint_save, recorded_save
 from train.trial.seeds import more_seed_curves
 from train.trial.setup_clock import SetupClock, setup_line
 from train.trial.summary import format_summary
@@ -110,7 +111,16 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             )
         with setup.phase("device_peaks"):  # the spec peak, the matmul ceiling (cached per machine)
             name, peak, ceiling = device_peaks(s)
-        raw = measure(s, reporter=make_reporter(cfg), progress=progress, heartbeat=heartbeat)
+        # a sweep that searches no checkpoint knob saves once per target (train/trial/save_price.py)
+        priced = bool(cfg.trial.save_record) and rank.main
+        known = recorded_save(s) if priced else None
+        raw = measure(
+            s,
+            reporter=make_reporter(cfg),
+            progress=progress,
+            heartbeat=heartbeat,
+            saves=not cfg.trial.save_record,
+        )
         result = measured_result(
             s,
             raw,
@@ -119,6 +129,10 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             fingerprint=fingerprint,
             started=started,
         )
+        if priced:
+            result["checkpoint_save"] = checkpoint_save(
+                s, known, step=len(raw["losses"]), measured_by=str(out_path.parent)
+            )
         if cfg.trial.seeds > 1:  # more curves from this process: the guard's reference seeds
             s, result["loss"]["more_seeds"] = more_seed_curves(s, progress=progress)
         if rank.main:  # another rank's result would only repeat rank 0's

@@ -111,6 +111,7 @@ def measure(
     reporter: Reporter | None,
     progress: ProgressFile,
     heartbeat: Heartbeat | None = None,
+    saves: bool = True,
 ) -> Measurement:
     """Warm up, then measure. Returns the raw measurements that `build_result` turns into the JSON.
 
@@ -120,7 +121,8 @@ def measure(
     not depend on the accumulation count); the last one sizes a full step. When a full step would
     take longer than `trial.project_above_s`, the window measures short steps too and projects
     each to the full step (`project_step`): grad_accum x the measured micro-batch phases + the
-    step's optimizer, checkpoint and overhead, once.
+    step's optimizer, checkpoint and overhead, once. `saves` False: the window never saves (the
+    save is measured once per sweep and target instead: train/trial/save_price.py).
     """
     t, accum = s.cfg.trial, s.cfg.batch.grad_accum
     short = short_step(accum, t.project_micro_steps)
@@ -154,7 +156,9 @@ def measure(
     window = _Window(projected=projected, grad_accum=accum, last_loss=warm.first_loss)
     sampler = NvmlSampler(device_index=s.device.index or 0) if s.device.type == "cuda" else None
     with sampler if sampler is not None else nullcontext():
-        _run_window(s, window, clock=clock, micro=micro, reporter=reporter, progress=progress)
+        _run_window(
+            s, window, clock=clock, micro=micro, reporter=reporter, progress=progress, saves=saves
+        )
     window_compile = compile_stats.delta(warm.compile_after, compile_stats.snapshot())
     s.checkpointer.wait()
     return _measurement(
@@ -292,6 +296,7 @@ def _run_window(
     micro: int,
     reporter: Reporter | None,
     progress: ProgressFile,
+    saves: bool = True,
 ) -> None:
     """Measured steps until `trial.max_steps`, or `trial.max_seconds` past `trial.min_steps`, or
     the mean step time known to +-`trial.target_ci` (from the first step `first_ci_step` allows),
@@ -303,7 +308,7 @@ def _run_window(
     ci_from = first_ci_step(
         ci_min_steps=t.ci_min_steps,
         max_steps=t.max_steps,
-        checkpoint_every=s.cfg.checkpoint.every_steps,
+        checkpoint_every=s.cfg.checkpoint.every_steps if saves else 0,
     )
     window_start = time.perf_counter()
     prev = window_start
@@ -317,7 +322,7 @@ def _run_window(
             lr=window.lrs[-1],
             clock=clock,
             micro_batches=micro,
-            checkpoint_step=step if s.checkpointer.due(step) else None,
+            checkpoint_step=step if saves and s.checkpointer.due(step) else None,
         )
         if stall is not None:
             window.checkpoint_s.append(stall)
