@@ -56,12 +56,16 @@ class BudgetConf:
 class GpuConf:
     """Applied instead of the general settings when a GPU is found (0 = the
     general setting). search=throughput sets them so a GPT-2 XL sweep reaches a verified best.yaml
-    in about 20 minutes of one GPU (plan mode prints the arithmetic)."""
+    in about 18 minutes of one GPU (plan mode prints the arithmetic)."""
 
     n_trials: int = 0  # n_trials on a GPU (a grid keeps its own count); 0 = n_trials
     verify_top_k: int = 0  # verify.top_k on a GPU; 0 = verify.top_k
     # the race's rounds on a GPU (both verify.repeats and verify.max_rounds); 0 = theirs
     verify_rounds: int = 0
+    # false: on a GPU the space's checkpoint.* knobs are priced, not searched: no trial saves
+    # inside its window, the starting config's save is measured once per target and priced at the
+    # production interval (train/core/save_record.py); true: searched like any knob
+    search_checkpoints: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

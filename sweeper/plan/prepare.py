@@ -121,13 +121,13 @@ def prepare(
     # one compile cache for every trial and race run, in their environment from the start
     cache = sweep_cache(s.compile_cache, storage=s.storage, sweep_dir=sweep_dir)
     fixed = [*fixed, *cache.overrides()]
+    facts, device = _sweep_device(s, config, launcher)
+    s = _device_settings(s, device, model=base[MODEL_NAME])
     # no checkpoint knob searched: the save is measured once per target, not in every trial
     save_record = save_record_of({**s.space, **cli_space}, sweep_dir)
     if save_record:
         fixed.append(f"{TRIAL_SAVE_RECORD}={hydra_quote(save_record)}")
         base = {**base, TRIAL_SAVE_RECORD: save_record}
-    facts, device = _sweep_device(s, config, launcher)
-    s = _device_settings(s, device, model=base[MODEL_NAME])
     nproc = int(base.get(NPROC) or 1)
     slots = gpu_slots_for(facts, device, n_jobs=s.n_jobs, nproc=nproc, launcher=launcher)
     ctx = _space_context(base, device, world_size=nproc)
@@ -303,7 +303,8 @@ def gpu_slots_for(
 
 def gpu_settings(s: SweepSettings) -> SweepSettings:
     """n_trials, verify.top_k and the race's rounds from gpu.n_trials, gpu.verify_top_k and
-    gpu.verify_rounds where they are > 0 (a grid keeps its own count)."""
+    gpu.verify_rounds where they are > 0 (a grid keeps its own count); the space's checkpoint.*
+    knobs left out where gpu.search_checkpoints is false (priced from one measured save)."""
     changes: dict[str, int] = {}
     if s.gpu.n_trials > 0 and s.sampler != "grid":
         changes["n_trials"] = s.gpu.n_trials
@@ -315,6 +316,15 @@ def gpu_settings(s: SweepSettings) -> SweepSettings:
         log.info(
             "on a GPU: %s (hydra.sweeper.gpu.n_trials, gpu.verify_top_k, gpu.verify_rounds)",
             ", ".join(f"{k}={v}" for k, v in changes.items()),
+        )
+    priced = [k for k in s.space if str(k).startswith("checkpoint.")]
+    if priced and not s.gpu.search_checkpoints:
+        changes["space"] = {k: v for k, v in s.space.items() if k not in priced}
+        log.info(
+            "on a GPU: %s priced, not searched (hydra.sweeper.gpu.search_checkpoints=false): no "
+            "trial saves inside its window; the starting config's save is measured once and "
+            "priced at the production interval",
+            ", ".join(priced),
         )
     return replace_in(s, **changes) if changes else s
 

@@ -321,3 +321,25 @@ def test_the_save_measured_once_is_one_row_and_no_trial_saves_in_its_window() ->
     assert row.count == 1 and row.each_s == pytest.approx(save_s)
     # the prior's trial and the race run each saved once inside the window before
     assert priced.total_s == pytest.approx(plain.total_s - 2 * save_s + save_s)
+
+
+@pytest.mark.parametrize(
+    ("search_checkpoints", "kept"),
+    [
+        (True, {"batch.micro_batch", "checkpoint.mode", "checkpoint.dir"}),
+        (False, {"batch.micro_batch"}),  # priced: the save measured once, not searched
+    ],
+)
+def test_on_a_gpu_the_checkpoint_knobs_are_priced_where_the_search_says(
+    search_checkpoints, kept
+) -> None:
+    from sweeper.plan.prepare import gpu_settings
+    from sweeper.settings import settings_from
+
+    space = {
+        "batch.micro_batch": "choice(4, 8)",
+        "checkpoint.mode": "choice(sync, async)",
+        "checkpoint.dir": "choice(a, b)",
+    }
+    s = settings_from({"space": space, "gpu.search_checkpoints": search_checkpoints})
+    assert set(gpu_settings(s).space) == kept
