@@ -65,8 +65,9 @@ def _model(
     rounds: int = 1,
     start: dict | None = None,
     prior: Prior | None = None,
+    base: dict | None = None,
 ):
-    ctx = xl_ctx(base={**XL, "trial.target_ci": 0.02})
+    ctx = xl_ctx(base={**XL, "trial.target_ci": 0.02, **(base or {})})
     return ctx, wall_model(
         ctx=ctx,
         prior=prior or _prior(*points),
@@ -303,17 +304,7 @@ def test_the_save_measured_once_is_one_row_and_no_trial_saves_in_its_window() ->
 
     p1 = {**P1, "checkpoint.every_steps": 3}
     ctx, plain = _model(p1, n_search=1, entrants=1, rounds=1)
-    recorded = xl_ctx(base={**XL, "trial.target_ci": 0.02, "trial.save_record": "/s.json"})
-    priced = wall_model(
-        ctx=recorded,
-        prior=_prior(p1),
-        start=None,
-        n_search=1,
-        mean_trial_s=200.0,
-        race_entrants=1,
-        race_rounds=1,
-        cached=True,
-    )
+    _, priced = _model(p1, n_search=1, entrants=1, rounds=1, base={"trial.save_record": "/s.json"})
     save_s = save_seconds(model_params(ctx.base))
     assert save_s == pytest.approx(1_556_048_000 * 12 / 1e9)  # gpt2-xl: 18.7 s
     (row,) = priced.once
