@@ -105,8 +105,8 @@ def production_s(
     profile: Profile, model: dict[str, Any], point: dict[str, Any], *, device: str
 ) -> float:
     """One production process of `point` (searched keys over the start) on `device`: set-up, its
-    graph from the compile cache the sweep left on the same machine (float8's cold: no cache
-    entry), and profile.production_steps full steps at the forecast step."""
+    graph (compiled as profile.compile_unit) from the compile cache the sweep left on the same
+    machine, and profile.production_steps full steps at the forecast step."""
     cfg = {f"model.{k}": v for k, v in model.items()}
     cfg.update(
         {
@@ -123,7 +123,12 @@ def production_s(
     return (
         setup_s(costs, device_type="cuda", n_layer=n_layer)
         + compile_s(
-            costs, mode=str(cfg["runtime.compile"]), n_layer=n_layer, float8=float8, warm=True
+            costs,
+            mode=str(cfg["runtime.compile"]),
+            n_layer=n_layer,
+            float8=float8,
+            warm=True,
+            unit=profile.compile_unit,
         )
         + profile.production_steps * step.predicted_s
     )

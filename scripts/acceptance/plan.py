@@ -38,6 +38,7 @@ class Point:
             f"batch.micro_batch={self.micro_batch}",
             f"batch.grad_accum={self.grad_accum(profile)}",
             f"runtime.compile={self.compile}",
+            f"runtime.compile_unit={profile.compile_unit}",
             f"runtime.activation_checkpointing={self.activation_checkpointing}",
         ]
 

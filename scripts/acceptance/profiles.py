@@ -35,6 +35,9 @@ class Profile:
     micro_batches: tuple[int, ...]
     # torch.compile modes of the starting config, best first
     compile_modes: tuple[str, ...]
+    # runtime.compile_unit of every compiled trial and the production run: `model` (one graph, as
+    # nanoGPT compiles) or `block` (each transformer block compiled once, reused by every block)
+    compile_unit: str = "model"
     # trial window of every sweep trial (short: long optimizer steps are projected)
     trial_overrides: tuple[str, ...]
     # extra sweeper settings (trial count, race rounds)
@@ -171,6 +174,9 @@ LEASE = replace(
     name="lease",
     search="gpu-lease",
     compile_modes=("default",),
+    # a cold compile of one block's graph instead of 48: 4.6x less on this CPU at gpt2-xl's depth
+    # (docs/bench/compile_unit-2026-11-28-cpu.txt), the lease's largest term after the steps
+    compile_unit="block",
     production_steps=3,
     budget_s={"lease": 540.0, "production": 180.0},
     search_runs=0,  # one sweep command searches and races

@@ -4,10 +4,11 @@ block by block (runtime.compile_unit=block) at a few layers' price. Pure.
 
 Where a device's costs were measured on our GPU hosts, they are that device's (with the run that
 measured them); elsewhere a generic model sized by depth, erring long. A later process of a graph
-that is in the compile cache loads it (FX graph and AOTAutograd entries) instead of compiling; a
-float8 graph (torchao's float8 linears) got no AOTAutograd cache entry on the H200 (hits 0, misses
-0), so inductor's cached kernels are found but autograd is traced again: it is priced cold every
-time, which the plan says.
+that is in the compile cache loads it (FX graph and AOTAutograd entries) instead of compiling. A
+float8 graph (torchao's float8 linears) gets no AOTAutograd cache entry (torchao 0.18 builds
+config objects and allow_in_graph autograd functions inside the graph, which that cache refuses
+to key), so a later process finds Inductor's kernels in the FX-graph cache but traces autograd
+again: it is priced at FLOAT8_WARM_SHARE of its cold compile, which the plan says.
 """
 
 from __future__ import annotations
@@ -28,14 +29,28 @@ COMPILE_PER_LAYER_S = 87.0 / 48
 AUTOTUNE_FACTOR = 3.0
 # runtime.compile_unit=block compiles one block's graph, which every block reuses, and the head's
 # (train/model/regional.py): its compile is priced as a whole-model compile of this many layers,
-# whatever the depth. Measured on this 2-core CPU, docs/bench/compile_unit-2026-11-27-cpu.txt
-# (scripts/bench/compile_unit.py, 2026-11-27: tiny at 24 layers, every compile cold, medians of 3
-# interleaved pairs: whole model 31.8 s, block 12.1 s, so 24 x 12.1 / 31.8 = 9.1 layers). On a
-# GPU it is projected, not measured: the same 9.1 layers' worth assumed.
-BLOCK_UNIT_LAYERS = 24 * 12.1 / 31.8
+# whatever the depth. Measured on this 2-core CPU at gpt2-xl's depth, docs/bench/
+# compile_unit-2026-11-28-cpu.txt (scripts/bench/compile_unit.py, 2026-11-28: tiny at 48 layers,
+# every compile cold, medians of 3 interleaved pairs: whole model 52.5 s, block 11.4 s, so
+# 48 x 11.4 / 52.5 = 10.4 layers; 24 layers gave 9.1 the day before). Inductor's CPU ISA probe
+# (~5 s) is left in both, which prices a block long. On a GPU it is projected, not measured.
+BLOCK_UNIT_LAYERS = 48 * 11.4 / 52.5
 # A compile whose graph is in the cache, generic: DESIGN.md measured the first compiled step of a
 # 2-layer GPT at 25-40 s on this CPU and ~3 s in a later process reusing the on-disk cache.
 WARM_COMPILE_SHARE = 0.1
+# A float8 graph from the cache (FX-graph hits, autograd traced again), as a share of its cold
+# compile: measured on this 2-core CPU, docs/bench/float8_cache-2026-11-28-cpu.txt
+# (scripts/bench/float8_cache.py, 2026-11-28: tiny at gpt2-xl's 48 layers, tensorwise emulated,
+# whole model, medians of 2 interleaved pairs: cold 126.8 s less Inductor's CPU ISA probe, warm
+# 56.7 s). The same run's bf16 share, 0.069, is near the H200's measured 5.2 / 62.9 = 0.083. No
+# GPU has run a second float8 process yet: projected there.
+FLOAT8_WARM_SHARE = 56.7 / 126.8
+# What float8 adds to a cold compile is per layer traced (torchao's casts and scales in every
+# linear), so block by block it adds less: on this CPU a float8 graph's cold compile (less the ISA
+# probe) is 126.8 / 59.1 = 2.15x a bf16 one's for the whole model and 10.7 / 8.2 = 1.30x block by
+# block (docs/bench/float8_cache-2026-11-28-cpu.txt, both units): block keeps this share of the
+# whole model's extra, applied to a device's measured whole-model factor (projected on a GPU).
+FLOAT8_BLOCK_EXTRA_SHARE = (10.7 / 8.2 - 1) / (126.8 / 59.1 - 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +61,6 @@ class ProcessCosts:
     compile_cold_s: float | None  # a bf16 graph's first compile (mode=default); None: generic
     compile_warm_s: float | None  # the same graph from the compile cache; None: a share of cold
     float8_factor: float  # a float8 graph's cold compile over a bf16 one's
-    float8_cached: bool  # whether a float8 graph loads from the cache (else priced cold)
     n_layer: int  # the depth the compile figures were measured at (scaled linearly by depth)
     source: str
 
@@ -56,7 +70,6 @@ GENERIC = ProcessCosts(
     compile_cold_s=None,
     compile_warm_s=None,
     float8_factor=1.0,
-    float8_cached=True,
     n_layer=48,
     source="generic: sized by depth",
 )
@@ -72,7 +85,6 @@ MEASURED: dict[str, ProcessCosts] = {
         compile_cold_s=62.9,
         compile_warm_s=5.2,
         float8_factor=163.2 / 62.9,
-        float8_cached=False,
         n_layer=48,
         source="measured on an H200, docs/gpu/2026-11-26-h200",
     ),
@@ -106,26 +118,31 @@ def compile_s(
     cache (float8 graphs priced cold where they are not cached)."""
     if not mode or mode == "none":
         return 0.0
+    float8_factor = costs.float8_factor if float8 else 1.0
     if unit == "block":  # one block's graph, reused: a few layers' compile at any depth
         n_layer = min(n_layer, BLOCK_UNIT_LAYERS)
+        float8_factor = 1 + (float8_factor - 1) * FLOAT8_BLOCK_EXTRA_SHARE
     autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
     if costs.compile_cold_s is not None:
         cold = costs.compile_cold_s * n_layer / costs.n_layer
     else:
         cold = COMPILE_PER_LAYER_S * n_layer
-    cold *= autotune * (costs.float8_factor if float8 else 1.0)
-    if not warm or (float8 and not costs.float8_cached):
+    cold *= autotune * float8_factor
+    if not warm:
         return cold
+    if float8:  # its kernels from the cache, its autograd traced again
+        return FLOAT8_WARM_SHARE * cold
     if costs.compile_warm_s is not None:
         return costs.compile_warm_s * n_layer / costs.n_layer
     return WARM_COMPILE_SHARE * cold
 
 
-def uncached_note(costs: ProcessCosts, *, float8: bool) -> str:
-    """Why a graph is priced cold although it is in the cache ('' where it is not)."""
-    if float8 and not costs.float8_cached:
+def uncached_note(*, float8: bool) -> str:
+    """How a graph in the cache is priced where it is not simply loaded ('' where it is)."""
+    if float8:
         return (
-            "float8 graphs got no AOTAutograd cache entry on this device (torchao's float8 "
-            "linears): every process compiles them cold"
+            f"float8 graphs get no AOTAutograd cache entry (torchao's float8 linears): kernels "
+            f"from the cache, autograd traced again, {FLOAT8_WARM_SHARE:.0%} of a cold compile "
+            f"(measured on a CPU)"
         )
     return ""

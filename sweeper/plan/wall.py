@@ -12,10 +12,10 @@ Each trial's wall is sweeper/space/limits.py's expectation: set-up, compile, war
 counted once per graph: with the sweep-wide compile cache on, the first trial of a graph pays the
 cold compile and every later process of that graph (a search trial that differs only in data or
 checkpoint knobs, every race run) loads it from the cache, priced by sweeper/forecast/costs.py (a
-measured device's cache hit, else a share of the cold compile; float8 graphs cold again where they
-were seen to get no AOTAutograd cache entry). TPE's own picks are not known before they are made,
-so they are priced at the mean over the space with a cold compile each (a new graph). Pure: no
-torch, no I/O.
+measured device's cache hit, else a share of the cold compile; a float8 graph, which gets no
+AOTAutograd cache entry, at its own measured share). TPE's own picks are not known before they
+are made, so they are priced at the mean over the space with a cold compile each (a new graph).
+Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.forecast import TrialTime, costs_for, is_float8, uncached_note
+from sweeper.forecast import TrialTime, is_float8, uncached_note
 from sweeper.forecast.trial import save_seconds
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
@@ -94,9 +94,8 @@ class _Graphs:
     """Graphs compiled so far: the first process of a graph compiles cold, later ones load it from
     the compile cache (sweeper/forecast/costs.py prices both, float8's own way)."""
 
-    def __init__(self, cached: bool, device_name: str) -> None:
+    def __init__(self, cached: bool) -> None:
         self.cached, self.seen = cached, set()
-        self.costs = costs_for(device_name)
 
     def price(
         self, config: Mapping[str, Any], cold: TrialTime, warm: TrialTime
@@ -107,8 +106,8 @@ class _Graphs:
         if graph is None or cold.compile_s <= 0:
             return cold.total_s, 0.0, ""
         if self.cached and graph in self.seen:
-            uncached = uncached_note(self.costs, float8=is_float8(config))
-            how = f"compiled cold again: {uncached}" if uncached else "compile from the cache"
+            uncached = uncached_note(float8=is_float8(config))
+            how = f"compile from the cache: {uncached}" if uncached else "compile from the cache"
             return warm.total_s, warm.compile_s, how
         self.seen.add(graph)
         return cold.total_s, cold.compile_s, "cold compile"
@@ -144,7 +143,7 @@ def wall_model(
     if calibration is not None:
         return _calibrated(calibration, n_search=n_search, race_runs=race_entrants * race_rounds)
     extra = dict(overrides or {})
-    graphs = _Graphs(cached, ctx.device_name if ctx.device_type == "cuda" else "")
+    graphs = _Graphs(cached)
 
     def expected(point: Point, *, warm: bool = False) -> TrialTime:
         if point.forecast is not None and not warm and not extra:

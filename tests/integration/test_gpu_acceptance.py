@@ -662,6 +662,18 @@ def test_lease_plan_prints_the_main_second_and_total_on_any_machine(device: str)
     verdict = re.search(r"main \(.*\) against its 540 s deadline: (fits|DOES NOT FIT)", proc.stdout)
     assert verdict and (verdict.group(1) == "fits") is (main <= 540), proc.stdout
     assert f"plan assumes {device}'s machine has torchao installed" in proc.stdout
+    if device == "NVIDIA H200":  # the device the lease is planned for (issue 31, must-show 4)
+        assert main <= 540 and second <= 180, proc.stdout
+
+
+def test_every_lease_trial_compiles_block_by_block(tmp_path: Path) -> None:
+    from acceptance.commands import sweep_argv
+    from acceptance.plan import Point
+    from acceptance.profiles import LEASE
+
+    start = Point(micro_batch=16, compile="default", activation_checkpointing="none")
+    argv = sweep_argv(LEASE, tmp_path, start)
+    assert "runtime.compile_unit=block" in argv and "search=gpu-lease" in argv
 
 
 def test_lease_plan_refuses_an_unknown_device() -> None:
