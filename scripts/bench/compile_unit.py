@@ -1,6 +1,6 @@
 """Cold compile and step time of runtime.compile_unit=model against block, on a deep narrow model.
 
-    python -m scripts.bench.compile_unit [--pairs 3] [--n-layer 24] [--steps 20] [--compile default]
+    python -m scripts.bench.compile_unit [--pairs 3] [--n-layer 24] [--n-embd 64] [--steps 20]
 
 Each run is one `python -m train.trial` in a fresh process with runtime.compile_cache=off (a
 private, empty cache folder; Inductor's FX-graph and AOTAutograd caches off), so every compile is
@@ -53,6 +53,7 @@ ISA_PROBE = (
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = bench_parser(__doc__, pairs=3, arms="model and block")
     p.add_argument("--n-layer", type=int, default=24)
+    p.add_argument("--n-embd", type=int, default=64, help="model.n_embd (tiny's 64: narrow)")
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=4)
     p.add_argument("--warmup-steps", type=int, default=2)
@@ -78,6 +79,7 @@ def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
             steps=a.steps,
         ),
         f"model.n_layer={a.n_layer}",
+        f"model.n_embd={a.n_embd}",
         f"runtime.compile={a.compile}",
         f"runtime.compile_unit={unit}",
         "runtime.compile_cache=off",
@@ -161,7 +163,8 @@ def report(
     first = runs["model"][0]
     return "\n".join(
         [
-            f"runtime.compile_unit model vs block: model=tiny model.n_layer={a.n_layer}, "
+            f"runtime.compile_unit model vs block: model=tiny model.n_layer={a.n_layer} "
+            f"model.n_embd={a.n_embd}, "
             f"runtime.compile={a.compile}, activation_checkpointing={a.activation_checkpointing}, "
             f"micro_batch {a.micro_batch} x grad_accum {a.grad_accum}, runtime.threads={a.threads} "
             f"({first['fingerprint'].get('torch_threads')} used), {a.steps} measured steps, "
