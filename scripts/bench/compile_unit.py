@@ -24,7 +24,6 @@ not the cache folder), built once per machine by whichever run comes first.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -33,12 +32,13 @@ from pathlib import Path
 from scripts.bench.configs import cpu_trial_overrides
 from scripts.bench.harness import (
     bench_parser,
+    completed_trial,
+    emit,
     format_table,
     pair_ratios,
     run_child,
     run_pairs,
     spread,
-    trial_argv,
 )
 from train.core.compile_cache import cache_env
 
@@ -90,14 +90,7 @@ def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
         f"hydra.run.dir={tmp / tag}",
     ]
     env = {**os.environ, **cache_env("off"), "TORCH_LOGS": "recompiles"}
-    child = run_child(trial_argv(*overrides), env=env)
-    if child.proc.returncode != 0 or not out.exists():
-        raise SystemExit(
-            f"{tag}: trial failed ({child.proc.returncode}):\n{child.proc.stderr[-3000:]}"
-        )
-    result = json.loads(out.read_text())
-    if result["status"] != "complete":
-        raise SystemExit(f"{tag}: trial {result['status']}: {result['failure']}")
+    result, child = completed_trial(overrides, out=out, env=env, tag=tag)
     result["recompiles"] = child.output.count(RECOMPILE_MARK)
     return result
 
@@ -210,12 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_compile_unit_") as tmp:
-        runs, probes = measure(a, Path(tmp))
-    text = report(a, runs, probes, load_before)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
+        emit(report(a, *measure(a, Path(tmp)), load_before), a.out)
     return 0
 
 

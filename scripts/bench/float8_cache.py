@@ -20,7 +20,6 @@ prices a float8 graph from the cache with its share
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -30,12 +29,12 @@ from scripts.bench.compile_unit import isa_probe_s
 from scripts.bench.configs import cpu_trial_overrides
 from scripts.bench.harness import (
     bench_parser,
+    completed_trial,
+    emit,
     format_table,
     pair_ratios,
-    run_child,
     run_pairs,
     spread,
-    trial_argv,
 )
 from train.core.compile_cache import cache_env
 
@@ -82,14 +81,7 @@ def run_one(a: argparse.Namespace, tmp: Path, arm: str, cache: Path, tag: str) -
         **cache_env(str(cache)),
         "TORCH_LOGS": "torch._functorch._aot_autograd.autograd_cache",
     }
-    child = run_child(trial_argv(*overrides), env=env)
-    if child.proc.returncode != 0 or not out.exists():
-        raise SystemExit(
-            f"{tag}: trial failed ({child.proc.returncode}):\n{child.proc.stderr[-3000:]}"
-        )
-    result = json.loads(out.read_text())
-    if result["status"] != "complete":
-        raise SystemExit(f"{tag}: trial {result['status']}: {result['failure']}")
+    result, child = completed_trial(overrides, out=out, env=env, tag=tag)
     c = result["compile"]["cache"]
     return {
         "compile_s": result["compile_s"],
@@ -99,9 +91,14 @@ def run_one(a: argparse.Namespace, tmp: Path, arm: str, cache: Path, tag: str) -
     }
 
 
-def measure(a: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, dict]], list[float]]:
+def measure(a: argparse.Namespace) -> tuple[list[dict[str, dict]], list[float]]:
     """The interleaved pairs: per pair and arm, its cold run and its warm run; each pair's ISA
-    probe."""
+    probe. Every run's folders and cache folders live in one temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="bench_float8_cache_") as tmp:
+        return _measure(a, Path(tmp))
+
+
+def _measure(a: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, dict]], list[float]]:
     probes: list[float] = []
 
     def run(arm: str, i: int) -> dict:
@@ -186,13 +183,8 @@ def report(
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="bench_float8_cache_") as tmp:
-        pairs, probes = measure(a, Path(tmp))
-    text = report(a, pairs, probes, load_before)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
+    pairs, probes = measure(a)
+    emit(report(a, pairs, probes, load_before), a.out)
     return 0
 
 

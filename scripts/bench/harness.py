@@ -11,6 +11,7 @@ the per-pair ratio, never a ratio of two medians alone. Pure apart from `timed` 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import statistics
@@ -31,6 +32,8 @@ __all__ = [
     "Child",
     "Interval",
     "bench_parser",
+    "completed_trial",
+    "emit",
     "format_table",
     "pair_order",
     "pair_ratios",
@@ -138,6 +141,30 @@ def sweep_argv(*overrides: str) -> list[str]:
 def trial_argv(*args: str) -> list[str]:
     """`python -m train.trial <args>`: one bounded trial (run it with cwd=REPO)."""
     return [sys.executable, "-m", "train.trial", *args]
+
+
+def completed_trial(
+    overrides: Sequence[str], *, out: Path, env: Mapping[str, str], tag: str
+) -> tuple[dict, Child]:
+    """One `python -m train.trial` child whose overrides write its result to `out`: the result
+    and the child. A trial that fails or does not complete ends the benchmark, naming `tag`."""
+    child = run_child(trial_argv(*overrides), env=env)
+    if child.proc.returncode != 0 or not out.exists():
+        raise SystemExit(
+            f"{tag}: trial failed ({child.proc.returncode}):\n{child.proc.stderr[-3000:]}"
+        )
+    result = json.loads(out.read_text())
+    if result["status"] != "complete":
+        raise SystemExit(f"{tag}: trial {result['status']}: {result['failure']}")
+    return result, child
+
+
+def emit(text: str, out: Path | None) -> None:
+    """Print a benchmark's output, and also write it to `out` where one is given (--out)."""
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
 
 
 def bench_parser(
