@@ -12,6 +12,7 @@ checkpoint interval price (sweeper/study/objective.py `save_stall_s`). Torch-fre
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,10 +40,16 @@ class SaveCost:
 
     @classmethod
     def of(cls, entry: Mapping[str, Any]) -> SaveCost:
+        """A recorded entry; ValueError where its seconds or size could not be a save's (not
+        finite, negative, a write shorter than its stall), which would price every trial wrong."""
+        stall, write = float(entry["stall_s"]), float(entry["write_s"])
+        size = int(entry["bytes"])
+        if not (math.isfinite(write) and 0 <= stall <= write and size >= 0):
+            raise ValueError(f"not a save: stall {stall} s, write {write} s, {size} bytes")
         return cls(
-            stall_s=float(entry["stall_s"]),
-            write_s=float(entry["write_s"]),
-            bytes=int(entry["bytes"]),
+            stall_s=stall,
+            write_s=write,
+            bytes=size,
             mode=str(entry["mode"]),
             target=str(entry["target"]),
             measured_by=str(entry["measured_by"]),
@@ -64,9 +71,13 @@ def known_save(path: Path, key: str) -> SaveCost | None:
 
 
 def record_save(path: Path, key: str, cost: SaveCost) -> SaveCost:
-    """`cost` recorded for `key`, or the cost another trial recorded first."""
+    """`cost` recorded for `key`, or the cost another trial recorded first (`cost` itself where
+    that entry cannot be read as a save)."""
     got, _ = first_wins(Path(path), section=SECTION, key=key, value=cost.as_dict())
-    return SaveCost.of(got)
+    try:
+        return SaveCost.of(got)
+    except (KeyError, TypeError, ValueError):
+        return cost
 
 
 def priced_stall_s(cost: Mapping[str, Any], *, planned_every: int, steady_step_s: float) -> float:
