@@ -43,17 +43,23 @@ def curve_run_keys(
     return {**curve_keys(steps=rules.steps, seed=seed, seeds=seeds), **split}
 
 
-def guard_mode(rules: GuardConf, searched: dict[str, list[Any] | None]) -> tuple[bool, str]:
-    """Whether the guard runs for a space searching `searched` ({key: values, None for a
-    range}), and why in a few words."""
-    keys = searched_math_keys(searched)
-    if rules.mode == "off":
-        return False, "off (hydra.sweeper.guard.mode=off)"
-    if rules.mode == "on":
-        return True, "on (hydra.sweeper.guard.mode=on)"
-    if keys:
-        return True, f"on (auto: the space searches {', '.join(keys)})"
-    return False, "off (auto: the space searches no math-changing key)"
+@dataclass(frozen=True, kw_only=True)
+class GuardMode:
+    """Whether the guard runs for a sweep, and what decided it: guard.mode on or off, or (auto)
+    the math-changing keys the space searches (none: off). Its words: sweeper/verify/guard_text.py
+    mode_text."""
+
+    on: bool
+    setting: str  # guard.mode: on | off | auto
+    keys: tuple[str, ...] = ()  # the searched math-changing keys that turned auto on
+
+
+def guard_mode(rules: GuardConf, searched: dict[str, list[Any] | None]) -> GuardMode:
+    """Whether the guard runs for a space searching `searched` ({key: values, None for a range})."""
+    if rules.mode in ("on", "off"):
+        return GuardMode(on=rules.mode == "on", setting=rules.mode)
+    keys = tuple(searched_math_keys(searched))
+    return GuardMode(on=bool(keys), setting="auto", keys=keys)
 
 
 # keys pinned to the reference's values in a contender's curve run: they choose the batches
@@ -65,8 +71,8 @@ class GuardPlan:
     """The guard's curve runs and their price, as plan mode's text (sweeper/report/plan_text.py)
     says them."""
 
-    on: bool
-    why: str  # on or off, and the setting or the searched keys that decided it
+    on: bool  # whether curve runs are priced
+    mode: GuardMode  # what the setting and the space decided (on, yet none planned may change math)
     runs: int  # curve processes at most: the reference's (every seed) and one per contender
     run_s: float  # a curve process's predicted wall, seconds (the mean where they differ)
     # on by its mode, yet none of this many planned trials changes the math: no curve runs
@@ -102,16 +108,16 @@ def guard_plan(
     config and the prior's first points fill the trial budget); none changing the math, as the
     guard compares them (sweeper/verify/guard.py), means the guard runs nothing."""
     rules = settings.guard
-    on, why = guard_mode(rules, searched)
-    if not on:
-        return GuardPlan(on=False, why=why, runs=0, run_s=0.0)
+    mode = guard_mode(rules, searched)
+    if not mode.on:
+        return GuardPlan(on=False, mode=mode, runs=0, run_s=0.0)
     fit = nearest_fit({}, ctx)  # the starting config, or the nearest point with its math that fits
     reference = fit.point if fit is not None else Point()
     if planned is not None and not any(
         math_changes(reference.over(ctx.base), p.over(ctx.base), device_type=ctx.device_type)
         for p in planned
     ):
-        return GuardPlan(on=False, why=why, runs=0, run_s=0.0, planned_without_math=len(planned))
+        return GuardPlan(on=False, mode=mode, runs=0, run_s=0.0, planned_without_math=len(planned))
     keys = curve_run_keys(reference, ctx, rules, seed=0)
     # a graph the search compiled loads from the compile cache (sweeper/forecast/costs.py)
     seen = {graph_of(p.over(ctx.base)) for p in planned or []}
@@ -137,7 +143,7 @@ def guard_plan(
     runs = 1 + contenders
     return GuardPlan(
         on=True,
-        why=why,
+        mode=mode,
         runs=runs,
         run_s=total / max(1, runs),
         seeds=rules.seeds,

@@ -19,6 +19,7 @@ from sweeper.plan.memory_levers import plan_lever_lines
 from sweeper.report.console import console
 from sweeper.report.prior_text import point_text, prior_line
 from sweeper.space.limits import ASSUMED_MFU, COMPILED_GPU_MFU, SAFETY
+from sweeper.verify.guard_text import mode_text
 
 if TYPE_CHECKING:
     from sweeper.plan.prepare import Prepared
@@ -273,13 +274,14 @@ def _guard_lines(plan: SweepPlan) -> list[str]:
 
 def guard_text(g: GuardPlan) -> str:
     """The guard's plan in one line: on or off and why, and where it runs, its runs' price."""
+    mode = mode_text(g.mode)
     if g.planned_without_math is not None:
         return (
-            f"numerics guard: {g.why}, but none of the {g.planned_without_math} planned trial(s) "
+            f"numerics guard: {mode}, but none of the {g.planned_without_math} planned trial(s) "
             "(the starting config and the prior's points) changes the math: no curve runs"
         )
     if not g.on:
-        return f"numerics guard: {g.why}"
+        return f"numerics guard: {mode}"
     refit = (
         f" (the starting config does not fit, so its reference runs the same math at "
         f"{g.refit.text()})"
@@ -292,7 +294,7 @@ def guard_text(g: GuardPlan) -> str:
         else f"{g.contenders} contender runs (those that change the math)"
     )
     return (
-        f"numerics guard: {g.why}: the starting config's {g.seeds} seeds in one process{refit} "
+        f"numerics guard: {mode}: the starting config's {g.seeds} seeds in one process{refit} "
         f"(~{fmt_secs(g.reference_s)}) + {counted} of {g.steps} steps of "
         f"{g.step_tokens:,} tokens = up to {fmt_secs(g.all_s)}; a contender must stay within "
         f"{g.k:g} x the starting config's seed-to-seed loss spread (at least {g.floor:g} nats) "

@@ -46,7 +46,7 @@ from sweeper.verify.guard_runs import (
     reference_curves,
     reference_point,
 )
-from sweeper.verify.guard_text import descent_text, tolerance_text
+from sweeper.verify.guard_text import descent_text, mode_text, tolerance_text
 from sweeper.verify.winner import Candidate
 from train.core.keys import SEED, TOKENS_PER_STEP
 
@@ -113,8 +113,7 @@ def guard_reserve_s(study: optuna.Study, *, space: SearchSpace, settings: SweepS
     run of each of the race's top k that changes the math, at their curve runs' price; 0 when
     the guard is off or no such contender is among them."""
     rules = settings.guard
-    on, _ = guard_mode(rules, searched_values(space))
-    if not on:
+    if not guard_mode(rules, searched_values(space)).on:
         return 0.0
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not done:
@@ -153,8 +152,9 @@ def guard_entrants(
     """The race's entrants that pass the guard (all of them when it is off or nothing changes
     the math), with each one's record and the report's lines."""
     rules = ctx.settings.guard
-    on, why = guard_mode(rules, searched_values(ctx.space))
-    if not on:
+    mode = guard_mode(rules, searched_values(ctx.space))
+    why = mode_text(mode)
+    if not mode.on:
         off = {n: {"verdict": "off", "why": why} for n in cands}
         return GuardOutcome(passed=cands, records=off)
     ref_point, refit = reference_point(ctx, baseline)

@@ -7,7 +7,17 @@ from __future__ import annotations
 
 import math
 
+from sweeper.plan.guard_price import GuardMode
 from sweeper.verify.guard_rules import Descent, Divergence, GuardCheck, Tolerance
+
+
+def mode_text(m: GuardMode) -> str:
+    """Whether the guard runs and what decided it, in a few words."""
+    if m.setting != "auto":
+        return f"{m.setting} (hydra.sweeper.guard.mode={m.setting})"
+    if m.keys:
+        return f"on (auto: the space searches {', '.join(m.keys)})"
+    return "off (auto: the space searches no math-changing key)"
 
 
 def steps_text(d: Divergence) -> str:

@@ -22,7 +22,7 @@ from sweeper.verify.guard_rules import (
     window_size,
     windowed_means,
 )
-from sweeper.verify.guard_text import check_text, descent_text, tolerance_text
+from sweeper.verify.guard_text import check_text, descent_text, mode_text, tolerance_text
 from train.core.curve import capped_split, curve_keys, loss_curve
 
 FALLING = [8.0 - 0.05 * i for i in range(20)]  # a reference curve: 8.00, 7.95, ... 7.05
@@ -281,8 +281,9 @@ def test_guard_mode_setting_reads_booleans(given, mode: str) -> None:
     ],
 )
 def test_guard_runs_where_the_space_searches_math(mode, searched, on, why) -> None:
-    got_on, got_why = guard_mode(GuardConf(mode=mode), searched)
-    assert got_on is on and why in got_why
+    got = guard_mode(GuardConf(mode=mode), searched)
+    assert got.on is on and why in mode_text(got)
+    assert got.keys == (tuple(searched) if mode == "auto" and on else ())
 
 
 # -- the curve run -------------------------------------------------------------------------------
