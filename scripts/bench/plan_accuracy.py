@@ -17,7 +17,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scripts.bench.harness import Child, bench_parser, run_child, sweep_argv, verdict, workdir_of
+from scripts.bench.harness import (
+    Child,
+    bench_parser,
+    run_child,
+    run_or_stop,
+    sweep_argv,
+    verdict,
+    workdir_of,
+)
 
 WALL = re.compile(r"predicted sweep wall: ((?:\d+h)?(?:\d+m)?(?:\d+s)?|[\d.]+ s)")
 
@@ -55,10 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         predicted = seconds(found.group(1))
         calibrated = "calibrated from" in plan.stdout
         (workdir / f"plan-{i}.txt").write_text(plan.stdout)
-        run = sweep(workdir, f"hydra.sweeper.study_name=plan-accuracy-{i}")
-        (workdir / f"sweep-{i}.log").write_text(run.output)
-        if run.proc.returncode != 0:
-            raise SystemExit(f"sweep {i} failed (exit {run.proc.returncode}); see {workdir}")
+        argv = sweep_argv("search=throughput", f"hydra.sweeper.study_name=plan-accuracy-{i}")
+        run = run_or_stop(argv, cwd=workdir, log_name=f"sweep-{i}.log", what=f"sweep {i}")
         wall = run.wall_s
         error = predicted / wall - 1
         rows.append((i, calibrated, predicted, wall, error))
