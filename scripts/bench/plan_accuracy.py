@@ -15,10 +15,8 @@ Exit code 1 when a calibrated run misses it.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from scripts.bench.harness import (
-    Child,
     bench_parser,
     run_child,
     run_or_stop,
@@ -38,8 +36,9 @@ def seconds(text: str) -> float:
     return 3600 * parts.get("h", 0) + 60 * parts.get("m", 0) + parts.get("s", 0)
 
 
-def sweep(workdir: Path, *overrides: str) -> Child:
-    return run_child(sweep_argv("search=throughput", *overrides), cwd=workdir)
+def readme_sweep(*overrides: str) -> list[str]:
+    """The README's first command, `python sweep.py -m search=throughput`, with `overrides`."""
+    return sweep_argv("search=throughput", *overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,15 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     workdir = workdir_of(args, "bench-plan-")
     rows = []
     for i in range(args.first, args.first + args.runs + 1):
-        plan = sweep(workdir, "hydra.sweeper.plan.enabled=true").proc
+        plan = run_child(readme_sweep("hydra.sweeper.plan.enabled=true"), cwd=workdir).proc
         found = WALL.search(plan.stdout)
         if plan.returncode != 0 or not found:
             raise SystemExit(f"plan {i} failed (exit {plan.returncode}):\n{plan.stderr[-2000:]}")
         predicted = seconds(found.group(1))
         calibrated = "calibrated from" in plan.stdout
         (workdir / f"plan-{i}.txt").write_text(plan.stdout)
-        argv = sweep_argv("search=throughput", f"hydra.sweeper.study_name=plan-accuracy-{i}")
-        run = run_or_stop(argv, cwd=workdir, log_name=f"sweep-{i}.log", what=f"sweep {i}")
+        own_study = f"hydra.sweeper.study_name=plan-accuracy-{i}"  # a new study, none resumed
+        run = run_or_stop(
+            readme_sweep(own_study), cwd=workdir, log_name=f"sweep-{i}.log", what=f"sweep {i}"
+        )
         wall = run.wall_s
         error = predicted / wall - 1
         rows.append((i, calibrated, predicted, wall, error))
