@@ -28,7 +28,7 @@ from scripts.bench.harness import (
     format_table,
     pair_ratios,
     ratio_summary,
-    run_child,
+    run_or_stop,
     run_pairs,
     spread,
     sweep_argv,
@@ -55,11 +55,8 @@ def run_sweep(workdir: Path, arm: str, overrides: list[str]) -> float:
     """One sweep in `workdir` with hydra.sweeper.compile_cache=`arm`; its wall seconds."""
     argv = sweep_argv(*overrides, f"hydra.sweeper.compile_cache={arm}")
     log.info("running in %s: %s", workdir, " ".join(argv[2:]))
-    child = run_child(argv, cwd=workdir)
-    (workdir / "sweep.out").write_text(child.output)
+    child = run_or_stop(argv, cwd=workdir, log_name="sweep.out", what="sweep")
     (workdir / WALL_NAME).write_text(f"{child.wall_s}\n")
-    if child.proc.returncode != 0:
-        raise SystemExit(f"sweep failed ({child.proc.returncode}); see {workdir / 'sweep.out'}")
     return child.wall_s
 
 

@@ -5,7 +5,8 @@ Each benchmark compares arms (configs, launchers, cache modes) on a machine othe
 its runs are interleaved: pair i runs the arms in order when i is even and reversed when i is odd
 (A B, B A, ...), or each round in a shuffled order, so that drift and other tenants' load fall on
 every arm alike. A figure is then the median over pairs with its min-max range, and a comparison is
-the per-pair ratio, never a ratio of two medians alone. Pure apart from `timed` and `run_child`.
+the per-pair ratio, never a ratio of two medians alone. Pure apart from `timed`, `run_child` and
+`run_or_stop`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "quantile",
     "ratio_summary",
     "run_child",
+    "run_or_stop",
     "run_pairs",
     "shuffled_rounds",
     "spread",
@@ -131,6 +133,17 @@ def run_child(
         )
     )
     return Child(proc=proc, wall_s=wall)
+
+
+def run_or_stop(argv: Sequence[str], *, cwd: Path, log_name: str, what: str) -> Child:
+    """One child run in `cwd`, its output kept in cwd/`log_name`; a failed one stops the benchmark
+    with a line naming `what` failed, its exit code and that log."""
+    child = run_child(argv, cwd=cwd)
+    log_path = cwd / log_name
+    log_path.write_text(child.output)
+    if child.proc.returncode != 0:
+        raise SystemExit(f"{what} failed (exit {child.proc.returncode}); see {log_path}")
+    return child
 
 
 def sweep_argv(*overrides: str) -> list[str]:

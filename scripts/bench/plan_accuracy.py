@@ -15,9 +15,15 @@ Exit code 1 when a calibrated run misses it.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from scripts.bench.harness import Child, bench_parser, run_child, sweep_argv, verdict, workdir_of
+from scripts.bench.harness import (
+    bench_parser,
+    run_child,
+    run_or_stop,
+    sweep_argv,
+    verdict,
+    workdir_of,
+)
 
 WALL = re.compile(r"predicted sweep wall: ((?:\d+h)?(?:\d+m)?(?:\d+s)?|[\d.]+ s)")
 
@@ -30,8 +36,9 @@ def seconds(text: str) -> float:
     return 3600 * parts.get("h", 0) + 60 * parts.get("m", 0) + parts.get("s", 0)
 
 
-def sweep(workdir: Path, *overrides: str) -> Child:
-    return run_child(sweep_argv("search=throughput", *overrides), cwd=workdir)
+def readme_sweep(*overrides: str) -> list[str]:
+    """The README's first command, `python sweep.py -m search=throughput`, with `overrides`."""
+    return sweep_argv("search=throughput", *overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,17 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     workdir = workdir_of(args, "bench-plan-")
     rows = []
     for i in range(args.first, args.first + args.runs + 1):
-        plan = sweep(workdir, "hydra.sweeper.plan.enabled=true").proc
+        plan = run_child(readme_sweep("hydra.sweeper.plan.enabled=true"), cwd=workdir).proc
         found = WALL.search(plan.stdout)
         if plan.returncode != 0 or not found:
             raise SystemExit(f"plan {i} failed (exit {plan.returncode}):\n{plan.stderr[-2000:]}")
         predicted = seconds(found.group(1))
         calibrated = "calibrated from" in plan.stdout
         (workdir / f"plan-{i}.txt").write_text(plan.stdout)
-        run = sweep(workdir, f"hydra.sweeper.study_name=plan-accuracy-{i}")
-        (workdir / f"sweep-{i}.log").write_text(run.output)
-        if run.proc.returncode != 0:
-            raise SystemExit(f"sweep {i} failed (exit {run.proc.returncode}); see {workdir}")
+        own_study = f"hydra.sweeper.study_name=plan-accuracy-{i}"  # a new study, none resumed
+        run = run_or_stop(
+            readme_sweep(own_study), cwd=workdir, log_name=f"sweep-{i}.log", what=f"sweep {i}"
+        )
         wall = run.wall_s
         error = predicted / wall - 1
         rows.append((i, calibrated, predicted, wall, error))

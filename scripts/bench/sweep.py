@@ -33,6 +33,7 @@ from scripts.bench.harness import (
     pair_ratios,
     paired_interval,
     run_child,
+    run_or_stop,
     run_pairs,
     sweep_argv,
     trial_argv,
@@ -49,12 +50,7 @@ def run_sweep(workdir: Path, study: str, *overrides: str) -> float:
     """Run one sweep to completion; returns its wall time in seconds."""
     argv = sweep_argv(f"hydra.sweeper.study_name={study}", *overrides)
     log.info("running: %s", " ".join(argv[1:]))
-    child = run_child(argv, cwd=workdir)
-    (workdir / f"{study}.log").write_text(child.output)
-    if child.proc.returncode != 0:
-        raise SystemExit(
-            f"sweep {study} failed (exit {child.proc.returncode}); see {workdir}/{study}.log"
-        )
+    child = run_or_stop(argv, cwd=workdir, log_name=f"{study}.log", what=f"sweep {study}")
     return child.wall_s
 
 

@@ -24,16 +24,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from scripts.bench.harness import (
-    bench_parser,
-    format_table,
-    pair_ratios,
-    ratio_summary,
-    run_child,
-    run_pairs,
-    sweep_argv,
-    workdir_of,
-)
+from scripts.bench import harness
 
 log = logging.getLogger("bench_workers")
 
@@ -63,7 +54,7 @@ SWEEP = (
 
 def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
     """One sweep with `n_jobs` trial slots; its wall, search span, trial walls and speeds."""
-    argv = sweep_argv(
+    argv = harness.sweep_argv(
         *SWEEP,
         *space,
         f"hydra.sweeper.n_jobs={n_jobs}",
@@ -71,12 +62,7 @@ def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
         f"hydra.sweeper.study_name={name}",
         f"hydra.sweep.dir={workdir / name}",
     )
-    child = run_child(argv, cwd=workdir)
-    (workdir / f"{name}.log").write_text(child.output)
-    if child.proc.returncode != 0:
-        raise SystemExit(
-            f"sweep {name} failed (exit {child.proc.returncode}); see {workdir}/{name}.log"
-        )
+    child = harness.run_or_stop(argv, cwd=workdir, log_name=f"{name}.log", what=f"sweep {name}")
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps/optuna.db'}")
     trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
     span = max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)
@@ -91,12 +77,12 @@ def run(workdir: Path, name: str, n_jobs: int, space: tuple[str, ...]) -> dict:
 
 
 def ratio_line(label: str, pairs: list[dict[int, dict]], key: str) -> str:
-    ratios = pair_ratios([p[2][key] for p in pairs], [p[1][key] for p in pairs])
-    return f"{label:<28} {ratio_summary(ratios)}"
+    ratios = harness.pair_ratios([p[2][key] for p in pairs], [p[1][key] for p in pairs])
+    return f"{label:<28} {harness.ratio_summary(ratios)}"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser(__doc__, pairs=2, arms="1 slot and 2 slots", workdir=True)
+    parser = harness.bench_parser(__doc__, pairs=2, arms="1 slot and 2 slots", workdir=True)
     parser.add_argument(
         "--one-thread",
         action="store_true",
@@ -114,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         space = ONE_THREAD if args.one_thread else (SPACE,)
     space += tuple(args.extra)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    workdir = workdir_of(args, "bench_workers_")
+    workdir = harness.workdir_of(args, "bench_workers_")
 
     def one(n_jobs: int, p: int) -> dict:
         r = run(workdir, f"pair{p}-jobs{n_jobs}", n_jobs, space)
@@ -131,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         return r
 
-    pairs = run_pairs((1, 2), args.pairs, one)
+    pairs = harness.run_pairs((1, 2), args.pairs, one)
     rows = [
         [
             str(p),
@@ -146,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         for r in (pair[1], pair[2])
     ]
     print(
-        format_table(
+        harness.format_table(
             ["pair", "slots", "trials", "sweep s", "search s", "sum of trial s", "median tokens/s"],
             rows,
         )

@@ -135,6 +135,17 @@ def test_timed_and_run_child_measure_what_they_ran(tmp_path) -> None:
     assert h.trial_argv("model=tiny")[1:] == ["-m", "train.trial", "model=tiny"]
 
 
+def test_run_or_stop_keeps_the_log_and_stops_on_a_failed_child(tmp_path) -> None:
+    ok = h.run_or_stop(
+        [sys.executable, "-c", "print('ran')"], cwd=tmp_path, log_name="ok.log", what="sweep a"
+    )
+    assert ok.proc.returncode == 0 and (tmp_path / "ok.log").read_text() == "ran\n"
+    failing = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
+    with pytest.raises(SystemExit, match=r"^sweep b failed \(exit 3\); see .*bad\.log$"):
+        h.run_or_stop(failing, cwd=tmp_path, log_name="bad.log", what="sweep b")
+    assert (tmp_path / "bad.log").read_text() == "boom\n"  # kept for the reader
+
+
 def test_the_parser_adds_pairs_and_a_workdir_where_asked(tmp_path) -> None:
     both = h.bench_parser("Title line.\n\nMore.", pairs=3, arms="a and b", workdir=True)
     assert both.description == "Title line."

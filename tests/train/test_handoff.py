@@ -418,33 +418,34 @@ def test_a_winner_llmc_cannot_train_names_the_best_measured_config_it_can() -> N
 H = 3600.0
 
 
+# each row changes the plan's inputs from these: a 10 s save, 1 s steps, 50,000 h MTBF, one process
+# (and no cap of the user's, no run length: checkpoint_plan's defaults)
+PLAN_INPUTS = {"save_s": 10.0, "step_s": 1.0, "mtbf_h": 50_000, "world": 1}
+
+
 @pytest.mark.parametrize(
-    ("save_s", "step_s", "mtbf_h", "world", "planned_every", "planned_steps", "steps", "rule"),
+    ("change", "steps", "rule"),
     [
-        (10.0, 1.0, 50_000, 1, 0, 0, 60_000, "young-daly"),  # sqrt(2 x 10 x 1.8e8) = 60,000 s
-        (10.0, 2.0, 50_000, 1, 0, 0, 30_000, "young-daly"),
-        (10.0, 1.0, 50_000, 8, 0, 0, 21_213, "young-daly"),  # the job fails 8x as often
-        (10.0, 1.0, 50_000, 1, 1_000, 0, 1_000, "planned_checkpoint_every"),  # the user's cap
-        (10.0, 1.0, 50_000, 1, 100_000, 0, 60_000, "young-daly"),  # a cap above is no bound
-        (10.0, 1.0, 50_000, 1, 0, 5_000, 5_000, "run length"),
-        (0.0, 1.0, 50_000, 1, 0, 0, 1, "young-daly"),  # a free save: every step, at least 1
-        (0.5, 100.0, 1, 1, 0, 0, 1, "young-daly"),  # sqrt(2 x 0.5 x 3600) = 60 s < one step
-        (0.05, 0.1, 50_000, 1, 0, 0, 42_426, "young-daly"),  # a CPU step: 4,243 s of work
+        ({}, 60_000, "young-daly"),  # sqrt(2 x 10 x 1.8e8) = 60,000 s
+        ({"step_s": 2.0}, 30_000, "young-daly"),
+        ({"world": 8}, 21_213, "young-daly"),  # the job fails 8x as often
+        ({"planned_every": 1_000}, 1_000, "planned_checkpoint_every"),  # the user's cap
+        ({"planned_every": 100_000}, 60_000, "young-daly"),  # a cap above is no bound
+        ({"planned_steps": 5_000}, 5_000, "run length"),
+        ({"save_s": 0.0}, 1, "young-daly"),  # a free save: every step, at least 1
+        # sqrt(2 x 0.5 x 3600) = 60 s < one step
+        ({"save_s": 0.5, "step_s": 100.0, "mtbf_h": 1}, 1, "young-daly"),
+        ({"save_s": 0.05, "step_s": 0.1}, 42_426, "young-daly"),  # a CPU step: 4,243 s of work
     ],
 )
-def test_the_checkpoint_interval_rule(
-    save_s, step_s, mtbf_h, world, planned_every, planned_steps, steps, rule
-) -> None:
-    plan = checkpoint_plan(
-        save_s=save_s,
-        step_s=step_s,
-        mtbf_h=mtbf_h,
-        world=world,
-        planned_every=planned_every,
-        planned_steps=planned_steps,
-    )
+def test_the_checkpoint_interval_rule(change, steps, rule) -> None:
+    given = {**PLAN_INPUTS, **change}
+    plan = checkpoint_plan(**given)
+    save_s, step_s = given["save_s"], given["step_s"]
     assert (plan.every_steps, plan.rule) == (steps, rule)
-    assert plan.optimum_s == pytest.approx(math.sqrt(2 * save_s * mtbf_h / world * H))
+    assert plan.optimum_s == pytest.approx(
+        math.sqrt(2 * save_s * given["mtbf_h"] / given["world"] * H)
+    )
     assert plan.overhead_frac == pytest.approx(save_s / (steps * step_s))
     assert plan.lost_per_failure_s == pytest.approx(steps * step_s / 2)
 
