@@ -60,8 +60,8 @@ from sweeper.study.optuna_study import DUPLICATE_ATTR, UNRUN, fail_own_running, 
 from sweeper.tracking.protocol import Tracker
 from sweeper.tracking.stopped import log_stopped_trials
 from sweeper.verify.guard import guard_reserve_s
-from sweeper.verify.race_rounds import RACE_ATTR
 from sweeper.verify.stage import Verification, verify
+from train.core.evidence import RACE_ATTR
 from train.core.handoff.interval import CheckpointPlan
 
 log = logging.getLogger(__name__)

@@ -38,6 +38,7 @@ from sweeper.space.overrides import hydra_quote
 from train.core.result import (
     FAILURE_KINDS,
     MEASURED_STATES,
+    RESULT_NAME,
     TRIAL_STATES,
     ResultError,
     TrialResult,
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often the parent looks at the child; small next to any useful timeout
 LOG_TAIL_LINES = 20  # lines of trial.log quoted in a crash reason
-RESULT_NAME, PROGRESS_NAME, LOG_NAME = "result.json", "progress.jsonl", "trial.log"
+PROGRESS_NAME, LOG_NAME = "progress.jsonl", "trial.log"
 
 
 @dataclass(kw_only=True)

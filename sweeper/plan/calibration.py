@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from train.core.evidence import RACE_ATTR
+from train.core.result import RESULT_NAME
+
 log = logging.getLogger(__name__)
 
 PLAN_KEY_ATTR = "plan_key"  # study user attr: "<model>|<search>|<device name>"
 STARTED_ATTR = "sweep_started_at"  # study user attr: the sweep's start, seconds since the epoch
-RACE_ATTR = "race"  # sweeper/verify/race_rounds.py's record (rounds of {trial: {job_dir, ...}})
 
 
 def plan_key(*, model: str, search: str, device: str) -> str:
@@ -85,7 +87,7 @@ def sweep_record(study: Any) -> SweepRecord | None:
     ends, starts, race_walls = [], [], []
     for stored in race.get("rounds", []):
         for run in stored.values():
-            result = Path(run["job_dir"]) / "result.json" if run and run.get("job_dir") else None
+            result = Path(run["job_dir"]) / RESULT_NAME if run and run.get("job_dir") else None
             wall = _result_wall(result)
             if wall is not None:
                 race_walls.append(wall)

@@ -325,7 +325,7 @@ def export_winner(
     and the contenders verified) becomes provenance.sweep.compared. `checkpoint` (the production
     interval from the winner's measured save stall, sweeper/report/handoff.py) replaces the trial's
     checkpoint.every_steps and becomes provenance.checkpoint. `race` (the study's race record,
-    sweeper/verify/race_rounds.py RACE_ATTR) names the winner's verification runs: with its
+    train/core/evidence.py RACE_ATTR) names the winner's verification runs: with its
     search run they become provenance.sweep.runs, the job folders `python -m train.explain
     --result` explains. runtime.threads is pinned as the race ran it (provenance.measured_as)."""
     from omegaconf import OmegaConf  # light, but only needed here

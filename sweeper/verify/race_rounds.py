@@ -21,11 +21,10 @@ from sweeper.tracking.protocol import TrialLog
 from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate
-from train.core.result import read_result
+from train.core.evidence import RACE_ATTR
+from train.core.result import RESULT_NAME, read_result
 
 log = logging.getLogger(__name__)
-
-RACE_ATTR = "race"  # study user attr: {"contenders": [...], "rounds": [{number: run or None}]}
 
 
 @dataclass(kw_only=True)
@@ -59,7 +58,7 @@ def load_record(ctx: SweepContext, contenders: list[int]) -> RaceRecord:
             run = stored_round.get(str(n))
             result = None
             if run and run.get("job_dir"):
-                result = read_result(Path(run["job_dir"]) / "result.json")
+                result = read_result(Path(run["job_dir"]) / RESULT_NAME)
             value = run.get("value") if run else None
             record.values[n].append(value if result is not None else None)
             record.results[n].append(result if value is not None else None)

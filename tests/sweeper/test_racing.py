@@ -14,10 +14,11 @@ import pytest
 
 from sweeper.context import SweepContext
 from sweeper.settings import settings_from
-from sweeper.verify.race_rounds import RACE_ATTR, run_race
+from sweeper.verify.race_rounds import run_race
 from sweeper.verify.race_rules import DECIDED
 from sweeper.verify.winner import Candidate
 from tests.race_helpers import race_context
+from train.core.evidence import RACE_ATTR
 
 
 class Stopped(Exception):

@@ -22,6 +22,11 @@ from typing import Any, Literal
 # winner's is no faster
 DEFAULT_NOISE_FLOOR = 0.01
 
+# the study attribute holding the race's rounds (sweeper/verify/race_rounds.py writes it), whose
+# results `verified_runs` reads:
+# {"contenders": [...], "rounds": [{"<trial>": {"value", "job_dir"} or None}]}
+RACE_ATTR = "race"
+
 # What the sweep measured of a fix that is still a next step:
 # not_searched: none of its keys was a search knob; at_winner: a complete search run at the
 # winner's other settings, faster than the winner's (not verified); raced_elsewhere: a raced

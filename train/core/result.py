@@ -33,6 +33,9 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 # 2: projection, full_step_estimate_s, memory; 3: world_size, comms, loss.steps; 4: float8, basis;
 # 5: loss.lr; 6: setup; 7: loss.more_seeds, checkpoint_save
 SCHEMA_VERSION = 7
+# the result's file in a sweep's trial job folder (sweeper/launch/runner.py writes it there); a
+# re-run's trial.json (`python -m train.trial --pinned <job>/trial_config.yaml`) is not one of them
+RESULT_NAME = "result.json"
 
 Status = Literal["complete", "pruned", "failed"]
 # timeout: a data-parallel collective waited past ddp.timeout_s on a rank that hung or died

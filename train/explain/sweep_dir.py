@@ -21,19 +21,13 @@ from train.core.config_file import read_pinned_config
 from train.core.diagnosis import Diagnosis
 from train.core.evidence import (
     DEFAULT_NOISE_FLOOR,
+    RACE_ATTR,
     Measured,
     judge_fix,
     search_runs,
     verified_runs,
 )
-from train.core.result import read_result
-
-# what a sweep's trial job writes into its folder (sweeper/launch/runner.py RESULT_NAME); a re-run's
-# trial.json (`python -m train.trial --pinned <job>/trial_config.yaml`) is not one of the sweep's
-RUN_RESULT = "result.json"
-# the study attribute holding the race's rounds (sweeper/verify/race_rounds.py RACE_ATTR):
-# {"contenders": [...], "rounds": [{"<trial>": {"value", "job_dir"} or None}]}
-RACE_ATTR = "race"
+from train.core.result import RESULT_NAME, read_result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +48,7 @@ def exported_runs(best: Path) -> Exported:
     prov = doc.get("provenance") or {}
     sweep, metrics = prov.get("sweep") or {}, prov.get("metrics") or {}
     trial = sweep.get("trial")
-    runs = [best.parent / str(run) / RUN_RESULT for run in sweep.get("runs") or []]
+    runs = [best.parent / str(run) / RESULT_NAME for run in sweep.get("runs") or []]
     verified = metrics.get("tokens_per_s") if metrics.get("trial") == trial else None
     return Exported(
         best=best,
@@ -75,13 +69,13 @@ def pick_result(path: Path, *, say: Callable[[str], None] = print) -> Path:
     if path.is_file():
         return path
     found = []
-    for p in sorted(path.rglob(RUN_RESULT)):
+    for p in sorted(path.rglob(RESULT_NAME)):
         r = read_result(p)  # None for a file that is no trial result
         if r is not None and r["status"] == "complete":
             found.append((p, r))
     if not found:
         raise ValueError(
-            f"no complete trial result ({RUN_RESULT} with schema_version) under {path}"
+            f"no complete trial result ({RESULT_NAME} with schema_version) under {path}"
         )
     best = next(iter(sorted(path.rglob("best.yaml"))), None)
     if best is None:
@@ -158,7 +152,7 @@ def sweep_evidence(path: Path, picked: Path) -> tuple[Judge | None, str]:
         for n in results:
             run = stored.get(str(n)) or {}
             job = run.get("job_dir")
-            results[n].append(read_result(Path(job) / RUN_RESULT) if job else None)
+            results[n].append(read_result(Path(job) / RESULT_NAME) if job else None)
     runs, verified = search_runs(trials), verified_runs(results)
     if ex.trial not in {r.number for r in runs}:
         return None, f"the fixes are not checked: trial {ex.trial} is not in the study"
