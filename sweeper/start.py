@@ -22,7 +22,7 @@ import optuna
 from sweeper.masking import mask_secrets
 from sweeper.plan.calibration import PLAN_KEY_ATTR, STARTED_ATTR, plan_key
 from sweeper.plan.prepare import Prepared
-from sweeper.plan.prior import prior_points
+from sweeper.plan.prior import PRIOR_SAMPLERS, prior_points
 from sweeper.report.prior_text import point_text, prior_line
 from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
@@ -59,7 +59,7 @@ class Started:
     study: optuna.Study
     study_name: str
     storage: str
-    settings: SweepSettings  # a grid's n_trials is its number of points
+    settings: SweepSettings  # a grid's n_trials is its number of points, the prior sampler's its
     baseline: dict | None  # the starting config's point, when the space holds it
 
 
@@ -108,6 +108,8 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     baseline = baseline_params(
         p.space, p.base, device_type=p.device.device_type, bf16=p.device.bf16_supported
     )
+    if s.sampler == "prior":  # the starting config and the prior's points, nothing drawn
+        s = dataclasses.replace(s, n_trials=prior_trials(p, baseline, s.n_trials))
     if (
         grid_points is None
         and baseline is not None
@@ -115,8 +117,9 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
     ):
         # The starting config is measured first, so the report can say what changed and why.
         study.enqueue_trial(baseline, user_attrs={"baseline": True})
-    if s.sampler == "tpe":
+    if s.sampler in PRIOR_SAMPLERS:
         queued = queue_prior(study, p, baseline)
+    if s.sampler == "tpe":
         queue_design(study, p.space, baseline, s, queued=queued)
     study.set_user_attr(SPACE_ATTR, {k: str(v) for k, v in s.space.items()})
     # where and when it ran: plan mode calibrates from finished sweeps of the same key
@@ -174,6 +177,16 @@ def queue_grid(study: optuna.Study, points: list[dict]) -> int:
     for p in fresh:
         study.enqueue_trial(p)
     return len(fresh)
+
+
+def prior_trials(prepared: Prepared, baseline: dict | None, n_trials: int) -> int:
+    """The prior sampler's trial count: the starting config (where it runs) and the prior's
+    points, at most `n_trials` where that is set."""
+    prior = prior_points(
+        prepared.space, prepared.ctx, start=baseline, enabled=prepared.settings.prior
+    )
+    count = (baseline is not None) + len(prior.points)
+    return min(n_trials, count) if n_trials > 0 else count
 
 
 def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) -> list[dict]:

@@ -165,7 +165,9 @@ class ThroughputSweeperConf:
     search_name: str = "custom"  # name of the search space (conf/search/<name>.yaml sets it)
     # dotted trainer key -> spec: choice(...), range(...), interval(...), a list, or {split: true}
     space: dict[str, Any] = field(default_factory=dict)
-    sampler: str = "tpe"  # tpe | random | grid
+    # tpe | random | grid | prior (the starting config and the prior's points only, no others
+    # drawn: n_trials is their count, at most n_trials where that is set)
+    sampler: str = "tpe"
     objective: str = "tokens_per_s"  # tokens_per_s (maximize) | time_to_train (minimize)
     n_trials: int = 12  # finished trials (any state) the search stops at; 0 = no limit
     n_jobs: int = 1  # trials running at once (needs a parallel launcher: joblib, submitit)
@@ -195,7 +197,10 @@ class ThroughputSweeperConf:
     @property
     def polish(self) -> int:
         """Trials given to the polish step: budget.polish_trials, or with -1 a quarter of n_trials
-        (none for the grid sampler, which measures every point anyway, or without n_trials)."""
+        (none for the grid sampler, which measures every point anyway, or without n_trials);
+        none for the prior sampler, which measures its points and nothing else."""
+        if self.sampler == "prior":
+            return 0
         if self.budget.polish_trials >= 0:
             return self.budget.polish_trials
         return self.n_trials // 4 if self.sampler != "grid" else 0

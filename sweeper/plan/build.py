@@ -17,7 +17,7 @@ from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.guard_price import GuardPlan, guard_plan
 from sweeper.plan.plan_device import DeviceFacts
-from sweeper.plan.prior import Prior, prior_points
+from sweeper.plan.prior import PRIOR_SAMPLERS, Prior, prior_points
 from sweeper.plan.scan import Scan, scan
 from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, queued_points, wall_model
 from sweeper.settings import SweepSettings
@@ -134,7 +134,6 @@ def build_plan(
             timeout_s=settings.budget.trial_timeout_s,
             stall_timeout_s=settings.budget.stall_timeout_s,
         )
-    n_search = _search_trials(settings, found)
     # the top k and the starting config (re-measured beside them unless it is one of them), each
     # with real full steps: a run is sized like the starting config's trial, never projected
     k, repeats = settings.verify.top_k, settings.verify.repeats
@@ -147,6 +146,7 @@ def build_plan(
         else None
     )
     prior = prior_points(space, ctx, start=start_params, enabled=settings.prior)
+    n_search = _search_trials(settings, found, queued=start_runs + len(prior.points))
     # the starting config's point with its forecast, priced beside the prior's
     start_point = None if start_params is None else forecast_point(space.point(start_params), ctx)
     walls = _sweep_wall(
@@ -189,12 +189,14 @@ def build_plan(
     )
 
 
-def _search_trials(settings: SweepSettings, found: Scan) -> int | None:
-    """How many search trials run: a grid runs at most every kept point; None where no trial
-    limit is set and the wall budget ends the search."""
+def _search_trials(settings: SweepSettings, found: Scan, *, queued: int) -> int | None:
+    """How many search trials run: a grid runs at most every kept point, the prior sampler the
+    `queued` points (the starting config and the prior's); None where no trial limit is set and
+    the wall budget ends the search."""
     n_trials = settings.n_trials
-    if settings.sampler == "grid":
-        return min(n_trials, found.kept) if n_trials > 0 else found.kept
+    if settings.sampler in ("grid", "prior"):
+        count = found.kept if settings.sampler == "grid" else queued
+        return min(n_trials, count) if n_trials > 0 else count
     return n_trials if n_trials > 0 else None
 
 
@@ -223,7 +225,7 @@ def _sweep_wall(
         return None
     return wall_model(
         ctx=ctx,
-        prior=prior if settings.sampler == "tpe" else _no_prior(),
+        prior=prior if settings.sampler in PRIOR_SAMPLERS else _no_prior(),
         start=start,
         n_search=n_search,
         mean_trial_s=mean_trial_s,
@@ -249,7 +251,9 @@ def _guard_runs(
         {p.key: p.values() for p in space.searched},
         ctx,
         settings,
-        planned=_planned_points(prior if settings.sampler == "tpe" else None, start, n_search),
+        planned=_planned_points(
+            prior if settings.sampler in PRIOR_SAMPLERS else None, start, n_search
+        ),
     )
 
 
@@ -343,10 +347,12 @@ def starting_config_line(space: SearchSpace, ctx: SpaceContext) -> tuple[str, bo
             device_gib=ctx.device_memory_gib,
         )
         memory = f", predicted {v.peak_gib:.1f} GiB"
-    reason = check_point({}, ctx)
+    # the point the sweep queues first (its searched keys; a split's grad_accum follows them)
+    params = baseline_params(space, b, device_type=ctx.device_type, bf16=ctx.bf16_supported)
+    reason = check_point(params or {}, ctx)
     if reason is not None:
         return f"starting config ({knobs}){memory}: NOT RUN ({reason})", False
-    if baseline_params(space, b, device_type=ctx.device_type, bf16=ctx.bf16_supported) is None:
+    if params is None:
         return (
             f"starting config ({knobs}){memory}: not run (a searched knob is set to a value "
             "outside the space), so the report has no starting point to compare with"

@@ -303,10 +303,11 @@ def gpu_slots_for(
 
 def gpu_settings(s: SweepSettings) -> SweepSettings:
     """n_trials, verify.top_k and the race's rounds from gpu.n_trials, gpu.verify_top_k and
-    gpu.verify_rounds where they are > 0 (a grid keeps its own count); the space's checkpoint.*
-    knobs left out where gpu.search_checkpoints is false (priced from one measured save)."""
+    gpu.verify_rounds where they are > 0 (a grid and the prior sampler keep their own count);
+    the space's checkpoint.* knobs left out where gpu.search_checkpoints is false (priced from
+    one measured save)."""
     changes: dict[str, int] = {}
-    if s.gpu.n_trials > 0 and s.sampler != "grid":
+    if s.gpu.n_trials > 0 and s.sampler not in ("grid", "prior"):
         changes["n_trials"] = s.gpu.n_trials
     if s.gpu.verify_top_k > 0:
         changes["verify.top_k"] = s.gpu.verify_top_k

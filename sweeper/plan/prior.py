@@ -54,6 +54,8 @@ PointRule = Literal["largest_fit", "size_up", "lever", "cpu"]
 # nothing fits without recompute, or the GPU's arithmetic or the CPU's (either may find no point).
 PriorKind = Literal["off", "not_tpe", "nothing_searched", "no_fit", "gpu", "cpu"]
 
+# the samplers that measure the prior's points first: TPE (then its own), and `prior` (nothing else)
+PRIOR_SAMPLERS = ("tpe", "prior")
 FUSED_ATTENTION = ("flash", "cudnn", "efficient")  # in order of preference, for bf16 on CUDA
 # New levers of the compute-bound step, as (key, values to try in order): present only when the
 # space searches them; each becomes one point beside point 1.

@@ -60,8 +60,8 @@ def wall_budget_error(
 
 
 def trials_spent(study: optuna.Study, *, grid: bool) -> int:
-    """Trials charged to n_trials: excluded points ran nothing and cost none, except in a grid,
-    whose budget is its list of points."""
+    """Trials charged to n_trials: excluded points ran nothing and cost none, except in a grid or
+    under the prior sampler (`grid`), whose budget is its list of points."""
     done = count_finished(study)
     if grid:
         return done
@@ -73,7 +73,7 @@ def resume_line(study: optuna.Study, settings: SweepSettings) -> str | None:
     """What the search of a study that already holds trials does next, in one line (None for a
     new study). Only the trial budget carries over: a wall budget is this run's, so a study whose
     search a wall budget ended searches on until its n_trials are spent."""
-    spent = trials_spent(study, grid=settings.sampler == "grid")
+    spent = trials_spent(study, grid=settings.sampler in ("grid", "prior"))
     if spent == 0:
         return None
     n = settings.n_trials
@@ -157,7 +157,7 @@ class Budget:
 
     def spent(self, study: optuna.Study) -> int:
         """Trials charged to n_trials (`trials_spent`)."""
-        return trials_spent(study, grid=self.settings.sampler == "grid")
+        return trials_spent(study, grid=self.settings.sampler in ("grid", "prior"))
 
     @staticmethod
     def median_trial_s(study: optuna.Study) -> float | None:

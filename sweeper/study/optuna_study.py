@@ -36,7 +36,7 @@ UNRUN = "unrun"
 FAILURE_ATTRS = ("failure_kind", "failure_reason")
 DUPLICATE_ATTR = "duplicate_of"  # trial number whose outcome a re-proposed point reuses
 POLISH_ATTR = "polish_of"  # the best trial whose one-knob neighbour this queued point is
-SAMPLERS = ("tpe", "random", "grid")
+SAMPLERS = ("tpe", "random", "grid", "prior")
 PRUNERS = ("median", "percentile", "none")
 
 
@@ -76,7 +76,7 @@ def make_sampler(spec: StudySpec, *, grid: dict | None = None) -> optuna.sampler
             n_startup_trials=spec.n_startup_trials,
             multivariate=True,
         )
-    if spec.sampler == "random":
+    if spec.sampler in ("random", "prior"):  # prior: every point is queued, none is drawn
         return optuna.samplers.RandomSampler(seed=sampler_seed(spec.seed))
     if spec.sampler == "grid":
         if not grid:

@@ -676,6 +676,25 @@ def test_every_lease_trial_compiles_block_by_block(tmp_path: Path) -> None:
     assert "runtime.compile_unit=block" in argv and "search=gpu-lease" in argv
 
 
+@pytest.mark.parametrize(
+    ("device", "trials"),
+    [("NVIDIA H200", 3), ("NVIDIA H100 80GB HBM3", 2)],  # the H100's start is its best bf16 split
+)
+def test_the_lease_searches_its_start_and_the_priors_points_only(device: str, trials: int) -> None:
+    from acceptance.lease import sweep_plan_numbers
+    from acceptance.plan import starting_point
+    from acceptance.profiles import LEASE
+    from acceptance.stages import model_fields
+
+    from train.core.chips import chip_for
+
+    model = model_fields(LEASE.model)
+    start = starting_point(LEASE, model, device_type="cuda", memory_gib=chip_for(device).memory_gib)
+    numbers = sweep_plan_numbers(LEASE, start, device)
+    assert numbers["n_search"] == 1 + len(numbers["prior"]) == trials
+    assert {"runtime.float8": "tensorwise"}.items() <= numbers["prior"][-1].items()
+
+
 def test_lease_plan_refuses_an_unknown_device() -> None:
     proc = _cli("--lease", "--plan", "--device", "NVIDIA H300")
     assert proc.returncode == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -215,6 +216,33 @@ def test_an_exhausted_space_ends_the_search_without_rerunning_points(tmp_path) -
     best = max((t for t in ran if t.value is not None), key=lambda t: t.value)
     verified = 1 if best.user_attrs.get("baseline") else 2
     assert len([p for p in sweep_dir.iterdir() if p.name.isdigit()]) == 4 + verified
+
+
+def test_the_prior_sampler_measures_the_start_and_the_priors_points_and_nothing_else(
+    tmp_path,
+) -> None:
+    """sampler=prior: the starting config and the prior's points, no design and no drawn point,
+    whatever n_trials says; plan mode counts the same trials."""
+    from sweeper.start import PRIOR_ATTR
+
+    overrides = ("search=smoke", "hydra.sweeper.sampler=prior", "hydra.sweeper.n_trials=6")
+    plan_json = tmp_path / "plan.json"
+    planned = run_sweep(
+        tmp_path,
+        *overrides,
+        "hydra.sweeper.plan.enabled=true",
+        f"hydra.sweeper.plan.json={plan_json}",
+    )
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    _, study = finished_sweep(tmp_path, "prior-only", *overrides)
+    prior = [t for t in study.trials if t.user_attrs.get(PRIOR_ATTR)]
+    start = [t for t in study.trials if t.user_attrs.get("baseline")]
+    assert len(start) == 1 and len(prior) >= 1
+    assert len(study.trials) == len(start) + len(prior)  # nothing drawn, although n_trials=6
+    assert not any(t.user_attrs.get("design") for t in study.trials)
+    numbers = json.loads(plan_json.read_text())
+    assert numbers["n_search"] == len(study.trials)
+    assert len(numbers["prior"]) == len(prior)
 
 
 def test_an_out_of_memory_trial_is_no_failure_and_rules_out_larger_micro_batches(tmp_path):
