@@ -22,7 +22,7 @@ import optuna
 from sweeper.masking import mask_secrets
 from sweeper.plan.calibration import PLAN_KEY_ATTR, STARTED_ATTR, plan_key
 from sweeper.plan.prepare import Prepared
-from sweeper.plan.prior import PRIOR_SAMPLERS, prior_points
+from sweeper.plan.prior import PRIOR_SAMPLERS, prior_points, prior_sampler_trials
 from sweeper.report.prior_text import point_text, prior_line
 from sweeper.search.design import latin_design
 from sweeper.settings import SweepSettings
@@ -109,7 +109,10 @@ def open_sweep_study(prepared: Prepared, sweep_dir: Path) -> Started:
         p.space, p.base, device_type=p.device.device_type, bf16=p.device.bf16_supported
     )
     if s.sampler == "prior":  # the starting config and the prior's points, nothing drawn
-        s = dataclasses.replace(s, n_trials=prior_trials(p, baseline, s.n_trials))
+        n = prior_sampler_trials(
+            p.space, p.ctx, start=baseline, enabled=s.prior, n_trials=s.n_trials
+        )
+        s = dataclasses.replace(s, n_trials=n)
     if (
         grid_points is None
         and baseline is not None
@@ -177,16 +180,6 @@ def queue_grid(study: optuna.Study, points: list[dict]) -> int:
     for p in fresh:
         study.enqueue_trial(p)
     return len(fresh)
-
-
-def prior_trials(prepared: Prepared, baseline: dict | None, n_trials: int) -> int:
-    """The prior sampler's trial count: the starting config (where it runs) and the prior's
-    points, at most `n_trials` where that is set."""
-    prior = prior_points(
-        prepared.space, prepared.ctx, start=baseline, enabled=prepared.settings.prior
-    )
-    count = (baseline is not None) + len(prior.points)
-    return min(n_trials, count) if n_trials > 0 else count
 
 
 def queue_prior(study: optuna.Study, prepared: Prepared, baseline: dict | None) -> list[dict]:

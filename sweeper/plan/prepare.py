@@ -27,11 +27,12 @@ from sweeper.plan.build import SWEEP_OVERHEAD_S, startup_lines
 from sweeper.plan.gpu_slots import assign_slots, visible_devices, visible_gpus
 from sweeper.plan.plan_device import DeviceFacts, device_facts, probe_device
 from sweeper.plan.preflight import check_micro_batches, check_trainer_keys
+from sweeper.plan.prior import prior_sampler_trials
 from sweeper.plan.scan import Scan, drop_dead_values, scan
 from sweeper.settings import SweepSettings, plan_software, replace_in
 from sweeper.space.constraints import SpaceContext, cpus_here
 from sweeper.space.overrides import hydra_quote
-from sweeper.space.search_space import SearchSpace, parse_space
+from sweeper.space.search_space import SearchSpace, baseline_params, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
 from train.core.cost import resolve_planned_steps
@@ -142,6 +143,9 @@ def prepare(
         log.info(line)
     check_wall_budget(s, found, capped=settings.budget.max_wall_s <= 0)
     check_trial_limits(s, found)
+    if s.sampler == "prior":  # refused here where it has no point, before any process starts
+        start = baseline_params(space, base, device_type=ctx.device_type, bf16=ctx.bf16_supported)
+        prior_sampler_trials(space, ctx, start=start, enabled=s.prior, n_trials=s.n_trials)
     if fork_trials and not s.plan.enabled:
         # trials run in this process's main thread: fork them from a preloaded zygote, whose
         # imports overlap the study's and the MLflow run's start. Only now: a request refused

@@ -90,6 +90,22 @@ class Prior:
     kind: PriorKind
 
 
+def prior_sampler_trials(
+    space: SearchSpace, ctx: SpaceContext, *, start: dict | None, enabled: bool, n_trials: int
+) -> int:
+    """The prior sampler's trial count: the starting config (`start`, where it runs) and the
+    prior's points, at most `n_trials` where that is set. ValueError where there is none (its
+    n_trials would be 0, no limit: a random search nobody asked for)."""
+    count = (start is not None) + len(prior_points(space, ctx, start=start, enabled=enabled).points)
+    if count == 0:
+        raise ValueError(
+            "hydra.sweeper.sampler=prior has no point to measure: the starting config is not in "
+            f"the space (or does not fit) and the prior has none (hydra.sweeper.prior="
+            f"{str(enabled).lower()}); use sampler=tpe, or a starting config the space holds"
+        )
+    return min(n_trials, count) if n_trials > 0 else count
+
+
 def prior_points(
     space: SearchSpace, ctx: SpaceContext, *, start: dict | None = None, enabled: bool = True
 ) -> Prior:

@@ -36,6 +36,11 @@ SWEEP_CASES = [
         ["hydra.sweeper.storage", "***"],
     ),
     ("hydra.sweeper.sampler=bogus", ["hydra.sweeper.sampler='bogus'", "tpe, random, grid"]),
+    # the prior sampler with nothing to measure: the start outside smoke's micro-batches, no prior
+    (
+        "search=smoke hydra.sweeper.sampler=prior hydra.sweeper.prior=false batch.micro_batch=2",
+        ["hydra.sweeper.sampler=prior has no point to measure", "use sampler=tpe"],
+    ),
     ("hydra.sweeper.pruner.kind=bogus", ["hydra.sweeper.pruner.kind='bogus'", "median"]),
     ("hydra.sweep.dir=/proc/nope", ["hydra.sweep.dir=/proc/nope", "writable"]),
     ("batch.micro_batch=3,5", ["batch.micro_batch=3,5", "1x32"]),
