@@ -151,6 +151,11 @@ def check_race(v: VerifyConf) -> None:
         raise ValueError(
             f"hydra.sweeper.verify.margin={v.margin}: use a share in [0, 0.5), e.g. 0.02"
         )
+    if not 0 < v.within <= 1:
+        raise ValueError(
+            f"hydra.sweeper.verify.within={v.within}: use a share in (0, 1], e.g. 0.8 (race "
+            "configs at most 20% slower than the best)"
+        )
 
 
 GUARD_MODES = ("auto", "on", "off")

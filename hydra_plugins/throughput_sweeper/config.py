@@ -116,6 +116,8 @@ class VerifyConf:
     order; a paired test then drops those proved slower than the leader."""
 
     top_k: int = 3  # configurations re-measured in fresh processes before a winner is named
+    # ... among those whose search value is within this share of the best (0.8: 20% slower)
+    within: float = 0.8
     repeats: int = 3  # rounds every contender runs before any is dropped
     max_rounds: int = 0  # the race stops here at the latest; 0 = repeats (fixed)
     confidence: float = 0.95  # confidence of each paired test

@@ -1,6 +1,6 @@
 """Verification: the search's contenders re-measured in fresh processes, and a typed winner.
 
-The top-k distinct configs within VERIFY_WITHIN of the best objective value, plus the starting
+The top-k distinct configs within verify.within of the best objective value, plus the starting
 config, raced in shuffled rounds with real full optimizer steps, never projected
 (sweeper/verify/race_rounds.py); the race's verdict (sweeper/verify/winner.py `race_verdict`) names
 the winner.
@@ -30,8 +30,6 @@ from sweeper.verify.winner import Candidate, Verdict, race_verdict
 from train.core.keys import THREADS
 
 log = logging.getLogger(__name__)
-
-VERIFY_WITHIN = 0.8  # verify only configs within 20% of the best objective value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,15 +72,17 @@ def find_baseline(study: optuna.Study, params: dict | None) -> FrozenTrial | Non
     return None
 
 
-def contenders(study: optuna.Study, top_k: int, *, maximize: bool) -> list[FrozenTrial]:
-    """The best `top_k` distinct configs that could still win on noise (within VERIFY_WITHIN
-    of the best objective value), best first."""
+def contenders(
+    study: optuna.Study, top_k: int, *, maximize: bool, within: float = 0.8
+) -> list[FrozenTrial]:
+    """The best `top_k` distinct configs that could still win on noise (within `within` of the
+    best objective value: verify.within), best first."""
     complete = list(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
     complete.sort(key=lambda t: t.value, reverse=maximize)
     best = complete[0].value
     top, seen = [], set()
     for t in complete:
-        if not (t.value >= VERIFY_WITHIN * best if maximize else t.value * VERIFY_WITHIN <= best):
+        if not (t.value >= within * best if maximize else t.value * within <= best):
             continue
         key = json.dumps(t.params, sort_keys=True, default=str)
         if key not in seen:
@@ -137,7 +137,8 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
     whatever its search rank, so the report compares like with like (the same rounds, the same
     real full steps). Logs who races and for how many rounds."""
     maximize = direction(ctx.objective) == "maximize"
-    top = contenders(ctx.study, ctx.settings.verify.top_k, maximize=maximize)
+    v = ctx.settings.verify
+    top = contenders(ctx.study, v.top_k, maximize=maximize, within=v.within)
     start_added = base_trial is not None and all(t.number != base_trial.number for t in top)
     if start_added:
         top.append(base_trial)
@@ -149,15 +150,14 @@ def race_entrants(ctx: SweepContext, base_trial: FrozenTrial | None) -> dict[int
         which = f"the top {len(cands)}, the starting config among them"
     else:
         which = f"the top {len(cands)}"
-    rules = ctx.settings.verify
     log.info(
         "verifying %d config%s (%s) in a race of %d to %d rounds: each round runs every survivor "
         "once, in a shuffled order, with real full optimizer steps (never projected)",
         len(cands),
         "s" if len(cands) != 1 else "",
         which,
-        rules.repeats,
-        rules.last_round,
+        v.repeats,
+        v.last_round,
     )
     return cands
 

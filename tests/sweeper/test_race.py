@@ -148,6 +148,8 @@ def test_round_order_is_a_shuffle_fixed_by_seed_and_round() -> None:
         ({"repeats": 4, "max_rounds": 3}, "verify.max_rounds=3 is below verify.repeats=4"),
         ({"confidence": 1.0}, r"verify.confidence=1.0: use a value in \[0.5, 1\)"),
         ({"margin": -0.1}, r"verify.margin=-0.1: use a share in \[0, 0.5\)"),
+        ({"within": 0.0}, r"verify.within=0.0: use a share in \(0, 1\]"),
+        ({"within": 1.5}, r"verify.within=1.5: use a share in \(0, 1\]"),
     ],
 )
 def test_rules_refuse_a_race_that_cannot_run(rules, match) -> None:
