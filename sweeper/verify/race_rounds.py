@@ -8,7 +8,9 @@ after each round whether the race is over.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from sweeper.tracking.protocol import TrialLog
 from sweeper.verify.race_rules import Standing, judge, lead, round_order, speed
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate
+from train.core.disk_full import free_bytes
 from train.core.evidence import RACE_ATTR
 from train.core.result import RESULT_NAME, read_result
 
@@ -163,6 +166,25 @@ def _run_round(
         record.results[n].append(result)
     record.stored.append(stored)
     ctx.study.set_user_attr(RACE_ATTR, {"contenders": record.contenders, "rounds": record.stored})
+
+
+# a race's folder with less room than this is full: its runs failed for want of space
+FULL_DISK_BYTES = 1 << 20
+
+
+def stop_if_disk_full(record: RaceRecord) -> None:
+    """Where every run of the race failed and the disk holding their folders is full, raise
+    the full disk (OSError ENOSPC naming the folders' parent, the sweep dir), which the sweep
+    ends with in one line (sweeper/engine.py): the runs failed for want of room, not for their
+    configs. Returns otherwise."""
+    for stored_round in record.stored:
+        for run in stored_round.values():
+            if not run or not run.get("job_dir"):
+                continue
+            folder = Path(run["job_dir"]).parent
+            free = free_bytes(folder)
+            if free is not None and free < FULL_DISK_BYTES:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
 
 
 def lead_over_start(

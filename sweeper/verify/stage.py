@@ -23,7 +23,7 @@ from sweeper.launch.threads import uncapped
 from sweeper.study.objective import direction
 from sweeper.study.optuna_study import trial_result
 from sweeper.verify.guard import guard_entrants
-from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race
+from sweeper.verify.race_rounds import RaceRecord, lead_over_start, run_race, stop_if_disk_full
 from sweeper.verify.race_rules import Standing
 from sweeper.verify.race_stats import Comparison
 from sweeper.verify.winner import Candidate, Verdict, race_verdict
@@ -113,6 +113,7 @@ def verify(ctx: SweepContext, *, baseline: dict | None) -> Verification:
     record, standing = run_race(cands, ctx)
     results = {n: [r for r in record.results[n] if r is not None] for n in cands}
     if standing.outcome is None:
+        stop_if_disk_full(record)  # a full disk is said as one, not as failed runs
         log.error("every verification run failed: no winner is exported")
         return Verification(rows=[], results=results, winner=None, notes=guard.notes)
     number, verdict, lead = _judge(ctx, cands, record, standing, start=start)

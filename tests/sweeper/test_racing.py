@@ -93,3 +93,28 @@ def test_a_race_stopped_midway_resumes_from_the_stored_rounds(tmp_path: Path) ->
     assert record.rounds == standing.rounds and standing.finished
     assert len(jobs.rounds) == record.rounds - 2  # rounds 1 and 2 were not run again
     assert all(len(c.values) == record.rounds for c in cands.values())  # stored values count
+
+
+@pytest.mark.parametrize(("free", "stops"), [(0, True), (512 * 1024, True), (10 << 30, False)])
+def test_a_race_whose_runs_all_failed_on_a_full_disk_ends_as_a_full_disk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, free: int, stops: bool
+) -> None:
+    """Every run failed and the disk holding their folders is full: the sweep's one line is the
+    full disk (naming the sweep dir and hydra.sweep.dir), not "every verification run failed"."""
+    from sweeper.launch.disk_full import disk_full_line
+    from sweeper.verify import race_rounds
+    from sweeper.verify.race_rounds import RaceRecord, stop_if_disk_full
+
+    sweep_dir = tmp_path / "sweep"
+    record = RaceRecord(contenders=[3], values={3: [None]})
+    record.stored = [{"3": {"value": None, "job_dir": str(sweep_dir / "7")}}]
+    monkeypatch.setattr(race_rounds, "free_bytes", lambda folder: free)
+    if not stops:
+        stop_if_disk_full(record)  # room there: the runs failed for another reason
+        return
+    with pytest.raises(OSError) as err:
+        stop_if_disk_full(record)
+    line = disk_full_line(err.value, sweep_dir=sweep_dir, storage=None, resume=None)
+    assert line is not None
+    assert line.startswith(f"disk full: no space left on device writing {sweep_dir} (")
+    assert "point hydra.sweep.dir at a disk with room" in line
