@@ -59,7 +59,8 @@ class Started:
     study: optuna.Study
     study_name: str
     storage: str
-    settings: SweepSettings  # a grid's n_trials is its number of points, the prior sampler's its
+    # n_trials: a grid's is its number of points; the prior sampler's, the start and the prior's
+    settings: SweepSettings
     baseline: dict | None  # the starting config's point, when the space holds it
 
 
