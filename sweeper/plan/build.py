@@ -26,6 +26,7 @@ from sweeper.space.limits import forecast_point, race_run_forecast
 from sweeper.space.memory import predict
 from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace, baseline_params
+from sweeper.study.optuna_study import LISTED_SAMPLERS
 from train.core.flops import flops_per_token, gpt2_num_params
 from train.core.keys import (
     BIAS,
@@ -194,7 +195,7 @@ def _search_trials(settings: SweepSettings, found: Scan, *, queued: int) -> int 
     `queued` points (the starting config and the prior's); None where no trial limit is set and
     the wall budget ends the search."""
     n_trials = settings.n_trials
-    if settings.sampler in ("grid", "prior"):
+    if settings.sampler in LISTED_SAMPLERS:
         count = found.kept if settings.sampler == "grid" else queued
         return min(n_trials, count) if n_trials > 0 else count
     return n_trials if n_trials > 0 else None

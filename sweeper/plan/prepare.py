@@ -35,6 +35,7 @@ from sweeper.space.overrides import hydra_quote
 from sweeper.space.search_space import SearchSpace, baseline_params, parse_space
 from sweeper.study.budget import wall_budget_error
 from sweeper.study.objective import ObjectiveConfig
+from sweeper.study.optuna_study import LISTED_SAMPLERS
 from train.core.cost import resolve_planned_steps
 from train.core.keys import BLOCK_SIZE, MODEL_NAME, NPROC, TOKENS_PER_STEP, TRIAL_SAVE_RECORD
 from train.core.progress import HEARTBEAT_S
@@ -311,7 +312,7 @@ def gpu_settings(s: SweepSettings) -> SweepSettings:
     the space's checkpoint.* knobs left out where gpu.search_checkpoints is false (priced from
     one measured save)."""
     changes: dict[str, int] = {}
-    if s.gpu.n_trials > 0 and s.sampler not in ("grid", "prior"):
+    if s.gpu.n_trials > 0 and s.sampler not in LISTED_SAMPLERS:
         changes["n_trials"] = s.gpu.n_trials
     if s.gpu.verify_top_k > 0:
         changes["verify.top_k"] = s.gpu.verify_top_k

@@ -24,7 +24,12 @@ from optuna.trial import TrialState
 
 from sweeper.settings import SweepSettings
 from sweeper.study.eta import Eta, estimate
-from sweeper.study.optuna_study import count_finished, own_outcomes, running_trials
+from sweeper.study.optuna_study import (
+    LISTED_SAMPLERS,
+    count_finished,
+    own_outcomes,
+    running_trials,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +64,11 @@ def wall_budget_error(
     )
 
 
-def trials_spent(study: optuna.Study, *, grid: bool) -> int:
+def trials_spent(study: optuna.Study, *, listed: bool) -> int:
     """Trials charged to n_trials: excluded points ran nothing and cost none, except in a grid or
-    under the prior sampler (`grid`), whose budget is its list of points."""
+    under the prior sampler (`listed`: LISTED_SAMPLERS), whose budget is its list of points."""
     done = count_finished(study)
-    if grid:
+    if listed:
         return done
     excluded = sum(t.user_attrs.get("failure_kind") == "excluded" for t in own_outcomes(study))
     return done - excluded
@@ -73,7 +78,7 @@ def resume_line(study: optuna.Study, settings: SweepSettings) -> str | None:
     """What the search of a study that already holds trials does next, in one line (None for a
     new study). Only the trial budget carries over: a wall budget is this run's, so a study whose
     search a wall budget ended searches on until its n_trials are spent."""
-    spent = trials_spent(study, grid=settings.sampler in ("grid", "prior"))
+    spent = trials_spent(study, listed=settings.sampler in LISTED_SAMPLERS)
     if spent == 0:
         return None
     n = settings.n_trials
@@ -157,7 +162,7 @@ class Budget:
 
     def spent(self, study: optuna.Study) -> int:
         """Trials charged to n_trials (`trials_spent`)."""
-        return trials_spent(study, grid=self.settings.sampler in ("grid", "prior"))
+        return trials_spent(study, listed=self.settings.sampler in LISTED_SAMPLERS)
 
     @staticmethod
     def median_trial_s(study: optuna.Study) -> float | None:

@@ -37,6 +37,8 @@ FAILURE_ATTRS = ("failure_kind", "failure_reason")
 DUPLICATE_ATTR = "duplicate_of"  # trial number whose outcome a re-proposed point reuses
 POLISH_ATTR = "polish_of"  # the best trial whose one-knob neighbour this queued point is
 SAMPLERS = ("tpe", "random", "grid", "prior")
+# samplers whose n_trials is their list of points (a grid's feasible points; the start and prior's)
+LISTED_SAMPLERS = ("grid", "prior")
 PRUNERS = ("median", "percentile", "none")
 
 

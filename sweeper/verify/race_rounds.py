@@ -177,14 +177,16 @@ def stop_if_disk_full(record: RaceRecord) -> None:
     the full disk (OSError ENOSPC naming the folders' parent, the sweep dir), which the sweep
     ends with in one line (sweeper/engine.py): the runs failed for want of room, not for their
     configs. Returns otherwise."""
-    for stored_round in record.stored:
-        for run in stored_round.values():
-            if not run or not run.get("job_dir"):
-                continue
-            folder = Path(run["job_dir"]).parent
-            free = free_bytes(folder)
-            if free is not None and free < FULL_DISK_BYTES:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
+    folders = {
+        Path(run["job_dir"]).parent
+        for stored_round in record.stored
+        for run in stored_round.values()
+        if run and run.get("job_dir")
+    }
+    for folder in sorted(folders):
+        free = free_bytes(folder)
+        if free is not None and free < FULL_DISK_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
 
 
 def lead_over_start(

@@ -73,7 +73,7 @@ def find_baseline(study: optuna.Study, params: dict | None) -> FrozenTrial | Non
 
 
 def contenders(
-    study: optuna.Study, top_k: int, *, maximize: bool, within: float = 0.8
+    study: optuna.Study, top_k: int, *, maximize: bool, within: float
 ) -> list[FrozenTrial]:
     """The best `top_k` distinct configs that could still win on noise (within `within` of the
     best objective value: verify.within), best first."""
