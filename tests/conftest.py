@@ -23,6 +23,15 @@ from train.core import hooks
 # and inherited by every trial process a test starts
 hooks.enable()
 
+# The suite's processes take Ctrl-C as a terminal's foreground process does, however the suite was
+# started. A shell without job control starts a background command (`cmd &`, as a CI runner or a
+# script may start the suite) with SIGINT ignored; exec keeps an ignored signal ignored, so every
+# sweep and trainer a test starts would ignore the SIGINT the interrupt tests send (each ended as
+# if never stopped, exit 0). A handled signal is reset to its default across exec, so handling it
+# here gives every child the default, which Python turns into KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_DIR / "conf"
 
