@@ -25,6 +25,17 @@ OVERRIDES = [
 ]
 
 
+def test_a_sweep_the_suite_starts_takes_ctrl_c_however_the_suite_was_started() -> None:
+    """A suite started with SIGINT ignored (a background command of a shell without job
+    control) would start every sweep with it ignored: the tests below would send Ctrl-C to a
+    sweep that cannot hear it. tests/conftest.py handles SIGINT so that children get the default."""
+    import sys
+
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    said = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert said.stdout.strip() == "True"
+
+
 def _a_trial_runs(cwd) -> bool:
     if not (cwd / "sweeps" / "optuna.db").exists():
         return False
