@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.forecast.costs import AUTOTUNE_FACTOR, compile_s, costs_for, setup_s
+from sweeper.forecast.costs import (
+    AUTOTUNE_FACTOR,
+    ProcessCosts,
+    compile_s,
+    costs_for,
+    setup_s,
+)
 from train.core.config import TrialConfig
 from train.core.keys import (
     CHECKPOINT_EVERY,
@@ -94,6 +100,29 @@ def is_float8(cfg: Mapping[str, Any]) -> bool:
     return str(cfg.get(FLOAT8) or "none") != "none"
 
 
+def _compile_s(
+    cfg: Mapping[str, Any], costs: ProcessCosts, *, n_layer: int, scale: float, warm: bool
+) -> float:
+    """The compile seconds of one trial of `cfg`: the expectation (`scale` 1; from the cache
+    when `warm`), or a limit's allowance, never below the generic one and sized by the whole
+    depth whatever the compile unit (a limit errs long: a block compile that ran long is still a
+    measurement)."""
+    mode = str(cfg.get(COMPILE) or "none")
+    expected = compile_s(
+        costs,
+        mode=mode,
+        n_layer=n_layer,
+        float8=is_float8(cfg),
+        warm=warm and scale == 1,
+        unit=str(cfg.get(COMPILE_UNIT) or "model"),
+    )
+    if scale > 1 and mode != "none":
+        autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
+        generic = max(COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer)
+        return max(scale * expected, autotune * generic)
+    return expected
+
+
 def trial_time(
     cfg: Mapping[str, Any],
     full_step_s: float,
@@ -148,27 +177,12 @@ def trial_time(
         saves = 1 if scale > 1 else 0
     save_s = save_seconds(num_params)
     costs = costs_for(device_name if device_type == "cuda" else "")
-    mode = str(cfg.get(COMPILE) or "none")
-    expected_compile = compile_s(
-        costs,
-        mode=mode,
-        n_layer=n_layer,
-        float8=is_float8(cfg),
-        warm=warm and scale == 1,
-        unit=str(cfg.get(COMPILE_UNIT) or "model"),
-    )
-    # the limit's allowance: never below the generic one, sized by the whole depth whatever the
-    # compile unit (a limit errs long: a block compile that ran long is still a measurement)
-    if scale > 1 and mode != "none":
-        autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
-        generic = max(COMPILE_ALLOWANCE_MIN_S, COMPILE_ALLOWANCE_PER_LAYER_S * n_layer)
-        expected_compile = max(scale * expected_compile, autotune * generic)
     # trial.seeds > 1 trains the curve again from each next seed in this process: its warm-up
     # and window again, not its set-up or compile (train/trial/seeds.py)
     seeds = int(cfg.get(TRIAL_SEEDS) or 1)
     return TrialTime(
         setup_s=scale * setup_s(costs, device_type=device_type, n_layer=n_layer),
-        compile_s=expected_compile,
+        compile_s=_compile_s(cfg, costs, n_layer=n_layer, scale=scale, warm=warm),
         warmup_s=seeds * warmup_steps * short_s,
         window_s=seeds * n * step_s + extra * step_s,
         checkpoint_s=scale * saves * save_s,
