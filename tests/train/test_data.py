@@ -374,6 +374,68 @@ def test_the_missing_data_hint_names_the_real_corpus_script(tmp_path, fmt, scrip
     assert f"--out {root.resolve()}" not in str(err.value)
 
 
+def test_a_folder_being_generated_is_waited_for_not_refused(tmp_path, caplog):
+    """Parallel trials start on the same absent folder: one generates, and another that looks
+    while it writes (train.bin there, no meta.json yet) waits for it and uses its files. Without
+    the generator's lock it refused the half-made folder as a user's ('token file(s) missing'):
+    seen in a two-at-a-time submitit sweep."""
+    import threading
+
+    from train.core.first_record import locked
+
+    made = tmp_path / "made" / "synthetic"
+    generate(made, num_tokens=5000)
+    root = tmp_path / "data" / "synthetic"
+    root.mkdir(parents=True)
+    outcome: dict[str, object] = {}
+
+    def trial() -> None:
+        try:
+            outcome["dir"] = ensure_dataset(DataConfig(dir=str(root)))
+        except ValueError as exc:
+            outcome["error"] = exc
+
+    with locked(root.parent / ".synthetic"):  # the first trial, writing
+        (root / "train.bin").write_bytes((made / "train.bin").read_bytes())
+        waiting = threading.Thread(target=trial)
+        with caplog.at_level("INFO", logger="train.data.synthetic"):
+            waiting.start()
+            waiting.join(timeout=1.0)  # long enough to look at the half-made folder
+            for name in ("val.bin", "meta.json"):
+                (root / name).write_bytes((made / name).read_bytes())
+    waiting.join(timeout=30)
+    assert outcome == {"dir": root.resolve()}
+    assert "generated synthetic dataset" not in caplog.text  # the first one's files, as made
+    assert (root / "train.bin").read_bytes() == (made / "train.bin").read_bytes()
+
+
+def test_parallel_processes_on_an_absent_folder_all_get_one_data_set(tmp_path):
+    """Four trials started together on an absent folder, a little apart: the first generates
+    under the lock, the others wait on it and find its files (exit 1: a refusal)."""
+    import multiprocessing
+
+    root = tmp_path / "synthetic"
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(4)
+
+    def trial(late_s: float) -> None:
+        start.wait()
+        time.sleep(late_s)
+        try:
+            ensure_dataset(DataConfig(dir=str(root)))
+        except ValueError:
+            os._exit(1)
+
+    procs = [ctx.Process(target=trial, args=(0.05 * i,)) for i in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+    assert [proc.exitcode for proc in procs] == [0, 0, 0, 0]
+    meta = json.loads((root / "meta.json").read_text())
+    assert os.path.getsize(root / "train.bin") == 2 * meta["train_tokens"]
+
+
 def test_a_generated_folder_holds_nanogpt_meta_pkl(tmp_path):
     root = tmp_path / "synthetic"
     generate(root, num_tokens=5000, id_space=1024, num_active=512)
@@ -394,6 +456,9 @@ def test_a_generated_folder_holds_nanogpt_meta_pkl(tmp_path):
         ("synthetic", {"meta.json": json.dumps({"generator": "theirs"})}, False),
         ("synthetic", {"meta.json": "not json"}, False),
         ("synthetic", {"readme.txt": "x"}, False),
+        # a generation killed before its meta.json leaves only its temporary files
+        ("synthetic", {".train.bin.k2j4x.tmp": "x"}, True),
+        ("synthetic", {".train.bin.k2j4x.tmp": "x", "train.bin": "x"}, False),
         ("openwebtext", None, False),
         ("openwebtext", {}, False),
     ],

@@ -21,6 +21,7 @@ Chains are simulated in parallel, one per document, so making 4M tokens takes we
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -32,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from train.core.paths import check_folder_target
+from train.core.first_record import locked
+from train.core.paths import check_folder_target, folder_problem
 from train.data.dataset import DataConfig
 
 log = logging.getLogger(__name__)
@@ -184,9 +186,9 @@ def add_missing_nanogpt_meta(root: Path) -> None:
 
 
 def may_generate_into(path: Path) -> bool:
-    """The rule for generating unasked: the folder is named "synthetic" AND it is absent, empty,
-    or holds a meta.json written by this module. A user's folder that merely lacks files is never
-    written into."""
+    """The rule for generating unasked: the folder is named "synthetic" AND it is absent, empty
+    (but for this module's temporary files), or holds a meta.json written by this module. A
+    user's folder that merely lacks files is never written into."""
     if path.name != SYNTHETIC_DIR_NAME:
         return False
     if not path.exists():
@@ -199,7 +201,13 @@ def may_generate_into(path: Path) -> bool:
             return json.loads(meta.read_text()).get("generator") == GENERATOR
         except (OSError, ValueError):
             return False
-    return not any(path.iterdir())
+    # empty but for the temporary files of a generation that was killed before its meta.json
+    return all(_is_partial(p) for p in path.iterdir())
+
+
+def _is_partial(path: Path) -> bool:
+    """A temporary file of `_write_atomic` (`.<name>.<random>.tmp`): this module's own."""
+    return path.name.startswith(".") and path.name.endswith(".tmp")
 
 
 def check_token_paths(root: Path, paths: tuple[Path, Path]) -> None:
@@ -229,17 +237,20 @@ def ensure_dataset(cfg: DataConfig) -> Path:
             add_missing_nanogpt_meta(root)
         return root
     # only into the folder itself: a token path that leads elsewhere is the user's, not ours
-    if cfg.generate_if_missing and may_generate_into(root) and all(p.parent == root for p in paths):
-        check_folder_target("data.dir", root)
-        meta = generate(root, train_file=cfg.train_file, val_file=cfg.val_file)
-        log.info(
-            "generated synthetic dataset in %s (%d train / %d val tokens, entropy %.2f nats/token)",
-            root,
-            meta["train_tokens"],
-            meta["val_tokens"],
-            meta["entropy_rate_nats"],
-        )
-        return root
+    if cfg.generate_if_missing and all(p.parent == root for p in paths):
+        # Parallel trials of a sweep start on the same absent folder: one generates, the others
+        # wait for it and then find its files (unlocked, one that looked while the first wrote
+        # saw a half-made folder, no meta.json yet, and refused it as a user's). The lock file,
+        # `.synthetic.lock`, goes beside the folder where that can be written.
+        writable = root.name == SYNTHETIC_DIR_NAME and folder_problem(root.parent) is None
+        with locked(root.parent / f".{root.name}") if writable else contextlib.nullcontext():
+            missing = [p for p in paths if not p.is_file()]
+            if not missing:
+                return root
+            if may_generate_into(root):
+                check_folder_target("data.dir", root)
+                _generate_logged(root, cfg)
+                return root
     why = (
         "data.generate_if_missing is false"
         if not cfg.generate_if_missing
@@ -248,6 +259,17 @@ def ensure_dataset(cfg: DataConfig) -> Path:
     )
     files = ", ".join(map(str, missing))
     raise ValueError(f"token file(s) missing: {files} ({why}); {missing_data_hint(cfg, root)}")
+
+
+def _generate_logged(root: Path, cfg: DataConfig) -> None:
+    meta = generate(root, train_file=cfg.train_file, val_file=cfg.val_file)
+    log.info(
+        "generated synthetic dataset in %s (%d train / %d val tokens, entropy %.2f nats/token)",
+        root,
+        meta["train_tokens"],
+        meta["val_tokens"],
+        meta["entropy_rate_nats"],
+    )
 
 
 def missing_data_hint(cfg: DataConfig, root: Path) -> str:
