@@ -102,8 +102,8 @@ def test_event_clock_reads_device_time_after_the_steps_one_sync() -> None:
 
 
 def test_event_clock_carves_the_exposed_all_reduce_and_pools_each_event_once() -> None:
-    """A data-parallel micro-batch: 30 ms of backward, the last bucket ready (the comm hook's
-    event), then 12 ms more until the all-reduce is done; the shared event is pooled once."""
+    """A data-parallel micro-batch: 30 ms of backward, the last gradient ready (the comms
+    mark's event), then 12 ms more until the all-reduce is done; the shared event is pooled once."""
     gpu = FakeGpu()
     clock = EventPhaseClock(new_event=gpu.event)
     for _ in range(2):

@@ -43,8 +43,8 @@ class _SpanClock:
         """Called once per mark after its spans have been read (the event clock pools events)."""
 
     def mark(self) -> Any:
-        """A mark taken now, outside any phase, for `carve` (a DDP comm hook takes one when a
-        gradient bucket is ready)."""
+        """A mark taken now, outside any phase, for `carve` (data-parallel runs take one as each
+        gradient is accumulated, train/run/distributed.py)."""
         return self._mark()
 
     def discard(self, mark: Any) -> None:

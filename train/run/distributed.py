@@ -8,15 +8,20 @@ checkpoints. A collective that waits longer than `ddp.timeout_s` raises, so a hu
 ends the run with a reason.
 
 Exposed communication: DDP overlaps each bucket's all-reduce with the rest of the backward, so
-the time a step loses to communication is what is left after the last bucket is ready. The comm
-hook (`ExposedComms.hook`, DDP's own all-reduce hook with a mark before it) marks that moment on
-the step's clock (a host time on a CPU, a CUDA event on the compute stream on a GPU), and the
-trainer charges the rest of the backward to the `comms` phase (train/core/meters.py `carve`).
+the time a step loses to communication is what is left after the last bucket is ready, which is
+when the last gradient has been accumulated. `ExposedComms` marks that moment on the step's clock
+(a host time on a CPU, a CUDA event on the compute stream on a GPU) from a hook on each
+parameter's gradient accumulation, and the trainer charges the rest of the backward to the
+`comms` phase (train/core/meters.py `carve`). DDP keeps its own C++ all-reduce: a Python comm
+hook's future callback is released on gloo's worker thread, which then needs the GIL, and a
+DDP model freed after its process group deadlocked there (the process group's destructor, GIL
+held, joined that worker).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -93,57 +98,59 @@ def destroy_process_group() -> None:
 
 
 class ExposedComms:
-    """The DDP comm hook that marks when each gradient bucket is ready on the armed clock.
+    """Marks, on the armed clock, when each parameter's gradient of a backward is accumulated.
 
-    `arm(clock)` before the micro-batch whose backward all-reduces; the hook keeps the latest
-    mark (the last bucket's); `carve()` after the backward splits the clock's latest span there
-    and charges the rest to `comms`. Outside an armed micro-batch the hook only all-reduces.
+    `arm(clock)` after the forward of the micro-batch whose backward all-reduces (hooks on the
+    parameters for that backward only; the compiled forward never sees them); the latest mark
+    (the last gradient's, which completes DDP's last bucket) is kept; `carve()` after the
+    backward removes the hooks, splits the clock's latest span there and charges the rest to
+    `comms`. Unarmed, nothing is hooked and DDP all-reduces as it always does.
     """
 
-    def __init__(self) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        self._allreduce = default_hooks.allreduce_hook  # looked up once, not per bucket
+    def __init__(self, params: Iterable[nn.Parameter]) -> None:
+        self._params = [p for p in params if p.requires_grad]
+        self._handles: list[Any] = []
         self._clock: Any = None
         self._mark: Any = None
-        self.buckets = 0  # buckets seen in the armed micro-batch
+        self.grads = 0  # gradients accumulated in the armed backward
 
     def arm(self, clock: Any) -> None:
-        self._clock, self._mark, self.buckets = clock, None, 0
+        self._remove_hooks()
+        self._clock, self._mark, self.grads = clock, None, 0
+        self._handles = [p.register_post_accumulate_grad_hook(self._ready) for p in self._params]
 
-    def hook(self, state, bucket):
-        """Mark the bucket ready, then DDP's default all-reduce (averaged over the ranks)."""
-        if self._clock is not None:
-            mark = self._clock.mark()
-            if self._mark is not None:
-                self._clock.discard(self._mark)
-            self._mark, self.buckets = mark, self.buckets + 1
-        return self._allreduce(state, bucket)
+    def _ready(self, _param: nn.Parameter) -> None:
+        mark = self._clock.mark()
+        if self._mark is not None:
+            self._clock.discard(self._mark)
+        self._mark, self.grads = mark, self.grads + 1
+
+    def _remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     def carve(self) -> None:
-        """Charge the armed micro-batch's time after its last bucket was ready to `comms`."""
+        """Charge the armed backward's time after its last gradient was ready to `comms`."""
+        self._remove_hooks()
         clock, mark = self._clock, self._mark
         self._clock = self._mark = None
         if clock is not None and mark is not None:
             clock.carve(mark, into="comms")
 
 
-def wrap_ddp(
-    model: nn.Module, *, device: torch.device, cfg: DdpConfig, comms: ExposedComms
-) -> nn.Module:
-    """`model` (or its torch.compile wrapper) as a DDP replica with the ddp.* knobs and the
-    timing comm hook (DDP's own all-reduce, averaged over the ranks)."""
+def wrap_ddp(model: nn.Module, *, device: torch.device, cfg: DdpConfig) -> nn.Module:
+    """`model` (or its torch.compile wrapper) as a DDP replica with the ddp.* knobs; DDP's own
+    all-reduce averages the gradients over the ranks."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(
+    return DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=cfg.bucket_cap_mb,
         gradient_as_bucket_view=cfg.gradient_as_bucket_view,
         static_graph=cfg.static_graph,
     )
-    ddp.register_comm_hook(None, comms.hook)
-    return ddp
 
 
 def no_sync(model: nn.Module, sync: bool) -> AbstractContextManager[Any]:

@@ -72,7 +72,7 @@ class Session:
     flops_per_token: float
     tokens_per_step: int  # the global figure: micro_batch x grad_accum x block_size x world
     rank: Rank = field(default_factory=Rank)
-    comms: ExposedComms | None = None  # the DDP comm hook's clock marks (data-parallel only)
+    comms: ExposedComms | None = None  # marks the last gradient on the clock (data-parallel)
     # runtime.float8's conversion (train/model/float8.py float8_report); None = bf16 matmuls
     float8: dict | None = None
 
@@ -198,8 +198,8 @@ def build_session(
     raw_model, model, optimizer, fused = build_model(cfg, device)
     comms = None
     if rank.world > 1:
-        comms = ExposedComms()
-        model = wrap_ddp(model, device=device, cfg=cfg.ddp, comms=comms)
+        comms = ExposedComms(raw_model.parameters())
+        model = wrap_ddp(model, device=device, cfg=cfg.ddp)
     mc = cfg.model
     # probed after the optimizer is built: neither consumes the seeded RNG, so the order is free
     backend = probe_backend(
@@ -364,12 +364,12 @@ def train_step(
         sync = i == accum - 1
         with clock.phase("data_wait"):
             x, y, _ = s.batches.next_batch()
-        if s.comms is not None and sync:
-            s.comms.arm(clock)
         with clock.phase("compute"), no_sync(s.model, sync):
             with amp:  # the model applies its SDPA backend itself (train/model/gpt.py)
                 _, loss = s.model(x, y)
                 loss = loss / accum  # the mean over the step, as one large batch would give
+            if s.comms is not None and sync:
+                s.comms.arm(clock)
             s.scaler.scale(loss).backward()
             total += loss.detach()
         if s.comms is not None and sync:

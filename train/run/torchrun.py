@@ -75,7 +75,7 @@ def root_failure(failures: Mapping[int, int], written: Mapping[int, float]) -> R
     A rank killed outright (a signal other than the launcher's SIGTERM, no record written: the
     OS's SIGKILL, a SIGSEGV) is the cause: its peers only saw it vanish. Else the rank that wrote
     its record first: a peer's "connection closed" follows the rank that crashed, even when that
-    peer then aborts (gloo raises SIGABRT from a failed comm hook). Else the first rank that
+    peer then aborts (gloo raises SIGABRT from a failed all-reduce). Else the first rank that
     failed on its own (exit code > 0)."""
     if not failures:
         raise ValueError("no failed rank to choose from")
