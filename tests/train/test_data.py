@@ -436,6 +436,26 @@ def test_parallel_processes_on_an_absent_folder_all_get_one_data_set(tmp_path):
     assert os.path.getsize(root / "train.bin") == 2 * meta["train_tokens"]
 
 
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(lambda lock, tmp: lock.mkdir(), id="folder"),
+        pytest.param(lambda lock, tmp: lock.symlink_to(tmp / "elsewhere"), id="link"),
+        pytest.param(lambda lock, tmp: os.mkfifo(lock), id="pipe"),
+    ],
+)
+def test_something_planted_at_the_generators_lock_is_refused_in_one_line(tmp_path, plant):
+    """The lock beside an absent synthetic folder is taken as it is found: a folder there was an
+    IsADirectoryError traceback, a link was followed to create a file elsewhere."""
+    root = tmp_path / "data" / "synthetic"
+    root.parent.mkdir()
+    lock = root.parent / ".synthetic.lock"
+    plant(lock, tmp_path)
+    with pytest.raises(ValueError, match=rf"lock file {re.escape(str(lock))} is unusable: remove"):
+        ensure_dataset(DataConfig(dir=str(root)))
+    assert not (tmp_path / "elsewhere").exists() and not root.exists()
+
+
 def test_a_generated_folder_holds_nanogpt_meta_pkl(tmp_path):
     root = tmp_path / "synthetic"
     generate(root, num_tokens=5000, id_space=1024, num_active=512)

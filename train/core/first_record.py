@@ -11,18 +11,30 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 VERSION = 1
+_LOCK_FIX = (
+    "lock file {lock} is unusable: remove what is there (a regular file is made in its place)"
+)
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold the record's lock (a `.lock` file beside it) for a read-then-write."""
+    """Hold the record's lock (a `.lock` file beside it) for a read-then-write. Anything but a
+    regular file there (a folder, a link, a pipe someone left) is refused in one line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = f"{path}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        raise ValueError(f"{_LOCK_FIX.format(lock=lock)} ({e.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(_LOCK_FIX.format(lock=lock) + " (not a regular file)")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
