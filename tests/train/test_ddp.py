@@ -156,11 +156,9 @@ from train.run.distributed import ExposedComms, wrap_ddp
 dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1], 1), rank=0, world_size=1)
 for _ in range(int(sys.argv[2])):
     net = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
-    comms = ExposedComms(net.parameters())
     model = wrap_ddp(net, device=torch.device("cpu"), cfg=DdpConfig(bucket_cap_mb=0.01))
-    clock = PhaseClock()
-    with clock.phase("compute"):
-        loss = model(torch.randn(4, 64)).sum()
+    comms, loss = ExposedComms(net.parameters()), model(torch.randn(4, 64)).sum()
+    with (clock := PhaseClock()).phase("compute"):
         comms.arm(clock)
         loss.backward()
     comms.carve()
