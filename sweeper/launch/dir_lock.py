@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from sweeper.launch.log_routing import SWEEP_LOG_NAME
+from train.core.first_record import open_lock_file
 
 LOCK_NAME = ".sweep.lock"
 
@@ -52,7 +53,7 @@ def lock_sweep_dir(sweep_dir: Path) -> SweepDirLock:
     created = [d for d in (sweep_dir, *sweep_dir.parents) if not d.exists()]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     path = sweep_dir / LOCK_NAME
-    handle = path.open("a+", encoding="utf-8")
+    handle = os.fdopen(open_lock_file(path), "r+", encoding="utf-8")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -366,6 +367,28 @@ def test_every_planted_trial_fault_is_recorded_and_the_sweep_goes_on(tmp_path: P
     assert "\n" not in reason and "checkpoint.dir=<a disk with room>" in reason
     (sweep_dir,) = sweep_dirs(tmp_path)
     assert (sweep_dir / "best.yaml").is_file()
+
+
+def test_a_link_or_folder_planted_at_a_sweep_folders_lock_is_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    """The sweep writes its holder's line into its lock: through a link planted there it truncated
+    and overwrote the file the link pointed at; a folder there was an IsADirectoryError."""
+    from sweeper.launch.dir_lock import LOCK_NAME, lock_sweep_dir
+
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    linked, folder = tmp_path / "linked", tmp_path / "folder"
+    linked.mkdir()
+    (linked / LOCK_NAME).symlink_to(target)
+    (folder / LOCK_NAME).mkdir(parents=True)
+    for sweep_dir in (linked, folder):
+        lock = re.escape(str(sweep_dir / LOCK_NAME))
+        with pytest.raises(
+            ValueError, match=rf"lock file {lock} is unusable: remove what is there"
+        ):
+            lock_sweep_dir(sweep_dir)
+    assert target.read_text() == "keep me\n"
 
 
 def test_a_sweep_folder_is_held_by_one_sweep_and_let_go_when_it_ends(tmp_path: Path) -> None:

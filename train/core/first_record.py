@@ -22,12 +22,10 @@ _LOCK_FIX = (
 )
 
 
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold the record's lock (a `.lock` file beside it) for a read-then-write. Anything but a
-    regular file there (a folder, a link, a pipe someone left) is refused in one line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = f"{path}.lock"
+def open_lock_file(lock: str | Path) -> int:
+    """A read-write descriptor of the lock file `lock`, made if absent. Anything but a regular
+    file there (a folder, a pipe, a link, which is never followed: a planted link would have the
+    lock's holder write where it points) is refused in one line naming the path and the fix."""
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as e:
@@ -35,6 +33,14 @@ def locked(path: Path) -> Iterator[None]:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ValueError(_LOCK_FIX.format(lock=lock) + " (not a regular file)")
+    return fd
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the record's lock (a `.lock` file beside it, `open_lock_file`) for a read-then-write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_lock_file(f"{path}.lock")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
