@@ -56,7 +56,7 @@ class BudgetConf:
 class GpuConf:
     """Applied instead of the general settings when a GPU is found (0 = the
     general setting). search=throughput sets them so a GPT-2 XL sweep reaches a verified best.yaml
-    in about 18 minutes of one GPU (plan mode prints the arithmetic)."""
+    in about 14 minutes of one GPU (plan mode prints the arithmetic)."""
 
     n_trials: int = 0  # n_trials on a GPU (a grid keeps its own count); 0 = n_trials
     verify_top_k: int = 0  # verify.top_k on a GPU; 0 = verify.top_k

@@ -6,8 +6,10 @@ compute-bound GPU step, so those are queued first (after the starting config):
 
 1. the largest micro-batch that fits without recompute (fewest, largest matmuls; no forward runs
    twice), in bf16 (the datasheet's bf16 peak is twice TF32's), compiled (fused elementwise
-   kernels: gpt2-xl on an H100 ran 14% faster compiled, README), with a fused attention kernel
-   (flash, then cuDNN, then memory-efficient: none stores the T x T score matrix);
+   kernels: gpt2-xl on an H100 ran 14% faster compiled, README), block by block where the
+   regions' host work hides behind the kernels (sweeper/plan/unit_choice.py: a cold compile of a
+   few layers' cost), with a fused attention kernel (flash, then cuDNN, then memory-efficient:
+   none stores the T x T score matrix);
 2. the same one micro-batch size up with the cheapest recompute that lets it fit (the least extra
    forward work by train.core.config.num_checkpointed_blocks);
 3. point 1 with each new lever of the compute-bound step the space holds (float8 matmuls, the
@@ -27,17 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sweeper.plan.unit_choice import first_unit
 from sweeper.space.constraints import SpaceContext
 from sweeper.space.fit import Fit
-from sweeper.space.limits import forecast_point, recompute_factor
+from sweeper.space.limits import forecast_point, predict_step, recompute_factor
 from sweeper.space.point import Point
 from sweeper.space.search_space import SearchSpace
 from train.core.keys import (
     ATTENTION,
     CHECKPOINT_MODE,
     COMPILE,
+    COMPILE_UNIT,
     DTYPE,
     FLOAT8,
+    GRAD_ACCUM,
     LOSS,
     MICRO_BATCH,
     N_LAYER,
@@ -187,6 +192,7 @@ def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
     best = pick.largest_fit(p)
     if best is None:
         return Prior(points=[], kind="no_fit")
+    best = _with_unit(pick, best, ctx)
     pick.add(out, best, "largest_fit", knobs=best)
     up = _one_size_up(pick, best)
     if up is not None:
@@ -200,6 +206,23 @@ def _gpu_prior(pick: _Picker, ctx: SpaceContext) -> Prior:
                 pick.add(out, lever, "lever", lever=(key, value), refit=refit)
                 break
     return Prior(points=out, kind="gpu")
+
+
+def _with_unit(pick: _Picker, params: dict, ctx: SpaceContext) -> dict:
+    """`params`, compiled, with the compile unit sweeper/plan/unit_choice.py tries first for its
+    predicted micro-batch (where the space searches the unit)."""
+    if str(params.get(COMPILE) or "none") == "none" or not pick.choices(COMPILE_UNIT):
+        return params
+    full = pick.space.point(params).over(ctx.base)
+    step = predict_step(
+        full,
+        device_name=ctx.device_name,
+        device_type=ctx.device_type,
+        bf16_supported=ctx.bf16_supported,
+    )
+    micro_step_s = step.predicted_s / max(1, int(full.get(GRAD_ACCUM) or 1))
+    unit = first_unit(device_type=ctx.device_type, n_layer=_layers(ctx), micro_step_s=micro_step_s)
+    return pick.first(params, COMPILE_UNIT, [unit])
 
 
 def _one_size_up(pick: _Picker, best: dict) -> dict | None:

@@ -235,11 +235,14 @@ def _race_entrants(
     race_entrants: int,
 ) -> list[tuple[str, Point]]:
     """The race's entrants, labelled: where every search trial is `known` (none `rest`) and all
-    of them race, each at its own price; else `race_entrants` runs sized like the likeliest
-    contender (the prior's first point, else the start)."""
+    of them race, each at its own price; else the starting config (an entrant wherever it runs)
+    at its own price and the other runs sized like the likeliest contender (the prior's first
+    point, else the start)."""
     if rest == 0 and known and race_entrants == len(known):
         return list(known)
     contender = prior.points[0].point if prior.points else (start or Point())
+    if start is not None and race_entrants > 0:
+        return [("starting config", start)] + [("", contender)] * (race_entrants - 1)
     return [("", contender)] * race_entrants
 
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from sweeper.plan.prior import Prior, PriorPoint
-from train.core.keys import ATTENTION, COMPILE, DTYPE, MICRO_BATCH, RECOMPUTE, THREADS, WORKERS
+from train.core.keys import (
+    ATTENTION,
+    COMPILE,
+    COMPILE_UNIT,
+    DTYPE,
+    MICRO_BATCH,
+    RECOMPUTE,
+    THREADS,
+    WORKERS,
+)
 
 CPU_WHY = (
     "the FLOP arithmetic does not hold on a CPU (no datasheet peak, bf16 slower than fp32 without "
@@ -75,5 +84,5 @@ def point_text(point: PriorPoint) -> str:
 def _knob_text(params: dict[str, Any]) -> str:
     """The knobs a reader checks first, by their short names: `micro_batch=8, dtype=bf16`."""
     short = {MICRO_BATCH: "micro_batch", RECOMPUTE: "act_ckpt"}
-    keys = (MICRO_BATCH, DTYPE, COMPILE, ATTENTION, THREADS, WORKERS)
+    keys = (MICRO_BATCH, DTYPE, COMPILE, COMPILE_UNIT, ATTENTION, THREADS, WORKERS)
     return ", ".join(f"{short.get(k, k.split('.')[-1])}={params[k]}" for k in keys if k in params)
