@@ -207,7 +207,17 @@ def test_run_child_forks_from_the_main_thread_and_execs_when_disabled(
     # the set-up, phase by phase: a forked trial starts with torch imported, an exec'd one pays it
     setups = [o.result["setup"] for o in (first, second, third)]
     for setup in setups:
-        phases = ("before_trial_s", "session_s", "fingerprint_s", "device_peaks_s")
+        phases = (
+            "before_trial_s",
+            "device_s",
+            "checks_s",
+            "model_s",
+            "attention_probe_s",
+            "data_s",
+            "fingerprint_s",
+            "device_peaks_s",
+        )
+        assert list(setup) == [*phases, "total_s"], setup  # in the order spent
         assert all(setup[k] >= 0 for k in phases), setup
         assert setup["total_s"] == pytest.approx(sum(setup[k] for k in phases))
     forked_s = max(setups[0]["before_trial_s"], setups[1]["before_trial_s"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,58 +173,80 @@ def close_session(s: Session, *, finished: bool = False) -> None:
         destroy_process_group()
 
 
+PhaseTimer = Callable[[str], AbstractContextManager[None]]
+
+
+def untimed(_name: str) -> AbstractContextManager[None]:
+    """A phase nobody times (build_session outside a trial)."""
+    return nullcontext()
+
+
 def build_session(
-    cfg: Config, *, start_step: int = 0, checkpoint_dir: str | None = None
+    cfg: Config,
+    *,
+    start_step: int = 0,
+    checkpoint_dir: str | None = None,
+    phase: PhaseTimer = untimed,
 ) -> Session:
-    """Validate, then build the model, optimizer, data pipeline and checkpointer on the device."""
+    """Validate, then build the model, optimizer, data pipeline and checkpointer on the device;
+    each part timed by `phase` (a trial's set-up clock, train/trial/setup_clock.py): `device`
+    (the device, threads, TF32, the process group), `checks` (the combination rules, which ask
+    for the installed kernels), `model` (built, initialised, wrapped for torch.compile as asked,
+    its optimizer, the DDP wrapper), `attention_probe`, `data` (the loader, the prefetcher, the
+    checkpointer)."""
     rt = cfg.runtime
     rank = current_rank()
-    if rank.world > 1:
-        bind_to_agent()  # a rank never outlives the torchrun agent that started it
-    device = dev.resolve_device(
-        rank_device_name(rt.device, rank, cuda_available=torch.cuda.is_available())
-    )
-    dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
-    dtype = resolve_dtype(rt.dtype, device)
-    check_combinations(
-        cfg,
-        device_type=device.type,
-        dtype=dtype,
-        flash_impls=installed_flash_impls(),
-        capability=float8_capability(device, rt.float8),
-    )
-    check_data(cfg)
-    threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
-    dev.set_tf32(rt.tf32)
-    init_process_group(rank, device=device, timeout_s=cfg.ddp.timeout_s)
-    raw_model, model, optimizer, fused = build_model(cfg, device)
-    comms = None
-    if rank.world > 1:
-        comms = ExposedComms(raw_model.parameters())
-        model = wrap_ddp(model, device=device, cfg=cfg.ddp)
+    with phase("device"):
+        if rank.world > 1:
+            bind_to_agent()  # a rank never outlives the torchrun agent that started it
+        device = dev.resolve_device(
+            rank_device_name(rt.device, rank, cuda_available=torch.cuda.is_available())
+        )
+        dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
+        dtype = resolve_dtype(rt.dtype, device)
+        threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
+        dev.set_tf32(rt.tf32)
+        init_process_group(rank, device=device, timeout_s=cfg.ddp.timeout_s)
+    with phase("checks"):
+        check_combinations(
+            cfg,
+            device_type=device.type,
+            dtype=dtype,
+            flash_impls=installed_flash_impls(),
+            capability=float8_capability(device, rt.float8),
+        )
+        check_data(cfg)
+    with phase("model"):
+        raw_model, model, optimizer, fused = build_model(cfg, device)
+        comms = None
+        if rank.world > 1:
+            comms = ExposedComms(raw_model.parameters())
+            model = wrap_ddp(model, device=device, cfg=cfg.ddp)
     mc = cfg.model
-    # probed after the optimizer is built: neither consumes the seeded RNG, so the order is free
-    backend = probe_backend(
-        rt.attention,
-        device=device,
-        dtype=TORCH_DTYPES[dtype],
-        batch=cfg.batch.micro_batch,
-        n_head=mc.n_head,
-        seq_len=mc.block_size,
-        head_dim=mc.n_embd // mc.n_head,
-    )
-
-    ckpt_cfg = cfg.checkpoint
-    if checkpoint_dir is not None:
-        ckpt_cfg = type(ckpt_cfg)(**{**vars(ckpt_cfg), "dir": checkpoint_dir})
-    loader = make_loader(
-        cfg,
-        split="train",
-        device_type=device.type,
-        start_index=start_step * cfg.batch.grad_accum,
-        rank=rank.rank,
-        world=rank.world,
-    )
+    with phase("attention_probe"):
+        # probed after the optimizer is built: neither consumes the seeded RNG, so the order is free
+        backend = probe_backend(
+            rt.attention,
+            device=device,
+            dtype=TORCH_DTYPES[dtype],
+            batch=cfg.batch.micro_batch,
+            n_head=mc.n_head,
+            seq_len=mc.block_size,
+            head_dim=mc.n_embd // mc.n_head,
+        )
+    with phase("data"):
+        ckpt_cfg = cfg.checkpoint
+        if checkpoint_dir is not None:
+            ckpt_cfg = type(ckpt_cfg)(**{**vars(ckpt_cfg), "dir": checkpoint_dir})
+        loader = make_loader(
+            cfg,
+            split="train",
+            device_type=device.type,
+            start_index=start_step * cfg.batch.grad_accum,
+            rank=rank.rank,
+            world=rank.world,
+        )
+        checkpointer, batches = Checkpointer(ckpt_cfg), DevicePrefetcher(loader, device)
     tokens_per_step = cfg.batch.micro_batch * cfg.batch.grad_accum * mc.block_size * rank.world
     return Session(
         cfg=cfg,
@@ -233,8 +257,8 @@ def build_session(
         optimizer=optimizer,
         fused_optimizer=fused,
         scaler=dev.grad_scaler(device, dtype),
-        checkpointer=Checkpointer(ckpt_cfg),
-        batches=DevicePrefetcher(loader, device),
+        checkpointer=checkpointer,
+        batches=batches,
         attention_backend=backend,
         threads=threads,
         flops_per_token=flops_per_token_of(mc, num_params=raw_model.num_params()),

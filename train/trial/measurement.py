@@ -103,8 +103,8 @@ def run_trial(cfg: Config, *, out_path: Path) -> TrialResult:
             if rank.main
             else None  # rank 0 alone saves
         )
-        with setup.phase("session"):  # model, optimizer, data pipeline, checkpointer
-            s = build_session(cfg, checkpoint_dir=str(scratch) if scratch else None)
+        # device, checks, model (and optimizer), attention probe, data: each its own phase
+        s = build_session(cfg, checkpoint_dir=str(scratch) if scratch else None, phase=setup.phase)
         with setup.phase("fingerprint"):
             fingerprint = environment_fingerprint(
                 device=s.device, seed=cfg.runtime.seed, threads=s.threads, project_dir=PROJECT_DIR

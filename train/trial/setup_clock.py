@@ -2,8 +2,11 @@
 
 A trial forked from the zygote (train/proc/zygote.py) starts with torch imported; an exec'd one
 pays the imports itself: `before_trial_s` (process start to the trial's first line) shows which.
-The phases after it are the trial's own (`phase`): the session (model, optimizer, data), the
-environment fingerprint, the device's peaks and matmul ceiling. The first step's compile and the
+The phases after it are the trial's own (`phase`): the session's parts (train/run/loop.py
+build_session: the device with its CUDA context, threads and process group; the combination
+checks; the model built, initialised and wrapped, with its optimizer; the attention probe; the
+data loader and checkpointer), the environment fingerprint, the device's peaks and matmul
+ceiling. The first step's compile and the
 warm-up are measured apart (result `compile_s`, `warmup_s`). Torch-free.
 """
 
@@ -55,7 +58,7 @@ class SetupClock:
 
 
 def setup_line(record: dict[str, float | None]) -> str:
-    """'2.4 s: before_trial 1.1, session 0.9, ...' (seconds, in the order spent)."""
+    """'2.4 s: before_trial 1.1, device 0.1, model 0.6, ...' (seconds, in the order spent)."""
     parts = [
         f"{k.removesuffix('_s')} {v:.2f}"
         for k, v in record.items()
