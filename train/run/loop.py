@@ -192,8 +192,7 @@ def build_session(
     each part timed by `phase` (a trial's set-up clock, train/trial/setup_clock.py): `device`
     (the device, threads, TF32, the process group), `checks` (the combination rules, which ask
     for the installed kernels), `model` (built, initialised, wrapped for torch.compile as asked,
-    its optimizer, the DDP wrapper), `attention_probe`, `data` (the loader, the prefetcher, the
-    checkpointer)."""
+    its optimizer, the DDP wrapper), `attention_probe`, `data` (the loader and its prefetcher)."""
     rt = cfg.runtime
     rank = current_rank()
     with phase("device"):
@@ -246,7 +245,7 @@ def build_session(
             rank=rank.rank,
             world=rank.world,
         )
-        checkpointer, batches = Checkpointer(ckpt_cfg), DevicePrefetcher(loader, device)
+        batches = DevicePrefetcher(loader, device)  # its loader's workers start here
     tokens_per_step = cfg.batch.micro_batch * cfg.batch.grad_accum * mc.block_size * rank.world
     return Session(
         cfg=cfg,
@@ -257,7 +256,7 @@ def build_session(
         optimizer=optimizer,
         fused_optimizer=fused,
         scaler=dev.grad_scaler(device, dtype),
-        checkpointer=checkpointer,
+        checkpointer=Checkpointer(ckpt_cfg),
         batches=batches,
         attention_backend=backend,
         threads=threads,
