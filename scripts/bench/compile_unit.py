@@ -1,6 +1,8 @@
 """Cold compile and step time of runtime.compile_unit=model against block, on a deep narrow model.
 
     python -m scripts.bench.compile_unit [--pairs 3] [--n-layer 24] [--n-embd 64] [--steps 20]
+    python -m scripts.bench.compile_unit --device cuda --model gpt2-xl --block-size 1024 \
+        --dtype bf16 --micro-batch 16 --grad-accum 4 --steps 5 --pairs 1   # on a GPU
 
 Each run is one `python -m train.trial` in a fresh process with runtime.compile_cache=off (a
 private, empty cache folder; Inductor's FX-graph and AOTAutograd caches off), so every compile is
@@ -11,6 +13,10 @@ step time (p50 of the window) and the Dynamo recompiles its log shows (TORCH_LOG
 block that could not reuse block 1's graph would show one). Then each figure's min / median / max
 per arm, and the per-pair ratios: compile model / block (the goal: >= 3x) and step block / model
 (the goal: within 3%). Measured numbers only.
+
+On a GPU (--device cuda) the same runs compare gpt2-xl's cold compile and step (the 9-minute sweep
+issue's GPU comparison); --n-layer and --n-embd change the preset only where given (tiny: 24 and 64
+unless given).
 
 Part of every cold compile on a CPU is no graph's: Inductor's ISA probe (cpu_vec_isa.pick_vec_isa
 builds and loads a test program per instruction set into the cache folder, once per folder: a
@@ -52,8 +58,12 @@ ISA_PROBE = (
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = bench_parser(__doc__, pairs=3, arms="model and block")
-    p.add_argument("--n-layer", type=int, default=24)
-    p.add_argument("--n-embd", type=int, default=64, help="model.n_embd (tiny's 64: narrow)")
+    p.add_argument("--model", default="tiny", help="a preset of conf/model/")
+    p.add_argument("--device", default="cpu", help="runtime.device: cpu or cuda")
+    p.add_argument("--dtype", default="auto", help="runtime.dtype")
+    p.add_argument("--block-size", type=int, default=64, help="model.block_size")
+    p.add_argument("--n-layer", type=int, help="model.n_layer (tiny: 24 unless given)")
+    p.add_argument("--n-embd", type=int, help="model.n_embd (tiny: its own 64, narrow)")
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=4)
     p.add_argument("--warmup-steps", type=int, default=2)
@@ -65,38 +75,58 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
-    """One cold trial of `unit` in a fresh process: its result, and the recompiles it logged."""
-    out = tmp / f"{tag}.json"
-    overrides = [
-        *cpu_trial_overrides(
-            tmp,
-            model="tiny",
-            micro_batch=a.micro_batch,
-            grad_accum=a.grad_accum,
-            block_size=64,
-            warmup_steps=a.warmup_steps,
-            steps=a.steps,
-        ),
-        f"model.n_layer={a.n_layer}",
-        f"model.n_embd={a.n_embd}",
+def trial_overrides(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> list[str]:
+    """The overrides of one cold trial of `unit`: the preset on the device asked for, the cache
+    off, real full steps."""
+    base = cpu_trial_overrides(
+        tmp,
+        model=a.model,
+        micro_batch=a.micro_batch,
+        grad_accum=a.grad_accum,
+        block_size=a.block_size,
+        warmup_steps=a.warmup_steps,
+        steps=a.steps,
+    )
+    shape = {"model.n_layer": a.n_layer, "model.n_embd": a.n_embd}
+    if a.model == "tiny" and a.n_layer is None:
+        shape["model.n_layer"] = 24
+    return [
+        *(o for o in base if not o.startswith(("runtime.device=", "runtime.compile="))),
+        f"runtime.device={a.device}",
+        f"runtime.dtype={a.dtype}",
+        f"model.block_size={a.block_size}",
+        *(f"{k}={v}" for k, v in shape.items() if v is not None),
         f"runtime.compile={a.compile}",
         f"runtime.compile_unit={unit}",
         "runtime.compile_cache=off",
         f"runtime.activation_checkpointing={a.activation_checkpointing}",
         f"runtime.threads={a.threads}",
         "trial.project_above_s=0",
-        f"trial.out={out}",
+        f"trial.out={tmp / f'{tag}.json'}",
         f"hydra.run.dir={tmp / tag}",
     ]
+
+
+def shape_overrides(a: argparse.Namespace) -> list[str]:
+    """The model, its shape and device as this run sets them (for the report's first line)."""
+    keys = ("model=", "model.n_layer=", "model.n_embd=", "model.block_size=", "runtime.d")
+    return [o for o in trial_overrides(a, Path("."), "model", "x") if o.startswith(keys)]
+
+
+def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
+    """One cold trial of `unit` in a fresh process: its result, and the recompiles it logged."""
     env = {**os.environ, **cache_env("off"), "TORCH_LOGS": "recompiles"}
-    result, child = completed_trial(overrides, out=out, env=env, tag=tag)
+    out = tmp / f"{tag}.json"
+    result, child = completed_trial(trial_overrides(a, tmp, unit, tag), out=out, env=env, tag=tag)
     result["recompiles"] = child.output.count(RECOMPILE_MARK)
     return result
 
 
-def isa_probe_s(folder: Path) -> float:
-    """Inductor's CPU ISA probe alone, in a fresh process with the empty cache folder `folder`."""
+def isa_probe_s(folder: Path, *, device: str = "cpu") -> float:
+    """Inductor's CPU ISA probe alone, in a fresh process with the empty cache folder `folder`
+    (0 on a GPU, whose compile never runs it)."""
+    if device != "cpu":
+        return 0.0
     child = run_child(
         [sys.executable, "-c", ISA_PROBE], env={**os.environ, **cache_env(str(folder))}
     )
@@ -122,7 +152,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> tuple[dict[str, list[dict]], li
         UNITS,
         a.pairs,
         run,
-        after_pair=lambda i, _: probes.append(isa_probe_s(tmp / f"isa-{i + 1}")),
+        after_pair=lambda i, _: probes.append(isa_probe_s(tmp / f"isa-{i + 1}", device=a.device)),
     )
     return {u: [p[u] for p in pairs] for u in UNITS}, probes
 
@@ -156,8 +186,7 @@ def report(
     first = runs["model"][0]
     return "\n".join(
         [
-            f"runtime.compile_unit model vs block: model=tiny model.n_layer={a.n_layer} "
-            f"model.n_embd={a.n_embd}, "
+            f"runtime.compile_unit model vs block: {' '.join(shape_overrides(a))}, "
             f"runtime.compile={a.compile}, activation_checkpointing={a.activation_checkpointing}, "
             f"micro_batch {a.micro_batch} x grad_accum {a.grad_accum}, runtime.threads={a.threads} "
             f"({first['fingerprint'].get('torch_threads')} used), {a.steps} measured steps, "
