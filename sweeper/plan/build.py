@@ -10,13 +10,14 @@ plan mode prints is sweeper/report/plan_text.py's). Pure: no torch, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sweeper.numbers import fmt_secs
 from sweeper.plan.calibration import Calibration
 from sweeper.plan.guard_price import GuardPlan, guard_plan
 from sweeper.plan.plan_device import DeviceFacts
+from sweeper.plan.price_sources import PriceSource, price_sources
 from sweeper.plan.prior import PRIOR_SAMPLERS, Prior, prior_points
 from sweeper.plan.scan import Scan, scan
 from sweeper.plan.wall import SWEEP_OVERHEAD_S, WallModel, budgeted, queued_points, wall_model
@@ -114,6 +115,8 @@ class SweepPlan:
     wall: WallModel | None = None  # the predicted wall, component by component
     budget_line: str = ""  # what fits under a wall budget (sweeper/plan/wall.py budgeted)
     guard: GuardPlan | None = None  # the numerics guard's curve runs (sweeper/plan/guard_price.py)
+    # where each figure that prices it comes from (sweeper/plan/price_sources.py): GPU plans only
+    sources: list[PriceSource] = field(default_factory=list)
 
 
 def build_plan(
@@ -187,6 +190,9 @@ def build_plan(
         wall=walls,
         guard=guard,
         budget_line=budget_line,
+        sources=price_sources(
+            device_name=ctx.device_name, device_type=ctx.device_type, n_layer=int(ctx.base[N_LAYER])
+        ),
     )
 
 

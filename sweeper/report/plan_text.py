@@ -16,6 +16,7 @@ from sweeper.plan.build import SWEEP_OVERHEAD_S, SweepPlan, build_plan
 from sweeper.plan.calibration import load_calibration, plan_key
 from sweeper.plan.guard_price import GuardPlan
 from sweeper.plan.memory_levers import plan_lever_lines
+from sweeper.plan.price_sources import BASES
 from sweeper.report.console import console
 from sweeper.report.prior_text import point_text, prior_line
 from sweeper.space.limits import ASSUMED_MFU, COMPILED_GPU_MFU, SAFETY
@@ -113,8 +114,41 @@ def format_plan(plan: SweepPlan) -> str:
             *_trial_lines(plan),
             *_wall_lines(plan),
             *_guard_lines(plan),
+            *_source_lines(plan),
         ]
     )
+
+
+def _source_lines(plan: SweepPlan) -> list[str]:
+    """Where each figure that prices the plan comes from (GPU plans; sweeper/plan/
+    price_sources.py): measured on this kind of GPU, measured elsewhere (this CPU, another GPU)
+    and projected here, or assumed."""
+    if not plan.sources:
+        return []
+    count = {b: sum(s.basis == b for s in plan.sources) for b in BASES}
+    lines = [
+        "priced from: "
+        + ", ".join(f"{n} {b}" for b, n in count.items() if n)
+        + f" of {len(plan.sources)} figures (measured elsewhere: on this CPU or another GPU, "
+        "projected here; assumed: not measured)"
+    ]
+    width = max(len(s.what) for s in plan.sources)
+    for s in plan.sources:
+        value = _source_value(s.value, s.unit)
+        lines.append(f"  {s.what:<{width}}  {value:>11}  {s.basis}: {s.source}")
+    return lines
+
+
+def _source_value(value: float, unit: str) -> str:
+    if unit == "s":
+        return fmt_secs(value)
+    if unit == "share":
+        return f"{value:.1%}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "us":
+        return f"{value:.0f} us"
+    return f"{value:.1f} {unit}"
 
 
 def _setup_lines(plan: SweepPlan) -> list[str]:

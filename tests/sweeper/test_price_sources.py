@@ -1,0 +1,57 @@
+"""Where each figure that prices a GPU plan comes from (sweeper/plan/price_sources.py): measured on
+that kind of GPU, measured elsewhere, or assumed, each measured one traced to a file."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sweeper.plan.price_sources import BASES, price_sources
+
+H200, H100, A100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
+
+
+def _by_what(device: str) -> dict:
+    return {s.what: s for s in price_sources(device_name=device, device_type="cuda", n_layer=48)}
+
+
+@pytest.mark.parametrize(
+    ("device", "what", "value", "basis"),
+    [
+        (H200, "set-up of a trial process", 26.6, "measured"),
+        (H200, "cold compile, whole model, bf16", 62.9, "measured"),
+        (H200, "float8 cold compile over bf16's", 163.2 / 62.9, "measured"),
+        (H200, "compiled step, share of the dense peak (MFU)", 0.5, "measured"),
+        (H200, "eager step, share of the dense peak (MFU)", 0.3, "measured elsewhere"),
+        (H100, "set-up of a trial process", 10 + 0.6 * 48, "measured"),
+        (H100, "cold compile, whole model, bf16", 87.0, "measured"),
+        (H100, "float8 cold compile over bf16's", 1.0, "assumed"),
+        (H100, "compiled step, share of the dense peak (MFU)", 0.5, "measured elsewhere"),
+        (A100, "set-up of a trial process", 10 + 0.6 * 48, "measured elsewhere"),
+        (A100, "autotuning compile modes over mode=default", 3.0, "assumed"),
+    ],
+)
+def test_each_figure_and_its_basis(device, what, value, basis) -> None:
+    source = _by_what(device)[what]
+    assert source.value == pytest.approx(value, rel=1e-3)
+    assert source.basis == basis
+
+
+@pytest.mark.parametrize("device", [H200, H100, A100])
+def test_every_measured_figure_names_its_file(device) -> None:
+    sources = list(_by_what(device).values())
+    assert {s.basis for s in sources} <= set(BASES)
+    for s in sources:
+        if s.basis != "assumed":
+            assert re.search(r"docs/|DESIGN\.md", s.source), s
+
+
+def test_the_h200s_compile_figures_scale_with_depth() -> None:
+    half = price_sources(device_name=H200, device_type="cuda", n_layer=24)
+    cold = next(s for s in half if s.what == "cold compile, whole model, bf16")
+    assert cold.value == pytest.approx(62.9 / 2)
+
+
+def test_a_cpu_plan_lists_none() -> None:
+    assert price_sources(device_name="cpu", device_type="cpu", n_layer=2) == []
