@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.bench.configs import cpu_trial_overrides
+from scripts.bench.configs import cpu_trial_overrides_of
 from scripts.bench.harness import (
     bench_parser,
     completed_trial,
@@ -78,15 +78,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def trial_overrides(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> list[str]:
     """The overrides of one cold trial of `unit`: the preset on the device asked for, the cache
     off, real full steps."""
-    base = cpu_trial_overrides(
-        tmp,
-        model=a.model,
-        micro_batch=a.micro_batch,
-        grad_accum=a.grad_accum,
-        block_size=a.block_size,
-        warmup_steps=a.warmup_steps,
-        steps=a.steps,
-    )
+    base = cpu_trial_overrides_of(a, tmp)  # --model, --micro-batch, ... --steps
     shape = {"model.n_layer": a.n_layer, "model.n_embd": a.n_embd}
     if a.model == "tiny" and a.n_layer is None:
         shape["model.n_layer"] = 24

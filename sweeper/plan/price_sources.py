@@ -31,10 +31,22 @@ from train.core.chips import chip_for
 Basis = Literal["measured", "measured elsewhere", "assumed"]
 BASES: tuple[Basis, ...] = ("measured", "measured elsewhere", "assumed")
 
+Unit = Literal["s", "x", "share", "layers", "GB/s", "us"]
+
 H200, H100 = "h200", "h100-sxm"  # train/core/chips.py keys of the GPUs our leases measured
 H200_RUN = "docs/gpu/2026-11-26-h200, 2026-11-26"
 H100_README = "an H100 SXM, 2026-11-23, recorded in docs/gpu-evidence.md only (no raw file)"
-CPU_BENCH = "on this project's 2-core CPU"
+CPU = "on this project's 2-core CPU"
+# the sources of the figures measured elsewhere or assumed, whatever the plan's device
+BLOCK_SRC = f"{CPU}, docs/bench/compile_unit-2026-11-28-cpu.txt (projected on a GPU)"
+FLOAT8_WARM_SRC = f"{CPU}, docs/bench/float8_cache-2026-11-28-cpu.txt"
+WARM_SHARE_SRC = f"{CPU}: a 2-layer GPT's 25-40 s cold, ~3 s from the cache (DESIGN.md)"
+COMPILED_MFU_SRC = f"gpt2-xl on an H200, 50.9% and 52.4% in real full steps, {H200_RUN}"
+EAGER_MFU_SRC = f"gpt2-xl eager on {H100_README}: 32.2%"
+REGION_SRC = f"torch.profiler {CPU}, docs/benchmarks.md 'Compile unit', 2026-11-28"
+WRITE_SRC = f"a conservative local disk; {CHECKPOINT_BYTES_PER_PARAM} bytes a parameter"
+OVERHEAD_SRC = f"seen {CPU} (imports, probe, zygote, report), no file kept"
+CV_SRC = "when a window's +-2% interval is reached; not measured per step on a GPU yet"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +55,7 @@ class PriceSource:
 
     what: str  # the figure, in a few words
     value: float
-    unit: Literal["s", "x", "share", "layers", "GB/s", "us"]
+    unit: Unit
     basis: Basis  # measured on this device class, measured elsewhere (a CPU, another GPU), assumed
     source: str  # the file and date, or why it is assumed
 
@@ -53,124 +65,59 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
     trial spends them."""
     if device_type != "cuda":  # no GPU figure to trace: a CPU plan learns from its own sweeps
         return []
-    costs = costs_for(device_name)
-    where = costs.source.removeprefix("measured ")  # "on an H200, docs/gpu/..."
+    c = costs_for(device_name)
+    where = c.source.removeprefix("measured ")  # "on an H200, docs/gpu/..."
     chip = chip_for(device_name)
 
     def on(key: str) -> Basis:
         """Measured on this kind of GPU, or on another."""
         return "measured" if chip is not None and chip.key == key else "measured elsewhere"
 
-    measured = costs.setup_s is not None
-    out = [
-        PriceSource(
-            what="set-up of a trial process",
-            value=costs.setup_s if measured else SETUP_BASE_S["cuda"] + SETUP_PER_LAYER_S * n_layer,
-            unit="s",
-            basis="measured" if measured else on(H100),
-            source=f"{where} (before the model was built on the meta device)"
-            if measured
-            else f"10 s + 0.6 s a layer, fitted to gpt2-xl on {H100_README}",
-        ),
-        PriceSource(
-            what="cold compile, whole model, bf16",
-            value=(costs.compile_cold_s or COMPILE_PER_LAYER_S * 48) * n_layer / costs.n_layer,
-            unit="s",
-            basis="measured" if costs.compile_cold_s is not None else on(H100),
-            source=where
-            if costs.compile_cold_s is not None
-            else f"87 s at 48 layers on {H100_README}, scaled by depth",
-        ),
-        PriceSource(
-            what="a block's compile, in layers of the whole model's",
-            value=BLOCK_UNIT_LAYERS,
-            unit="layers",
-            basis="measured elsewhere",
-            source=f"{CPU_BENCH}, docs/bench/compile_unit-2026-11-28-cpu.txt (projected on a GPU)",
-        ),
-        _warm(costs.compile_warm_s, where),
-        PriceSource(
-            what="float8 cold compile over bf16's",
-            value=costs.float8_factor,
-            unit="x",
-            basis="measured" if costs.float8_factor != 1.0 else "assumed",
-            source=f"{where} (163.2 s against 62.9 s)"
-            if costs.float8_factor != 1.0
-            else "no GPU of this kind has compiled float8 here: priced as bf16",
-        ),
-        PriceSource(
-            what="float8 from the compile cache, share of its cold compile",
-            value=FLOAT8_WARM_SHARE,
-            unit="share",
-            basis="measured elsewhere",
-            source=f"{CPU_BENCH}, docs/bench/float8_cache-2026-11-28-cpu.txt",
-        ),
-        PriceSource(
-            what="autotuning compile modes over mode=default",
-            value=AUTOTUNE_FACTOR,
-            unit="x",
-            basis="assumed",
-            source="not measured",
-        ),
-        PriceSource(
-            what="compiled step, share of the dense peak (MFU)",
-            value=COMPILED_GPU_MFU,
-            unit="share",
-            basis=on(H200),
-            source=f"gpt2-xl on an H200, 50.9% and 52.4% in real full steps, {H200_RUN}",
-        ),
-        PriceSource(
-            what="eager step, share of the dense peak (MFU)",
-            value=ASSUMED_MFU,
-            unit="share",
-            basis=on(H100),
-            source=f"gpt2-xl eager on {H100_README}: 32.2%",
-        ),
-        PriceSource(
-            what="step-time CV (when a window's +-2% interval is reached)",
-            value=ASSUMED_STEP_CV["cuda"],
-            unit="share",
-            basis="assumed",
-            source="not measured per step on a GPU yet",
-        ),
-        PriceSource(
-            what="checkpoint write rate",
-            value=WRITE_BYTES_PER_S / 1e9,
-            unit="GB/s",
-            basis="assumed",
-            source=f"a conservative local disk; {CHECKPOINT_BYTES_PER_PARAM} bytes a parameter",
-        ),
-        PriceSource(
-            what="host work of a block region's call (compile unit choice)",
-            value=REGION_HOST_S * 1e6,
-            unit="us",
-            basis="measured elsewhere",
-            source=f"torch.profiler {CPU_BENCH}, docs/benchmarks.md 'Compile unit', 2026-11-28",
-        ),
-        PriceSource(
-            what="the sweep's start and end",
-            value=SWEEP_OVERHEAD_S,
-            unit="s",
-            basis="assumed",
-            source=f"seen {CPU_BENCH} (imports, probe, zygote, report), no file kept",
-        ),
+    cold_s = (c.compile_cold_s or COMPILE_PER_LAYER_S * c.n_layer) * n_layer / c.n_layer
+    elsewhere: Basis = "measured elsewhere"
+    rows: list[tuple[str, float, Unit, Basis, str]] = [
+        ("trial set-up", *_setup(c.setup_s, n_layer, on(H100), where)),
+        ("cold compile, bf16 model", cold_s, "s", *_measured(c.compile_cold_s, on(H100), where)),
+        ("block compile, as layers", BLOCK_UNIT_LAYERS, "layers", elsewhere, BLOCK_SRC),
+        _warm(c.compile_warm_s, where),
+        ("float8 compile factor", c.float8_factor, "x", *_float8(c.float8_factor, where)),
+        ("float8 cached share", FLOAT8_WARM_SHARE, "share", elsewhere, FLOAT8_WARM_SRC),
+        ("autotune factor", AUTOTUNE_FACTOR, "x", "assumed", "not measured"),
+        ("compiled step MFU", COMPILED_GPU_MFU, "share", on(H200), COMPILED_MFU_SRC),
+        ("eager step MFU", ASSUMED_MFU, "share", on(H100), EAGER_MFU_SRC),
+        ("step-time CV", ASSUMED_STEP_CV["cuda"], "share", "assumed", CV_SRC),
+        ("checkpoint write rate", WRITE_BYTES_PER_S / 1e9, "GB/s", "assumed", WRITE_SRC),
+        ("block call host work", REGION_HOST_S * 1e6, "us", elsewhere, REGION_SRC),
+        ("sweep start and end", SWEEP_OVERHEAD_S, "s", "assumed", OVERHEAD_SRC),
     ]
-    return out
+    return [PriceSource(what=w, value=v, unit=u, basis=b, source=t) for w, v, u, b, t in rows]
 
 
-def _warm(warm_s: float | None, source: str) -> PriceSource:
+def _setup(
+    setup_s: float | None, n_layer: int, generic: Basis, where: str
+) -> tuple[float, Unit, Basis, str]:
+    """A process's set-up: the device's measured one, else the generic fit to an H100's."""
+    if setup_s is not None:
+        return setup_s, "s", "measured", f"{where} (before the model was built on the meta device)"
+    generic_s = SETUP_BASE_S["cuda"] + SETUP_PER_LAYER_S * n_layer
+    return generic_s, "s", generic, f"10 s + 0.6 s a layer, fitted to gpt2-xl on {H100_README}"
+
+
+def _measured(value: float | None, generic: Basis, where: str) -> tuple[Basis, str]:
+    """A cold compile: the device's measured one, else the generic H100 figure by depth."""
+    if value is not None:
+        return "measured", where
+    return generic, f"87 s at 48 layers on {H100_README}, scaled by depth"
+
+
+def _float8(factor: float, where: str) -> tuple[Basis, str]:
+    if factor != 1.0:
+        return "measured", f"{where} (163.2 s against 62.9 s)"
+    return "assumed", "no GPU of this kind has compiled float8 here: priced as bf16"
+
+
+def _warm(warm_s: float | None, where: str) -> tuple[str, float, Unit, Basis, str]:
+    """A compile from the cache: the device's measured seconds, else a share measured here."""
     if warm_s is not None:
-        return PriceSource(
-            what="compile from the cache, bf16, whole model",
-            value=warm_s,
-            unit="s",
-            basis="measured",
-            source=f"{source} (5.2 s and 5.2 s)",
-        )
-    return PriceSource(
-        what="compile from the cache, share of its cold compile",
-        value=WARM_COMPILE_SHARE,
-        unit="share",
-        basis="measured elsewhere",
-        source=f"{CPU_BENCH}: a 2-layer GPT's 25-40 s cold, ~3 s from the cache (DESIGN.md)",
-    )
+        return "cached compile, bf16 model", warm_s, "s", "measured", f"{where} (5.2 s, 5.2 s)"
+    return "cached compile share", WARM_COMPILE_SHARE, "share", "measured elsewhere", WARM_SHARE_SRC

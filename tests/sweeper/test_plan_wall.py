@@ -200,7 +200,7 @@ def test_the_xl_h100_plan_reaches_a_verified_best_yaml_in_20_minutes(tmp_path: P
     assert "1. the largest micro-batch that fits without recompute (micro_batch=8" in out
     # where each figure comes from, measured ones with their file (sweeper/plan/price_sources.py)
     assert re.search(r"^priced from: 3 measured, \d+ measured elsewhere, \d+ assumed of", out, re.M)
-    assert re.search(r"^  set-up of a trial process +38\.8 s  measured: .*2026-11-23", out, re.M)
+    assert re.search(r"^  trial set-up +38\.8 s  measured: .*2026-11-23", out, re.M)
 
 
 def test_calibrate_takes_the_means_of_finished_sweeps() -> None:

@@ -19,17 +19,17 @@ def _by_what(device: str) -> dict:
 @pytest.mark.parametrize(
     ("device", "what", "value", "basis"),
     [
-        (H200, "set-up of a trial process", 26.6, "measured"),
-        (H200, "cold compile, whole model, bf16", 62.9, "measured"),
-        (H200, "float8 cold compile over bf16's", 163.2 / 62.9, "measured"),
-        (H200, "compiled step, share of the dense peak (MFU)", 0.5, "measured"),
-        (H200, "eager step, share of the dense peak (MFU)", 0.3, "measured elsewhere"),
-        (H100, "set-up of a trial process", 10 + 0.6 * 48, "measured"),
-        (H100, "cold compile, whole model, bf16", 87.0, "measured"),
-        (H100, "float8 cold compile over bf16's", 1.0, "assumed"),
-        (H100, "compiled step, share of the dense peak (MFU)", 0.5, "measured elsewhere"),
-        (A100, "set-up of a trial process", 10 + 0.6 * 48, "measured elsewhere"),
-        (A100, "autotuning compile modes over mode=default", 3.0, "assumed"),
+        (H200, "trial set-up", 26.6, "measured"),
+        (H200, "cold compile, bf16 model", 62.9, "measured"),
+        (H200, "float8 compile factor", 163.2 / 62.9, "measured"),
+        (H200, "compiled step MFU", 0.5, "measured"),
+        (H200, "eager step MFU", 0.3, "measured elsewhere"),
+        (H100, "trial set-up", 10 + 0.6 * 48, "measured"),
+        (H100, "cold compile, bf16 model", 87.0, "measured"),
+        (H100, "float8 compile factor", 1.0, "assumed"),
+        (H100, "compiled step MFU", 0.5, "measured elsewhere"),
+        (A100, "trial set-up", 10 + 0.6 * 48, "measured elsewhere"),
+        (A100, "autotune factor", 3.0, "assumed"),
     ],
 )
 def test_each_figure_and_its_basis(device, what, value, basis) -> None:
@@ -49,7 +49,7 @@ def test_every_measured_figure_names_its_file(device) -> None:
 
 def test_the_h200s_compile_figures_scale_with_depth() -> None:
     half = price_sources(device_name=H200, device_type="cuda", n_layer=24)
-    cold = next(s for s in half if s.what == "cold compile, whole model, bf16")
+    cold = next(s for s in half if s.what == "cold compile, bf16 model")
     assert cold.value == pytest.approx(62.9 / 2)
 
 
