@@ -17,6 +17,7 @@ from sweeper.forecast.costs import (
     BLOCK_UNIT_LAYERS,
     COMPILE_PER_LAYER_S,
     FLOAT8_WARM_SHARE,
+    GENERIC,
     SETUP_BASE_S,
     SETUP_PER_LAYER_S,
     WARM_COMPILE_SHARE,
@@ -80,7 +81,7 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
         ("cold compile, bf16 model", cold_s, "s", *_measured(c.compile_cold_s, on(H100), where)),
         ("block compile, as layers", BLOCK_UNIT_LAYERS, "layers", elsewhere, BLOCK_SRC),
         _warm(c.compile_warm_s, where),
-        ("float8 compile factor", c.float8_factor, "x", *_float8(c.float8_factor, where)),
+        ("float8 compile factor", c.float8_factor, "x", *_float8(c is not GENERIC, where)),
         ("float8 cached share", FLOAT8_WARM_SHARE, "share", elsewhere, FLOAT8_WARM_SRC),
         ("autotune factor", AUTOTUNE_FACTOR, "x", "assumed", "not measured"),
         ("compiled step MFU", COMPILED_GPU_MFU, "share", on(H200), COMPILED_MFU_SRC),
@@ -110,10 +111,11 @@ def _measured(value: float | None, generic: Basis, where: str) -> tuple[Basis, s
     return generic, f"87 s at 48 layers on {H100_README}, scaled by depth"
 
 
-def _float8(factor: float, where: str) -> tuple[Basis, str]:
-    if factor != 1.0:
+def _float8(own: bool, where: str) -> tuple[Basis, str]:
+    """float8's compile factor: the device's own, else the H200's (the one GPU that measured it)."""
+    if own:
         return "measured", f"{where} (163.2 s against 62.9 s)"
-    return "assumed", "no GPU of this kind has compiled float8 here: priced as bf16"
+    return "measured elsewhere", f"on an H200 (163.2 s against 62.9 s), {H200_RUN}"
 
 
 def _warm(warm_s: float | None, where: str) -> tuple[str, float, Unit, Basis, str]:

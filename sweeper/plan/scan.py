@@ -12,11 +12,14 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sweeper.forecast import TrialTime, is_float8
+from sweeper.forecast.costs import compile_s, costs_for
 from sweeper.space.constraints import SpaceContext, cheaper_recompute, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
@@ -25,6 +28,7 @@ from train.core.keys import (
     ATTENTION,
     CHECKPOINT_EVERY,
     COMPILE,
+    COMPILE_UNIT,
     DEVICE,
     DTYPE,
     FLOAT8,
@@ -32,6 +36,7 @@ from train.core.keys import (
     GRAD_ACCUM,
     LOSS,
     MICRO_BATCH,
+    N_LAYER,
     RECOMPUTE,
     TF32,
     TOKENS_PER_STEP,
@@ -59,9 +64,9 @@ PLAN_KEYS = (
     LOSS,  # the memory model reads it (the chunked loss holds no full logits)
 )
 # runtime.compile_unit is counted, not enumerated: it never changes whether a point runs, only its
-# expected compile, which the forecast prices lower for a block-compiled model (so the scan's walls
-# and limits, at the base config's unit, err long); enumerating it would double the scan of
-# search=throughput past ENUMERATE_LIMIT
+# expected compile, which the forecast prices lower for a block-compiled model (so the scan's
+# limits, at the base config's unit, err long, and its mean trial averages the units' compiles:
+# _unit_mean_wall); enumerating it would double the scan of search=throughput past ENUMERATE_LIMIT
 PLAN_PREFIXES = ("model.", "trial.")
 # The knobs a memory estimate depends on (train.core.memory_model.MemoryInputs), as
 # printed.
@@ -180,6 +185,7 @@ def scan(
     than its micro-batch needs), or kept (grouped by class, with its floor, predicted step,
     limits and expected trial wall)."""
     combos, weight, total, sampled = _combos(space)
+    units = next((p.values() or [] for p in space.searched if p.key == COMPILE_UNIT), [])
     out = Scan(total=total, sampled=sampled)
     dropped: dict[tuple, DroppedGroup] = {}
     classes: dict[tuple, PointClass] = {}
@@ -221,7 +227,7 @@ def scan(
         limits = point_limits(point, ctx, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
         _add_to_class(classes, full, limits, weight)
         out.kept += weight
-        out.wall_total_s += weight * limits.expected.total_s
+        out.wall_total_s += weight * _unit_mean_wall(full, ctx, limits.expected, units)
     groups = list(dropped.values())
     for knob in (ATTENTION, COMPILE):
         groups = _merge(groups, knob)
@@ -234,6 +240,28 @@ def scan(
                 if dead:
                     out.dead_values[p.key] = dead
     return out
+
+
+def _unit_mean_wall(
+    full: dict[str, Any], ctx: SpaceContext, expected: TrialTime, units: list[Any]
+) -> float:
+    """A compiled point's expected wall averaged over the compile units the space searches
+    (TPE's design draws them alike): its expectation at the base config's unit with the compile
+    of each unit in turn (sweeper/forecast/costs.py), the rest of the trial the same."""
+    if len(units) < 2 or expected.compile_s <= 0:
+        return expected.total_s
+    costs = costs_for(ctx.device_name if ctx.device_type == "cuda" else "")
+    each = [
+        compile_s(
+            costs,
+            mode=str(full.get(COMPILE)),
+            n_layer=int(full[N_LAYER]),
+            float8=is_float8(full),
+            unit=str(unit),
+        )
+        for unit in units
+    ]
+    return expected.total_s - expected.compile_s + statistics.fmean(each)
 
 
 def _merge(groups: list[DroppedGroup], knob: str) -> list[DroppedGroup]:

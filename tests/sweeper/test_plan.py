@@ -207,6 +207,25 @@ def test_points_multiply_by_the_keys_no_rule_reads() -> None:
     assert not found.sampled
 
 
+def test_the_mean_trial_averages_the_compile_units_the_space_searches() -> None:
+    from sweeper.forecast.costs import BLOCK_UNIT_LAYERS, COMPILE_PER_LAYER_S
+
+    ctx = xl_ctx()  # an H100: the generic compile, 87 s at 48 layers
+    compiled = {"batch.micro_batch": "choice(8)", "runtime.compile": "choice(default)"}
+    whole = scan(parse_space(compiled, ctx), ctx).mean_trial_s
+    both = {**compiled, "runtime.compile_unit": "choice(model, block)"}
+    found = scan(parse_space(both, ctx), ctx)
+    assert found.kept == 2  # the unit is counted, not enumerated
+    # half the draws compile the whole model, half one block's worth (10.4 layers)
+    saved = (COMPILE_PER_LAYER_S * 48 - COMPILE_PER_LAYER_S * BLOCK_UNIT_LAYERS) / 2
+    assert whole - found.mean_trial_s == pytest.approx(saved)
+    eager = {"batch.micro_batch": "choice(8)", "runtime.compile": "choice(none)"}
+    unit = {**eager, "runtime.compile_unit": "choice(model, block)"}
+    assert scan(parse_space(unit, ctx), ctx).mean_trial_s == pytest.approx(
+        scan(parse_space(eager, ctx), ctx).mean_trial_s
+    )  # eager compiles nothing either way
+
+
 def test_a_choice_no_runnable_point_has_is_dropped_before_sampling() -> None:
     ctx = xl_ctx()
     space = parse_space(
