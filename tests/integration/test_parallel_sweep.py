@@ -104,15 +104,17 @@ def test_a_freed_slot_is_filled_at_once_while_a_long_trial_runs(tmp_path: Path) 
     lrs = ", ".join(f"{k}e-4" for k in range(1, 13))
     space = parse_space({"optim.lr": f"choice({lrs})"}, tiny_cpu_context())
     study = seeded_study(tmp_path, settings.seed)
-    slots = TimedSlots(first_s=3.0, rest_s=0.2)
+    slots = TimedSlots(first_s=4.0, rest_s=0.2)
     sweep = race_context(jobs=slots, settings=settings, study=study, space=space)
     Search(sweep, storage="unused").run()
 
     assert len(slots.jobs) == 6
-    (first,) = [r for r in slots.jobs if r["slot"] == 0]
-    rest = [r for r in slots.jobs if r["slot"] == 1]
-    assert len(rest) == 5
-    assert all(r["end"] <= first["end"] for r in rest), "the other slot waited for the slow one"
+    first = min((r for r in slots.jobs if r["slot"] == 0), key=lambda r: r["start"])
+    meanwhile = [r for r in slots.jobs if r["slot"] == 1 and r["start"] < first["end"]]
+    # a batch barrier starts one trial on slot 1 while the slow one runs (trial 1); a slot filled
+    # at once as it frees starts the rest there (all 5 on an idle machine; counted by starts, not
+    # ends, so a loaded machine's slower asks do not read as a barrier)
+    assert len(meanwhile) >= 3, f"the other slot waited for the slow one: {slots.jobs}"
     ran = [t for t in study.trials if DUPLICATE_ATTR not in t.user_attrs]
     assert [t.state for t in ran] == [TrialState.COMPLETE] * 6  # each told once
     assert len({t.params["optim.lr"] for t in ran}) == 6  # never one point run twice
