@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from scripts.bench.configs import cpu_trial_overrides
 from scripts.bench.harness import (
     REPO,
     bench_parser,
@@ -39,20 +40,16 @@ ARMS = ("before", "after")
 def trial_overrides(tmp: Path, *, model: str, block_size: int, tag: str) -> list[str]:
     """A short eager CPU trial: 1 warm-up and 2 measured steps of 2 sequences of `block_size`."""
     return [
-        f"model={model}",
+        *cpu_trial_overrides(
+            tmp,
+            model=model,
+            micro_batch=2,
+            grad_accum=1,
+            block_size=block_size,
+            warmup_steps=1,
+            steps=2,
+        ),
         f"model.block_size={block_size}",
-        f"batch.tokens_per_step={2 * block_size}",
-        "batch.micro_batch=2",
-        "batch.grad_accum=1",
-        "data.num_workers=0",
-        f"data.dir={tmp / 'data' / 'synthetic'}",
-        f"checkpoint.dir={tmp / 'ckpt'}",
-        "runtime.device=cpu",
-        "runtime.compile=none",
-        "trial.warmup_steps=1",
-        "trial.min_steps=2",
-        "trial.max_steps=2",
-        "trial.max_seconds=600",
         f"trial.out={tmp / tag / 'result.json'}",
         f"hydra.run.dir={tmp / tag}",
     ]

@@ -15,13 +15,12 @@ from typing import Literal
 from sweeper.forecast.costs import (
     AUTOTUNE_FACTOR,
     BLOCK_UNIT_LAYERS,
-    COMPILE_PER_LAYER_S,
     FLOAT8_WARM_SHARE,
     GENERIC,
-    SETUP_BASE_S,
-    SETUP_PER_LAYER_S,
     WARM_COMPILE_SHARE,
+    compile_s,
     costs_for,
+    setup_s,
 )
 from sweeper.forecast.trial import ASSUMED_STEP_CV, CHECKPOINT_BYTES_PER_PARAM, WRITE_BYTES_PER_S
 from sweeper.plan.unit_choice import REGION_HOST_S
@@ -74,10 +73,15 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
         """Measured on this kind of GPU, or on another."""
         return "measured" if chip is not None and chip.key == key else "measured elsewhere"
 
-    cold_s = (c.compile_cold_s or COMPILE_PER_LAYER_S * c.n_layer) * n_layer / c.n_layer
+    cold_s = compile_s(c, mode="default", n_layer=n_layer, float8=False)  # the forecast's own
     elsewhere: Basis = "measured elsewhere"
     rows: list[tuple[str, float, Unit, Basis, str]] = [
-        ("trial set-up", *_setup(c.setup_s, n_layer, on(H100), where)),
+        (
+            "trial set-up",
+            setup_s(c, device_type="cuda", n_layer=n_layer),
+            "s",
+            *_setup(c.setup_s is not None, on(H100), where),
+        ),
         ("cold compile, bf16 model", cold_s, "s", *_measured(c.compile_cold_s, on(H100), where)),
         ("block compile, as layers", BLOCK_UNIT_LAYERS, "layers", elsewhere, BLOCK_SRC),
         _warm(c.compile_warm_s, where),
@@ -94,14 +98,11 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
     return [PriceSource(what=w, value=v, unit=u, basis=b, source=t) for w, v, u, b, t in rows]
 
 
-def _setup(
-    setup_s: float | None, n_layer: int, generic: Basis, where: str
-) -> tuple[float, Unit, Basis, str]:
+def _setup(own: bool, generic: Basis, where: str) -> tuple[Basis, str]:
     """A process's set-up: the device's measured one, else the generic fit to an H100's."""
-    if setup_s is not None:
-        return setup_s, "s", "measured", f"{where} (before the model was built on the meta device)"
-    generic_s = SETUP_BASE_S["cuda"] + SETUP_PER_LAYER_S * n_layer
-    return generic_s, "s", generic, f"10 s + 0.6 s a layer, fitted to gpt2-xl on {H100_README}"
+    if own:
+        return "measured", f"{where} (before the model was built on the meta device)"
+    return generic, f"10 s + 0.6 s a layer, fitted to gpt2-xl on {H100_README}"
 
 
 def _measured(value: float | None, generic: Basis, where: str) -> tuple[Basis, str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sweeper.forecast import TrialTime, is_float8
-from sweeper.forecast.costs import compile_s, costs_for
+from sweeper.forecast.costs import ProcessCosts, compile_s, costs_for
 from sweeper.space.constraints import SpaceContext, cheaper_recompute, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
@@ -186,6 +186,7 @@ def scan(
     limits and expected trial wall)."""
     combos, weight, total, sampled = _combos(space)
     units = next((p.values() or [] for p in space.searched if p.key == COMPILE_UNIT), [])
+    costs = costs_for(ctx.device_name if ctx.device_type == "cuda" else "")
     out = Scan(total=total, sampled=sampled)
     dropped: dict[tuple, DroppedGroup] = {}
     classes: dict[tuple, PointClass] = {}
@@ -227,7 +228,7 @@ def scan(
         limits = point_limits(point, ctx, timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
         _add_to_class(classes, full, limits, weight)
         out.kept += weight
-        out.wall_total_s += weight * _unit_mean_wall(full, ctx, limits.expected, units)
+        out.wall_total_s += weight * _unit_mean_wall(full, costs, limits.expected, units)
     groups = list(dropped.values())
     for knob in (ATTENTION, COMPILE):
         groups = _merge(groups, knob)
@@ -243,14 +244,13 @@ def scan(
 
 
 def _unit_mean_wall(
-    full: dict[str, Any], ctx: SpaceContext, expected: TrialTime, units: list[Any]
+    full: dict[str, Any], costs: ProcessCosts, expected: TrialTime, units: list[Any]
 ) -> float:
     """A compiled point's expected wall averaged over the compile units the space searches
     (TPE's design draws them alike): its expectation at the base config's unit with the compile
     of each unit in turn (sweeper/forecast/costs.py), the rest of the trial the same."""
     if len(units) < 2 or expected.compile_s <= 0:
         return expected.total_s
-    costs = costs_for(ctx.device_name if ctx.device_type == "cuda" else "")
     each = [
         compile_s(
             costs,
