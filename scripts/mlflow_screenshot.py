@@ -256,27 +256,28 @@ def tracking_server(uri: str | None, tracking_dir: Path | None) -> Iterator[str]
 
 
 # -- main ----------------------------------------------------------------------------------------
-def screenshot_compare_page(
-    *,
-    uri: str,
-    experiment: str,
-    out: Path,
-    chromium: str,
-    sweep_run: str | None = None,
-    window: str = "1600,1000",
-    budget_ms: int = DEFAULT_BUDGET_MS,
-    dom_out: Path | None = None,
-) -> dict[str, bool]:
-    """Write the compare page's PNG to `out`; return {run name: found in the rendered DOM}."""
+def compare_page(uri: str, experiment: str, sweep_run: str | None) -> tuple[str, list[str]]:
+    """The URL of a sweep's compare page (its trial runs side by side) and those runs' names."""
     exp_id = experiment_id(uri, experiment)
     parent, children = sweep_children(search_runs(uri, exp_id), sweep_run)
     url = compare_url(uri, [r.run_id for r in children], [exp_id])
     log.info("sweep run %s: comparing %d runs at %s", parent.name, len(children), url)
+    return url, [r.name for r in children]
 
+
+def photograph(
+    chromium: str,
+    url: str,
+    out: Path,
+    *,
+    window: str = "1600,1000",
+    budget_ms: int = DEFAULT_BUDGET_MS,
+) -> str:
+    """Write the page's PNG to `out`; return its rendered DOM. One page load for both: headless
+    Chromium writes the PNG and prints the DOM once the virtual-time budget is spent, so the DOM
+    we check is the page we photographed."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)  # so a stale PNG can never pass for this run's
-    # One page load for both: headless Chromium writes the PNG and prints the DOM once the
-    # virtual-time budget is spent, so the DOM we check is the page we photographed.
     html = run_chromium(
         chromium,
         url,
@@ -287,10 +288,7 @@ def screenshot_compare_page(
     ).stdout
     if not out.is_file():
         raise RuntimeError(f"chromium exited cleanly but wrote no screenshot at {out}")
-    if dom_out is not None:
-        dom_out.write_text(html)
-    texts = visible_texts(html)
-    return {r.name: r.name in texts for r in children}
+    return html
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,19 +318,17 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with tracking_server(args.uri, args.tracking_dir) as uri:
-            found = screenshot_compare_page(
-                uri=uri,
-                experiment=args.experiment,
-                out=args.out,
-                chromium=chromium,
-                sweep_run=args.sweep_run,
-                window=args.window_size,
-                budget_ms=args.virtual_time_budget,
-                dom_out=args.dom_out,
+            url, names = compare_page(uri, args.experiment, args.sweep_run)
+            html = photograph(
+                chromium, url, args.out, window=args.window_size, budget_ms=args.virtual_time_budget
             )
     except (LookupError, RuntimeError) as e:  # no experiment/sweep, server or browser trouble
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.dom_out is not None:
+        args.dom_out.write_text(html)
+    texts = visible_texts(html)
+    found = {name: name in texts for name in names}
     print(f"screenshot: {args.out.resolve()}")
     for name, ok in found.items():
         print(f"  {'found  ' if ok else 'MISSING'} {name}")

@@ -194,16 +194,15 @@ class SweepEngine:
             predicted_trial_s=prepared.found.mean_trial_s,
             guard_reserve=partial(guard_reserve_s, space=prepared.space, settings=settings),
         )
-        jobs = JobLauncher(self.launcher, sweep_dir=sweep_dir, slots=prepared.gpu_slots)
         ctx = SweepContext(
             study=study,
             space=prepared.space,
+            fixed=prepared.fixed,
+            objective=prepared.objective,
+            jobs=JobLauncher(self.launcher, sweep_dir=sweep_dir, slots=prepared.gpu_slots),
             settings=settings,
             budget=budget,
             tracker=tracker,
-            jobs=jobs,
-            fixed=prepared.fixed,
-            objective=prepared.objective,
         )
         start = start_knobs(
             [q.key for q in prepared.space.searched], prepared.space.base, started.baseline
@@ -309,15 +308,12 @@ class SweepEngine:
                 planned_every=settings.cost.planned_checkpoint_every,
                 planned_steps=ctx.objective.planned_steps,
             )
-            cost = settings.cost
             costs = sweep_costs(
                 study,
                 verification,
                 baseline=started.baseline,
                 objective=ctx.objective,
-                usd_per_hour=cost.usd_per_hour,
-                prices=cost.prices,
-                mtbf_h=cost.mtbf_h,
+                cost=settings.cost,
             )
             best_path = self._export(started, verification, tracker, sweep_dir, costs, plan)
         final_report(

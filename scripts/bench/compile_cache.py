@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 
 from scripts.bench.harness import (
+    bench_args,
     bench_parser,
     format_table,
     pair_ratios,
@@ -166,15 +167,15 @@ def report(pairs: list[dict[str, dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__, pairs=2, arms="cache and off", workdir=True)
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="run nothing: report the pairs already in --workdir",
+    parser = bench_parser(
+        __doc__,
+        pairs=2,
+        arms="cache and off",
+        workdir=True,
+        overrides="sweep overrides (default: DEFAULT_OVERRIDES)",
     )
-    parser.add_argument("overrides", nargs="*", help="sweep overrides (default: DEFAULT_OVERRIDES)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser.add_argument("--report-only", action="store_true", help="report --workdir's pairs only")
+    args = bench_args(parser, argv)
     overrides = args.overrides or list(DEFAULT_OVERRIDES)
     if args.report_only:
         if args.workdir is None:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from scripts.bench.harness import (
     REPO,
+    bench_args,
     pair_ratios,
     ratio_summary,
     run_child,
@@ -157,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also train the reference seeds a process each, and compare the walls",
     )
     p.add_argument("overrides", nargs="*", help="trainer overrides of both (Hydra syntax)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = bench_args(p, argv)
     math_note = (
         "identical math"
         if not args.candidate

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import random
 import statistics
@@ -181,11 +182,16 @@ def emit(text: str, out: Path | None) -> None:
 
 
 def bench_parser(
-    doc: str, *, pairs: int | None = None, arms: str = "", workdir: bool = False
+    doc: str,
+    *,
+    pairs: int | None = None,
+    arms: str = "",
+    workdir: bool = False,
+    overrides: str = "",
 ) -> argparse.ArgumentParser:
     """A benchmark's parser, described by its docstring's first paragraph; with --pairs (this
-    many interleaved pairs of `arms` by default) and --workdir (where the runs keep their folders,
-    logs and studies) where asked."""
+    many interleaved pairs of `arms` by default), --workdir (where the runs keep their folders,
+    logs and studies) and positional Hydra overrides (described by `overrides`) where asked."""
     run_as = Path(sys.argv[0])  # a benchmark's usage line names the command that runs it
     prog = (
         f"python -m scripts.bench.{run_as.stem}" if run_as.parent == Path(__file__).parent else None
@@ -196,7 +202,22 @@ def bench_parser(
         parser.add_argument("--pairs", type=int, default=pairs, help=what)
     if workdir:
         parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    if overrides:
+        parser.add_argument("overrides", nargs="*", help=overrides)
     return parser
+
+
+def bench_args(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    *,
+    level: int = logging.INFO,
+    fmt: str = "%(message)s",
+) -> argparse.Namespace:
+    """The command line parsed, and the benchmark's log lines routed to stderr at `level`."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=level, format=fmt)
+    return args
 
 
 def workdir_of(args: argparse.Namespace, prefix: str) -> Path:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from scripts.bench.configs import compose_config
 from scripts.bench.harness import (
+    bench_args,
     bench_parser,
     format_table,
     pair_ratios,
@@ -192,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also time each row over this many interleaved rounds (0: off)",
     )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args = bench_args(parser, argv, fmt="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("train").setLevel(logging.WARNING)
     started = time.perf_counter()
     rows = []

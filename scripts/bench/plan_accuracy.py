@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from scripts.bench.harness import (
+    bench_args,
     bench_parser,
     run_child,
     run_or_stop,
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="first run's number: continue an earlier --workdir (its sweeps count)",
     )
-    args = ap.parse_args(argv)
+    args = bench_args(ap, argv)
     workdir = workdir_of(args, "bench-plan-")
     rows = []
     for i in range(args.first, args.first + args.runs + 1):

@@ -61,6 +61,17 @@ class Prepared:
     gpu_slots: list[str] = field(default_factory=list, hash=False)
 
 
+# The device's facts that a SpaceContext holds under the same names.
+SHARED_DEVICE_FIELDS = (
+    "cpu_count",
+    "device_type",
+    "bf16_supported",
+    "cuda_capability",
+    "flash_attention_impls",
+    "torchao",
+)
+
+
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     """A nested dict as one level of dotted keys."""
     flat: dict[str, Any] = {}
@@ -217,15 +228,10 @@ def _space_context(base: dict[str, Any], device: DeviceFacts, *, world_size: int
         tokens_per_step=base[TOKENS_PER_STEP],
         block_size=base[BLOCK_SIZE],
         world_size=world_size,
-        cpu_count=device.cpu_count,
-        device_type=device.device_type,
-        bf16_supported=device.bf16_supported,
         base=base,
         device_name=device.name,
         device_memory_gib=device.memory_gib,
-        cuda_capability=device.cuda_capability,
-        flash_attention_impls=device.flash_attention_impls,
-        torchao=device.torchao,
+        **{name: getattr(device, name) for name in SHARED_DEVICE_FIELDS},
     )
 
 

@@ -20,6 +20,7 @@ Pure: no torch, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,8 +54,8 @@ class PlannedRuns:
     label: str
     count: int
     each_s: float
-    compile_s: float
-    window_steps: int  # measured steps of each window (early stop included)
+    compile_s: float = 0.0
+    window_steps: int = 0  # measured steps of each window (early stop included)
     note: str = ""
 
     @property
@@ -162,8 +163,6 @@ def wall_model(
                 label="TPE: design, picks, polish (mean of the space)",
                 count=rest,
                 each_s=mean_trial_s,
-                compile_s=0.0,
-                window_steps=0,
                 note="a new graph each: cold compile",
             )
         )
@@ -174,8 +173,6 @@ def wall_model(
                 label="checkpoint save, measured once after the first trial's window",
                 count=1,
                 each_s=save_seconds(model_params(ctx.base)),
-                compile_s=0.0,
-                window_steps=0,
                 note="no checkpoint knob is searched: every other trial prices it",
             )
         )
@@ -252,14 +249,7 @@ def _merged(runs: list[PlannedRuns]) -> list[PlannedRuns]:
     for r in runs:
         if out and (out[-1].label, out[-1].each_s, out[-1].note) == (r.label, r.each_s, r.note):
             last = out.pop()
-            r = PlannedRuns(
-                label=r.label,
-                count=last.count + r.count,
-                each_s=r.each_s,
-                compile_s=r.compile_s,
-                window_steps=r.window_steps,
-                note=r.note,
-            )
+            r = dataclasses.replace(r, count=last.count + r.count)
         out.append(r)
     return out
 
@@ -276,8 +266,6 @@ def _calibrated(c: Calibration, *, n_search: int, race_runs: int) -> WallModel:
                 label="search trial (measured mean)",
                 count=n_search,
                 each_s=c.trial_s + c.between_s,
-                compile_s=0.0,
-                window_steps=0,
                 note=note,
             )
         ],
@@ -286,8 +274,6 @@ def _calibrated(c: Calibration, *, n_search: int, race_runs: int) -> WallModel:
                 label=f"race run (measured mean; {c.race_runs:.1f} runs a sweep)",
                 count=round(runs),
                 each_s=c.race_run_s + c.between_s,
-                compile_s=0.0,
-                window_steps=0,
                 note=note,
             )
         ],

@@ -13,22 +13,24 @@ from sweeper.study.export_claim import Claim, Deferral
 def claim_line(claim: Claim) -> str:
     """Why this worker does not export: who does, or did, and the file that holds the best."""
     if claim.kind == "held":
-        if not claim.holder:  # a worker that never named itself: no name to give, no folder
-            return (
-                f"another worker is verifying study {claim.study!r}'s completed trials; it writes "
-                f"the study's best to {claim.best_yaml or 'its own sweep dir'}"
-            )
-        return (
-            f"worker {claim.holder} is verifying study {claim.study!r}'s completed trials; it "
-            f"writes the study's best to {_where(claim.best_yaml, claim.holder)}"
+        # a worker that never named itself: no name to give, no folder
+        who = f"worker {claim.holder}" if claim.holder else "another worker"
+        where = (
+            _where(claim.best_yaml, claim.holder)
+            if claim.holder
+            else claim.best_yaml or "its own sweep dir"
         )
+        return (
+            f"{who} is verifying study {claim.study!r}'s completed trials; it writes the "
+            f"study's best to {where}"
+        )
+    if claim.kind == "raced":
+        return "another worker took over the export claim at the same moment"
     if claim.kind == "exported":
         return (
             f"the best of study {claim.study!r} ({claim.compared} completed trials) is exported "
             f"already: {claim.best_yaml}"
         )
-    if claim.kind == "raced":
-        return "another worker took over the export claim at the same moment"
     raise ValueError(f"claim kind {claim.kind!r} (ours={claim.ours}) has no words: it exports")
 
 

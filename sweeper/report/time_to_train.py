@@ -26,6 +26,7 @@ from train.core.cost import TOKENS_PER_BILLION, device_price, usd_per_1b_tokens
 if TYPE_CHECKING:
     import optuna
 
+    from hydra_plugins.throughput_sweeper.config import CostConf
     from sweeper.verify.stage import Verification
 
 log = logging.getLogger(__name__)
@@ -86,14 +87,13 @@ def sweep_costs(
     *,
     baseline: dict | None,
     objective: ObjectiveConfig,
-    usd_per_hour: float = 0.0,
-    prices: Mapping[str, float] | None = None,
-    mtbf_h: float | None = None,
+    cost: CostConf | None = None,
 ) -> dict[str, Any]:
     """{"start": ..., "winner": ...}: each `run_cost` or None (no starting config measured,
-    nothing verified). The starting config's verified runs, else its search run. With `mtbf_h`,
-    each is priced at its own production checkpoint interval (Young/Daly from its measured save
-    stall, sweeper/report/handoff.py), the interval its best.yaml would pin."""
+    nothing verified). The starting config's verified runs, else its search run, priced at
+    `cost`'s rate (none: hours only). With `cost`, each is priced at its own production
+    checkpoint interval (Young/Daly from its measured save stall and `cost.mtbf_h`,
+    sweeper/report/handoff.py), the interval its best.yaml would pin."""
     from sweeper.verify.stage import find_baseline, trial_result
 
     doc: dict[str, Any] = {"start": None, "winner": None}
@@ -101,10 +101,10 @@ def sweep_costs(
     def price(results: list) -> dict[str, Any]:
         plan = (
             None
-            if mtbf_h is None
+            if cost is None
             else plan_from_results(
                 results,
-                mtbf_h=mtbf_h,
+                mtbf_h=cost.mtbf_h,
                 planned_every=objective.planned_checkpoint_every,
                 planned_steps=objective.planned_steps,
             )
@@ -114,7 +114,8 @@ def sweep_costs(
             if plan is None
             else dataclasses.replace(objective, planned_checkpoint_every=plan.every_steps)
         )
-        return {"objective": at, "usd_per_hour": usd_per_hour, "prices": prices}
+        rate = {} if cost is None else {"usd_per_hour": cost.usd_per_hour, "prices": cost.prices}
+        return {"objective": at, **rate}
 
     winner = verification.winner
     if winner is not None:

@@ -256,15 +256,3 @@ def measured_trials(trials: Iterable[Any]) -> list[MeasuredTrial]:
                 MeasuredTrial(number=t.number, params=dict(t.params), tokens_per_s=float(tps))
             )
     return out
-
-
-def comment_lines(lines: Iterable[str]) -> str:
-    """`lines` as `# ` comments of a Python or shell file. A value in a line (a data folder, a
-    checkpoint path) comes from a best.yaml someone may have handed over: every character that is
-    not printable (a newline above all, which would end the comment and make the rest live code
-    in a file nanoGPT exec()s or bash runs) is written escaped, as Python's repr writes it."""
-    out = []
-    for line in lines:
-        safe = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(line))
-        out.append(f"# {safe}".rstrip() + "\n")
-    return "".join(out)

@@ -7,7 +7,7 @@ module is the one place their words live. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from train.core.handoff.gaps import Gap, GapKind, Worth, value_text
@@ -120,3 +120,15 @@ def report_lines(file_name: str, target: str, lines: Sequence[str]) -> list[str]
     """The sweep report's lines for one written handoff file and what its target cannot express."""
     head = f"{file_name}: what {target} cannot express:" + ("" if lines else " nothing")
     return [head, *(f"  - {line}" for line in lines)]
+
+
+def comment_lines(lines: Iterable[str]) -> str:
+    """`lines` as `# ` comments of a Python or shell file. A value in a line (a data folder, a
+    checkpoint path) comes from a best.yaml someone may have handed over: every character that is
+    not printable (a newline above all, which would end the comment and make the rest live code
+    in a file nanoGPT exec()s or bash runs) is written escaped, as Python's repr writes it."""
+    out = []
+    for line in lines:
+        safe = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(line))
+        out.append(f"# {safe}".rstrip() + "\n")
+    return "".join(out)

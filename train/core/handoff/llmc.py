@@ -17,16 +17,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from train.core.handoff.gaps import (
-    Facts,
-    Gap,
-    GapKind,
-    HandoffRefused,
-    check_tokens,
-    comment_lines,
-    facts_of,
-)
-from train.core.handoff.gaps_text import file_lines
+from train.core.handoff.gaps import Facts, Gap, GapKind, HandoffRefused, check_tokens, facts_of
+from train.core.handoff.gaps_text import comment_lines, file_lines
 
 TARGET = "llm.c"
 FILE_NAME = "best_llmc.sh"

@@ -28,16 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from train.core.handoff.gaps import (
-    Facts,
-    Gap,
-    GapKind,
-    HandoffRefused,
-    check_tokens,
-    comment_lines,
-    facts_of,
-)
-from train.core.handoff.gaps_text import file_lines
+from train.core.handoff.gaps import Facts, Gap, GapKind, HandoffRefused, check_tokens, facts_of
+from train.core.handoff.gaps_text import comment_lines, file_lines
 from train.core.rules import FLASH_IMPLS
 
 TARGET = "nanoGPT"
