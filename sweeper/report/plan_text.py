@@ -299,11 +299,12 @@ def _trial_lines(plan: SweepPlan) -> list[str]:
 
 def _guard_lines(plan: SweepPlan) -> list[str]:
     """The numerics guard: on or off and why, its curve runs and their price."""
-    g = plan.guard
-    if g is None:
+    if plan.guard is None:
         return []
-    counted = " (counted in the predicted sweep wall above)" if g.on and plan.wall_s else ""
-    return [guard_text(g) + counted]
+    line = guard_text(plan.guard)
+    if plan.guard.on and plan.wall_s:
+        line += " (counted in the predicted sweep wall above)"
+    return [line]
 
 
 def guard_text(g: GuardPlan) -> str:
