@@ -61,6 +61,9 @@ class ProcessCosts:
     compile_cold_s: float | None  # a bf16 graph's first compile (mode=default); None: generic
     compile_warm_s: float | None  # the same graph from the compile cache; None: a share of cold
     float8_factor: float  # a float8 graph's cold compile over a bf16 one's
+    # step-to-step coefficient of variation of a compute-bound step, for trial.target_ci's early
+    # stop (train/core/window_ci.py); a sweep's own trials replace it (sweeper/plan/calibration.py)
+    step_cv: float
     n_layer: int  # the depth the compile figures were measured at (scaled linearly by depth)
     source: str
 
@@ -70,12 +73,19 @@ class ProcessCosts:
 # this CPU measured 2.15x at the same depth (docs/bench/float8_cache-2026-11-28-cpu.txt), so a
 # float8 compile priced as bf16's would be known to be short.
 H200_FLOAT8_FACTOR = 163.2 / 62.9
+# The step-time CV of gpt2-xl's steps on the H200, the largest of its five result files
+# (docs/gpu/2026-11-26-h200: result-0..3.json and f8_tensorwise.json, step_time_s.cv 0.02-0.49%
+# over 2-3 steps each; result-2.json's two real full steps gave 0.49%), used for every GPU without
+# its own. Small samples: the forecast's window is the same for any CV up to 0.8% (3 steps,
+# ci_min_steps; 1% would be 4), so its error would have to be 1.6x to change the plan.
+H200_STEP_CV = 0.0049
 
 GENERIC = ProcessCosts(
     setup_s=None,
     compile_cold_s=None,
     compile_warm_s=None,
     float8_factor=H200_FLOAT8_FACTOR,
+    step_cv=H200_STEP_CV,
     n_layer=48,
     source="generic: sized by depth",
 )
@@ -91,6 +101,7 @@ MEASURED: dict[str, ProcessCosts] = {
         compile_cold_s=62.9,
         compile_warm_s=5.2,
         float8_factor=H200_FLOAT8_FACTOR,
+        step_cv=H200_STEP_CV,
         n_layer=48,
         source="measured on an H200, docs/gpu/2026-11-26-h200",
     ),

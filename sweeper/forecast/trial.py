@@ -56,11 +56,11 @@ WRITE_BYTES_PER_S = 1e9  # a conservative local-disk rate (tmpfs and NVMe are fa
 # The trainer's defaults, for a config that leaves a trial.* key out.
 TRIAL_DEFAULTS = TrialConfig()
 # Step-to-step coefficient of variation the expected window assumes for trial.target_ci's early
-# stop (train/core/window_ci.py). GPU: assumed for a compute-bound step of many micro-batches
-# (the projection of gpt2-xl's short steps was 0.1% off its real full steps, README); a sweep's
-# own trials replace it where a calibration exists (sweeper/plan/calibration.py). CPU: this 2-core
-# VM's fixed work varies 12-23% (DEVELOPERS.md), so a +-2% interval is rarely reached in 20 steps.
-ASSUMED_STEP_CV = {"cuda": 0.01, "cpu": 0.15}
+# stop (train/core/window_ci.py) on a CPU: this 2-core VM's fixed work varies 12-23%
+# (DEVELOPERS.md), so a +-2% interval is rarely reached in 20 steps. A GPU's is measured
+# (sweeper/forecast/costs.py step_cv); a sweep's own trials replace either where a calibration
+# exists (sweeper/plan/calibration.py).
+CPU_STEP_CV = 0.15
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +161,7 @@ def trial_time(
     extra = int(cfg.get(TRIAL_PROFILE_STEPS) or 0) if cfg.get(TRIAL_PROFILE) else 0
     every = int(cfg.get(CHECKPOINT_EVERY) or 0)
     target = float(cfg.get(TRIAL_TARGET_CI) or 0.0)
+    costs = costs_for(device_name if device_type == "cuda" else "")
     if scale == 1 and target > 0:  # the expectation ends where the interval does; limits do not
         first = first_ci_step(
             ci_min_steps=int(cfg.get(TRIAL_CI_MIN_STEPS) or TRIAL_DEFAULTS.ci_min_steps),
@@ -168,7 +169,8 @@ def trial_time(
             max_steps=max_steps,
         )
         # "plan.step_cv": a measured CV the plan passes in (not a trainer key)
-        cv = float(cfg.get("plan.step_cv") or ASSUMED_STEP_CV.get(device_type, 0.15))
+        device_cv = costs.step_cv if device_type == "cuda" else CPU_STEP_CV
+        cv = float(cfg.get("plan.step_cv") or device_cv)
         n = min(n, steps_to_ci(cv, target_ci=target, first_step=first, max_steps=max_steps))
     saves = n // every if every > 0 else 0
     if cfg.get(TRIAL_SAVE_RECORD):
@@ -176,7 +178,6 @@ def trial_time(
         # limit allows for it, the sweep's wall counts it once (sweeper/plan/wall.py)
         saves = 1 if scale > 1 else 0
     save_s = save_seconds(num_params)
-    costs = costs_for(device_name if device_type == "cuda" else "")
     # trial.seeds > 1 trains the curve again from each next seed in this process: its warm-up
     # and window again, not its set-up or compile (train/trial/seeds.py)
     seeds = int(cfg.get(TRIAL_SEEDS) or 1)

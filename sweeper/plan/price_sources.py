@@ -22,7 +22,7 @@ from sweeper.forecast.costs import (
     costs_for,
     setup_s,
 )
-from sweeper.forecast.trial import ASSUMED_STEP_CV, CHECKPOINT_BYTES_PER_PARAM, WRITE_BYTES_PER_S
+from sweeper.forecast.trial import CHECKPOINT_BYTES_PER_PARAM, WRITE_BYTES_PER_S
 from sweeper.plan.unit_choice import REGION_HOST_S
 from sweeper.plan.wall import SWEEP_OVERHEAD_S
 from sweeper.space.limits import ASSUMED_MFU, COMPILED_GPU_MFU
@@ -46,7 +46,7 @@ EAGER_MFU_SRC = f"gpt2-xl eager on {H100_README}: 32.2%"
 REGION_SRC = f"torch.profiler {CPU}, docs/benchmarks.md 'Compile unit', 2026-11-28"
 WRITE_SRC = f"a conservative local disk; {CHECKPOINT_BYTES_PER_PARAM} bytes a parameter"
 OVERHEAD_SRC = f"seen {CPU} (imports, probe, zygote, report), no file kept"
-CV_SRC = "when a window's +-2% interval is reached; not measured per step on a GPU yet"
+CV_SRC = f"gpt2-xl on an H200, the largest of 5 result files' step_time_s.cv, {H200_RUN}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +90,7 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
         ("autotune factor", AUTOTUNE_FACTOR, "x", "assumed", "not measured"),
         ("compiled step MFU", COMPILED_GPU_MFU, "share", on(H200), COMPILED_MFU_SRC),
         ("eager step MFU", ASSUMED_MFU, "share", on(H100), EAGER_MFU_SRC),
-        ("step-time CV", ASSUMED_STEP_CV["cuda"], "share", "assumed", CV_SRC),
+        ("step-time CV", c.step_cv, "share", on(H200), CV_SRC),
         ("checkpoint write rate", WRITE_BYTES_PER_S / 1e9, "GB/s", "assumed", WRITE_SRC),
         ("block call host work", REGION_HOST_S * 1e6, "us", elsewhere, REGION_SRC),
         ("sweep start and end", SWEEP_OVERHEAD_S, "s", "assumed", OVERHEAD_SRC),
