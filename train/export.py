@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from train.core.config_file import read_pinned_config
+from train.core.evidence import SearchRun
 from train.core.handoff.files import TARGETS, handoff
-from train.core.handoff.gaps import MeasuredTrial, measured_trials
+from train.core.handoff.gaps import measured_trials
 from train.core.handoff.nanogpt import read_data_folder
 
 log = logging.getLogger(__name__)
 
 
-def study_evidence(doc: dict[str, Any]) -> tuple[list[MeasuredTrial] | None, str]:
+def study_evidence(doc: dict[str, Any]) -> tuple[list[SearchRun] | None, str]:
     """The study's measured trials, or None and why they could not be read."""
     from train.core.pruning import sweep_study
 

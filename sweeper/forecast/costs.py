@@ -57,15 +57,16 @@ FLOAT8_BLOCK_EXTRA_SHARE = (10.7 / 8.2 - 1) / (126.8 / 59.1 - 1)
 class ProcessCosts:
     """One device's non-step costs of a trial process (seconds)."""
 
-    setup_s: float | None  # process start to first step; None: the generic depth model
-    compile_cold_s: float | None  # a bf16 graph's first compile (mode=default); None: generic
-    compile_warm_s: float | None  # the same graph from the compile cache; None: a share of cold
+    source: str
     float8_factor: float  # a float8 graph's cold compile over a bf16 one's
     # step-to-step coefficient of variation of a compute-bound step, for trial.target_ci's early
     # stop (train/core/window_ci.py); a sweep's own trials replace it (sweeper/plan/calibration.py)
     step_cv: float
-    n_layer: int  # the depth the compile figures were measured at (scaled linearly by depth)
-    source: str
+    n_layer: int = 48  # the depth the compile figures were measured at (scaled linearly by depth)
+    setup_s: float | None = None  # process start to first step; None: the generic depth model
+    # a bf16 graph's first compile (mode=default); None: generic
+    compile_cold_s: float | None = None
+    compile_warm_s: float | None = None  # the graph from the compile cache; None: a share of cold
 
 
 # A float8 graph's cold compile over a bf16 one's, measured on one GPU only: the H200 (163.2 s
@@ -81,13 +82,7 @@ H200_FLOAT8_FACTOR = 163.2 / 62.9
 H200_STEP_CV = 0.0049
 
 GENERIC = ProcessCosts(
-    setup_s=None,
-    compile_cold_s=None,
-    compile_warm_s=None,
-    float8_factor=H200_FLOAT8_FACTOR,
-    step_cv=H200_STEP_CV,
-    n_layer=48,
-    source="generic: sized by depth",
+    source="generic: sized by depth", float8_factor=H200_FLOAT8_FACTOR, step_cv=H200_STEP_CV
 )
 
 # Measured by our GPU leases' own trials (result.json: wall_s, warmup_s, compile.cache), by the
@@ -102,7 +97,6 @@ MEASURED: dict[str, ProcessCosts] = {
         compile_warm_s=5.2,
         float8_factor=H200_FLOAT8_FACTOR,
         step_cv=H200_STEP_CV,
-        n_layer=48,
         source="measured on an H200, docs/gpu/2026-11-26-h200",
     ),
 }

@@ -98,20 +98,19 @@ class _Graphs:
     def __init__(self, cached: bool) -> None:
         self.cached, self.seen = cached, set()
 
-    def price(
-        self, config: Mapping[str, Any], cold: TrialTime, warm: TrialTime
-    ) -> tuple[float, float, str]:
-        """(wall, compile) of a trial expected to take `cold` (its graph compiled cold) or `warm`
-        (its graph from the cache), and how its compile is priced."""
+    def price(self, config: Mapping[str, Any], cold: TrialTime, warm: TrialTime) -> dict[str, Any]:
+        """PlannedRuns' each_s, compile_s and note of a trial expected to take `cold` (its graph
+        compiled cold) or `warm` (its graph from the cache): its wall, its compile and how that
+        compile is priced."""
         graph = graph_of(config)
         if graph is None or cold.compile_s <= 0:
-            return cold.total_s, 0.0, ""
+            return {"each_s": cold.total_s}
         if self.cached and graph in self.seen:
             uncached = uncached_note(float8=is_float8(config))
             how = f"compile from the cache: {uncached}" if uncached else "compile from the cache"
-            return warm.total_s, warm.compile_s, how
+            return {"each_s": warm.total_s, "compile_s": warm.compile_s, "note": how}
         self.seen.add(graph)
-        return cold.total_s, cold.compile_s, "cold compile"
+        return {"each_s": cold.total_s, "compile_s": cold.compile_s, "note": "cold compile"}
 
 
 def queued_points(prior: Prior, start: Point | None) -> list[tuple[str, Point]]:
@@ -213,15 +212,8 @@ def _priced_run(
     expected trial, its compile cold or from the cache as `graphs` has seen it."""
     priced = point.with_knobs(steps) if steps else point
     t = expected(priced)
-    wall, comp, how = graphs.price(point.over(base), t, expected(priced, warm=True))
-    return PlannedRuns(
-        label=label,
-        count=count,
-        each_s=wall,
-        compile_s=comp,
-        window_steps=t.window_steps,
-        note=how,
-    )
+    price = graphs.price(point.over(base), t, expected(priced, warm=True))
+    return PlannedRuns(label=label, count=count, window_steps=t.window_steps, **price)
 
 
 def _race_entrants(

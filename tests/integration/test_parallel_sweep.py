@@ -182,14 +182,16 @@ def test_submitits_local_executor_runs_a_two_trial_sweep(tmp_path: Path) -> None
     assert list((sweep_dir / ".submitit").iterdir())  # the jobs went through submitit
 
 
+# the examples' Slurm launcher (conf/hydra/launcher/slurm.yaml) on partition gpu, 4 sweep slots
+SLURM_FOUR_SLOTS = (
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=gpu",
+    "hydra.sweeper.n_jobs=4",
+)
+
+
 def test_a_slurm_sweep_without_a_named_device_stops_before_any_trial(tmp_path: Path) -> None:
-    proc = run_sweep(
-        tmp_path,
-        *SMOKE,
-        "hydra/launcher=slurm",
-        "hydra.launcher.partition=gpu",
-        "hydra.sweeper.n_jobs=4",
-    )
+    proc = run_sweep(tmp_path, *SMOKE, *SLURM_FOUR_SLOTS)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2, said[-3000:]
     assert "hydra/launcher=SlurmLauncher runs trials on other machines" in said
@@ -206,12 +208,7 @@ def test_the_slurm_example_config_composes_for_a_two_gpu_trial() -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "sweep",
-            overrides=[
-                "hydra/launcher=slurm",
-                "hydra.launcher.partition=gpu",
-                "runtime.nproc=2",
-                "hydra.sweeper.n_jobs=4",
-            ],
+            overrides=[*SLURM_FOUR_SLOTS, "runtime.nproc=2"],
             return_hydra_config=True,
         )
     launcher = cfg.hydra.launcher

@@ -19,9 +19,10 @@ import yaml
 
 from tests.nested import changed
 from tests.sweep_helpers import finished_sweep, sweep_dirs
+from train.core.evidence import SearchRun
 from train.core.handoff import llmc, nanogpt
 from train.core.handoff.files import handoff
-from train.core.handoff.gaps import GapKind, HandoffRefused, MeasuredTrial, facts_of
+from train.core.handoff.gaps import GapKind, HandoffRefused, facts_of
 from train.core.handoff.gaps_text import WHY, gap_line, why_text
 from train.core.handoff.interval import DEFAULT_MTBF_H, checkpoint_plan, plan_line
 from train.core.handoff.nanogpt import DataFolder, read_data_folder
@@ -334,17 +335,20 @@ def test_round_trip_through_the_cli_gives_the_same_batch_precision_and_model(tmp
 def test_a_gap_is_priced_by_the_trial_that_ran_the_winners_other_knobs() -> None:
     doc = best_doc(compile="max-autotune")
     trials = [
-        MeasuredTrial(
+        SearchRun(
+            state="complete",
             number=3,
             params={"runtime.compile": "max-autotune", "batch.micro_batch": 4, "optim.lr": 3e-4},
             tokens_per_s=120_000.0,
         ),
-        MeasuredTrial(
+        SearchRun(
+            state="complete",
             number=5,
             params={"runtime.compile": "default", "batch.micro_batch": 4, "optim.lr": 5e-4},
             tokens_per_s=100_000.0,
         ),
-        MeasuredTrial(
+        SearchRun(
+            state="complete",
             number=6,
             params={"runtime.compile": "default", "batch.micro_batch": 8, "optim.lr": 3e-4},
             tokens_per_s=130_000.0,
@@ -366,10 +370,15 @@ def test_a_gap_is_data_and_gaps_text_writes_its_line() -> None:
         best_doc(compile="max-autotune"),
         {"runtime.compile_unit": "block", "runtime.seed": 7, "data.num_workers": 2},
     )
-    winner = MeasuredTrial(
-        number=3, params={"runtime.compile": "max-autotune"}, tokens_per_s=120_000.0
+    winner = SearchRun(
+        state="complete",
+        number=3,
+        params={"runtime.compile": "max-autotune"},
+        tokens_per_s=120_000.0,
     )
-    twin = MeasuredTrial(number=5, params={"runtime.compile": "default"}, tokens_per_s=100_000.0)
+    twin = SearchRun(
+        state="complete", number=5, params={"runtime.compile": "default"}, tokens_per_s=100_000.0
+    )
     made = handoff(doc, "nanogpt", trials=[winner, twin])
     kinds = {g.key: (g.kind, g.worth.kind) for g in made.gaps}
     assert kinds == {
@@ -399,8 +408,9 @@ def test_every_gap_kind_has_a_sentence() -> None:
 def test_a_winner_llmc_cannot_train_names_the_best_measured_config_it_can() -> None:
     doc = changed(best_doc(), {"model.n_layer": 2, "model.n_embd": 64, "model.n_head": 2})
     trials = [
-        MeasuredTrial(number=3, params={"model.n_layer": 2}, tokens_per_s=9e5),
-        MeasuredTrial(
+        SearchRun(state="complete", number=3, params={"model.n_layer": 2}, tokens_per_s=9e5),
+        SearchRun(
+            state="complete",
             number=4,
             params={"model.n_layer": 12, "model.n_embd": 768, "model.n_head": 12},
             tokens_per_s=1e5,

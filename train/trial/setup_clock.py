@@ -43,6 +43,8 @@ class SetupClock:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase `name`, added to an earlier phase of that name (a phase that
+        raises keeps the seconds it ran)."""
         began = time.perf_counter()
         try:
             yield

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from train.core.evidence import SearchRun
 from train.core.handoff import llmc, nanogpt
-from train.core.handoff.gaps import Gap, HandoffRefused, MeasuredTrial, best_expressible, priced
+from train.core.handoff.gaps import Gap, HandoffRefused, best_expressible, priced
 from train.core.handoff.gaps_text import gap_line
 
 TARGETS = {"nanogpt": nanogpt, "llmc": llmc}
@@ -35,7 +36,7 @@ def handoff(
     doc: Mapping[str, Any],
     target: str,
     *,
-    trials: Iterable[MeasuredTrial] | None = None,
+    trials: Iterable[SearchRun] | None = None,
     reachable: str = "",
     folder: nanogpt.DataFolder | None = None,
 ) -> Handoff:

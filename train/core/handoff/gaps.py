@@ -9,7 +9,7 @@ step, the model): that export is refused, naming the key.
 The price of a gap comes from the study: the winner's search run against the best trial that ran
 every other searched knob as the winner did and this knob at a value the target runs. Both ran in
 the same conditions (the search), so their ratio is the measured worth; with no such trial it is
-not measured. Pure: plain dicts and `MeasuredTrial`s in, typed gaps out; every sentence about a gap
+not measured. Pure: plain dicts and `SearchRun`s in, typed gaps out; every sentence about a gap
 is written by train/core/handoff/gaps_text.py.
 """
 
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from train.core.evidence import SearchRun
 from train.core.rules import resolve_dtype_name
 
 # Searched knobs that never change a step's speed: a trial that differs from the winner only in
@@ -32,15 +33,6 @@ SPEED_NEUTRAL_PREFIXES = (
     "optim.beta",
     "optim.grad_clip",
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasuredTrial:
-    """One completed trial of the study: its searched knobs and its search run's tokens/s."""
-
-    number: int
-    params: Mapping[str, Any]
-    tokens_per_s: float
 
 
 # What the target runs instead, one kind per sentence of train/core/handoff/gaps_text.py (a kind
@@ -86,7 +78,7 @@ class Worth:
 
     kind: WorthKind
     reachable: str = ""  # unread: why the study was not read ("" where the caller gave no reason)
-    twin: MeasuredTrial | None = None  # measured: the fastest trial that ran what the target runs
+    twin: SearchRun | None = None  # measured: the fastest trial that ran what the target runs
     winner_tokens_per_s: float = 0.0  # measured: the winner's search run
 
 
@@ -175,7 +167,7 @@ def overlay(doc: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]
 
 def priced(
     gaps: Sequence[Gap],
-    trials: Iterable[MeasuredTrial] | None,
+    trials: Iterable[SearchRun] | None,
     *,
     winner: int | None,
     reachable: str = "",
@@ -191,7 +183,7 @@ def priced(
     return [replace(g, worth=_worth(g, best, trials)) for g in gaps]
 
 
-def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> Worth:
+def _worth(gap: Gap, winner: SearchRun, trials: list[SearchRun]) -> Worth:
     if gap.key not in winner.params:
         return Worth(kind="not_searched")
     others = {k: v for k, v in winner.params.items() if k != gap.key and not _neutral(k)}
@@ -210,7 +202,7 @@ def _worth(gap: Gap, winner: MeasuredTrial, trials: list[MeasuredTrial]) -> Wort
 
 def best_expressible(
     doc: Mapping[str, Any],
-    trials: Iterable[MeasuredTrial] | None,
+    trials: Iterable[SearchRun] | None,
     check: Callable[[Mapping[str, Any]], object],
     *,
     reachable: str = "",
@@ -245,7 +237,7 @@ def value_text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def measured_trials(trials: Iterable[Any]) -> list[MeasuredTrial]:
+def measured_trials(trials: Iterable[Any]) -> list[SearchRun]:
     """The study's completed trials (Optuna FrozenTrials, read duck-typed) with their search run's
     tokens/s (the `metrics` user attribute the sweep records)."""
     out = []
@@ -253,6 +245,11 @@ def measured_trials(trials: Iterable[Any]) -> list[MeasuredTrial]:
         tps = ((getattr(t, "user_attrs", None) or {}).get("metrics") or {}).get("tokens_per_s")
         if getattr(getattr(t, "state", None), "name", "") == "COMPLETE" and tps:
             out.append(
-                MeasuredTrial(number=t.number, params=dict(t.params), tokens_per_s=float(tps))
+                SearchRun(
+                    number=t.number,
+                    params=dict(t.params),
+                    state="complete",
+                    tokens_per_s=float(tps),
+                )
             )
     return out
