@@ -3,10 +3,13 @@ that kind of GPU, measured elsewhere, or assumed, each measured one traced to a 
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
+from sweeper.forecast.costs import H200_STEP_CV
 from sweeper.plan.price_sources import BASES, price_sources
 
 H200, H100, A100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
@@ -24,6 +27,8 @@ def _by_what(device: str) -> dict:
         (H200, "float8 compile factor", 163.2 / 62.9, "measured"),
         (H200, "compiled step MFU", 0.5, "measured"),
         (H200, "eager step MFU", 0.3, "measured elsewhere"),
+        (H200, "step-time CV", 0.0049, "measured"),
+        (H100, "step-time CV", 0.0049, "measured elsewhere"),
         (H100, "trial set-up", 10 + 0.6 * 48, "measured"),
         (H100, "cold compile, bf16 model", 87.0, "measured"),
         (H100, "float8 compile factor", 163.2 / 62.9, "measured elsewhere"),
@@ -55,3 +60,11 @@ def test_the_h200s_compile_figures_scale_with_depth() -> None:
 
 def test_a_cpu_plan_lists_none() -> None:
     assert price_sources(device_name="cpu", device_type="cpu", n_layer=2) == []
+
+
+def test_the_gpu_step_cv_is_the_largest_the_h200_run_measured() -> None:
+    # traced to its raw files: each result's step_time_s.cv (2-3 steps of gpt2-xl each)
+    run = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "2026-11-26-h200"
+    cvs = [json.loads(p.read_text())["step_time_s"]["cv"] for p in sorted(run.glob("*.json"))]
+    assert len(cvs) == 5
+    assert max(cvs) == pytest.approx(H200_STEP_CV, abs=5e-5)
