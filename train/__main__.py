@@ -31,6 +31,7 @@ from train.core.flops import mfu
 from train.core.keys import check_trainer_keys, exit_on_mistyped_keys, flat_keys
 from train.core.paths import check_checkpoint_target
 from train.core.rules import grad_accum_across_ranks, world_size
+from train.core.schedule import scheduled_lr
 from train.data.dataset import DataChanged
 from train.run.checkpoint import (
     CheckpointDiskFull,
@@ -53,7 +54,6 @@ from train.run.loop import (
     eval_loss,
     make_phase_clock,
     run_step,
-    scheduled_lr,
 )
 from train.run.torchrun import LAUNCH_CONFIG, launch, needs_launch, root_failure
 

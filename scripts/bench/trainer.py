@@ -43,8 +43,9 @@ from scripts.bench.noise_floor import Floor, measure_floor
 from train import device as dev
 from train.core.config import Config
 from train.core.result import TrialResult
+from train.core.schedule import scheduled_lr
 from train.data.dataset import make_loader
-from train.run.loop import build_model, check_data, resolve_dtype, scheduled_lr
+from train.run.loop import build_model, check_data, resolve_dtype
 from train.trial.measurement import run_trial
 
 log = logging.getLogger("bench_trainer")

@@ -70,7 +70,14 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("config", "compile_cache", "compute_levers"),  # the schema; what reads the rules
     ("bottleneck_fixes",),  # what to do about each verdict: fixes and their gains
-    ("keys", "memory_model", "diagnosis", "handoff", "config_checks"),  # what reads the schema
+    (
+        "keys",
+        "memory_model",
+        "diagnosis",
+        "handoff",
+        "config_checks",
+        "schedule",
+    ),  # read the schema
     # best.yaml against the schema; the result schema; the diagnosis's sentences
     ("config_file", "result", "diagnosis_text"),
     ("result_build",),  # a trial's raw measurements -> its result

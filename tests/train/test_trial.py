@@ -129,7 +129,7 @@ def test_result_has_every_schema_key(baseline) -> None:
 
 def test_every_step_trains_at_the_production_schedules_lr(baseline) -> None:
     # warm-up step 0 first, then the window's: the lr the production run gives those steps
-    from train.run.loop import scheduled_lr
+    from train.core.schedule import scheduled_lr
 
     cfg, result, _ = baseline
     lrs = result["loss"]["lr"]

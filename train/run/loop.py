@@ -181,6 +181,37 @@ def untimed(_name: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+def _open_device(cfg: Config, rank: Rank) -> tuple[torch.device, str, int]:
+    """This rank's device made current, its resolved dtype and the threads set for it, TF32 as
+    asked, and the process group joined (several ranks)."""
+    rt = cfg.runtime
+    if rank.world > 1:
+        bind_to_agent()  # a rank never outlives the torchrun agent that started it
+    device = dev.resolve_device(
+        rank_device_name(rt.device, rank, cuda_available=torch.cuda.is_available())
+    )
+    dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
+    dtype = resolve_dtype(rt.dtype, device)
+    threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
+    dev.set_tf32(rt.tf32)
+    init_process_group(rank, device=device, timeout_s=cfg.ddp.timeout_s)
+    return device, dtype, threads
+
+
+def _attention_backend(cfg: Config, device: torch.device, dtype: str) -> str:
+    """The SDPA kernel runtime.attention resolves to at this model's shapes on `device`."""
+    mc = cfg.model
+    return probe_backend(
+        cfg.runtime.attention,
+        device=device,
+        dtype=TORCH_DTYPES[dtype],
+        batch=cfg.batch.micro_batch,
+        n_head=mc.n_head,
+        seq_len=mc.block_size,
+        head_dim=mc.n_embd // mc.n_head,
+    )
+
+
 def build_session(
     cfg: Config,
     *,
@@ -196,16 +227,7 @@ def build_session(
     rt = cfg.runtime
     rank = current_rank()
     with phase("device"):
-        if rank.world > 1:
-            bind_to_agent()  # a rank never outlives the torchrun agent that started it
-        device = dev.resolve_device(
-            rank_device_name(rt.device, rank, cuda_available=torch.cuda.is_available())
-        )
-        dev.use_device(device)  # cuda:N current: streams, events and context on the model's GPU
-        dtype = resolve_dtype(rt.dtype, device)
-        threads = dev.set_threads(cpu_threads(rt.threads, rank, device_type=device.type))
-        dev.set_tf32(rt.tf32)
-        init_process_group(rank, device=device, timeout_s=cfg.ddp.timeout_s)
+        device, dtype, threads = _open_device(cfg, rank)
     with phase("checks"):
         check_combinations(
             cfg,
@@ -224,15 +246,7 @@ def build_session(
     mc = cfg.model
     with phase("attention_probe"):
         # probed after the optimizer is built: neither consumes the seeded RNG, so the order is free
-        backend = probe_backend(
-            rt.attention,
-            device=device,
-            dtype=TORCH_DTYPES[dtype],
-            batch=cfg.batch.micro_batch,
-            n_head=mc.n_head,
-            seq_len=mc.block_size,
-            head_dim=mc.n_embd // mc.n_head,
-        )
+        backend = _attention_backend(cfg, device, dtype)
     with phase("data"):
         ckpt_cfg = cfg.checkpoint
         if checkpoint_dir is not None:
@@ -276,28 +290,6 @@ def device_peaks(s: Session) -> tuple[str, Peak | None, Ceiling]:
     if s.device.type == "cuda":
         peak = lookup_peak(name, s.dtype, tf32=s.cfg.runtime.tf32)
     return name, peak, measure_matmul_ceiling(s.device, s.dtype)
-
-
-def cosine_lr(step: int, *, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
-    """Linear warm-up to `lr`, then cosine decay to `min_lr` at `max_steps` (nanoGPT's schedule)."""
-    if step < warmup_steps:
-        return lr * (step + 1) / (warmup_steps + 1)
-    if step >= max_steps:
-        return min_lr
-    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
-
-
-def scheduled_lr(cfg: Config, step: int) -> float:
-    """The lr of optimizer step `step` (0-based) under the production run's schedule
-    (optim.lr, optim.min_lr, optim.warmup_steps, train.max_steps). A trial's steps, counted from
-    its first warm-up step, train at the lrs the production run starts with: a trial that stepped
-    at the peak lr from step 0 measured the same speed but trained a curve that diverged (gpt2-xl,
-    H200, 2026-11-26), which the numerics guard cannot compare against."""
-    o = cfg.optim
-    return cosine_lr(
-        step, lr=o.lr, min_lr=o.min_lr, warmup_steps=o.warmup_steps, max_steps=cfg.train.max_steps
-    )
 
 
 def make_phase_clock(device: torch.device) -> PhaseClock | EventPhaseClock:

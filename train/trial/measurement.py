@@ -26,6 +26,7 @@ from train.core.pruning import Reporter
 from train.core.result import Failure, TrialResult, write_result
 from train.core.result_build import Measurement, build_result
 from train.core.rules import resolve_storage
+from train.core.schedule import scheduled_lr
 from train.measure.ceiling import is_stale, measure_matmul_ceiling
 from train.measure.fingerprint import environment_fingerprint
 from train.measure.memory_meter import measure_memory, predicted_gib
@@ -37,7 +38,6 @@ from train.run.loop import (
     device_peaks,
     make_phase_clock,
     run_step,
-    scheduled_lr,
     untimed_step,
 )
 from train.run.torchrun import needs_launch, under_torchrun

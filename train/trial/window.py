@@ -33,12 +33,13 @@ from train.core.progress import Heartbeat, ProgressFile
 from train.core.pruning import Reporter
 from train.core.result import Interval
 from train.core.result_build import Measurement
+from train.core.schedule import scheduled_lr
 from train.core.window_ci import ci_reached, first_ci_step, relative_half_width
 from train.measure import compile_stats
 from train.measure.compile_stats import CompileSnapshot
 from train.measure.nvml import NvmlSampler
 from train.run.distributed import any_rank, from_main
-from train.run.loop import Session, check_finite, make_phase_clock, run_step, scheduled_lr
+from train.run.loop import Session, check_finite, make_phase_clock, run_step
 from train.trial.failure import plant_fault
 
 # the trial's logger: the projection and prune lines read as they always have
@@ -55,7 +56,7 @@ class _WarmUp:
     compile_after: CompileSnapshot  # where the window's count starts
     first_loss: float  # nan without warm-up steps
     losses: list[float]  # every warm-up step's mean loss over the global batch
-    lrs: list[float]  # the lr each warm-up step trained at (train/run/loop.py scheduled_lr)
+    lrs: list[float]  # the lr each warm-up step trained at (train/core/schedule.py scheduled_lr)
     last_wall_s: float  # the last step's wall time and phases, as run_step measured them
     last_phases: dict[str, float]
 
