@@ -100,13 +100,19 @@ def is_float8(cfg: Mapping[str, Any]) -> bool:
     return str(cfg.get(FLOAT8) or "none") != "none"
 
 
-def _compile_s(
-    cfg: Mapping[str, Any], costs: ProcessCosts, *, n_layer: int, scale: float, warm: bool
+def trial_compile_s(
+    cfg: Mapping[str, Any],
+    costs: ProcessCosts,
+    *,
+    n_layer: int,
+    scale: float = 1.0,
+    warm: bool = False,
+    unit: str | None = None,
 ) -> float:
-    """The compile seconds of one trial of `cfg`: the expectation (`scale` 1; from the cache
-    when `warm`), or a limit's allowance, never below the generic one and sized by the whole
-    depth whatever the compile unit (a limit errs long: a block compile that ran long is still a
-    measurement)."""
+    """The compile seconds of one trial of `cfg` (at compile unit `unit` where given, else
+    cfg's): the expectation (`scale` 1; from the cache when `warm`), or a limit's allowance,
+    never below the generic one and sized by the whole depth whatever the compile unit (a limit
+    errs long: a block compile that ran long is still a measurement)."""
     mode = str(cfg.get(COMPILE) or "none")
     expected = compile_s(
         costs,
@@ -114,7 +120,7 @@ def _compile_s(
         n_layer=n_layer,
         float8=is_float8(cfg),
         warm=warm and scale == 1,
-        unit=str(cfg.get(COMPILE_UNIT) or "model"),
+        unit=str(unit or cfg.get(COMPILE_UNIT) or "model"),
     )
     if scale > 1 and mode != "none":
         autotune = AUTOTUNE_FACTOR if "autotune" in mode else 1.0
@@ -183,7 +189,7 @@ def trial_time(
     seeds = int(cfg.get(TRIAL_SEEDS) or 1)
     return TrialTime(
         setup_s=scale * setup_s(costs, device_type=device_type, n_layer=n_layer),
-        compile_s=_compile_s(cfg, costs, n_layer=n_layer, scale=scale, warm=warm),
+        compile_s=trial_compile_s(cfg, costs, n_layer=n_layer, scale=scale, warm=warm),
         warmup_s=seeds * warmup_steps * short_s,
         window_s=seeds * n * step_s + extra * step_s,
         checkpoint_s=scale * saves * save_s,

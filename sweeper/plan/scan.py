@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sweeper.forecast import TrialTime, is_float8
-from sweeper.forecast.costs import ProcessCosts, compile_s, costs_for
+from sweeper.forecast import TrialTime, trial_compile_s
+from sweeper.forecast.costs import ProcessCosts, costs_for
 from sweeper.space.constraints import SpaceContext, cheaper_recompute, check_point
 from sweeper.space.limits import TrialLimits, point_limits
 from sweeper.space.memory import oom_reason, predict
@@ -247,20 +247,12 @@ def _unit_mean_wall(
     full: dict[str, Any], costs: ProcessCosts, expected: TrialTime, units: list[Any]
 ) -> float:
     """A compiled point's expected wall averaged over the compile units the space searches
-    (TPE's design draws them alike): its expectation at the base config's unit with the compile
-    of each unit in turn (sweeper/forecast/costs.py), the rest of the trial the same."""
+    (TPE's design draws them alike): its expectation at the base config's unit with the
+    forecast's compile of each unit in turn, the rest of the trial the same."""
     if len(units) < 2 or expected.compile_s <= 0:
         return expected.total_s
-    each = [
-        compile_s(
-            costs,
-            mode=str(full.get(COMPILE)),
-            n_layer=int(full[N_LAYER]),
-            float8=is_float8(full),
-            unit=str(unit),
-        )
-        for unit in units
-    ]
+    n_layer = int(full[N_LAYER])
+    each = [trial_compile_s(full, costs, n_layer=n_layer, unit=str(unit)) for unit in units]
     return expected.total_s - expected.compile_s + statistics.fmean(each)
 
 
