@@ -26,6 +26,7 @@ from sweeper.metrics import summary_metrics
 from sweeper.report.console import trial_line
 from sweeper.search.polish import interleave, neighbours, point_key
 from sweeper.space.overrides import format_override
+from sweeper.study.ask_lock import ask_lock
 from sweeper.study.objective import objective_value
 from sweeper.study.optuna_study import (
     DUPLICATE_ATTR,
@@ -99,8 +100,8 @@ class Search:
         try:
             with heartbeats(self.ctx.study, beating, interval_s=HEARTBEAT_S):
                 while True:
-                    while free and self._may_launch():
-                        asked = self._ask_one()
+                    while free and (trial := self._ask()) is not None:
+                        asked = self._vet(trial)
                         if self.twins_running >= RUNNING_TWIN_TRIES and running:
                             break  # the sampler wants what runs now: ask again once one ends
                         if asked is None:
@@ -221,11 +222,20 @@ class Search:
                 "; ".join(queued),
             )
 
-    def _ask_one(self) -> tuple[optuna.Trial, list[str]] | None:
-        """A new point to run, as its trial and job overrides; a refused or re-proposed point
-        is told at once and runs nothing (None)."""
-        trial = self.ctx.study.ask(self.ctx.space.distributions())
-        trial.set_user_attr(OWNER_ATTR, owner_tag())
+    def _ask(self) -> optuna.Trial | None:
+        """The next trial, or None where none may start (`_may_launch`). The check and the ask
+        are one step under the study's ask lock: workers sharing the study never ask past its
+        n_trials (sweeper/study/ask_lock.py)."""
+        with ask_lock(self.ctx.study):
+            if not self._may_launch():
+                return None
+            trial = self.ctx.study.ask(self.ctx.space.distributions())
+            trial.set_user_attr(OWNER_ATTR, owner_tag())  # counted as this worker's, running
+            return trial
+
+    def _vet(self, trial: optuna.Trial) -> tuple[optuna.Trial, list[str]] | None:
+        """The asked trial's point to run, as its trial and job overrides; a refused or
+        re-proposed point is told at once and runs nothing (None)."""
         # the starting config is measured even where it cannot win: it is what the user runs
         reason = self.ctx.space.check(trial.params, dominance=not trial.user_attrs.get("baseline"))
         if reason is not None:

@@ -197,9 +197,10 @@ class Budget:
         verification estimate, is spent."""
         s = self.settings
         # Running trials count, this worker's parallel ones and those of other workers sharing
-        # the study, so N workers stop at n_trials, not up to n_trials + N - 1. An
-        # orphan (owner gone, or on another host with a stale heartbeat: recover_interrupted's
-        # rule) holds no budget; the next start requeues it.
+        # the study, so N workers stop at n_trials, not up to n_trials + N - 1 (the search reads
+        # this and asks under the study's ask lock, sweeper/study/ask_lock.py). An orphan (owner
+        # gone, or on another host with a stale heartbeat: recover_interrupted's rule) holds no
+        # budget; the next start requeues it.
         if s.n_trials > 0:
             running = len(running_trials(study)[0])
             left = s.n_trials - self.spent(study) - running

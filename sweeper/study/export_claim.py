@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,7 +32,13 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.study.optuna_study import OWNER_ATTR, own_outcomes, running_trials, storage_of
+from sweeper.study.optuna_study import (
+    OWNER_ATTR,
+    own_outcomes,
+    quiet_optuna,
+    running_trials,
+    storage_of,
+)
 from sweeper.study.owner import owner_alive, owner_tag
 
 log = logging.getLogger(__name__)
@@ -131,7 +136,7 @@ def claim_export(
     storage = storage_of(study)
     for _ in range(2):  # a second try after taking over a dead holder's claim
         try:
-            with _quiet_optuna():
+            with quiet_optuna():
                 claim = optuna.create_study(storage=storage, study_name=name)
         except DuplicatedStudyError:
             holder = _holder(name, storage)
@@ -196,14 +201,3 @@ def _holder(name: str, storage: optuna.storages.BaseStorage) -> str | None:
         if time.monotonic() > deadline:
             return None
         time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def _quiet_optuna() -> Iterator[None]:
-    """No "A new study created" line for the claim: it is bookkeeping, not a study."""
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(level)

@@ -333,3 +333,15 @@ def trial_result(trial: FrozenTrial) -> dict | None:
     """The search run's result.json of `trial`, if its job left one."""
     job_dir = trial.user_attrs.get("job_dir")
     return read_result(Path(job_dir) / "result.json") if job_dir else None
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """No "A new study created" line for a marker study (a claim, a lock): bookkeeping, not a
+    study."""
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)

@@ -204,9 +204,8 @@ def _assert_each_trial_once(study: optuna.Study, n_trials: int, procs: list) -> 
     both workers did part of the work, each trial tagged with the sweep process that ran it."""
     trials = study.get_trials(deepcopy=False)
     # Trials running elsewhere count against the budget (Budget.trials_left); without that the
-    # workers ran 7 of 6. What remains is a race Optuna cannot close (no atomic "ask if under
-    # budget"): workers that read the count within the same few milliseconds may both ask, at most
-    # workers - 1 extra trials; it needs two trials to end at the same instant.
+    # workers ran 7 of 6. The count and the ask are one step under the study's ask lock: without
+    # it, workers that read the count at the same moment both asked (CI, loaded, ran 5 of 4).
     assert count_finished(study) == n_trials, [(t.number, t.state.name) for t in trials]
     assert len(trials) == n_trials
     assert all(t.state == TrialState.COMPLETE for t in trials), [t.state.name for t in trials]

@@ -47,14 +47,16 @@ QUICK = [
     "trial.report_every=2",
     "data.num_workers=0",
 ]
-# 8-sequence micro-batches: ~20-60 ms of compute each, against a planted 50 ms per-batch load.
-# Micro-batches of 32 sequences compute for ~0.1 s, well above the ~4 ms a worker hand-off costs
-# on a 2-core machine, so the planted 0.05 s is the only data wait that matters.
+# A planted 0.1 s load per batch. Micro-batches of 32 sequences compute for ~0.1 s on an idle
+# machine, well above the ~4 ms a worker hand-off costs on a 2-core machine, so the planted wait is
+# the only one that matters; it is a sleep, which load cannot stretch, so it stays over the 15%
+# data-bound line even where load makes the compute three times slower (CI measured 14% with a
+# 0.05 s load under load: too close to the line).
 DATA = [
     "batch.tokens_per_step=4096",
     "batch.micro_batch=32",
     "batch.grad_accum=2",
-    "hooks.inject_latency_s=0.05",
+    "hooks.inject_latency_s=0.1",
 ]
 # A save every step with a planted 0.2 s write, on steps of ~0.2-0.5 s.
 # A 0.2 s write every step against a step of 16 micro-batches (~0.25-1 s of compute): a sync save
@@ -107,8 +109,8 @@ def test_planted_data_wait_is_data_bound_and_workers_hide_it(workdir) -> None:
     assert fix_text(d.fixes[0]).startswith("data.num_workers=")
     assert d.fixes[0].expected_gain == pytest.approx(1 / (1 - share))
 
-    # Sleeping workers cost no CPU: four of them supply a batch every ~12 ms, faster than a
-    # micro-step computes even on an idle machine (two would be borderline at ~25 ms).
+    # Sleeping workers cost no CPU: four of them supply a batch every ~25 ms, four times faster
+    # than a micro-step computes on an idle machine.
     hidden, _ = trial(workdir, "data4", [*DATA, "data.num_workers=4", "data.prefetch_factor=4"])
     d2 = diagnose(hidden)
     assert d2.verdict != "data-bound", (headline_text(d2), d2.evidence["time_frac"])
@@ -116,8 +118,8 @@ def test_planted_data_wait_is_data_bound_and_workers_hide_it(workdir) -> None:
 
 
 def test_cli_measured_mode_text_and_json(workdir, capsys) -> None:
-    # 0.1 s of planted wait a step against ~0.03 s of compute: data-bound (a share over 15%) even
-    # where load makes the compute four times slower (the wait is a sleep: load cannot stretch it)
+    # 0.2 s of planted wait a step against ~0.03 s of compute: data-bound (a share over 15%) even
+    # where load makes the compute many times slower (the wait is a sleep: load cannot stretch it)
     _, path = trial(workdir, "cli", [*DATA, "batch.tokens_per_step=1024", "batch.micro_batch=8"])
     assert main(["--result", str(path)]) == 0
     text = capsys.readouterr().out
