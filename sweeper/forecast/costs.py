@@ -3,12 +3,13 @@ graph, cold or from the sweep's compile cache, float8's graphs at their own pric
 block by block (runtime.compile_unit=block) at a few layers' price. Pure.
 
 Where a device's costs were measured on our GPU hosts, they are that device's (with the run that
-measured them); elsewhere a generic model sized by depth, erring long. A later process of a graph
-that is in the compile cache loads it (FX graph and AOTAutograd entries) instead of compiling. A
-float8 graph (torchao's float8 linears) gets no AOTAutograd cache entry (torchao 0.18 builds
-config objects and allow_in_graph autograd functions inside the graph, which that cache refuses
-to key), so a later process finds Inductor's kernels in the FX-graph cache but traces autograd
-again: it is priced at FLOAT8_WARM_SHARE of its cold compile, which the plan says.
+measured them); any other GPU is priced with the H200's, the one GPU whose trials left raw files
+(docs/gpu/2026-11-26-h200), and a CPU with a generic model sized by depth, erring long. A later
+process of a graph that is in the compile cache loads it (FX graph and AOTAutograd entries) instead
+of compiling. A float8 graph (torchao's float8 linears) gets no AOTAutograd cache entry (torchao
+0.18 builds config objects and allow_in_graph autograd functions inside the graph, which that cache
+refuses to key), so a later process finds Inductor's kernels in the FX-graph cache but traces
+autograd again: it is priced at FLOAT8_WARM_SHARE of its cold compile, which the plan says.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from dataclasses import dataclass
 
 from train.core.chips import chip_for
 
-# Process start to first step, generic: CUDA context, model build and init, optimizer, data, NVML.
-# Fitted to gpt2-xl on an H100 (2026-11-23, README only, no raw file): a 45 s trial process of which
-# 7 s were steps (10 + 0.6 x 48 = 39 s).
+# The generic model by depth, a CPU's until its own sweeps calibrate it (GPUs are priced from a
+# GPU's measured trials, below). Process start to first step: imports, model build and init,
+# optimizer, data; first fitted to gpt2-xl on an H100 (2026-11-23, no raw file: 10 + 0.6 x 48 =
+# 39 s), kept as the long-erring generic shape. The "cuda" base is a process that imports torch and
+# opens CUDA (the lease's device probe).
 SETUP_BASE_S = {"cuda": 10.0, "cpu": 2.0}
 SETUP_PER_LAYER_S = 0.6
-# torch.compile of the first step, generic: 87 s for gpt2-xl (48 layers) with mode=default on an
-# H100 (2026-11-23, README only); autotuning modes benchmark kernel choices on top: a guess of
-# AUTOTUNE_FACTOR times as long, not measured here.
+# torch.compile of the first step, generic: 87 s for gpt2-xl (48 layers) with mode=default (the same
+# H100, no raw file); autotuning modes benchmark kernel choices on top: a guess of AUTOTUNE_FACTOR
+# times as long, not measured here (every device).
 COMPILE_PER_LAYER_S = 87.0 / 48
 AUTOTUNE_FACTOR = 3.0
 # runtime.compile_unit=block compiles one block's graph, which every block reuses, and the head's
@@ -58,6 +61,7 @@ class ProcessCosts:
     """One device's non-step costs of a trial process (seconds)."""
 
     source: str
+    measured_on: str | None = None  # the chip table's key of the GPU that measured them
     float8_factor: float  # a float8 graph's cold compile over a bf16 one's
     # step-to-step coefficient of variation of a compute-bound step, for trial.target_ci's early
     # stop (train/core/window_ci.py); a sweep's own trials replace it (sweeper/plan/calibration.py)
@@ -81,31 +85,40 @@ H200_FLOAT8_FACTOR = 163.2 / 62.9
 # ci_min_steps; 1% would be 4), so its error would have to be 1.6x to change the plan.
 H200_STEP_CV = 0.0049
 
+# A CPU's (device name ""): sized by depth, until its own sweeps calibrate it (sweeper/plan/
+# calibration.py).
 GENERIC = ProcessCosts(
     source="generic: sized by depth", float8_factor=H200_FLOAT8_FACTOR, step_cv=H200_STEP_CV
 )
 
-# Measured by our GPU leases' own trials (result.json: wall_s, warmup_s, compile.cache), by the
-# chip table's key (train/core/chips.py).
-MEASURED: dict[str, ProcessCosts] = {
-    # docs/gpu/2026-11-26-h200: gpt2-xl, 1,048,576 tokens a step; set-up (wall - warm-up - window)
-    # 23.8-30.7 s over 5 processes; cold bf16 compiles 68.2 and 57.5 s, cache hits 5.2 and 5.2 s;
-    # float8 tensorwise cold 163.2 s (2.6x), its graph with no AOTAutograd cache entry
-    "h200": ProcessCosts(
-        setup_s=26.6,
-        compile_cold_s=62.9,
-        compile_warm_s=5.2,
-        float8_factor=H200_FLOAT8_FACTOR,
-        step_cv=H200_STEP_CV,
-        source="measured on an H200, docs/gpu/2026-11-26-h200",
-    ),
-}
+# Measured by our GPU leases' own trials (result.json: wall_s, warmup_s, compile.cache).
+# docs/gpu/2026-11-26-h200: gpt2-xl, 1,048,576 tokens a step; set-up (wall - warm-up - window)
+# 23.8-30.7 s over 5 processes, with the model built and initialised on the host (before the meta
+# device build); cold bf16 compiles 68.2 and 57.5 s, cache hits 5.2 and 5.2 s; float8 tensorwise
+# cold 163.2 s (2.6x), its graph with no AOTAutograd cache entry. The set-up is not scaled by
+# depth (one depth measured): it errs long for shallower models.
+H200 = ProcessCosts(
+    setup_s=26.6,
+    compile_cold_s=62.9,
+    compile_warm_s=5.2,
+    float8_factor=H200_FLOAT8_FACTOR,
+    step_cv=H200_STEP_CV,
+    source="measured on an H200, docs/gpu/2026-11-26-h200",
+    measured_on="h200",
+)
+# By the chip table's key (train/core/chips.py). Any other GPU is priced with the H200's figures
+# (GPU_DEFAULT): the H100's of 2026-11-23 (a 39 s set-up, an 87 s cold compile) left no raw file,
+# so they price nothing (docs/gpu-evidence.md says so).
+MEASURED: dict[str, ProcessCosts] = {"h200": H200}
+GPU_DEFAULT = H200
 
 
 def costs_for(device_name: str) -> ProcessCosts:
-    """The device's measured costs, else GENERIC."""
-    chip = chip_for(device_name or "")
-    return MEASURED.get(chip.key, GENERIC) if chip else GENERIC
+    """The GPU's measured costs, else the H200's (GPU_DEFAULT); a CPU's ("") GENERIC."""
+    if not device_name:
+        return GENERIC
+    chip = chip_for(device_name)
+    return MEASURED.get(chip.key, GPU_DEFAULT) if chip else GPU_DEFAULT
 
 
 def setup_s(costs: ProcessCosts, *, device_type: str, n_layer: int) -> float:

@@ -16,8 +16,6 @@ from sweeper.forecast.costs import (
     AUTOTUNE_FACTOR,
     BLOCK_UNIT_LAYERS,
     FLOAT8_WARM_SHARE,
-    GENERIC,
-    WARM_COMPILE_SHARE,
     compile_s,
     costs_for,
     setup_s,
@@ -40,7 +38,6 @@ CPU = "on this project's 2-core CPU"
 # the sources of the figures measured elsewhere or assumed, whatever the plan's device
 BLOCK_SRC = f"{CPU}, docs/bench/compile_unit-2026-11-28-cpu.txt (projected on a GPU)"
 FLOAT8_WARM_SRC = f"{CPU}, docs/bench/float8_cache-2026-11-28-cpu.txt"
-WARM_SHARE_SRC = f"{CPU}: a 2-layer GPT's 25-40 s cold, ~3 s from the cache (DESIGN.md)"
 COMPILED_MFU_SRC = f"gpt2-xl on an H200, 50.9% and 52.4% in real full steps, {H200_RUN}"
 EAGER_MFU_SRC = f"gpt2-xl eager on {H100_README}: 32.2%"
 REGION_SRC = f"torch.profiler {CPU}, docs/benchmarks.md 'Compile unit', 2026-11-28"
@@ -69,58 +66,39 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
     where = c.source.removeprefix("measured ")  # "on an H200, docs/gpu/..."
     chip = chip_for(device_name)
 
-    def on(key: str) -> Basis:
+    def on(key: str | None) -> Basis:
         """Measured on this kind of GPU, or on another."""
         return "measured" if chip is not None and chip.key == key else "measured elsewhere"
 
+    own = on(c.measured_on)  # the trial costs: this GPU's, or the H200's (costs.GPU_DEFAULT)
     cold_s = compile_s(c, mode="default", n_layer=n_layer, float8=False)  # the forecast's own
     elsewhere: Basis = "measured elsewhere"
+    meta = "before the model was built on the meta device"
     rows: list[tuple[str, float, Unit, Basis, str]] = [
         (
             "trial set-up",
             setup_s(c, device_type="cuda", n_layer=n_layer),
             "s",
-            *_setup(c.setup_s is not None, on(H100), where),
+            own,
+            f"{where} ({meta})",
         ),
-        ("cold compile, bf16 model", cold_s, "s", *_measured(c.compile_cold_s, on(H100), where)),
+        ("cold compile, bf16 model", cold_s, "s", own, f"{where}, scaled by depth"),
         ("block compile, as layers", BLOCK_UNIT_LAYERS, "layers", elsewhere, BLOCK_SRC),
-        _warm(c.compile_warm_s, where),
-        ("float8 compile factor", c.float8_factor, "x", *_float8(c is not GENERIC, where)),
+        (
+            "cached compile, bf16 model",
+            compile_s(c, mode="default", n_layer=n_layer, float8=False, warm=True),
+            "s",
+            own,
+            f"{where} (5.2 s, 5.2 s), scaled by depth",
+        ),
+        ("float8 compile factor", c.float8_factor, "x", own, f"{where} (163.2 s against 62.9 s)"),
         ("float8 cached share", FLOAT8_WARM_SHARE, "share", elsewhere, FLOAT8_WARM_SRC),
         ("autotune factor", AUTOTUNE_FACTOR, "x", "assumed", "not measured"),
         ("compiled step MFU", COMPILED_GPU_MFU, "share", on(H200), COMPILED_MFU_SRC),
         ("eager step MFU", ASSUMED_MFU, "share", on(H100), EAGER_MFU_SRC),
-        ("step-time CV", c.step_cv, "share", on(H200), CV_SRC),
+        ("step-time CV", c.step_cv, "share", own, CV_SRC),
         ("checkpoint write rate", WRITE_BYTES_PER_S / 1e9, "GB/s", "assumed", WRITE_SRC),
         ("block call host work", REGION_HOST_S * 1e6, "us", elsewhere, REGION_SRC),
         ("sweep start and end", SWEEP_OVERHEAD_S, "s", "assumed", OVERHEAD_SRC),
     ]
     return [PriceSource(what=w, value=v, unit=u, basis=b, source=t) for w, v, u, b, t in rows]
-
-
-def _setup(own: bool, generic: Basis, where: str) -> tuple[Basis, str]:
-    """A process's set-up: the device's measured one, else the generic fit to an H100's."""
-    if own:
-        return "measured", f"{where} (before the model was built on the meta device)"
-    return generic, f"10 s + 0.6 s a layer, fitted to gpt2-xl on {H100_README}"
-
-
-def _measured(value: float | None, generic: Basis, where: str) -> tuple[Basis, str]:
-    """A cold compile: the device's measured one, else the generic H100 figure by depth."""
-    if value is not None:
-        return "measured", where
-    return generic, f"87 s at 48 layers on {H100_README}, scaled by depth"
-
-
-def _float8(own: bool, where: str) -> tuple[Basis, str]:
-    """float8's compile factor: the device's own, else the H200's (the one GPU that measured it)."""
-    if own:
-        return "measured", f"{where} (163.2 s against 62.9 s)"
-    return "measured elsewhere", f"on an H200 (163.2 s against 62.9 s), {H200_RUN}"
-
-
-def _warm(warm_s: float | None, where: str) -> tuple[str, float, Unit, Basis, str]:
-    """A compile from the cache: the device's measured seconds, else a share measured here."""
-    if warm_s is not None:
-        return "cached compile, bf16 model", warm_s, "s", "measured", f"{where} (5.2 s, 5.2 s)"
-    return "cached compile share", WARM_COMPILE_SHARE, "share", "measured elsewhere", WARM_SHARE_SRC

@@ -662,8 +662,9 @@ def test_lease_plan_prints_the_main_second_and_total_on_any_machine(device: str)
     verdict = re.search(r"main \(.*\) against its 540 s deadline: (fits|DOES NOT FIT)", proc.stdout)
     assert verdict and (verdict.group(1) == "fits") is (main <= 540), proc.stdout
     assert f"plan assumes {device}'s machine has torchao installed" in proc.stdout
-    if device == "NVIDIA H200":  # the device the lease is planned for (issue 31, must-show 4)
-        assert main <= 540 and second <= 180, proc.stdout
+    # issue 31, must-show 4: both fit (the H100 priced with the H200's measured set-up and
+    # compile: its own of 2026-11-23 left no raw file)
+    assert main <= 540 and second <= 180, proc.stdout
 
 
 def test_every_lease_trial_compiles_block_by_block(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from sweeper.forecast.costs import (
     FLOAT8_BLOCK_EXTRA_SHARE,
     FLOAT8_WARM_SHARE,
     GENERIC,
+    GPU_DEFAULT,
     WARM_COMPILE_SHARE,
 )
 from sweeper.space.limits import predict_step, trial_limits
@@ -78,9 +79,12 @@ def test_the_limits_expectation_is_the_forecast() -> None:
         # no AOTAutograd cache entry: its kernels from the cache, autograd traced again
         (H200, "default", True, True, 163.2 * FLOAT8_WARM_SHARE),
         (H200, "none", True, False, 0.0),
-        ("NVIDIA H100 80GB HBM3", "default", False, False, 87.0),  # generic: 87/48 s a layer
-        ("NVIDIA H100 80GB HBM3", "default", False, True, 87.0 * WARM_COMPILE_SHARE),
-        ("NVIDIA H100 80GB HBM3", "max-autotune", False, False, 3 * 87.0),
+        # a GPU without costs of its own: the H200's
+        ("NVIDIA H100 80GB HBM3", "default", False, False, 62.9),
+        ("NVIDIA H100 80GB HBM3", "default", False, True, 5.2),
+        ("NVIDIA H100 80GB HBM3", "max-autotune", False, False, 3 * 62.9),
+        ("", "default", False, False, 87.0),  # a CPU: generic, 87/48 s a layer
+        ("", "default", False, True, 87.0 * WARM_COMPILE_SHARE),
     ],
 )
 def test_compile_costs(device, mode, float8, warm, seconds) -> None:
@@ -113,6 +117,8 @@ def test_block_compile_costs_on_the_h200(float8: bool, warm: bool, seconds: floa
 
 def test_setup_costs() -> None:
     assert setup_s(costs_for("nvidia h200"), device_type="cuda", n_layer=48) == 26.6
-    assert costs_for("NVIDIA H100 80GB HBM3") is GENERIC
-    assert setup_s(GENERIC, device_type="cuda", n_layer=48) == pytest.approx(10 + 0.6 * 48)
+    assert costs_for("NVIDIA H100 80GB HBM3") is GPU_DEFAULT  # the H200's
+    assert costs_for("Some GPU the chip table lacks") is GPU_DEFAULT
+    assert setup_s(GPU_DEFAULT, device_type="cuda", n_layer=48) == 26.6
+    assert costs_for("") is GENERIC  # a CPU
     assert setup_s(GENERIC, device_type="cpu", n_layer=2) == pytest.approx(2 + 0.6 * 2)
