@@ -23,6 +23,13 @@ builds and loads a test program per instruction set into the cache folder, once 
 sweep's shared cache pays it once). Each pair also times that probe alone, in a fresh process with
 an empty folder, and the ratios are printed with it taken off both arms as well.
 
+Step times of runs in separate processes, minutes apart, carry this shared machine's drift (10-20%
+from one minute to the next here), more than the few % asked of them. So the two units are also
+built in this process and stepped alternately, one optimizer step each, for --rounds rounds
+(scripts/bench/step_pairs.py): each round's block / model ratio has the drift cancelled, and their
+median and range are the step comparison to read (0 rounds: skipped; a GPU holds gpt2-xl twice only
+if it fits).
+
 Not cleared between runs: Inductor's precompiled C++ header (kept in torch's default temp folder,
 not the cache folder), built once per machine by whichever run comes first.
 """
@@ -35,7 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.bench.configs import cpu_trial_overrides_of
+from scripts.bench.configs import compose_config, cpu_trial_overrides_of
 from scripts.bench.harness import (
     bench_parser,
     completed_trial,
@@ -46,7 +53,9 @@ from scripts.bench.harness import (
     run_pairs,
     spread,
 )
+from scripts.bench.step_pairs import StepPairs, interleaved_steps
 from train.core.compile_cache import cache_env
+from train.core.config import Config
 
 UNITS = ("model", "block")
 RECOMPILE_MARK = "Recompiling function"  # torch/_dynamo's recompiles log line
@@ -71,6 +80,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compile", default="default", help="runtime.compile mode")
     p.add_argument("--activation-checkpointing", default="none")
     p.add_argument("--threads", type=int, default=0, help="runtime.threads (0: torch's default)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=40,
+        help="rounds of one step per unit, interleaved in this process (0: skip)",
+    )
     p.add_argument("--out", type=Path, help="also write the output to this file")
     return p.parse_args(argv)
 
@@ -103,6 +118,20 @@ def shape_overrides(a: argparse.Namespace) -> list[str]:
     """The model, its shape and device as this run sets them (for the report's first line)."""
     keys = ("model=", "model.n_layer=", "model.n_embd=", "model.block_size=", "runtime.d")
     return [o for o in trial_overrides(a, Path("."), "model", "x") if o.startswith(keys)]
+
+
+def in_process_steps(a: argparse.Namespace, tmp: Path) -> StepPairs | None:
+    """Both units' steps interleaved in this process (module doc); None with --rounds 0."""
+    if a.rounds < 1:
+        return None
+    runtime_only = ("hydra.", "trial.out=")
+
+    def config(unit: str) -> Config:
+        overrides = trial_overrides(a, tmp, unit, "in-process")
+        return compose_config([o for o in overrides if not o.startswith(runtime_only)])
+
+    arms = {unit: config(unit) for unit in UNITS}
+    return interleaved_steps(arms, warmup_steps=a.warmup_steps, rounds=a.rounds)
 
 
 def run_one(a: argparse.Namespace, tmp: Path, unit: str, tag: str) -> dict:
@@ -150,7 +179,11 @@ def measure(a: argparse.Namespace, tmp: Path) -> tuple[dict[str, list[dict]], li
 
 
 def report(
-    a: argparse.Namespace, runs: dict[str, list[dict]], probes: list[float], load_before: float
+    a: argparse.Namespace,
+    runs: dict[str, list[dict]],
+    probes: list[float],
+    load_before: float,
+    steps: StepPairs | None = None,
 ) -> str:
     rows = [
         [
@@ -215,16 +248,37 @@ def report(
             "less the ISA probe: "
             f"{spread(ratio(graphs_s, 'model', 'block'), '{:.2f}')}x",
             f"  step time block / model:    {spread(ratio(step_ms, 'block', 'model'), '{:.3f}')} "
-            f"(goal within 0.97-1.03)",
+            "(goal within 0.97-1.03; runs minutes apart, the machine's drift included)",
+            *_in_process_lines(steps),
         ]
     )
+
+
+def _in_process_lines(steps: StepPairs | None) -> list[str]:
+    """The interleaved in-process comparison's lines (none where it was skipped)."""
+    if steps is None:
+        return []
+    n = len(steps.ratios)
+    return [
+        "",
+        f"interleaved in one process, {n} rounds of one optimizer step per unit (A B / B A):",
+        *(
+            f"  {u:5s}: step median {steps.median_s(u) * 1e3:.1f} ms, "
+            f"{spread([s * 1e3 for s in steps.seconds[u]], '{:.1f}')} ms"
+            for u in UNITS
+        ),
+        f"  step time block / model, per round: {spread(steps.ratios, '{:.3f}')} "
+        "(goal within 0.97-1.03)",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_compile_unit_") as tmp:
-        emit(report(a, *measure(a, Path(tmp)), load_before), a.out)
+        runs, probes = measure(a, Path(tmp))
+        steps = in_process_steps(a, Path(tmp))
+        emit(report(a, runs, probes, load_before, steps), a.out)
     return 0
 
 

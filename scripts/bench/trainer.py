@@ -23,7 +23,7 @@ import logging
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,24 +128,22 @@ class PlainRun:
     loss_last: float  # mean loss of the last measured step
 
 
-def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
-    """The uninstrumented baseline: nanoGPT-style, built from the same parts as the trainer.
+Step = Callable[[Iterator[tuple[torch.Tensor, torch.Tensor]], int], torch.Tensor]
 
-    Same seed before the model init, same AdamW groups and lr schedule, the same DataLoader (batch
-    i is seeded by i, so both see identical batches), the same warm-up steps (short ones of at most
-    trial.project_micro_steps micro-batches, as the trial's); then `steps` steps with one clock
-    read and one device sync at each end of the window, nothing in between.
-    """
-    rt, accum = cfg.runtime, cfg.batch.grad_accum
-    device = dev.resolve_device(rt.device)
-    dtype = resolve_dtype(rt.dtype, device)
-    check_data(cfg)
-    dev.set_threads(rt.threads)
-    model, compiled, optimizer, _ = build_model(cfg, device)
-    loader = make_loader(cfg, split="train", device_type=device.type)
-    batches = iter(loader)
 
-    done = 0  # optimizer steps so far: each trains at the production schedule's lr, as a trial's
+def plain_step(
+    cfg: Config,
+    model: torch.nn.Module,
+    compiled: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> Step:
+    """One nanoGPT-style optimizer step of `compiled` (the model to call; `model` its raw
+    parameters): step(batches, accum) takes `accum` micro-batches from `batches`, each at the
+    production schedule's lr for the steps this function has run, as a trial's; it returns the
+    step's mean loss (on the device, unsynced)."""
+    done = 0  # optimizer steps so far
 
     def step(batches: Iterator[tuple[torch.Tensor, torch.Tensor]], accum: int) -> torch.Tensor:
         nonlocal done
@@ -166,6 +164,28 @@ def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return total
+
+    return step
+
+
+def plain_loop(cfg: Config, *, warmup_steps: int, steps: int) -> PlainRun:
+    """The uninstrumented baseline: nanoGPT-style, built from the same parts as the trainer.
+
+    Same seed before the model init, same AdamW groups and lr schedule, the same DataLoader (batch
+    i is seeded by i, so both see identical batches), the same warm-up steps (short ones of at most
+    trial.project_micro_steps micro-batches, as the trial's); then `steps` steps with one clock
+    read and one device sync at each end of the window, nothing in between.
+    """
+    rt, accum = cfg.runtime, cfg.batch.grad_accum
+    device = dev.resolve_device(rt.device)
+    dtype = resolve_dtype(rt.dtype, device)
+    check_data(cfg)
+    dev.set_threads(rt.threads)
+    model, compiled, optimizer, _ = build_model(cfg, device)
+    loader = make_loader(cfg, split="train", device_type=device.type)
+    batches = iter(loader)
+
+    step = plain_step(cfg, model, compiled, optimizer, device, dtype)
 
     loss_first = float("nan")
     short = min(accum, cfg.trial.project_micro_steps)

@@ -12,7 +12,7 @@ import pytest
 from train.core.paths import PROJECT_DIR
 
 BENCH = PROJECT_DIR / "scripts" / "bench"
-LIBRARIES = {"__init__", "harness", "configs"}  # the shared modules: no command
+LIBRARIES = {"__init__", "harness", "configs", "step_pairs"}  # the shared modules: no command
 COMMANDS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in LIBRARIES)
 
 

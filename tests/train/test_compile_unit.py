@@ -349,9 +349,10 @@ def test_the_unit_is_searched_beside_compile(search) -> None:
 @pytest.mark.slow
 def test_the_benchmark_prints_measured_pairs(tmp_path: Path) -> None:
     """scripts/bench/compile_unit.py in its smallest mode: one pair of cold trials, each unit's
-    row with its compile and step, no recompile, and the ratios."""
+    row with its compile and step, no recompile, and the ratios; then two rounds of both units'
+    steps interleaved in the benchmark's own process, each measured."""
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
-    args = ["--pairs", "1", "--n-layer", "2", "--steps", "2", "--grad-accum", "1"]
+    args = ["--pairs", "1", "--n-layer", "2", "--steps", "2", "--grad-accum", "1", "--rounds", "2"]
     out = ["--out", str(tmp_path / "out.txt")]
     proc = run_cli(
         "scripts.bench.compile_unit", [*args, *out], cwd=REPO, timeout=600, extra_env=env
@@ -371,4 +372,9 @@ def test_the_benchmark_prints_measured_pairs(tmp_path: Path) -> None:
         assert compile_s > probe_s > 0 and step_ms > 0
         assert cells[7] == "0" and cells[8] == "off"  # no recompile; every compile cold
     assert "cold compile model / block: " in proc.stdout
+    assert "interleaved in one process, 2 rounds of one optimizer step per unit" in proc.stdout
+    medians = re.findall(r"^  (model|block): step median ([0-9.]+) ms", proc.stdout, re.M)
+    assert [u for u, _ in medians] == ["model", "block"] and all(float(ms) > 0 for _, ms in medians)
+    per_round = r"step time block / model, per round: [0-9.]+ \([0-9.]+-[0-9.]+\)"
+    assert re.search(per_round, proc.stdout)
     assert (tmp_path / "out.txt").read_text().strip() == proc.stdout.strip()

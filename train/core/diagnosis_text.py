@@ -181,8 +181,9 @@ _BASES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     ),
     "compile_unit_block": lambda n: (
         "each transformer block compiled once and reused: a cold compile of a few layers' worth "
-        "at any depth (docs/bench/compile_unit-2026-11-27-cpu.txt); the step may lose a few %: "
-        "compare the two trials"
+        "at any depth (docs/bench/compile_unit-2026-11-29-cpu.txt); the step may be slower where "
+        "the host's work around each block's call adds to it (5-22% on a 2-core CPU): compare the "
+        "two trials"
     ),
     "compile_off": lambda n: (
         f"wins only if eager steps are under {1 + n['breakeven']:.2f}x the compiled step "

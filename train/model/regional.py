@@ -15,10 +15,12 @@ LayerNorm, LM head, loss: `run_head`) is a second compiled region; the embedding
 block that is recomputed and one that is not are two graphs (runtime.activation_checkpointing=
 every_<k>), each compiled once.
 
-The trade (measured on a CPU: docs/bench/compile_unit-2026-11-27-cpu.txt): a cold compile that no
-longer grows with the depth, for a step a few % slower, since each region's call costs its guards
-and autograd wrappers and no fusion crosses a block's edge: a fixed cost per block that a wider
-block hides.
+The trade (measured on a CPU: docs/bench/compile_unit-2026-11-2{7,8,9}-cpu.txt): a cold compile that
+no longer grows with the depth, for a slower step, since each region's call costs its guards and
+autograd wrappers and no fusion crosses a block's edge: a fixed host cost per block call, which a
+wider block or a device that runs kernels asynchronously hides, and which adds to the step where the
+host is the device (5% on this CPU on 2026-11-27, 16% on 2026-11-29, when its host ran everything
+3.3x slower).
 
 float8 (train/model/float8.py) swaps the blocks' linears before either unit compiles, so the block
 graph traces torchao's Float8Linear as the whole-model graph does. Under DDP the compiled regions
