@@ -71,6 +71,10 @@ class ProcessCosts:
     # a bf16 graph's first compile (mode=default); None: generic
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None  # the graph from the compile cache; None: a share of cold
+    # the measurements behind compile_warm_s and float8_factor, as the plan's sources quote them
+    # (e.g. "5.2 s, 5.2 s"); empty where none
+    warm_detail: str = ""
+    float8_detail: str = ""
 
 
 # A float8 graph's cold compile over a bf16 one's, measured on one GPU only: the H200 (163.2 s
@@ -103,13 +107,15 @@ H200 = ProcessCosts(
     compile_warm_s=5.2,
     float8_factor=H200_FLOAT8_FACTOR,
     step_cv=H200_STEP_CV,
+    warm_detail="5.2 s, 5.2 s",
+    float8_detail="163.2 s against 62.9 s",
     source="measured on an H200, docs/gpu/2026-11-26-h200",
     measured_on="h200",
 )
 # By the chip table's key (train/core/chips.py). Any other GPU is priced with the H200's figures
 # (GPU_DEFAULT): the H100's of 2026-11-23 (a 39 s set-up, an 87 s cold compile) left no raw file,
 # so they price nothing (docs/gpu-evidence.md says so).
-MEASURED: dict[str, ProcessCosts] = {"h200": H200}
+MEASURED: dict[str, ProcessCosts] = {c.measured_on: c for c in (H200,) if c.measured_on}
 GPU_DEFAULT = H200
 
 

@@ -57,6 +57,11 @@ class PriceSource:
     source: str  # the file and date, or why it is assumed
 
 
+def _quoted(detail: str) -> str:
+    """A measurement's detail in brackets after its source, or nothing."""
+    return f" ({detail})" if detail else ""
+
+
 def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[PriceSource]:
     """The figures a plan of an `n_layer` model on `device_name` is priced with, in the order a
     trial spends them."""
@@ -89,9 +94,9 @@ def price_sources(*, device_name: str, device_type: str, n_layer: int) -> list[P
             compile_s(c, mode="default", n_layer=n_layer, float8=False, warm=True),
             "s",
             own,
-            f"{where} (5.2 s, 5.2 s), scaled by depth",
+            f"{where}{_quoted(c.warm_detail)}, scaled by depth",
         ),
-        ("float8 compile factor", c.float8_factor, "x", own, f"{where} (163.2 s against 62.9 s)"),
+        ("float8 compile factor", c.float8_factor, "x", own, f"{where}{_quoted(c.float8_detail)}"),
         ("float8 cached share", FLOAT8_WARM_SHARE, "share", elsewhere, FLOAT8_WARM_SRC),
         ("autotune factor", AUTOTUNE_FACTOR, "x", "assumed", "not measured"),
         ("compiled step MFU", COMPILED_GPU_MFU, "share", on(H200), COMPILED_MFU_SRC),

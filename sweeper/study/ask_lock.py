@@ -3,9 +3,9 @@
 Workers sharing a study each read how many trials it has spent and run, then ask for one more.
 Optuna has no atomic "ask if under budget", so two workers that read the count within the same
 moments both asked, and the study ran n_trials + 1 (CI saw it on a loaded machine). The lock is a
-marker study `<study>.ask-lock`, as the export claim is (sweeper/study/export_claim.py): the
-database refuses a second study of one name, on SQLite and PostgreSQL alike, so one worker holds
-it; it is held for the check and the ask (milliseconds) and deleted at once.
+marker study `<study>.ask-lock` (sweeper/study/marker.py), as the export claim is: the database
+refuses a second study of one name, on SQLite and PostgreSQL alike, so one worker holds it; it is
+held for the check and the ask (milliseconds) and deleted at once.
 
 A lock whose holder died on this host is taken over at once; one whose holder this host cannot see
 (another host, or a process killed before it signed the lock) after TAKEOVER_S of waiting.
@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterator
 
 import optuna
-from optuna.exceptions import DuplicatedStudyError
 
-from sweeper.study.optuna_study import quiet_optuna, storage_of
-from sweeper.study.owner import owner_alive, owner_tag
+from sweeper.study import marker
+from sweeper.study.optuna_study import storage_of
+from sweeper.study.owner import owner_alive
 
 log = logging.getLogger(__name__)
 
@@ -39,33 +39,15 @@ def ask_lock(study: optuna.Study) -> Iterator[None]:
     name = f"{study.study_name}{LOCK_SUFFIX}"
     storage = storage_of(study)
     deadline = time.monotonic() + TAKEOVER_S
-    while True:
-        try:
-            with quiet_optuna():
-                lock = optuna.create_study(storage=storage, study_name=name)
-            break
-        except DuplicatedStudyError:
-            holder = _holder(name, storage)
-            if owner_alive(holder) is False or time.monotonic() > deadline:
-                log.warning("taking over the ask lock of %s from %s", study.study_name, holder)
-                _delete(name, storage)
-                deadline = time.monotonic() + TAKEOVER_S
-            else:
-                time.sleep(POLL_S)
+    while marker.take(name, storage) is None:
+        holder = marker.holder(name, storage)
+        if owner_alive(holder) is False or time.monotonic() > deadline:
+            log.warning("taking over the ask lock of %s from %s", study.study_name, holder)
+            marker.release(name, storage)
+            deadline = time.monotonic() + TAKEOVER_S
+        else:
+            time.sleep(POLL_S)
     try:
-        lock.set_user_attr("owner", owner_tag())
         yield
     finally:
-        _delete(name, storage)
-
-
-def _holder(name: str, storage: optuna.storages.BaseStorage) -> str | None:
-    """The lock's holder (`host:pid`); None where it has not signed it yet or it is gone."""
-    with contextlib.suppress(KeyError):
-        return optuna.load_study(study_name=name, storage=storage).user_attrs.get("owner")
-    return None
-
-
-def _delete(name: str, storage: optuna.storages.BaseStorage) -> None:
-    with contextlib.suppress(KeyError):
-        optuna.delete_study(study_name=name, storage=storage)
+        marker.release(name, storage)

@@ -21,7 +21,6 @@ says them.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -29,13 +28,12 @@ from pathlib import Path
 from typing import Literal
 
 import optuna
-from optuna.exceptions import DuplicatedStudyError
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.study import marker
 from sweeper.study.optuna_study import (
     OWNER_ATTR,
     own_outcomes,
-    quiet_optuna,
     running_trials,
     storage_of,
 )
@@ -120,8 +118,7 @@ class Claim:
 
     def release(self, study: optuna.Study) -> None:
         if self.ours:
-            with contextlib.suppress(KeyError):
-                optuna.delete_study(study_name=self.name, storage=storage_of(study))
+            marker.release(self.name, storage_of(study))
 
 
 def claim_export(
@@ -135,10 +132,8 @@ def claim_export(
     name = f"{study.study_name}{CLAIM_SUFFIX}"
     storage = storage_of(study)
     for _ in range(2):  # a second try after taking over a dead holder's claim
-        try:
-            with quiet_optuna():
-                claim = optuna.create_study(storage=storage, study_name=name)
-        except DuplicatedStudyError:
+        claim = marker.take(name, storage)
+        if claim is None:
             holder = _holder(name, storage)
             if holder is None or owner_alive(holder) is not False:
                 return Claim(
@@ -149,10 +144,8 @@ def claim_export(
                     best_yaml=None if holder is None else best_yaml_of(study, holder),
                 )
             log.warning("the export claim of %s died with its worker; taking it over", holder)
-            with contextlib.suppress(KeyError):
-                optuna.delete_study(study_name=name, storage=storage)
+            marker.release(name, storage)
             continue
-        claim.set_user_attr("owner", owner_tag())
         claim.set_user_attr("sweep_dir", str(sweep_dir))
         done = _exported(study, compared, since)  # exported since the first look
         if done is not None:
@@ -194,10 +187,9 @@ def _holder(name: str, storage: optuna.storages.BaseStorage) -> str | None:
     """The owner of the claim `name`, waiting a moment for a fresh claim to say it."""
     deadline = time.monotonic() + HOLDER_WAIT_S
     while True:
-        with contextlib.suppress(KeyError):
-            owner = optuna.load_study(study_name=name, storage=storage).user_attrs.get("owner")
-            if owner:
-                return owner
+        owner = marker.holder(name, storage)
+        if owner:
+            return owner
         if time.monotonic() > deadline:
             return None
         time.sleep(0.2)
