@@ -3,12 +3,15 @@ that kind of GPU, measured elsewhere, or assumed, each measured one traced to a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+import sweeper.plan.price_sources as price_sources_module
+from sweeper.forecast import costs
 from sweeper.forecast.costs import H200_STEP_CV
 from sweeper.plan.price_sources import BASES, price_sources
 
@@ -80,3 +83,22 @@ def test_the_gpu_step_cv_is_the_largest_the_h200_run_measured() -> None:
     cvs = [json.loads(p.read_text())["step_time_s"]["cv"] for p in sorted(run.glob("*.json"))]
     assert len(cvs) == 5
     assert max(cvs) == pytest.approx(H200_STEP_CV, abs=5e-5)
+
+
+def test_the_quoted_measurements_are_the_costs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached-compile and float8 sources quote what the device's costs say was measured (the
+    H200's runs), and nothing for costs that hold no such detail: never another GPU's literals."""
+    h200 = _by_what(H200)
+    assert h200["cached compile, bf16 model"].source.endswith("(5.2 s, 5.2 s), scaled by depth")
+    assert h200["float8 compile factor"].source.endswith("(163.2 s against 62.9 s)")
+    bare = dataclasses.replace(costs.H200, warm_detail="", float8_detail="")
+    monkeypatch.setattr(price_sources_module, "costs_for", lambda name: bare)
+    sources = {
+        s.what: s.source for s in price_sources(device_name=H200, device_type="cuda", n_layer=48)
+    }
+    assert "(" not in sources["cached compile, bf16 model"]
+    assert "(" not in sources["float8 compile factor"]
+
+
+def test_the_measured_table_is_keyed_by_each_costs_own_chip() -> None:
+    assert costs.MEASURED and all(k == c.measured_on for k, c in costs.MEASURED.items())
