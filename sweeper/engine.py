@@ -38,10 +38,10 @@ from sweeper.plan.prepare import Prepared, prepare
 from sweeper.report.best_yaml import export_winner
 from sweeper.report.claim_text import claim_line, deferral_line
 from sweeper.report.console import final_report, print_start, say, start_knobs, trial_states
-from sweeper.report.handoff import handoff_report, plan_from_results
+from sweeper.report.handoff import handoff_report
 from sweeper.report.plan_text import print_plan
 from sweeper.report.story import tell_story
-from sweeper.report.time_to_train import cost_lines, sweep_costs
+from sweeper.report.time_to_train import cost_lines, production_plan, sweep_costs
 from sweeper.report.verdict_text import record_verdict, winner_text
 from sweeper.search.loop import Search
 from sweeper.settings import settings_from
@@ -302,11 +302,8 @@ class SweepEngine:
         if verification.winner is not None:
             record_verdict(study, verification.winner)  # on the study and in sweep.log
             # production saves at an interval chosen from the winner's measured save stall
-            plan = plan_from_results(
-                verification.winner.results,
-                mtbf_h=settings.cost.mtbf_h,
-                planned_every=settings.cost.planned_checkpoint_every,
-                planned_steps=ctx.objective.planned_steps,
+            plan = production_plan(
+                verification.winner.results, objective=ctx.objective, cost=settings.cost
             )
             costs = sweep_costs(
                 study,
@@ -314,6 +311,7 @@ class SweepEngine:
                 baseline=started.baseline,
                 objective=ctx.objective,
                 cost=settings.cost,
+                winner_plan=plan,
             )
             best_path = self._export(started, verification, tracker, sweep_dir, costs, plan)
         final_report(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sweeper.report.handoff import plan_from_results
 from sweeper.study.objective import ObjectiveConfig, result_train_time
 from train.core.cost import TOKENS_PER_BILLION, device_price, usd_per_1b_tokens
+from train.core.handoff.interval import CheckpointPlan
 
 if TYPE_CHECKING:
     import optuna
@@ -81,6 +82,22 @@ def run_cost(
     }
 
 
+def production_plan(
+    results: list, *, objective: ObjectiveConfig, cost: CostConf | None
+) -> CheckpointPlan | None:
+    """The production checkpoint interval a configuration's runs give (Young/Daly from their
+    measured save stall and `cost.mtbf_h`, sweeper/report/handoff.py): the interval its best.yaml
+    would pin; None without `cost` or without a measured save."""
+    if cost is None:
+        return None
+    return plan_from_results(
+        results,
+        mtbf_h=cost.mtbf_h,
+        planned_every=objective.planned_checkpoint_every,
+        planned_steps=objective.planned_steps,
+    )
+
+
 def sweep_costs(
     study: optuna.Study,
     verification: Verification,
@@ -88,27 +105,18 @@ def sweep_costs(
     baseline: dict | None,
     objective: ObjectiveConfig,
     cost: CostConf | None = None,
+    winner_plan: CheckpointPlan | None = None,
 ) -> dict[str, Any]:
     """{"start": ..., "winner": ...}: each `run_cost` or None (no starting config measured,
     nothing verified). The starting config's verified runs, else its search run, priced at
-    `cost`'s rate (none: hours only). With `cost`, each is priced at its own production
-    checkpoint interval (Young/Daly from its measured save stall and `cost.mtbf_h`,
-    sweeper/report/handoff.py), the interval its best.yaml would pin."""
+    `cost`'s rate (none: hours only). Each is priced at its own production checkpoint interval
+    (`production_plan`): the winner's is `winner_plan`, the one its best.yaml pins (computed once,
+    by the caller), the start's is made here."""
     from sweeper.verify.stage import find_baseline, trial_result
 
     doc: dict[str, Any] = {"start": None, "winner": None}
 
-    def price(results: list) -> dict[str, Any]:
-        plan = (
-            None
-            if cost is None
-            else plan_from_results(
-                results,
-                mtbf_h=cost.mtbf_h,
-                planned_every=objective.planned_checkpoint_every,
-                planned_steps=objective.planned_steps,
-            )
-        )
+    def price(plan: CheckpointPlan | None) -> dict[str, Any]:
         at = (
             objective
             if plan is None
@@ -117,13 +125,16 @@ def sweep_costs(
         rate = {} if cost is None else {"usd_per_hour": cost.usd_per_hour, "prices": cost.prices}
         return {"objective": at, **rate}
 
+    def price_of(results: list) -> dict[str, Any]:
+        return price(production_plan(results, objective=objective, cost=cost))
+
     winner = verification.winner
     if winner is not None:
         doc["winner"] = run_cost(
             winner.results,
             trial=winner.number,
             basis=_basis(winner.results),
-            **price(winner.results),
+            **price(winner_plan),
         )
     base = find_baseline(study, baseline)
     if base is not None:
@@ -131,10 +142,10 @@ def sweep_costs(
         search = trial_result(base)
         if not runs and search:
             doc["start"] = run_cost(
-                [search], trial=base.number, basis="its search run", **price([search])
+                [search], trial=base.number, basis="its search run", **price_of([search])
             )
         else:
-            doc["start"] = run_cost(runs, trial=base.number, basis=_basis(runs), **price(runs))
+            doc["start"] = run_cost(runs, trial=base.number, basis=_basis(runs), **price_of(runs))
     return doc
 
 

@@ -57,3 +57,31 @@ def test_metrics_carry_units_for_both_roles() -> None:
     }
     assert m["cost/time_to_train_h_winner"] == pytest.approx((9537 * 10.9 + 60) / 3600)
     assert m["cost/usd_per_1b_tokens_winner"] < m["cost/usd_per_1b_tokens_start"]
+
+
+def _saved(p50: float, save_s: float, every: int) -> dict:
+    r = _result(p50)
+    r["checkpoint_s"] = [save_s]
+    r["config"] = {"checkpoint": {"every_steps": every}}
+    return r
+
+
+def test_the_production_plan_is_the_objectives_interval_from_the_measured_save() -> None:
+    """One rule for the interval best.yaml pins and the one its cost is priced at: the engine
+    makes the winner's plan once (production_plan) and hands it to sweep_costs."""
+    from hydra_plugins.throughput_sweeper.config import CostConf
+    from sweeper.report.handoff import plan_from_results
+    from sweeper.report.time_to_train import production_plan
+
+    runs = [_saved(21.0, 18.7, 50)]
+    objective = ObjectiveConfig(
+        name="time_to_train", planned_steps=9537, planned_checkpoint_every=200
+    )
+    cost = CostConf(mtbf_h=1000.0)
+    plan = production_plan(runs, objective=objective, cost=cost)
+    assert plan is not None and plan == plan_from_results(
+        runs, mtbf_h=1000.0, planned_every=200, planned_steps=9537
+    )
+    assert plan.every_steps <= 200  # the objective's cap
+    assert production_plan(runs, objective=objective, cost=None) is None
+    assert production_plan([_result(21.0)], objective=objective, cost=cost) is None  # no save
