@@ -215,10 +215,11 @@ class Overhead:
     plain: list[PlainRun]  # the plain-loop runs (B runs)
 
 
-def measure_overhead(common: list[str], out_dir: Path, args: argparse.Namespace) -> Overhead:
+def measure_overhead(
+    common: list[str], out_dir: Path, *, warmup_steps: int, steps: int, repeats: int
+) -> Overhead:
     """A B, B A, A B, ...: the headline trial and the plain loop, same config and step count
-    (the command line's --warmup-steps and --overhead-steps), --repeats pairs."""
-    warmup_steps, steps, repeats = args.warmup_steps, args.overhead_steps, args.repeats
+    (the command line's --warmup-steps and --overhead-steps), `repeats` pairs."""
     # No time budget here: both sides must run exactly `steps` measured steps.
     fixed = [
         *common,
@@ -443,7 +444,13 @@ def main(argv: list[str] | None = None) -> int:
         floor_reps = max(10, args.steps)
         floors = [measure_floor(reps=floor_reps, threads=args.threads)]
         # Overhead pairs first: they only run eager, before any compiled trial.
-        overhead = measure_overhead(common, out_dir, args)
+        overhead = measure_overhead(
+            common,
+            out_dir,
+            warmup_steps=args.warmup_steps,
+            steps=args.overhead_steps,
+            repeats=args.repeats,
+        )
         results = [
             (v, run_variant(windowed, v, out_dir, _slug(v.label), required=False)) for v in variants
         ]
