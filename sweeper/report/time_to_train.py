@@ -104,8 +104,8 @@ def sweep_costs(
     *,
     baseline: dict | None,
     objective: ObjectiveConfig,
-    cost: CostConf | None = None,
-    winner_plan: CheckpointPlan | None = None,
+    cost: CostConf | None,
+    winner_plan: CheckpointPlan | None,
 ) -> dict[str, Any]:
     """{"start": ..., "winner": ...}: each `run_cost` or None (no starting config measured,
     nothing verified). The starting config's verified runs, else its search run, priced at

@@ -20,13 +20,19 @@ OWNER = "owner"  # the user attribute a holder signs its marker with
 
 
 def take(name: str, storage: optuna.storages.BaseStorage) -> optuna.Study | None:
-    """The marker `name`, created and signed by this process; None where another holds it."""
+    """The marker `name`, created and signed by this process; None where another holds it. A
+    marker this process could not sign is deleted before the error propagates: left unsigned,
+    others could not tell its holder dead and would wait out their takeover time."""
     try:
         with quiet_optuna():
             marker = optuna.create_study(storage=storage, study_name=name)
     except DuplicatedStudyError:
         return None
-    marker.set_user_attr(OWNER, owner_tag())
+    try:
+        marker.set_user_attr(OWNER, owner_tag())
+    except BaseException:
+        release(name, storage)
+        raise
     return marker
 
 
