@@ -20,7 +20,9 @@ no longer grows with the depth, for a slower step, since each region's call cost
 autograd wrappers and no fusion crosses a block's edge: a fixed host cost per block call, which a
 wider block or a device that runs kernels asynchronously hides, and which adds to the step where the
 host is the device (5% on this CPU on 2026-11-27, 16% on 2026-11-29, when its host ran everything
-3.3x slower).
+3.3x slower). Fewer, larger regions pay it fewer times but compile more blocks each: one region of
+all the blocks steps as the whole model does, and none between gave both a 3x faster compile and a
+step within 3% here (scripts/bench/region_size.py, docs/benchmarks.md "Region size").
 
 float8 (train/model/float8.py) swaps the blocks' linears before either unit compiles, so the block
 graph traces torchao's Float8Linear as the whole-model graph does. Under DDP the compiled regions
