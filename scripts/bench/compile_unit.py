@@ -263,8 +263,7 @@ def _in_process_lines(steps: StepPairs | None) -> list[str]:
         "",
         f"interleaved in one process, {n} rounds of one optimizer step per unit (A B / B A):",
         *(
-            f"  {u:5s}: step median {steps.median_s(u) * 1e3:.1f} ms, "
-            f"{spread([s * 1e3 for s in steps.seconds[u]], '{:.1f}')} ms"
+            f"  {u:5s}: step {spread([s * 1e3 for s in steps.seconds[u]], '{:.1f}')} ms"
             for u in UNITS
         ),
         f"  step time block / model, per round: {spread(steps.ratios, '{:.3f}')} "

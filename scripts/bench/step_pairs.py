@@ -11,7 +11,6 @@ difference. Both arms hold their weights at once: meant for models that fit twic
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -29,9 +28,6 @@ class StepPairs:
 
     seconds: dict[str, list[float]]
     ratios: list[float]
-
-    def median_s(self, arm: str) -> float:
-        return statistics.median(self.seconds[arm])
 
 
 def interleaved_steps(arms: Mapping[str, Config], *, warmup_steps: int, rounds: int) -> StepPairs:

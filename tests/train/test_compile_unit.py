@@ -373,7 +373,8 @@ def test_the_benchmark_prints_measured_pairs(tmp_path: Path) -> None:
         assert cells[7] == "0" and cells[8] == "off"  # no recompile; every compile cold
     assert "cold compile model / block: " in proc.stdout
     assert "interleaved in one process, 2 rounds of one optimizer step per unit" in proc.stdout
-    medians = re.findall(r"^  (model|block): step median ([0-9.]+) ms", proc.stdout, re.M)
+    each = r"^  (model|block): step ([0-9.]+) \([0-9.]+-[0-9.]+\) ms"
+    medians = re.findall(each, proc.stdout, re.M)
     assert [u for u, _ in medians] == ["model", "block"] and all(float(ms) > 0 for _, ms in medians)
     per_round = r"step time block / model, per round: [0-9.]+ \([0-9.]+-[0-9.]+\)"
     assert re.search(per_round, proc.stdout)
