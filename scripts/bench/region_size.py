@@ -28,6 +28,7 @@ import sys
 import tempfile
 import types
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -101,16 +102,14 @@ def arm_configs(a: argparse.Namespace, tmp: Path) -> dict[str, Config]:
     probe = argparse.Namespace(**{**vars(a), "device": "cpu", "dtype": "auto", "steps": 4})
     probe.activation_checkpointing = "none"
 
-    def config(unit: str, compile_: str) -> Config:
-        overrides = trial_overrides(probe, tmp, unit, "in-process")
-        keep = [o for o in overrides if not o.startswith(("hydra.", "trial.out=", "runtime.com"))]
-        return compose_config(
-            [*keep, f"runtime.compile={compile_}", f"runtime.compile_unit={unit}"]
-        )
+    def config(compile_: str) -> Config:
+        overrides = trial_overrides(probe, tmp, "model", "in-process")
+        keep = [
+            o for o in overrides if not o.startswith(("hydra.", "trial.out=", "runtime.compile="))
+        ]
+        return compose_config([*keep, f"runtime.compile={compile_}"])
 
-    return {"model": config("model", a.compile)} | {
-        f"{k} per region": config("model", "none") for k in a.sizes
-    }
+    return {"model": config(a.compile)} | {f"{k} per region": config("none") for k in a.sizes}
 
 
 def rotation(index: int, arms: Sequence[str]) -> list[str]:
@@ -136,9 +135,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict[str, list[float]]:
             compile_groups(model, k=int(name.split()[0]), mode=a.compile)
         step = plain_step(cfg, model, called, optimizer, device, dtype)
         batches = iter(make_loader(cfg, split="train", device_type=device.type))
-        steps[name] = lambda step=step, batches=batches, accum=cfg.batch.grad_accum: step(
-            batches, accum
-        )
+        steps[name] = partial(step, batches, cfg.batch.grad_accum)
         for _ in range(a.warmup_steps):  # the first compiles
             steps[name]()
     seconds: dict[str, list[float]] = {n: [] for n in arms}
@@ -151,7 +148,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict[str, list[float]]:
 def report(a: argparse.Namespace, seconds: dict[str, list[float]]) -> str:
     model = seconds["model"]
     lines = [
-        f"tiny-shaped GPT: model={a.model} n_layer={a.n_layer} n_embd={a.n_embd or 'preset'} "
+        f"GPT: model={a.model} n_layer={a.n_layer} n_embd={a.n_embd or 'preset'} "
         f"block_size={a.block_size}, micro-batch {a.micro_batch} x {a.grad_accum}, "
         f"compile={a.compile}, {a.rounds} rounds of one optimizer step per arm, order rotating",
         f"  {'arm':14s} {'calls':>5s}  {'step p50':>9s}  "
