@@ -7,13 +7,16 @@ runtime.compile_unit=block (train/model/regional.py) compiles one block and call
 block: each call pays Dynamo's guard check, AOTAutograd's forward and backward wrappers and the
 region's entry, and no fusion crosses a block's edge. This benchmark asks how much of the block
 unit's slower step (scripts/bench/compile_unit.py) is that per-call cost, by varying the number of
-calls: each arm `k` compiles one function that runs k consecutive blocks, called n_layer / k times
-(k = 1 is the block unit's region; k = n_layer one region of every block, which keeps only the
-split from the embeddings and the head). The trainer has no such unit: the arms are built here,
-over the trainer's own model, optimizer, data and step (scripts/bench/trainer.py plain_step), with
-no activation checkpointing. All arms are built in this process, warmed up, then stepped in turn,
-one full optimizer step each, the order rotating every round; each round's arm / model ratio has
-the machine's drift cancelled (scripts/bench/step_pairs.py does the same for two arms).
+calls: arm `k` groups each k consecutive blocks into one module and compiles the model region by
+region as the block unit does (train/model/regional.py compile_regions), so one region of k blocks
+runs n_layer / k times (k = 1 is the block unit itself; k = n_layer one region of every block,
+which keeps only the split from the eager embeddings and the separately compiled head). The
+trainer has no unit of k > 1 blocks: the grouping is done here, over the trainer's own model,
+optimizer, data and step (scripts/bench/step_pairs.py warm_steps), with no activation
+checkpointing. All arms are built in this process, warmed up, then stepped in turn, one full
+optimizer step each, the order rotating every other round and reversed in between (`rotation`);
+each round's arm / model ratio has the machine's drift cancelled (scripts/bench/step_pairs.py
+does the same for two arms).
 
 Compile seconds are not reported: arms built in one process share its Inductor kernels and
 caches, so no arm's first step is a cold compile (scripts/bench/compile_unit.py measures those, one
@@ -26,24 +29,18 @@ import argparse
 import statistics
 import sys
 import tempfile
-import types
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from scripts.bench.compile_unit import trial_overrides
 from scripts.bench.configs import compose_config
 from scripts.bench.harness import bench_parser, emit, spread, timed
-from scripts.bench.trainer import plain_step
-from train import device as dev
+from scripts.bench.step_pairs import warm_steps
 from train.core.config import Config
-from train.data.dataset import make_loader
-from train.model.gpt import GPT, run_head
-from train.model.regional import compile_mode
-from train.run.loop import build_model, check_data, resolve_dtype
+from train.model.gpt import GPT
+from train.model.regional import compile_regions
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,43 +61,34 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     for k in a.sizes:
         if k < 1 or a.n_layer % k:
             p.error(f"--sizes: {k} blocks per region must divide --n-layer {a.n_layer}")
+    if len(set(a.sizes)) != len(a.sizes):
+        p.error(f"--sizes: each size once, got {a.sizes}")
     return a
 
 
-def run_blocks(blocks: tuple[nn.Module, ...], x: torch.Tensor) -> torch.Tensor:
-    """x through `blocks` in order: one arm's region (compiled once, reused for every group)."""
-    for block in blocks:
-        x = block(x)
-    return x
-
-
-def compile_groups(model: GPT, *, k: int, mode: str) -> None:
-    """Make `model` (built eager) call a compiled `run_blocks` once per k consecutive blocks and a
-    compiled head, as runtime.compile_unit=block does with k = 1: its forward is replaced on this
-    instance only; its embeddings stay eager, as there."""
-    region = torch.compile(run_blocks, mode=compile_mode(mode))
-    model.head_fn = torch.compile(run_head, mode=compile_mode(mode))
-    h = list(model.transformer.h)
-    groups = [tuple(h[i : i + k]) for i in range(0, len(h), k)]
-
-    def forward(
-        self: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        pos = torch.arange(idx.size(1), dtype=torch.long, device=idx.device)  # (T,)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for group in groups:
-            x = region(group, x)
-        return self.head_fn(
-            self.transformer.ln_f, self.lm_head.weight, x, targets, loss_mode=self.loss_mode
+def group_blocks(model: GPT, *, k: int) -> None:
+    """Make each k consecutive blocks of `model` one module (an nn.Sequential), in place, so
+    that regional compilation (train/model/regional.py compile_regions: the block function and the
+    head compiled, the embeddings eager) compiles one region of k blocks and calls it n_layer / k
+    times; k = 1 leaves the blocks as they are, the trainer's runtime.compile_unit=block. The
+    parameters stay the same tensors (the optimizer built over them still steps them)."""
+    if k > 1:
+        h = list(model.transformer.h)
+        model.transformer.h = nn.ModuleList(
+            nn.Sequential(*h[i : i + k]) for i in range(0, len(h), k)
         )
 
-    model.forward = types.MethodType(forward, model)
+
+def arm_name(k: int) -> str:
+    return f"{k} per region"
 
 
 def arm_configs(a: argparse.Namespace, tmp: Path) -> dict[str, Config]:
     """The whole model's config, then one per region size (built eager, compiled here)."""
-    probe = argparse.Namespace(**{**vars(a), "device": "cpu", "dtype": "auto", "steps": 4})
-    probe.activation_checkpointing = "none"
+    probe = argparse.Namespace(
+        **{**vars(a), "device": "cpu", "dtype": "auto", "steps": 4},
+        activation_checkpointing="none",
+    )
 
     def config(compile_: str) -> Config:
         overrides = trial_overrides(probe, tmp, "model", "in-process")
@@ -109,7 +97,7 @@ def arm_configs(a: argparse.Namespace, tmp: Path) -> dict[str, Config]:
         ]
         return compose_config([*keep, f"runtime.compile={compile_}"])
 
-    return {"model": config(a.compile)} | {f"{k} per region": config("none") for k in a.sizes}
+    return {"model": config(a.compile)} | {arm_name(k): config("none") for k in a.sizes}
 
 
 def rotation(index: int, arms: Sequence[str]) -> list[str]:
@@ -123,21 +111,14 @@ def rotation(index: int, arms: Sequence[str]) -> list[str]:
 def measure(a: argparse.Namespace, tmp: Path) -> dict[str, list[float]]:
     """Each arm's measured step seconds, round by round, after its warm-up steps."""
     arms = arm_configs(a, tmp)
-    first = next(iter(arms.values()))
-    device = dev.resolve_device("cpu")
-    dtype = resolve_dtype(first.runtime.dtype, device)
-    dev.set_threads(first.runtime.threads)
-    steps: dict[str, Callable[[], object]] = {}
-    for name, cfg in arms.items():
-        check_data(cfg)
-        model, called, optimizer, _ = build_model(cfg, device)
-        if name != "model":
-            compile_groups(model, k=int(name.split()[0]), mode=a.compile)
-        step = plain_step(cfg, model, called, optimizer, device, dtype)
-        batches = iter(make_loader(cfg, split="train", device_type=device.type))
-        steps[name] = partial(step, batches, cfg.batch.grad_accum)
-        for _ in range(a.warmup_steps):  # the first compiles
-            steps[name]()
+    sizes = {arm_name(k): k for k in a.sizes}
+
+    def regions(name: str, model: GPT) -> None:
+        if name in sizes:  # built eager: grouped, then compiled region by region
+            group_blocks(model, k=sizes[name])
+            compile_regions(model, mode=a.compile)
+
+    steps = warm_steps(arms, warmup_steps=a.warmup_steps, prepare=regions)
     seconds: dict[str, list[float]] = {n: [] for n in arms}
     for i in range(a.rounds):
         for name in rotation(i, list(arms)):
@@ -153,13 +134,13 @@ def report(a: argparse.Namespace, seconds: dict[str, list[float]]) -> str:
         f"compile={a.compile}, {a.rounds} rounds of one optimizer step per arm, order rotating",
         f"  {'arm':14s} {'calls':>5s}  {'step p50':>9s}  "
         "step / whole model, per round: median (min-max)",
+        f"  {'model':14s} {1:5d}  {statistics.median(model) * 1e3:7.1f}ms  -",
     ]
-    for name, secs in seconds.items():
-        calls = 1 if name == "model" else a.n_layer // int(name.split()[0])
-        ratios = [s / m for s, m in zip(secs, model, strict=True)]
-        ratio = "-" if name == "model" else spread(ratios, "{:.3f}")
+    for k in a.sizes:
+        secs = seconds[arm_name(k)]
+        ratio = spread([s / m for s, m in zip(secs, model, strict=True)], "{:.3f}")
         p50_ms = statistics.median(secs) * 1e3
-        lines.append(f"  {name:14s} {calls:5d}  {p50_ms:7.1f}ms  {ratio}")
+        lines.append(f"  {arm_name(k):14s} {a.n_layer // k:5d}  {p50_ms:7.1f}ms  {ratio}")
     return "\n".join(lines)
 
 
